@@ -1,0 +1,204 @@
+"""The broker against python-qpid-proton, a client nobody here wrote.
+
+Each test runs its own broker (see conftest.py) and pins one behaviour a proton user relies on.
+"""
+
+import struct
+import time
+import uuid
+
+import pytest
+from proton import SASL, Message, Timeout, timestamp
+from proton.utils import LinkDetached
+
+import amqp_raw
+from proton_client import (
+    DEADLINE_S,
+    assert_round_trip,
+    barrier,
+    connect,
+    pump,
+    send_accepted,
+    settle_modified,
+)
+
+RAW_DEADLINE_S = 15.0
+
+
+def numbered(tag, index):
+    return Message(
+        id=f"{tag}-{index}",
+        body=f"{tag} body {index}",
+        properties={"index": index, "tag": tag},
+    )
+
+
+def test_default_link_names_send_and_receive_in_order(broker):
+    sent = [numbered("order", i) for i in range(3)]
+    with connect(broker) as conn:
+        sender = conn.create_sender("q1")
+        receiver = conn.create_receiver("q1")
+        assert sender.name == receiver.name, "precondition: proton names both links alike"
+        for message in sent:
+            send_accepted(sender, message)
+        received = []
+        for _ in sent:
+            received.append(receiver.receive(timeout=DEADLINE_S))
+            receiver.accept()
+    now_ms = time.time() * 1000
+
+    assert [m.body for m in received] == [m.body for m in sent], "bodies differ or out of order"
+    assert [m.id for m in received] == [m.id for m in sent]
+    for want, got in zip(sent, received):
+        assert dict(got.properties or {}) == want.properties, f"application properties of {want.id}"
+        assert got.delivery_count == 0, f"{want.id}: first delivery has delivery-count 0"
+
+    annotations = [dict(m.annotations or {}) for m in received]
+    sequence = [a.get("x-opt-sequence-number") for a in annotations]
+    for number in sequence:
+        assert isinstance(number, int) and not isinstance(number, timestamp), (
+            f"x-opt-sequence-number must be a long, got {number!r} in {annotations}"
+        )
+    assert sequence == [sequence[0], sequence[0] + 1, sequence[0] + 2], (
+        f"sequence numbers are not consecutive and increasing: {sequence}"
+    )
+    enqueued = [a.get("x-opt-enqueued-time") for a in annotations]
+    for value in enqueued:
+        assert isinstance(value, timestamp), f"x-opt-enqueued-time must be a timestamp: {value!r}"
+        assert abs(value - now_ms) < 5 * 60 * 1000, f"enqueued time {value} is not near {now_ms}"
+    assert enqueued == sorted(enqueued), f"enqueued times go backwards: {enqueued}"
+
+
+@pytest.mark.parametrize(
+    "mechanism, credentials",
+    [("PLAIN", {"user": "user", "password": "pass"}), ("ANONYMOUS", {})],
+    ids=["PLAIN", "ANONYMOUS"],
+)
+def test_sasl_mechanism_connects_and_transfers(broker, mechanism, credentials):
+    with connect(broker, allowed_mechs=mechanism, **credentials) as conn:
+        sasl = conn.conn.transport.sasl()
+        assert sasl.outcome == SASL.OK, f"SASL outcome {sasl.outcome}"
+        assert sasl.mech == mechanism
+        assert_round_trip(conn, "q1", f"over {mechanism}")
+
+
+def test_accepted_message_is_deleted(broker):
+    with connect(broker) as first:
+        send_accepted(first.create_sender("q1"), Message(body="accepted"))
+        receiver = first.create_receiver("q1")
+        assert receiver.receive(timeout=DEADLINE_S).body == "accepted"
+        receiver.accept()
+    # Closing waited for the broker's close, so it has read the settlement.
+
+    with connect(broker) as second:
+        receiver = second.create_receiver("q1")
+        with pytest.raises(Timeout):
+            got = receiver.receive(timeout=1)
+            pytest.fail(f"an accepted message came back: {got.body!r}")
+        send_accepted(second.create_sender("q1"), Message(body="marker"))
+        got = receiver.receive(timeout=DEADLINE_S)
+        assert got.body == "marker", f"expected only the marker, got {got.body!r} first"
+
+
+def test_released_message_is_redelivered_without_counting(broker):
+    with connect(broker) as first:
+        send_accepted(first.create_sender("q1"), Message(id="rel-1", body="release me"))
+        receiver = first.create_receiver("q1")
+        message = receiver.receive(timeout=DEADLINE_S)
+        assert (message.id, message.delivery_count) == ("rel-1", 0)
+        receiver.release(delivered=False)  # the `released` outcome
+        barrier(first, "q1")
+        # `first` stays open with no credit left, so only the released outcome frees the message.
+        with connect(broker) as second:
+            again = second.create_receiver("q1").receive(timeout=DEADLINE_S)
+            assert (again.id, again.body) == ("rel-1", "release me")
+            assert again.delivery_count == 0, "released must not count a delivery attempt"
+
+
+def test_modified_delivery_failed_is_redelivered_with_count(broker):
+    with connect(broker) as first:
+        send_accepted(first.create_sender("q1"), Message(id="mod-1", body="modify me"))
+        receiver = first.create_receiver("q1")
+        message = receiver.receive(timeout=DEADLINE_S)
+        assert (message.id, message.delivery_count) == ("mod-1", 0)
+        settle_modified(receiver, delivery_failed=True)
+        barrier(first, "q1")
+        with connect(broker) as second:
+            again = second.create_receiver("q1").receive(timeout=DEADLINE_S)
+            assert (again.id, again.body) == ("mod-1", "modify me")
+            assert again.delivery_count == 1, "modified{delivery-failed} counts one attempt"
+
+
+@pytest.mark.parametrize("role", ["sender", "receiver"])
+def test_unknown_address_is_refused_with_not_found(broker, role):
+    with connect(broker) as conn:
+        with pytest.raises(LinkDetached) as refused:
+            if role == "sender":
+                conn.create_sender("no-such-queue")
+            else:
+                conn.create_receiver("no-such-queue")
+        assert refused.value.condition == "amqp:not-found", str(refused.value)
+        assert_round_trip(conn, "q1", "the connection outlives a refused link")
+
+
+def test_200kb_message_over_4096_byte_frames(broker):
+    body = bytes(range(256)) * 800  # 204800 bytes
+    with connect(broker, max_frame_size=4096) as conn:
+        assert conn.conn.transport.max_frame_size == 4096, "precondition: proton offers 4096"
+        sender = conn.create_sender("q1")
+        receiver = conn.create_receiver("q1")
+        send_accepted(sender, Message(id="big", body=body))
+        got = receiver.receive(timeout=DEADLINE_S)
+        receiver.accept()
+        assert got.id == "big"
+        assert len(got.body) == len(body) and got.body == body, "the 200 KB body changed"
+
+
+@pytest.mark.broker(idle_timeout="1s")
+@pytest.mark.parametrize("client_idle_timeout", [None, 2], ids=["broker-only", "both-sides"])
+def test_idle_timeout_spares_a_heartbeating_client(broker, client_idle_timeout):
+    # With heartbeat=2 proton also demands frames from the broker at least every 2 s.
+    with connect(broker, heartbeat=client_idle_timeout) as conn:
+        advertised = conn.conn.transport.remote_idle_timeout
+        assert 0 < advertised <= 1.0, f"broker advertised idle-time-out {advertised} s"
+        pump(conn, 4.0)
+        assert_round_trip(conn, "q1", "still alive after 4 s")
+
+
+@pytest.mark.broker(idle_timeout="1s")
+def test_idle_timeout_closes_a_silent_client(broker):
+    deadline = time.monotonic() + RAW_DEADLINE_S
+    with amqp_raw.connect(broker.address, RAW_DEADLINE_S) as sock:
+        sock.sendall(amqp_raw.AMQP_HEADER)
+        assert amqp_raw.recv_exactly(sock, 8, deadline) == amqp_raw.AMQP_HEADER
+        sock.sendall(amqp_raw.open_frame(f"silent-{uuid.uuid4()}"))
+        data, closed = amqp_raw.recv_until_closed(sock, deadline)
+    assert closed, f"a silent client stayed connected for {RAW_DEADLINE_S} s; got {data!r}"
+    codes = amqp_raw.performatives(data)
+    assert codes[:1] == [amqp_raw.OPEN], f"expected the broker's open first, got {codes}"
+    assert amqp_raw.CLOSE_DESCRIPTOR in data, f"no close performative before EOF: {data!r}"
+    assert codes[-1] == amqp_raw.CLOSE, f"expected close as the last frame, got {codes}"
+
+
+GARBAGE = {
+    "huge-frame-size": b"\xff" * 64,
+    "undecodable-frame": struct.pack(">IBBH", 64, 2, 0, 0) + b"\xee" * 56,
+}
+
+
+@pytest.mark.parametrize("garbage", GARBAGE.values(), ids=GARBAGE.keys())
+def test_garbage_after_header_closes_only_that_socket(broker, garbage):
+    assert len(garbage) == 64
+    with connect(broker) as before:
+        assert_round_trip(before, "q1", "before the garbage")
+        deadline = time.monotonic() + RAW_DEADLINE_S
+        with amqp_raw.connect(broker.address, RAW_DEADLINE_S) as sock:
+            sock.sendall(amqp_raw.AMQP_HEADER)
+            assert amqp_raw.recv_exactly(sock, 8, deadline) == amqp_raw.AMQP_HEADER
+            sock.sendall(garbage)
+            data, closed = amqp_raw.recv_until_closed(sock, deadline)
+        assert closed, f"the broker kept a garbage-sending socket open; it sent {data!r}"
+
+        assert_round_trip(before, "q1", "after the garbage, old connection")
+        with connect(broker) as after:
+            assert_round_trip(after, "q2", "after the garbage, new connection")

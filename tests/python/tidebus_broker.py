@@ -1,0 +1,164 @@
+"""The real broker binary ($TIDEBUS_BIN) as a child process on a free loopback port."""
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+START_DEADLINE_S = 30.0
+STOP_DEADLINE_S = 20.0
+POLL_S = 0.05
+
+# What every test broker runs with unless a test asks otherwise.
+DEFAULT_SETTINGS = {"durability": "memory", "idle_timeout": "60s"}
+DEFAULT_QUEUES = ["q1", "q2", "q3", "q4", "queue.1"]
+
+
+class BrokerError(Exception):
+    """The broker did not start or stop as the contract says (design.md section 5)."""
+
+
+def toml_value(value):
+    """Encode a str, int or bool as a TOML value (all the config needs)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+        return f'"{escaped}"'
+    raise TypeError(f"no TOML encoding for {value!r} ({type(value).__name__})")
+
+
+def render_config(settings, queues):
+    """The config file text: `[broker]` settings, then one `[[queues]]` table per queue.
+
+    A queue is a name, or a dict with `name` and any other `[[queues]]` keys.
+    """
+    lines = ["[broker]"]
+    lines += [f"{key} = {toml_value(value)}" for key, value in settings.items()]
+    for queue in queues:
+        table = {"name": queue} if isinstance(queue, str) else dict(queue)
+        lines += ["", "[[queues]]"]
+        lines += [f"{key} = {toml_value(value)}" for key, value in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def broker_binary():
+    path = os.environ.get("TIDEBUS_BIN")
+    if not path:
+        raise BrokerError(
+            "TIDEBUS_BIN is not set: run the suite through `cargo test`, or set it to a built "
+            "broker, e.g. TIDEBUS_BIN=target/debug/tidebus"
+        )
+    if not os.access(path, os.X_OK):
+        raise BrokerError(f"TIDEBUS_BIN={path} is not an executable file")
+    return path
+
+
+class Broker:
+    """One running broker. `host`, `port` and `url` say where it listens."""
+
+    def __init__(self, workdir: Path, settings=None, queues=None):
+        self.workdir = Path(workdir)
+        self.settings = {**DEFAULT_SETTINGS, **(settings or {})}
+        self.queues = list(DEFAULT_QUEUES if queues is None else queues)
+        self.config_path = self.workdir / "tidebus.toml"
+        self.ready_path = self.workdir / "ready"
+        self.data_dir = self.workdir / "data"
+        self.log_path = self.workdir / "broker.log"
+        self.process = None
+        self.host = None
+        self.port = None
+
+    @property
+    def url(self):
+        return f"amqp://{self.host}:{self.port}"
+
+    @property
+    def address(self):
+        return (self.host, self.port)
+
+    def read_log(self):
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return "(no broker log)"
+
+    def start(self):
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(render_config(self.settings, self.queues))
+        command = [
+            broker_binary(),
+            "--config", str(self.config_path),
+            "--listen", "127.0.0.1:0",
+            "--data-dir", str(self.data_dir),
+            "--ready-file", str(self.ready_path),
+        ]
+        env = dict(os.environ)
+        env.setdefault("RUST_LOG", "info,tidebus=debug")
+        env.setdefault("RUST_BACKTRACE", "1")
+        with open(self.log_path, "wb") as log:
+            log.write(("$ " + " ".join(command) + "\n").encode())
+            log.flush()
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env
+            )
+        try:
+            self.host, self.port = self._wait_ready()
+        except BaseException:
+            self._kill()
+            raise
+        return self
+
+    def _wait_ready(self):
+        deadline = time.monotonic() + START_DEADLINE_S
+        while True:
+            code = self.process.poll()
+            if code is not None:
+                raise BrokerError(f"broker exited with code {code} before writing {self.ready_path}")
+            address = parse_ready_file(self.ready_path)
+            if address is not None:
+                return address
+            if time.monotonic() > deadline:
+                raise BrokerError(
+                    f"broker did not write a bound address to {self.ready_path} "
+                    f"within {START_DEADLINE_S:.0f} s"
+                )
+            time.sleep(POLL_S)
+
+    def stop(self):
+        """SIGTERM, then wait for a graceful exit with code 0. Raises BrokerError otherwise."""
+        if self.process is None:
+            return
+        code = self.process.poll()
+        if code is not None:
+            raise BrokerError(f"broker exited on its own with code {code} before teardown")
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout=STOP_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            self._kill()
+            raise BrokerError(
+                f"broker did not exit within {STOP_DEADLINE_S:.0f} s of SIGTERM; killed it"
+            ) from None
+        if code != 0:
+            raise BrokerError(f"broker exited with code {code} after SIGTERM, expected 0")
+
+    def _kill(self):
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def parse_ready_file(path):
+    """`(host, port)` once the ready file holds `host:port`, else None."""
+    try:
+        text = Path(path).read_text().strip()
+    except FileNotFoundError:
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)

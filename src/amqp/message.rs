@@ -75,9 +75,10 @@ pub fn scan_sections(bytes: &[u8]) -> Result<Vec<Section>, MessageError> {
     let mut sections = Vec::with_capacity(4);
     let mut at = 0;
     while at < bytes.len() {
+        let code = section_code(bytes, at)?;
         let end = at + value_len(bytes, at)?;
         sections.push(Section {
-            code: section_code(bytes, at)?,
+            code,
             range: at..end,
         });
         at = end;
@@ -351,7 +352,7 @@ mod tests {
         assert!(header.durable, "other header fields survive");
         let ma: MessageAnnotations =
             serde_amqp::from_slice(&whole[sections[1].range.clone()]).expect("ma");
-        let key = fe2o3_amqp::types::primitives::Symbol::from("x-opt-sequence-number").into();
+        let key = fe2o3_amqp::types::messaging::annotations::OwnedKey::from(fe2o3_amqp::types::primitives::Symbol::from("x-opt-sequence-number"));
         assert_eq!(ma.0.get(&key), Some(&Value::Long(42)));
         assert!(tail.ends_with(b"body bytes"));
     }

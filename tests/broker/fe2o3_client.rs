@@ -210,3 +210,89 @@ async fn drain_with_three_queued_delivers_three_and_uses_up_the_credit() {
     connection.close().await.expect("close");
     broker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_address_is_refused_with_not_found() {
+    use fe2o3_amqp::link::{ReceiverAttachError, SenderAttachError};
+    use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
+    let broker = TestBroker::start(config_with_queues(&["q"])).await;
+    let mut connection = connect(&broker, 65536).await;
+    let mut session = Session::begin(&mut connection).await.expect("begin");
+    match Sender::attach(&mut session, "s", "no-such-queue").await {
+        Err(SenderAttachError::RemoteClosedWithError(error)) => {
+            assert_eq!(error.condition, ErrorCondition::AmqpError(AmqpError::NotFound))
+        }
+        other => panic!("expected not-found, got {:?}", other.map(|_| ())),
+    }
+    match Receiver::attach(&mut session, "r", "amqps://host/No-Such-Queue").await {
+        Err(ReceiverAttachError::RemoteClosedWithError(error)) => {
+            assert_eq!(error.condition, ErrorCondition::AmqpError(AmqpError::NotFound))
+        }
+        other => panic!("expected not-found, got {:?}", other.map(|_| ())),
+    }
+    // The session still works, and addresses are case-insensitive with a scheme and host.
+    let mut sender = Sender::attach(&mut session, "s2", "amqps://host:5671/Q").await.expect("sender");
+    assert!(matches!(sender.send("ok").await.expect("send"), Outcome::Accepted(_)));
+    connection.close().await.expect("close");
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settle_second_gets_the_outcome_confirmed() {
+    use fe2o3_amqp::types::definitions::ReceiverSettleMode;
+    let broker = TestBroker::start(config_with_queues(&["q"])).await;
+    let mut connection = connect(&broker, 65536).await;
+    let mut session = Session::begin(&mut connection).await.expect("begin");
+    let mut sender = Sender::attach(&mut session, "s", "q").await.expect("sender");
+    sender.send("one").await.expect("send");
+    sender.send("two").await.expect("send");
+    let mut receiver = Receiver::builder()
+        .name("second")
+        .source("q")
+        .receiver_settle_mode(ReceiverSettleMode::Second)
+        .attach(&mut session)
+        .await
+        .expect("receiver");
+    let one = timeout(DEADLINE, receiver.recv::<String>()).await.expect("in time").expect("recv");
+    timeout(DEADLINE, receiver.accept(&one)).await.expect("confirmed in time").expect("accept");
+    let two = timeout(DEADLINE, receiver.recv::<String>()).await.expect("in time").expect("recv");
+    assert_eq!(two.body(), "two");
+    timeout(DEADLINE, receiver.release(&two)).await.expect("confirmed in time").expect("release");
+    let again = timeout(DEADLINE, receiver.recv::<String>()).await.expect("in time").expect("recv");
+    assert_eq!(again.body(), "two");
+    timeout(DEADLINE, receiver.accept(&again)).await.expect("confirmed in time").expect("accept");
+    connection.close().await.expect("close");
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_connection_returns_its_unsettled_messages_to_other_consumers() {
+    let broker = TestBroker::start(config_with_queues(&["q"])).await;
+    let mut producer = connect(&broker, 65536).await;
+    let mut session = Session::begin(&mut producer).await.expect("begin");
+    let mut sender = Sender::attach(&mut session, "s", "q").await.expect("sender");
+    for i in 0..10 {
+        sender.send(format!("m{i}")).await.expect("send");
+    }
+    let mut doomed = connect(&broker, 65536).await;
+    let mut doomed_session = Session::begin(&mut doomed).await.expect("begin");
+    let mut greedy = Receiver::attach(&mut doomed_session, "greedy", "q").await.expect("receiver");
+    for i in 0..10 {
+        let delivery = timeout(DEADLINE, greedy.recv::<String>()).await.expect("in time").expect("recv");
+        assert_eq!(delivery.body(), &format!("m{i}"));
+    }
+    // The second consumer sees nothing while the first holds every lock...
+    let mut patient = Receiver::attach(&mut session, "patient", "q").await.expect("receiver");
+    assert!(timeout(std::time::Duration::from_millis(300), patient.recv::<String>()).await.is_err());
+    // ...and everything, counted once more, when the first connection goes away.
+    drop(greedy);
+    drop(doomed_session);
+    drop(doomed);
+    for i in 0..10 {
+        let delivery = timeout(DEADLINE, patient.recv::<String>()).await.expect("in time").expect("recv");
+        assert_eq!((delivery.body().as_str(), delivery_count(&delivery)), (format!("m{i}").as_str(), 1));
+        patient.accept(&delivery).await.expect("accept");
+    }
+    producer.close().await.expect("close");
+    broker.stop().await;
+}

@@ -1,1 +1,229 @@
-fn main() {}
+//! End-to-end throughput: an in-process broker, one fe2o3-amqp producer and one consumer.
+//!
+//! `cargo bench --bench throughput -- [--messages N] [--size BYTES] [--window N] [--credit N]`
+//!
+//! The producer keeps `window` unsettled sends in flight; the consumer grants `credit` and
+//! accepts every message (peek-lock, one disposition each). Prints send, receive and end-to-end
+//! rates and the p50/p99 latency from send to receipt.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use fe2o3_amqp::link::receiver::CreditMode;
+use fe2o3_amqp::types::messaging::{ApplicationProperties, Body, Message, Outcome};
+use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Value};
+use fe2o3_amqp::{Connection, Receiver, Sender, Session};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tidebus::config::{Config, Durability, QueueConfig};
+use tokio::net::{TcpListener, TcpStream};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+struct Args {
+    messages: u64,
+    size: usize,
+    window: usize,
+    credit: u32,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        messages: 100_000,
+        size: 1024,
+        window: 100,
+        credit: 200,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .ok_or_else(|| format!("{name} needs a number"))
+        };
+        match flag.as_str() {
+            "--messages" => args.messages = value("--messages")?,
+            "--size" => args.size = value("--size")? as usize,
+            "--window" => args.window = value("--window")?.max(1) as usize,
+            "--credit" => args.credit = value("--credit")?.max(1) as u32,
+            "--bench" => {} // passed by `cargo bench`
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(args)
+}
+
+fn now_micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+async fn connect(addr: std::net::SocketAddr, name: &str) -> Result<fe2o3_amqp::connection::ConnectionHandle<()>, BoxError> {
+    let stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    Ok(Connection::builder()
+        .container_id(name)
+        .open_with_stream(stream)
+        .await?)
+}
+
+async fn produce(addr: std::net::SocketAddr, args: &Args) -> Result<(u64, Duration), BoxError> {
+    let mut connection = connect(addr, "bench-producer").await?;
+    let mut session = Session::begin(&mut connection).await?;
+    let mut sender = Sender::attach(&mut session, "bench-sender", "bench").await?;
+    let payload = vec![0xA5u8; args.size];
+    let started = Instant::now();
+    let mut inflight = FuturesUnordered::new();
+    let mut accepted = 0;
+    for id in 0..args.messages {
+        let properties = ApplicationProperties::builder()
+            .insert("id", SimpleValue::Long(id as i64))
+            .insert("ts", SimpleValue::Long(now_micros()))
+            .build();
+        let message = Message::builder()
+            .application_properties(properties)
+            .data(Binary::from(payload.clone()))
+            .build();
+        inflight.push(sender.send_batchable(message).await?);
+        while inflight.len() >= args.window {
+            if let Some(Ok(Outcome::Accepted(_))) = inflight.next().await {
+                accepted += 1;
+            }
+        }
+    }
+    while let Some(outcome) = inflight.next().await {
+        if let Ok(Outcome::Accepted(_)) = outcome {
+            accepted += 1;
+        }
+    }
+    let elapsed = started.elapsed();
+    sender.close().await?;
+    session.end().await?;
+    connection.close().await?;
+    Ok((accepted, elapsed))
+}
+
+struct Received {
+    unique: u64,
+    duplicates: u64,
+    first: Option<Instant>,
+    last: Option<Instant>,
+    latencies_us: Vec<u64>,
+}
+
+async fn consume(addr: std::net::SocketAddr, args: &Args) -> Result<Received, BoxError> {
+    let mut connection = connect(addr, "bench-consumer").await?;
+    let mut session = Session::begin(&mut connection).await?;
+    let mut receiver = Receiver::builder()
+        .name("bench-receiver")
+        .source("bench")
+        .credit_mode(CreditMode::Auto(args.credit))
+        .attach(&mut session)
+        .await?;
+    let mut seen = HashSet::with_capacity(args.messages as usize);
+    let mut got = Received {
+        unique: 0,
+        duplicates: 0,
+        first: None,
+        last: None,
+        latencies_us: Vec::with_capacity(args.messages as usize),
+    };
+    while got.unique < args.messages {
+        let delivery = tokio::time::timeout(Duration::from_secs(30), receiver.recv::<Body<Value>>())
+            .await
+            .map_err(|_| format!("no message for 30 s after {} received", got.unique))??;
+        let now = Instant::now();
+        let properties = delivery.message().application_properties.as_ref();
+        let field = |key: &str| match properties.and_then(|p| p.0.get(key)) {
+            Some(SimpleValue::Long(v)) => Some(*v),
+            _ => None,
+        };
+        let (id, ts) = (field("id"), field("ts"));
+        receiver.accept(&delivery).await?;
+        if id.is_some_and(|id| seen.insert(id)) {
+            got.unique += 1;
+        } else {
+            got.duplicates += 1;
+        }
+        got.first.get_or_insert(now);
+        got.last = Some(now);
+        if let Some(ts) = ts {
+            got.latencies_us.push((now_micros() - ts).max(0) as u64);
+        }
+    }
+    receiver.close().await?;
+    session.end().await?;
+    connection.close().await?;
+    Ok(got)
+}
+
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let index = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[index] as f64 / 1000.0
+}
+
+fn main() -> Result<(), BoxError> {
+    let args = parse_args()?;
+    let broker_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let mut config = Config::embedded_default();
+    config.broker.durability = Durability::Memory;
+    config.queues = vec![QueueConfig {
+        name: "bench".into(),
+        ..config.queues[0].clone()
+    }];
+    let listener = broker_runtime.block_on(TcpListener::bind("127.0.0.1:0"))?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let broker = broker_runtime.spawn(tidebus::run(config, listener, async move {
+        let _ = stopped.await;
+    }, |_| {}));
+
+    let client_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let (sent, received) = client_runtime.block_on(async {
+        let started = Instant::now();
+        let (sent, received) = tokio::join!(produce(addr, &args), consume(addr, &args));
+        Ok::<_, BoxError>((sent?, (received?, started)))
+    })?;
+    let ((accepted, send_elapsed), (mut got, started)) = (sent, received);
+    let _ = stop.send(());
+    broker_runtime.block_on(broker)??;
+
+    let end_to_end = got.last.map_or(Duration::ZERO, |last| last - started);
+    let receive_span = match (got.first, got.last) {
+        (Some(first), Some(last)) => last - first,
+        _ => Duration::ZERO,
+    };
+    got.latencies_us.sort_unstable();
+    let rate = |n: u64, d: Duration| n as f64 / d.as_secs_f64().max(1e-9);
+    println!(
+        "throughput: messages={} size={} window={} credit={} durability=memory consumer=peek-lock",
+        args.messages, args.size, args.window, args.credit
+    );
+    println!("send:       accepted={accepted} elapsed={send_elapsed:.3?} rate={:.0} msg/s", rate(accepted, send_elapsed));
+    println!(
+        "receive:    unique={} duplicates={} elapsed={receive_span:.3?} rate={:.0} msg/s",
+        got.unique,
+        got.duplicates,
+        rate(got.unique, receive_span)
+    );
+    println!("end-to-end: elapsed={end_to_end:.3?} rate={:.0} msg/s", rate(got.unique, end_to_end));
+    println!(
+        "latency:    p50={:.3}ms p99={:.3}ms",
+        percentile(&got.latencies_us, 0.50),
+        percentile(&got.latencies_us, 0.99)
+    );
+    if accepted != args.messages || got.unique != args.messages || got.duplicates != 0 {
+        return Err("not every message arrived exactly once".into());
+    }
+    Ok(())
+}

@@ -1,5 +1,7 @@
-//! The one integration-test binary (design.md §2): a module per area.
+//! The one integration-test binary: a real broker, real clients. A module per area.
 
+mod fe2o3_client;
 mod pyenv;
 mod pytest;
 mod python;
+mod support;

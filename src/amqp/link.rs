@@ -1,0 +1,240 @@
+//! Links: the two kinds the broker keeps (it receives from client senders and sends to client
+//! receivers), their credit arithmetic and the attach replies (amqp-dialect.md §4.3).
+
+use bytes::{Bytes, BytesMut};
+use fe2o3_amqp::types::definitions::{
+    self, AmqpError, ErrorCondition, Handle, ReceiverSettleMode, Role, SenderSettleMode,
+};
+use fe2o3_amqp::types::performatives::{Attach, Detach};
+use fe2o3_amqp::types::primitives::Symbol;
+
+use crate::entity::handle::{ConsumerId, EntityHandle, ReceiveMode};
+
+/// Credit the broker grants a client sender, and tops up when half is used.
+pub const SENDER_CREDIT: u32 = 1000;
+
+/// A link the broker receives on (the client's sender).
+#[derive(Debug)]
+pub struct Incoming {
+    /// Where the messages go.
+    pub entity: EntityHandle,
+    /// The sender's delivery count as the broker has seen it.
+    pub delivery_count: u32,
+    /// Credit left before the broker must top up.
+    pub credit: u32,
+    /// The largest message the broker accepts.
+    pub max_message_size: u64,
+    /// A delivery whose frames are still arriving.
+    pub partial: Option<Partial>,
+}
+
+/// A multi-frame delivery being reassembled.
+#[derive(Debug)]
+pub struct Partial {
+    /// Delivery id from the first frame.
+    pub delivery_id: u32,
+    /// Whether the sender settled it.
+    pub settled: bool,
+    /// Message format from the first frame.
+    pub message_format: u32,
+    /// The bytes so far.
+    pub bytes: BytesMut,
+}
+
+impl Partial {
+    /// The reassembled payload.
+    pub fn finish(self) -> Bytes {
+        self.bytes.freeze()
+    }
+}
+
+/// A link the broker sends on (the client's receiver), bound to an entity consumer.
+#[derive(Debug)]
+pub struct Outgoing {
+    /// The entity it consumes from.
+    pub entity: EntityHandle,
+    /// Its consumer id at the entity.
+    pub consumer: ConsumerId,
+    /// Peek-lock or receive-and-delete.
+    pub mode: ReceiveMode,
+    /// Whether the client asked to settle second (the broker then confirms every settlement).
+    pub settle_second: bool,
+    /// The broker's delivery count on this link.
+    pub delivery_count: u32,
+    /// Link credit the client has given and the broker not yet used.
+    pub credit: u32,
+    /// Deliveries the entity may still send: credit handed to it minus deliveries seen.
+    pub owed: i64,
+    /// The client asked for a drain that is not finished yet.
+    pub drain: bool,
+    /// A drain request is at the entity and its answer has not arrived.
+    pub draining: bool,
+}
+
+impl Outgoing {
+    /// Applies a client `flow` to the link credit (AMQP 1.0 §2.6.7):
+    /// `credit = delivery-count(rcv) + link-credit(rcv) - delivery-count(snd)`.
+    pub fn apply_flow(&mut self, delivery_count: Option<u32>, link_credit: u32, drain: bool) {
+        let receiver_count = delivery_count.unwrap_or(0);
+        let credit = receiver_count
+            .wrapping_add(link_credit)
+            .wrapping_sub(self.delivery_count);
+        // A credit "above" u32::MAX / 2 is a count from before deliveries the client has not
+        // seen yet: it means no credit is left.
+        self.credit = if credit > u32::MAX / 2 { 0 } else { credit };
+        self.drain = drain;
+    }
+
+    /// How much demand to add (or take back) at the entity so that what it owes matches the
+    /// credit. Updates `owed` as if the entity applied it.
+    pub fn credit_delta(&mut self) -> i64 {
+        let delta = i64::from(self.credit) - self.owed;
+        self.owed += delta;
+        delta
+    }
+}
+
+/// What a link is.
+#[derive(Debug)]
+pub enum LinkKind {
+    /// Client sender.
+    Incoming(Incoming),
+    /// Client receiver.
+    Outgoing(Outgoing),
+    /// Refused at attach: the broker already sent its detach and waits for the client's.
+    Refused,
+}
+
+/// One attached link of a session.
+#[derive(Debug)]
+pub struct Link {
+    /// The link name.
+    pub name: String,
+    /// The broker's handle for it.
+    pub local_handle: u32,
+    /// Broker-wide unique id (also the consumer id of an outgoing link).
+    pub id: u64,
+    /// Its kind and state.
+    pub kind: LinkKind,
+}
+
+/// The broker's attach reply to a client attach it accepts: terminus echoed verbatim, role
+/// flipped, `initial-delivery-count` when the broker sends, a finite `max-message-size` when it
+/// receives.
+pub fn accept_reply(request: &Attach, local_handle: u32, max_message_size: u64) -> Attach {
+    let broker_sends = request.role == Role::Receiver;
+    Attach {
+        name: request.name.clone(),
+        handle: Handle(local_handle),
+        role: if broker_sends {
+            Role::Sender
+        } else {
+            Role::Receiver
+        },
+        snd_settle_mode: request.snd_settle_mode.clone(),
+        rcv_settle_mode: request.rcv_settle_mode.clone(),
+        source: request.source.clone(),
+        target: request.target.clone(),
+        unsettled: None,
+        incomplete_unsettled: false,
+        initial_delivery_count: broker_sends.then_some(0),
+        max_message_size: Some(max_message_size),
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    }
+}
+
+/// The reply to an attach the broker refuses: the broker's own terminus is null (AMQP 1.0
+/// §2.6.3), to be followed by [`refuse_detach`].
+pub fn refuse_reply(request: &Attach, local_handle: u32) -> Attach {
+    let mut reply = accept_reply(request, local_handle, 0);
+    reply.max_message_size = None;
+    if request.role == Role::Receiver {
+        reply.source = None;
+    } else {
+        reply.target = None;
+    }
+    reply
+}
+
+/// The detach that follows a refused attach.
+pub fn refuse_detach(local_handle: u32, error: definitions::Error) -> Detach {
+    Detach {
+        handle: Handle(local_handle),
+        closed: true,
+        error: Some(error),
+    }
+}
+
+/// The receive mode a client receiver asked for: pre-settled transfers mean receive-and-delete.
+pub fn receive_mode(request: &Attach) -> ReceiveMode {
+    match request.snd_settle_mode {
+        SenderSettleMode::Settled => ReceiveMode::ReceiveAndDelete,
+        _ => ReceiveMode::PeekLock,
+    }
+}
+
+/// Whether the client receiver asked to settle second.
+pub fn settles_second(request: &Attach) -> bool {
+    request.rcv_settle_mode == ReceiverSettleMode::Second
+}
+
+/// An error with a standard AMQP condition and a description.
+pub fn amqp_error(condition: impl Into<ErrorCondition>, description: impl Into<String>) -> definitions::Error {
+    definitions::Error::new(condition, Some(description.into()), None)
+}
+
+/// An error with a Service Bus (custom) condition and a description.
+pub fn custom_error(condition: &str, description: impl Into<String>) -> definitions::Error {
+    definitions::Error::new(
+        ErrorCondition::Custom(Symbol::from(condition)),
+        Some(description.into()),
+        None,
+    )
+}
+
+/// `amqp:not-found` for an address no entity answers to, in Service Bus's wording.
+pub fn not_found(address: &str) -> definitions::Error {
+    amqp_error(
+        AmqpError::NotFound,
+        format!("The messaging entity '{address}' could not be found."),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outgoing() -> Outgoing {
+        let (tx, _rx) = tokio::sync::mpsc::channel(1);
+        Outgoing {
+            entity: EntityHandle::new("q".into(), tx),
+            consumer: ConsumerId(1),
+            mode: ReceiveMode::PeekLock,
+            settle_second: false,
+            delivery_count: 0,
+            credit: 0,
+            owed: 0,
+            drain: false,
+            draining: false,
+        }
+    }
+
+    #[test]
+    fn flow_credit_follows_the_spec_formula() {
+        let mut link = outgoing();
+        link.apply_flow(None, 10, false);
+        assert_eq!(link.credit, 10);
+        assert_eq!(link.credit_delta(), 10);
+        // Five delivered; the client refreshes to 10 counting from what it has seen (3).
+        link.delivery_count = 5;
+        link.credit = 5;
+        link.owed = 5;
+        link.apply_flow(Some(3), 10, false);
+        assert_eq!(link.credit, 8, "3 + 10 - 5");
+        assert_eq!(link.credit_delta(), 3);
+        link.apply_flow(Some(5), 0, false);
+        assert_eq!((link.credit, link.credit_delta()), (0, -8));
+    }
+}

@@ -1,0 +1,370 @@
+//! Message bytes without decoding bodies: a section scanner, the Service Bus batch unpacker and
+//! the header/annotation splice applied on delivery (design.md D3).
+//!
+//! A stored message is exactly the bytes the client sent. On delivery the broker replaces the
+//! `header`, `delivery-annotations` and `message-annotations` sections with its own and passes
+//! every other section through byte for byte.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+use fe2o3_amqp::types::messaging::{Header, MessageAnnotations};
+use fe2o3_amqp::types::primitives::Value;
+
+/// Section descriptor codes (AMQP 1.0 §3.2).
+mod code {
+    pub const HEADER: u8 = 0x70;
+    pub const DELIVERY_ANNOTATIONS: u8 = 0x71;
+    pub const MESSAGE_ANNOTATIONS: u8 = 0x72;
+    pub const PROPERTIES: u8 = 0x73;
+    pub const APPLICATION_PROPERTIES: u8 = 0x74;
+    pub const DATA: u8 = 0x75;
+    pub const AMQP_SEQUENCE: u8 = 0x76;
+    pub const AMQP_VALUE: u8 = 0x77;
+    pub const FOOTER: u8 = 0x78;
+}
+
+/// The message format of an Azure Service Bus batch: one encoded message per `data` section.
+pub const BATCH_MESSAGE_FORMAT: u32 = 0x8001_3700;
+
+/// Why message bytes could not be understood.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum MessageError {
+    /// The bytes end inside a value.
+    #[error("message truncated at byte {0}")]
+    Truncated(usize),
+    /// A byte that starts no AMQP value.
+    #[error("invalid AMQP type code 0x{code:02x} at byte {at}")]
+    BadTypeCode {
+        /// The offending byte.
+        code: u8,
+        /// Its offset.
+        at: usize,
+    },
+    /// A top-level value that is not a described message section.
+    #[error("value at byte {0} is not a message section")]
+    NotASection(usize),
+    /// A section descriptor outside the message section range.
+    #[error("unknown message section descriptor at byte {0}")]
+    UnknownSection(usize),
+    /// The header or message-annotations section does not decode.
+    #[error("malformed {0} section")]
+    Malformed(&'static str),
+    /// A message without any section.
+    #[error("empty message")]
+    Empty,
+    /// A batch whose body holds something other than `data` sections.
+    #[error("batch message section {0} is not a data section")]
+    BatchNotData(usize),
+}
+
+/// One section of a message: its descriptor code and its byte range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Section {
+    /// Descriptor code (`0x70` header … `0x78` footer).
+    pub code: u8,
+    /// Where the whole section (descriptor included) lies.
+    pub range: Range<usize>,
+}
+
+/// Splits message bytes into sections, checking that every value is well formed.
+///
+/// # Errors
+/// Returns a [`MessageError`] naming the offset of the first malformed byte.
+pub fn scan_sections(bytes: &[u8]) -> Result<Vec<Section>, MessageError> {
+    let mut sections = Vec::with_capacity(4);
+    let mut at = 0;
+    while at < bytes.len() {
+        let code = section_code(bytes, at)?;
+        let end = at + value_len(bytes, at)?;
+        sections.push(Section {
+            code,
+            range: at..end,
+        });
+        at = end;
+    }
+    if sections.is_empty() {
+        return Err(MessageError::Empty);
+    }
+    Ok(sections)
+}
+
+/// Checks a single message: sections scan, and the header and annotations decode, so that the
+/// splice on delivery cannot fail later.
+///
+/// # Errors
+/// Returns the first problem found.
+pub fn validate(bytes: &[u8]) -> Result<(), MessageError> {
+    let sections = scan_sections(bytes)?;
+    for section in &sections {
+        let raw = &bytes[section.range.clone()];
+        match section.code {
+            code::HEADER => {
+                serde_amqp::from_slice::<Header>(raw).map_err(|_| MessageError::Malformed("header"))?;
+            }
+            code::MESSAGE_ANNOTATIONS => {
+                serde_amqp::from_slice::<MessageAnnotations>(raw)
+                    .map_err(|_| MessageError::Malformed("message-annotations"))?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Unpacks a Service Bus batch (`message-format 0x80013700`): every `data` section of the
+/// envelope holds one whole encoded message. Envelope header and properties are dropped.
+///
+/// # Errors
+/// Fails when the envelope or any inner message is malformed; a batch is all or nothing.
+pub fn unpack_batch(envelope: &Bytes) -> Result<Vec<Bytes>, MessageError> {
+    let mut messages = Vec::new();
+    for (index, section) in scan_sections(envelope)?.iter().enumerate() {
+        match section.code {
+            code::HEADER
+            | code::DELIVERY_ANNOTATIONS
+            | code::MESSAGE_ANNOTATIONS
+            | code::PROPERTIES
+            | code::APPLICATION_PROPERTIES
+            | code::FOOTER => {}
+            code::DATA => {
+                let inner = data_section_payload(envelope, section)?;
+                validate(&inner)?;
+                messages.push(inner);
+            }
+            _ => return Err(MessageError::BatchNotData(index)),
+        }
+    }
+    if messages.is_empty() {
+        return Err(MessageError::Empty);
+    }
+    Ok(messages)
+}
+
+/// The broker's view of a delivery: what it writes into the header and the annotations.
+#[derive(Debug, Clone)]
+pub struct DeliveryStamp {
+    /// Zero-based `header.delivery-count`.
+    pub delivery_count: u32,
+    /// Annotations the broker adds or overwrites (`x-opt-sequence-number` …).
+    pub annotations: Vec<(&'static str, Value)>,
+}
+
+/// Builds the outgoing message: a fresh header and message-annotations, then every section
+/// after them untouched. Returns the new prefix and the untouched tail.
+///
+/// # Errors
+/// Fails only on bytes that [`validate`] would have refused.
+pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<(Vec<u8>, Bytes), MessageError> {
+    let sections = scan_sections(stored)?;
+    let mut header = Header::default();
+    let mut annotations = MessageAnnotations::default();
+    let mut tail_start = stored.len();
+    for section in &sections {
+        let raw = &stored[section.range.clone()];
+        match section.code {
+            code::HEADER => {
+                header = serde_amqp::from_slice(raw).map_err(|_| MessageError::Malformed("header"))?
+            }
+            code::DELIVERY_ANNOTATIONS => {}
+            code::MESSAGE_ANNOTATIONS => {
+                annotations = serde_amqp::from_slice(raw)
+                    .map_err(|_| MessageError::Malformed("message-annotations"))?
+            }
+            _ => {
+                tail_start = section.range.start;
+                break;
+            }
+        }
+    }
+    header.delivery_count = stamp.delivery_count;
+    for (key, value) in &stamp.annotations {
+        annotations
+            .0
+            .insert(fe2o3_amqp::types::primitives::Symbol::from(*key).into(), value.clone());
+    }
+    let mut prefix = serde_amqp::to_vec(&header).map_err(|_| MessageError::Malformed("header"))?;
+    let encoded = serde_amqp::to_vec(&annotations)
+        .map_err(|_| MessageError::Malformed("message-annotations"))?;
+    prefix.extend_from_slice(&encoded);
+    Ok((prefix, stored.slice(tail_start..)))
+}
+
+/// The binary inside a `data` section, as a zero-copy slice.
+fn data_section_payload(bytes: &Bytes, section: &Section) -> Result<Bytes, MessageError> {
+    let start = section.range.start;
+    let value_at = start + descriptor_len(bytes, start + 1)? + 1;
+    let (header_len, len) = match bytes.get(value_at) {
+        Some(0xa0) => (2, *byte_at(bytes, value_at + 1)? as usize),
+        Some(0xb0) => (5, read_u32(bytes, value_at + 1)? as usize),
+        _ => return Err(MessageError::Malformed("data")),
+    };
+    let from = value_at + header_len;
+    if from + len > section.range.end {
+        return Err(MessageError::Truncated(section.range.end));
+    }
+    Ok(bytes.slice(from..from + len))
+}
+
+/// The section code of the described value at `at`.
+fn section_code(bytes: &[u8], at: usize) -> Result<u8, MessageError> {
+    if *byte_at(bytes, at)? != 0x00 {
+        return Err(MessageError::NotASection(at));
+    }
+    let code = match byte_at(bytes, at + 1)? {
+        0x53 => u64::from(*byte_at(bytes, at + 2)?),
+        0x80 => read_u64(bytes, at + 2)?,
+        0x44 => 0,
+        0xa3 | 0xb3 => symbol_section_code(bytes, at + 1)?,
+        _ => return Err(MessageError::UnknownSection(at)),
+    };
+    match u8::try_from(code) {
+        Ok(code @ code::HEADER..=code::FOOTER) => Ok(code),
+        _ => Err(MessageError::UnknownSection(at)),
+    }
+}
+
+/// Section codes written as symbolic descriptors (`amqp:header:list` …).
+fn symbol_section_code(bytes: &[u8], at: usize) -> Result<u64, MessageError> {
+    let len = value_len(bytes, at)?;
+    let skip = if bytes[at] == 0xa3 { 2 } else { 5 };
+    let name = &bytes[at + skip..at + len];
+    let code = match name {
+        b"amqp:header:list" => code::HEADER,
+        b"amqp:delivery-annotations:map" => code::DELIVERY_ANNOTATIONS,
+        b"amqp:message-annotations:map" => code::MESSAGE_ANNOTATIONS,
+        b"amqp:properties:list" => code::PROPERTIES,
+        b"amqp:application-properties:map" => code::APPLICATION_PROPERTIES,
+        b"amqp:data:binary" => code::DATA,
+        b"amqp:amqp-sequence:list" => code::AMQP_SEQUENCE,
+        b"amqp:amqp-value:*" => code::AMQP_VALUE,
+        b"amqp:footer:map" => code::FOOTER,
+        _ => return Err(MessageError::UnknownSection(at)),
+    };
+    Ok(u64::from(code))
+}
+
+/// Length of the descriptor value that starts at `at`.
+fn descriptor_len(bytes: &[u8], at: usize) -> Result<usize, MessageError> {
+    value_len(bytes, at)
+}
+
+/// Length in bytes of the AMQP value that starts at `at` (its constructor included).
+fn value_len(bytes: &[u8], at: usize) -> Result<usize, MessageError> {
+    let code = *byte_at(bytes, at)?;
+    let len = match code {
+        0x00 => {
+            let descriptor = value_len(bytes, at + 1)?;
+            1 + descriptor + value_len(bytes, at + 1 + descriptor)?
+        }
+        0x40..=0x45 => 1,
+        0x50..=0x56 => 2,
+        0x60 | 0x61 => 3,
+        0x70..=0x74 => 5,
+        0x80..=0x84 => 9,
+        0x94 | 0x98 => 17,
+        0xa0 | 0xa1 | 0xa3 | 0xc0 | 0xc1 | 0xe0 => 2 + *byte_at(bytes, at + 1)? as usize,
+        0xb0 | 0xb1 | 0xb3 | 0xd0 | 0xd1 | 0xf0 => 5 + read_u32(bytes, at + 1)? as usize,
+        _ => return Err(MessageError::BadTypeCode { code, at }),
+    };
+    if at + len > bytes.len() {
+        return Err(MessageError::Truncated(bytes.len()));
+    }
+    Ok(len)
+}
+
+fn byte_at(bytes: &[u8], at: usize) -> Result<&u8, MessageError> {
+    bytes.get(at).ok_or(MessageError::Truncated(bytes.len()))
+}
+
+fn read_u32(bytes: &[u8], at: usize) -> Result<u32, MessageError> {
+    let raw = bytes.get(at..at + 4).ok_or(MessageError::Truncated(bytes.len()))?;
+    Ok(u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]))
+}
+
+fn read_u64(bytes: &[u8], at: usize) -> Result<u64, MessageError> {
+    let raw = bytes.get(at..at + 8).ok_or(MessageError::Truncated(bytes.len()))?;
+    let mut array = [0u8; 8];
+    array.copy_from_slice(raw);
+    Ok(u64::from_be_bytes(array))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fe2o3_amqp::types::messaging::{ApplicationProperties, Data, Properties};
+    use fe2o3_amqp::types::primitives::{Binary, Timestamp};
+
+    fn encode_message(body: &[u8]) -> Vec<u8> {
+        let mut out = serde_amqp::to_vec(&Header {
+            durable: true,
+            delivery_count: 7,
+            ..Header::default()
+        })
+        .expect("header");
+        let props = Properties {
+            message_id: Some("m1".to_string().into()),
+            ..Properties::default()
+        };
+        out.extend(serde_amqp::to_vec(&props).expect("props"));
+        let app = ApplicationProperties::builder().insert("k", 1i64).build();
+        out.extend(serde_amqp::to_vec(&app).expect("app"));
+        out.extend(serde_amqp::to_vec(&Data(Binary::from(body.to_vec()))).expect("data"));
+        out
+    }
+
+    #[test]
+    fn scans_all_sections_of_an_encoded_message() {
+        let bytes = encode_message(b"hello");
+        let codes: Vec<u8> = scan_sections(&bytes).expect("scan").iter().map(|s| s.code).collect();
+        assert_eq!(codes, vec![0x70, 0x73, 0x74, 0x75]);
+        assert_eq!(validate(&bytes), Ok(()));
+    }
+
+    #[test]
+    fn rejects_garbage_and_truncation() {
+        assert_eq!(scan_sections(&[0xff]), Err(MessageError::NotASection(0)));
+        let bytes = encode_message(b"hello");
+        assert!(matches!(
+            scan_sections(&bytes[..bytes.len() - 1]),
+            Err(MessageError::Truncated(_))
+        ));
+        assert_eq!(scan_sections(&[]), Err(MessageError::Empty));
+    }
+
+    #[test]
+    fn splice_replaces_header_and_annotations_and_keeps_the_rest() {
+        let stored = Bytes::from(encode_message(b"body bytes"));
+        let stamp = DeliveryStamp {
+            delivery_count: 2,
+            annotations: vec![
+                ("x-opt-sequence-number", Value::Long(42)),
+                ("x-opt-enqueued-time", Value::Timestamp(Timestamp::from_milliseconds(5))),
+            ],
+        };
+        let (prefix, tail) = splice(&stored, &stamp).expect("splice");
+        let mut whole = prefix.clone();
+        whole.extend_from_slice(&tail);
+        let sections = scan_sections(&whole).expect("scan");
+        assert_eq!(sections.iter().map(|s| s.code).collect::<Vec<_>>(), vec![0x70, 0x72, 0x73, 0x74, 0x75]);
+        let header: Header = serde_amqp::from_slice(&whole[sections[0].range.clone()]).expect("h");
+        assert_eq!(header.delivery_count, 2);
+        assert!(header.durable, "other header fields survive");
+        let ma: MessageAnnotations =
+            serde_amqp::from_slice(&whole[sections[1].range.clone()]).expect("ma");
+        let key = fe2o3_amqp::types::messaging::annotations::OwnedKey::from(fe2o3_amqp::types::primitives::Symbol::from("x-opt-sequence-number"));
+        assert_eq!(ma.0.get(&key), Some(&Value::Long(42)));
+        assert!(tail.ends_with(b"body bytes"));
+    }
+
+    #[test]
+    fn unpacks_a_batch_into_its_data_sections() {
+        let first = encode_message(b"one");
+        let second = encode_message(b"two");
+        let mut envelope = Vec::new();
+        envelope.extend(serde_amqp::to_vec(&Data(Binary::from(first.clone()))).expect("d"));
+        envelope.extend(serde_amqp::to_vec(&Data(Binary::from(second.clone()))).expect("d"));
+        let messages = unpack_batch(&Bytes::from(envelope)).expect("batch");
+        assert_eq!(messages, vec![Bytes::from(first), Bytes::from(second)]);
+    }
+}

@@ -1,0 +1,777 @@
+//! One AMQP session: transfer and delivery ids, session windows, the links attached to it,
+//! reassembly of incoming deliveries, framing of outgoing ones, and dispositions with ranges.
+//!
+//! The session is a synchronous state machine: every handler writes the frames to send and
+//! the entity commands to post into an [`Outbox`]; the connection task performs them.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use bytes::{Bytes, BytesMut};
+use fe2o3_amqp::types::definitions::{self, AmqpError, Handle, LinkError, Role, SessionError};
+use fe2o3_amqp::types::messaging::{Accepted, DeliveryState, Rejected, Released, TargetArchetype};
+use fe2o3_amqp::types::performatives::{Attach, Begin, Detach, Disposition, End, Flow, Transfer};
+use fe2o3_amqp::frames::amqp::FrameBody;
+use fe2o3_amqp::types::definitions::DeliveryTag;
+
+use crate::amqp::link::{self, Incoming, Link, LinkKind, Outgoing, Partial, SENDER_CREDIT};
+use crate::amqp::message::{self, BATCH_MESSAGE_FORMAT};
+use crate::entity::handle::{
+    Command, ConsumerId, Delivery, EntityError, EntityHandle, EventSink, LockRef, Settlement,
+    Ticket,
+};
+use crate::entity::registry::Registry;
+use crate::node::router;
+use crate::node::wire;
+
+/// Incoming window the broker grants, in transfer frames; refilled when half is used.
+const INCOMING_WINDOW: u32 = 8192;
+/// Most links one session may hold (`handle-max` + 1).
+const HANDLE_MAX: u32 = 1023;
+
+/// What a handler wants done: frames to send on this session's channel and commands to post.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    /// Frames, in order.
+    pub frames: Vec<FrameBody>,
+    /// Entity commands, in order.
+    pub posts: Vec<(EntityHandle, Command)>,
+}
+
+/// A failure that ends more than one link.
+#[derive(Debug)]
+pub enum Fault {
+    /// End this session with the error.
+    Session(definitions::Error),
+    /// Close the whole connection with the error.
+    Connection(definitions::Error),
+}
+
+/// What the session needs from its connection.
+pub struct Context<'a> {
+    /// Entity lookup.
+    pub registry: &'a Registry,
+    /// The connection's event channel, for entity answers.
+    pub events: &'a EventSink,
+    /// Largest message accepted.
+    pub max_message_size: u64,
+    /// Largest frame the client accepts.
+    pub remote_max_frame: usize,
+}
+
+/// An outgoing delivery the client has not settled.
+#[derive(Debug, Clone, Copy)]
+struct Unsettled {
+    link_id: u64,
+    lock: LockRef,
+}
+
+/// One session's state.
+#[derive(Debug)]
+pub struct Session {
+    /// The broker's channel for this session.
+    pub local_channel: u16,
+    next_incoming_id: u32,
+    incoming_remaining: u32,
+    next_outgoing_id: u32,
+    remote_incoming_window: u32,
+    next_delivery_id: u32,
+    /// Links by the client's handle.
+    links: HashMap<u32, Link>,
+    /// Client handle by link id.
+    by_id: HashMap<u64, u32>,
+    /// Outgoing deliveries awaiting the client's settlement, by delivery id.
+    unsettled: BTreeMap<u32, Unsettled>,
+    /// Transfer frames waiting for the client's incoming window.
+    pending: VecDeque<FrameBody>,
+    /// Settlements awaiting the entity's answer: delivery ids and the outcomes to echo.
+    settling: HashMap<u64, Vec<(u32, DeliveryState)>>,
+    next_request: u64,
+    /// Accepted sends whose disposition is not written yet (coalesced into ranges).
+    accepted: Vec<u32>,
+}
+
+impl Session {
+    /// Starts a session from the client's `begin` and returns it with the reply.
+    pub fn begin(local_channel: u16, remote_channel: u16, begin: &Begin) -> (Self, Begin) {
+        let session = Self {
+            local_channel,
+            next_incoming_id: begin.next_outgoing_id,
+            incoming_remaining: INCOMING_WINDOW,
+            next_outgoing_id: 0,
+            remote_incoming_window: begin.incoming_window,
+            next_delivery_id: 0,
+            links: HashMap::new(),
+            by_id: HashMap::new(),
+            unsettled: BTreeMap::new(),
+            pending: VecDeque::new(),
+            settling: HashMap::new(),
+            next_request: 0,
+            accepted: Vec::new(),
+        };
+        let reply = Begin {
+            remote_channel: Some(remote_channel),
+            next_outgoing_id: 0,
+            incoming_window: INCOMING_WINDOW,
+            outgoing_window: u32::MAX,
+            handle_max: Handle(HANDLE_MAX),
+            offered_capabilities: None,
+            desired_capabilities: None,
+            properties: None,
+        };
+        (session, reply)
+    }
+
+    /// Link ids of every link, for the connection's event routing.
+    pub fn link_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.by_id.keys().copied()
+    }
+
+    /// Handles a client `attach`. Returns the id of a new link, if one was created.
+    pub fn on_attach(
+        &mut self,
+        attach: Attach,
+        link_id: u64,
+        ctx: &Context<'_>,
+        out: &mut Outbox,
+    ) -> Result<Option<u64>, Fault> {
+        let remote_handle = attach.handle.0;
+        if self.links.contains_key(&remote_handle) {
+            return Err(Fault::Session(link::amqp_error(
+                SessionError::HandleInUse,
+                format!("handle {remote_handle} is already attached"),
+            )));
+        }
+        let local_handle = self.free_local_handle().ok_or_else(|| {
+            Fault::Session(link::amqp_error(
+                AmqpError::ResourceLimitExceeded,
+                format!("a session holds at most {} links", HANDLE_MAX + 1),
+            ))
+        })?;
+        let address = match attach.role {
+            Role::Sender => attach.target.as_deref().and_then(|target| match target {
+                TargetArchetype::Target(target) => target.address.clone(),
+                TargetArchetype::Coordinator(_) => None,
+            }),
+            Role::Receiver => attach.source.as_ref().and_then(|source| source.address.clone()),
+        };
+        let coordinator = matches!(attach.target.as_deref(), Some(TargetArchetype::Coordinator(_)));
+        let entity = address
+            .as_deref()
+            .and_then(|address| router::route(ctx.registry, address));
+        let refusal = match (&entity, coordinator, address.as_deref()) {
+            (_, true, _) => Some(link::amqp_error(
+                AmqpError::NotImplemented,
+                "transactions are not supported yet",
+            )),
+            (None, _, Some(address)) => Some(link::not_found(address)),
+            (None, _, None) => Some(link::amqp_error(
+                AmqpError::InvalidField,
+                "the attach names no address",
+            )),
+            (Some(_), false, _) => None,
+        };
+        let (Some(entity), None) = (entity, refusal.clone()) else {
+            let error = refusal.unwrap_or_else(|| link::not_found(""));
+            tracing::debug!(link = %attach.name, ?address, condition = ?error.condition, "attach refused");
+            out.frames.push(FrameBody::Attach(link::refuse_reply(&attach, local_handle)));
+            out.frames.push(FrameBody::Detach(link::refuse_detach(local_handle, error)));
+            self.insert_link(remote_handle, Link {
+                name: attach.name,
+                local_handle,
+                id: link_id,
+                kind: LinkKind::Refused,
+            });
+            return Ok(None);
+        };
+        out.frames.push(FrameBody::Attach(link::accept_reply(
+            &attach,
+            local_handle,
+            ctx.max_message_size,
+        )));
+        let kind = match attach.role {
+            Role::Sender => {
+                let incoming = Incoming {
+                    entity,
+                    delivery_count: attach.initial_delivery_count.unwrap_or(0),
+                    credit: SENDER_CREDIT,
+                    max_message_size: ctx.max_message_size,
+                    partial: None,
+                };
+                out.frames.push(self.link_flow(local_handle, incoming.delivery_count, SENDER_CREDIT, false));
+                LinkKind::Incoming(incoming)
+            }
+            Role::Receiver => {
+                let consumer = ConsumerId(link_id);
+                let mode = link::receive_mode(&attach);
+                out.posts.push((
+                    entity.clone(),
+                    Command::Subscribe {
+                        consumer,
+                        mode,
+                        events: ctx.events.clone(),
+                    },
+                ));
+                LinkKind::Outgoing(Outgoing {
+                    entity,
+                    consumer,
+                    mode,
+                    settle_second: link::settles_second(&attach),
+                    delivery_count: 0,
+                    credit: 0,
+                    owed: 0,
+                    drain: false,
+                    draining: false,
+                })
+            }
+        };
+        tracing::debug!(link = %attach.name, ?address, "link attached");
+        self.insert_link(remote_handle, Link {
+            name: attach.name,
+            local_handle,
+            id: link_id,
+            kind,
+        });
+        Ok(Some(link_id))
+    }
+
+    /// Handles a client `flow`: the session window, and the link credit when it names a link.
+    pub fn on_flow(&mut self, flow: &Flow, out: &mut Outbox) -> Result<(), Fault> {
+        self.remote_incoming_window = match flow.next_incoming_id {
+            Some(next) => next
+                .wrapping_add(flow.incoming_window)
+                .wrapping_sub(self.next_outgoing_id),
+            None => flow.incoming_window,
+        };
+        self.flush_pending(out);
+        let Some(Handle(remote_handle)) = flow.handle else {
+            if flow.echo {
+                out.frames.push(self.session_flow());
+            }
+            return Ok(());
+        };
+        let link = self.links.get_mut(&remote_handle).ok_or_else(|| unattached(remote_handle))?;
+        let local_handle = link.local_handle;
+        match &mut link.kind {
+            LinkKind::Outgoing(outgoing) => {
+                outgoing.apply_flow(flow.delivery_count, flow.link_credit.unwrap_or(0), flow.drain);
+                if !outgoing.draining {
+                    Self::request_credit(outgoing, out);
+                }
+                if flow.echo && !outgoing.drain {
+                    let reply = (outgoing.delivery_count, outgoing.credit);
+                    out.frames.push(self.link_flow(local_handle, reply.0, reply.1, false));
+                }
+            }
+            LinkKind::Incoming(incoming) => {
+                if let Some(count) = flow.delivery_count {
+                    incoming.delivery_count = count;
+                }
+                if flow.echo {
+                    let reply = (incoming.delivery_count, incoming.credit);
+                    out.frames.push(self.link_flow(local_handle, reply.0, reply.1, false));
+                }
+            }
+            LinkKind::Refused => {}
+        }
+        Ok(())
+    }
+
+    /// Handles one `transfer` frame from a client sender.
+    pub fn on_transfer(
+        &mut self,
+        transfer: Transfer,
+        payload: Bytes,
+        out: &mut Outbox,
+        events: &EventSink,
+    ) -> Result<(), Fault> {
+        if self.incoming_remaining == 0 {
+            return Err(Fault::Session(link::amqp_error(
+                SessionError::WindowViolation,
+                "transfer beyond the session's incoming window",
+            )));
+        }
+        self.next_incoming_id = self.next_incoming_id.wrapping_add(1);
+        self.incoming_remaining -= 1;
+        if self.incoming_remaining < INCOMING_WINDOW / 2 {
+            self.incoming_remaining = INCOMING_WINDOW;
+            out.frames.push(self.session_flow());
+        }
+        let remote_handle = transfer.handle.0;
+        let link = self.links.get_mut(&remote_handle).ok_or_else(|| unattached(remote_handle))?;
+        let (local_handle, link_id) = (link.local_handle, link.id);
+        let incoming = match &mut link.kind {
+            LinkKind::Incoming(incoming) => incoming,
+            LinkKind::Refused => return Ok(()),
+            LinkKind::Outgoing(_) => {
+                let error = link::amqp_error(AmqpError::NotAllowed, "transfer on a link the broker sends on");
+                self.detach_with(remote_handle, error, out);
+                return Ok(());
+            }
+        };
+        if transfer.aborted {
+            incoming.partial = None;
+            return Ok(());
+        }
+        let mut partial = match incoming.partial.take() {
+            Some(partial) => partial,
+            None => Partial {
+                delivery_id: transfer.delivery_id.ok_or_else(|| {
+                    Fault::Connection(link::amqp_error(
+                        AmqpError::InvalidField,
+                        "first transfer frame of a delivery without delivery-id",
+                    ))
+                })?,
+                settled: false,
+                message_format: transfer.message_format.unwrap_or(0),
+                bytes: BytesMut::new(),
+            },
+        };
+        partial.settled |= transfer.settled.unwrap_or(false);
+        if (partial.bytes.len() + payload.len()) as u64 > incoming.max_message_size {
+            let error = link::amqp_error(
+                LinkError::MessageSizeExceeded,
+                format!(
+                    "the message exceeds the maximum message size of {} bytes",
+                    incoming.max_message_size
+                ),
+            );
+            self.detach_with(remote_handle, error, out);
+            return Ok(());
+        }
+        let whole = if transfer.more {
+            partial.bytes.extend_from_slice(&payload);
+            incoming.partial = Some(partial);
+            return Ok(());
+        } else if partial.bytes.is_empty() {
+            payload
+        } else {
+            partial.bytes.extend_from_slice(&payload);
+            std::mem::take(&mut partial.bytes).freeze()
+        };
+        incoming.delivery_count = incoming.delivery_count.wrapping_add(1);
+        incoming.credit = incoming.credit.saturating_sub(1);
+        let refill = (incoming.credit < SENDER_CREDIT / 2).then(|| {
+            incoming.credit = SENDER_CREDIT;
+            incoming.delivery_count
+        });
+        let messages = if partial.message_format == BATCH_MESSAGE_FORMAT {
+            message::unpack_batch(&whole)
+        } else {
+            message::validate(&whole).map(|()| vec![whole])
+        }
+        .map_err(|error| {
+            Fault::Connection(link::amqp_error(
+                AmqpError::DecodeError,
+                format!("delivery {}: {error}", partial.delivery_id),
+            ))
+        })?;
+        let reply = (!partial.settled).then(|| {
+            let ticket = Ticket {
+                link: link_id,
+                request: u64::from(partial.delivery_id),
+            };
+            (ticket, events.clone())
+        });
+        out.posts.push((incoming.entity.clone(), Command::Send { messages, reply }));
+        if let Some(count) = refill {
+            out.frames.push(self.link_flow(local_handle, count, SENDER_CREDIT, false));
+        }
+        Ok(())
+    }
+
+    /// Handles a client `disposition` for deliveries the broker sent.
+    pub fn on_disposition(&mut self, disposition: Disposition, events: &EventSink, out: &mut Outbox) {
+        if disposition.role != Role::Receiver {
+            // The broker settles every delivery it receives at once; nothing to do.
+            return;
+        }
+        let first = disposition.first;
+        let last = disposition.last.unwrap_or(first);
+        let ids: Vec<u32> = if first <= last {
+            self.unsettled.range(first..=last).map(|(id, _)| *id).collect()
+        } else {
+            self.unsettled.range(first..).chain(self.unsettled.range(..=last)).map(|(id, _)| *id).collect()
+        };
+        let state = disposition.state.unwrap_or(DeliveryState::Released(Released {}));
+        let Some(settlement) = settlement_of(&state) else {
+            return;
+        };
+        let mut by_link: BTreeMap<u64, (Vec<(LockRef, Settlement)>, Vec<(u32, DeliveryState)>)> = BTreeMap::new();
+        for id in ids {
+            let Some(unsettled) = self.unsettled.get(&id).copied() else {
+                continue;
+            };
+            if disposition.settled {
+                self.unsettled.remove(&id);
+            }
+            let entry = by_link.entry(unsettled.link_id).or_default();
+            entry.0.push((unsettled.lock, settlement.clone()));
+            entry.1.push((id, state.clone()));
+        }
+        for (link_id, (items, echoes)) in by_link {
+            let Some(outgoing) = self.outgoing_by_id(link_id) else {
+                continue;
+            };
+            let (entity, consumer) = (outgoing.entity.clone(), outgoing.consumer);
+            let reply = (!disposition.settled).then(|| {
+                let request = self.next_request;
+                self.next_request += 1;
+                self.settling.insert(request, echoes);
+                Ticket { link: link_id, request }
+            });
+            out.posts.push((entity, Command::Settle {
+                consumer,
+                items,
+                reply: reply.map(|ticket| (ticket, events.clone())),
+            }));
+        }
+    }
+
+    /// Handles a client `detach`: the link goes, its locks are released by the entity.
+    pub fn on_detach(&mut self, detach: &Detach, out: &mut Outbox) -> Result<Option<u64>, Fault> {
+        let remote_handle = detach.handle.0;
+        let link = self.remove_link(remote_handle).ok_or_else(|| unattached(remote_handle))?;
+        let refused = matches!(link.kind, LinkKind::Refused);
+        self.release_link(link.id, link.kind, out);
+        if !refused {
+            out.frames.push(FrameBody::Detach(Detach {
+                handle: Handle(link.local_handle),
+                closed: detach.closed,
+                error: None,
+            }));
+        }
+        Ok(Some(link.id))
+    }
+
+    /// Ends the session: every link is released. Returns the ids of the links that went.
+    pub fn end(&mut self, out: &mut Outbox) -> Vec<u64> {
+        let handles: Vec<u32> = self.links.keys().copied().collect();
+        let mut gone = Vec::with_capacity(handles.len());
+        for handle in handles {
+            if let Some(link) = self.remove_link(handle) {
+                gone.push(link.id);
+                self.release_link(link.id, link.kind, out);
+            }
+        }
+        gone
+    }
+
+    /// The `end` frame that answers the client's (or reports an error).
+    pub fn end_frame(error: Option<definitions::Error>) -> FrameBody {
+        FrameBody::End(End { error })
+    }
+
+    /// Sends one message from the entity to its consumer, framed to the client's frame size.
+    pub fn on_delivery(&mut self, delivery: Delivery, ctx: &Context<'_>, out: &mut Outbox) {
+        let link_id = delivery.consumer.0;
+        let Some(remote_handle) = self.by_id.get(&link_id).copied() else {
+            return;
+        };
+        let Some(Link { local_handle, kind: LinkKind::Outgoing(outgoing), .. }) = self.links.get_mut(&remote_handle) else {
+            return;
+        };
+        let local_handle = *local_handle;
+        outgoing.owed -= 1;
+        if outgoing.credit == 0 {
+            // Credit was taken back while this delivery was on its way: give it back untouched.
+            out.posts.push((outgoing.entity.clone(), Command::GiveBack { delivery }));
+            return;
+        }
+        outgoing.credit -= 1;
+        outgoing.delivery_count = outgoing.delivery_count.wrapping_add(1);
+        let (prefix, tail) = match message::splice(&delivery.bytes, &delivery.stamp) {
+            Ok(parts) => parts,
+            Err(error) => {
+                tracing::error!(seq = delivery.seq, %error, "stored message does not splice");
+                return;
+            }
+        };
+        let delivery_id = self.next_delivery_id;
+        self.next_delivery_id = self.next_delivery_id.wrapping_add(1);
+        let settled = delivery.lock_token.is_none();
+        let tag = match delivery.lock_token {
+            Some(token) => token.to_bytes_le().to_vec(),
+            None => uuid::Uuid::new_v4().as_bytes().to_vec(),
+        };
+        if let Some(token) = delivery.lock_token {
+            self.unsettled.insert(delivery_id, Unsettled {
+                link_id,
+                lock: LockRef { seq: delivery.seq, token },
+            });
+        }
+        let mut payload = BytesMut::with_capacity(prefix.len() + tail.len());
+        payload.extend_from_slice(&prefix);
+        payload.extend_from_slice(&tail);
+        let first = Transfer {
+            handle: Handle(local_handle),
+            delivery_id: Some(delivery_id),
+            delivery_tag: Some(DeliveryTag::from(tag)),
+            message_format: Some(0),
+            settled: Some(settled),
+            more: false,
+            rcv_settle_mode: None,
+            state: None,
+            resume: false,
+            aborted: false,
+            batchable: false,
+        };
+        for frame in split_transfer(first, payload.freeze(), ctx.remote_max_frame) {
+            self.pending.push_back(frame);
+        }
+        self.flush_pending(out);
+    }
+
+    /// The entity finished a drain: the credit left is used up and the client is told.
+    pub fn on_drained(&mut self, consumer: ConsumerId, out: &mut Outbox) {
+        let Some(remote_handle) = self.by_id.get(&consumer.0).copied() else {
+            return;
+        };
+        let Some(Link { local_handle, kind: LinkKind::Outgoing(outgoing), .. }) = self.links.get_mut(&remote_handle) else {
+            return;
+        };
+        let local_handle = *local_handle;
+        outgoing.draining = false;
+        outgoing.owed = 0;
+        if outgoing.drain {
+            outgoing.delivery_count = outgoing.delivery_count.wrapping_add(outgoing.credit);
+            outgoing.credit = 0;
+            outgoing.drain = false;
+            let count = outgoing.delivery_count;
+            out.frames.push(self.link_flow(local_handle, count, 0, true));
+        } else {
+            Self::request_credit(outgoing, out);
+        }
+    }
+
+    /// The entity stored (or refused) a send: queue its disposition.
+    pub fn on_sent(&mut self, ticket: Ticket, result: Result<(), EntityError>, out: &mut Outbox) {
+        let Ok(delivery_id) = u32::try_from(ticket.request) else {
+            return;
+        };
+        match result {
+            Ok(()) => self.accepted.push(delivery_id),
+            Err(error) => out.frames.push(FrameBody::Disposition(Disposition {
+                role: Role::Receiver,
+                first: delivery_id,
+                last: None,
+                settled: true,
+                state: Some(DeliveryState::Rejected(Rejected {
+                    error: Some(entity_error(&error)),
+                })),
+                batchable: false,
+            })),
+        }
+    }
+
+    /// The entity applied a settlement the client left unsettled: confirm each outcome.
+    pub fn on_settled(&mut self, ticket: Ticket, results: Vec<Result<(), EntityError>>, out: &mut Outbox) {
+        let Some(echoes) = self.settling.remove(&ticket.request) else {
+            return;
+        };
+        let mut states: Vec<(u32, DeliveryState)> = Vec::with_capacity(echoes.len());
+        for ((id, echo), result) in echoes.into_iter().zip(results) {
+            self.unsettled.remove(&id);
+            let state = match result {
+                Ok(()) => echo,
+                Err(error) => DeliveryState::Rejected(Rejected {
+                    error: Some(entity_error(&error)),
+                }),
+            };
+            states.push((id, state));
+        }
+        write_ranges(Role::Sender, states, out);
+    }
+
+    /// Writes the coalesced dispositions of accepted sends.
+    pub fn flush_accepted(&mut self, out: &mut Outbox) {
+        if self.accepted.is_empty() {
+            return;
+        }
+        let ids = std::mem::take(&mut self.accepted);
+        let states = ids.into_iter().map(|id| (id, DeliveryState::Accepted(Accepted {}))).collect();
+        write_ranges(Role::Receiver, states, out);
+    }
+
+    fn request_credit(outgoing: &mut Outgoing, out: &mut Outbox) {
+        if outgoing.drain {
+            outgoing.draining = true;
+            let delta = outgoing.credit_delta();
+            out.posts.push((outgoing.entity.clone(), Command::Credit { consumer: outgoing.consumer, delta }));
+            out.posts.push((outgoing.entity.clone(), Command::Drain { consumer: outgoing.consumer }));
+            return;
+        }
+        let delta = outgoing.credit_delta();
+        if delta != 0 {
+            out.posts.push((outgoing.entity.clone(), Command::Credit { consumer: outgoing.consumer, delta }));
+        }
+    }
+
+    fn outgoing_by_id(&self, link_id: u64) -> Option<&Outgoing> {
+        let handle = self.by_id.get(&link_id)?;
+        match &self.links.get(handle)?.kind {
+            LinkKind::Outgoing(outgoing) => Some(outgoing),
+            _ => None,
+        }
+    }
+
+    fn detach_with(&mut self, remote_handle: u32, error: definitions::Error, out: &mut Outbox) {
+        if let Some(link) = self.links.get_mut(&remote_handle) {
+            out.frames.push(FrameBody::Detach(link::refuse_detach(link.local_handle, error)));
+            let kind = std::mem::replace(&mut link.kind, LinkKind::Refused);
+            let id = link.id;
+            self.release_link(id, kind, out);
+        }
+    }
+
+    fn release_link(&mut self, link_id: u64, kind: LinkKind, out: &mut Outbox) {
+        if let LinkKind::Outgoing(outgoing) = kind {
+            self.unsettled.retain(|_, unsettled| unsettled.link_id != link_id);
+            out.posts.push((outgoing.entity, Command::Unsubscribe { consumer: outgoing.consumer }));
+        }
+    }
+
+    fn insert_link(&mut self, remote_handle: u32, link: Link) {
+        self.by_id.insert(link.id, remote_handle);
+        self.links.insert(remote_handle, link);
+    }
+
+    fn remove_link(&mut self, remote_handle: u32) -> Option<Link> {
+        let link = self.links.remove(&remote_handle)?;
+        self.by_id.remove(&link.id);
+        Some(link)
+    }
+
+    fn free_local_handle(&self) -> Option<u32> {
+        let used: std::collections::HashSet<u32> = self.links.values().map(|l| l.local_handle).collect();
+        (0..=HANDLE_MAX).find(|handle| !used.contains(handle))
+    }
+
+    fn flush_pending(&mut self, out: &mut Outbox) {
+        while self.remote_incoming_window > 0 {
+            let Some(frame) = self.pending.pop_front() else {
+                break;
+            };
+            self.remote_incoming_window -= 1;
+            self.next_outgoing_id = self.next_outgoing_id.wrapping_add(1);
+            out.frames.push(frame);
+        }
+    }
+
+    fn session_flow(&self) -> FrameBody {
+        FrameBody::Flow(self.flow())
+    }
+
+    fn link_flow(&self, local_handle: u32, delivery_count: u32, credit: u32, drain: bool) -> FrameBody {
+        FrameBody::Flow(Flow {
+            handle: Some(Handle(local_handle)),
+            delivery_count: Some(delivery_count),
+            link_credit: Some(credit),
+            drain,
+            ..self.flow()
+        })
+    }
+
+    fn flow(&self) -> Flow {
+        Flow {
+            next_incoming_id: Some(self.next_incoming_id),
+            incoming_window: self.incoming_remaining,
+            next_outgoing_id: self.next_outgoing_id,
+            outgoing_window: u32::MAX,
+            handle: None,
+            delivery_count: None,
+            link_credit: None,
+            available: None,
+            drain: false,
+            echo: false,
+            properties: None,
+        }
+    }
+}
+
+/// What the entity should do for a client outcome; `None` for a non-terminal state.
+fn settlement_of(state: &DeliveryState) -> Option<Settlement> {
+    match state {
+        DeliveryState::Accepted(_) => Some(Settlement::Complete),
+        DeliveryState::Released(_) => Some(Settlement::Release),
+        DeliveryState::Modified(_) => Some(Settlement::Abandon),
+        DeliveryState::Rejected(_) => Some(Settlement::Reject),
+        _ => None,
+    }
+}
+
+/// The AMQP error a client sees for an entity's refusal.
+fn entity_error(error: &EntityError) -> definitions::Error {
+    match error {
+        EntityError::LockLost => link::custom_error(wire::condition::MESSAGE_LOCK_LOST, error.to_string()),
+        EntityError::Unavailable => link::amqp_error(AmqpError::InternalError, error.to_string()),
+        EntityError::NotImplemented(_) => link::amqp_error(AmqpError::NotImplemented, error.to_string()),
+    }
+}
+
+fn unattached(remote_handle: u32) -> Fault {
+    Fault::Session(link::amqp_error(
+        SessionError::UnattachedHandle,
+        format!("handle {remote_handle} is not attached"),
+    ))
+}
+
+/// Writes settled dispositions, one per run of consecutive ids with the same state.
+fn write_ranges(role: Role, mut states: Vec<(u32, DeliveryState)>, out: &mut Outbox) {
+    states.sort_by_key(|(id, _)| *id);
+    let mut runs: Vec<(u32, u32, DeliveryState)> = Vec::new();
+    for (id, state) in states {
+        match runs.last_mut() {
+            Some((_, last, run_state)) if last.wrapping_add(1) == id && *run_state == state => *last = id,
+            _ => runs.push((id, id, state)),
+        }
+    }
+    for (first, last, state) in runs {
+        out.frames.push(FrameBody::Disposition(Disposition {
+            role: role.clone(),
+            first,
+            last: (last != first).then_some(last),
+            settled: true,
+            state: Some(state),
+            batchable: false,
+        }));
+    }
+}
+
+/// Splits one delivery into transfer frames that each fit `max_frame` (wire-layer.md §6).
+fn split_transfer(first: Transfer, mut rest: Bytes, max_frame: usize) -> Vec<FrameBody> {
+    let mut frames = Vec::new();
+    let mut performative = first;
+    loop {
+        performative.more = true;
+        let overhead = 8 + serde_amqp::serialized_size(&performative).unwrap_or(64);
+        let room = max_frame.saturating_sub(overhead).max(1);
+        let chunk = if rest.len() > room {
+            rest.split_to(room)
+        } else {
+            std::mem::take(&mut rest)
+        };
+        performative.more = !rest.is_empty();
+        let more = performative.more;
+        let handle = performative.handle.clone();
+        frames.push(FrameBody::Transfer {
+            performative,
+            payload: chunk,
+        });
+        if !more {
+            return frames;
+        }
+        performative = Transfer {
+            handle,
+            delivery_id: None,
+            delivery_tag: None,
+            message_format: None,
+            settled: None,
+            more: true,
+            rcv_settle_mode: None,
+            state: None,
+            resume: false,
+            aborted: false,
+            batchable: false,
+        };
+    }
+}

@@ -1,0 +1,204 @@
+//! The typed handle to an entity actor, the commands it accepts and the events it emits.
+//!
+//! Connections talk to an entity only through an [`EntityHandle`]. Hot-path answers (send
+//! results, deliveries, settlement results) come back as [`EntityEvent`]s on the connection's
+//! own event channel, so a connection waits on one channel whatever the number of its links.
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use crate::amqp::message::DeliveryStamp;
+
+/// Identifies one consumer (a client receiver link) across the whole broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConsumerId(pub u64);
+
+/// An opaque reference the caller attaches to a request and gets back with its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket {
+    /// The link the request came from.
+    pub link: u64,
+    /// The caller's number for the request (a delivery id for sends).
+    pub request: u64,
+}
+
+/// Where an entity sends its answers for one connection.
+pub type EventSink = mpsc::UnboundedSender<EntityEvent>;
+
+/// How a consumer takes messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReceiveMode {
+    /// Messages are locked and stay until settled.
+    PeekLock,
+    /// Messages are deleted when sent (pre-settled transfers).
+    ReceiveAndDelete,
+}
+
+/// A settlement outcome as the entity understands it (design.md §3 Settle).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Settlement {
+    /// `accepted`: delete the message.
+    Complete,
+    /// `released`: unlock without counting a delivery.
+    Release,
+    /// `modified`: unlock and count a delivery.
+    Abandon,
+    /// `rejected`: dead-letter (not supported yet: refused, the lock stays).
+    Reject,
+}
+
+/// One message to settle: its sequence number and the lock token it was delivered under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockRef {
+    /// Sequence number of the message.
+    pub seq: i64,
+    /// The lock token of the delivery.
+    pub token: Uuid,
+}
+
+/// Why an entity refused a request from a client.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntityError {
+    /// The lock of the message expired or was lost.
+    #[error("the lock supplied is invalid: it expired, or the message was already settled")]
+    LockLost,
+    /// The entity is shutting down or gone.
+    #[error("the entity is not available")]
+    Unavailable,
+    /// The operation exists in Service Bus but not in this version of Tidebus.
+    #[error("{0} is not supported yet")]
+    NotImplemented(&'static str),
+}
+
+/// Commands an entity actor accepts.
+#[derive(Debug)]
+pub enum Command {
+    /// Store messages (one transfer; a batch is all or nothing); answer with
+    /// [`EntityEvent::Sent`] when `ticket` is set.
+    Send {
+        /// The encoded messages, as the client sent them.
+        messages: Vec<Bytes>,
+        /// Where to answer, if an answer is wanted.
+        reply: Option<(Ticket, EventSink)>,
+    },
+    /// Register a consumer with no credit.
+    Subscribe {
+        /// The consumer's id.
+        consumer: ConsumerId,
+        /// Peek-lock or receive-and-delete.
+        mode: ReceiveMode,
+        /// Where deliveries go.
+        events: EventSink,
+    },
+    /// Change a consumer's demand by `delta` (never below zero).
+    Credit {
+        /// The consumer.
+        consumer: ConsumerId,
+        /// Credit to add (negative: take back).
+        delta: i64,
+    },
+    /// Deliver what is available up to the consumer's demand, then zero it and answer with
+    /// [`EntityEvent::Drained`].
+    Drain {
+        /// The consumer.
+        consumer: ConsumerId,
+    },
+    /// Settle locked messages.
+    Settle {
+        /// The consumer that holds the locks.
+        consumer: ConsumerId,
+        /// The messages and what to do with each.
+        items: Vec<(LockRef, Settlement)>,
+        /// Where to answer, if an answer is wanted.
+        reply: Option<(Ticket, EventSink)>,
+    },
+    /// Take back a delivery the consumer could not send (its credit was withdrawn meanwhile):
+    /// the message is available again as if never delivered.
+    GiveBack {
+        /// The delivery, untouched.
+        delivery: Delivery,
+    },
+    /// Remove a consumer; its locked messages become available again (a lost lock counts a
+    /// delivery, as in Service Bus).
+    Unsubscribe {
+        /// The consumer.
+        consumer: ConsumerId,
+    },
+}
+
+/// One message handed to a consumer.
+#[derive(Debug)]
+pub struct Delivery {
+    /// The consumer it is for.
+    pub consumer: ConsumerId,
+    /// Its sequence number.
+    pub seq: i64,
+    /// The lock token (peek-lock only).
+    pub lock_token: Option<Uuid>,
+    /// When the message was enqueued (ms since the Unix epoch).
+    pub enqueued_ms: i64,
+    /// The stored message bytes.
+    pub bytes: Bytes,
+    /// What the engine writes into the header and annotations on the way out.
+    pub stamp: DeliveryStamp,
+}
+
+/// Answers and deliveries from an entity to a connection.
+#[derive(Debug)]
+pub enum EntityEvent {
+    /// A send was stored (or refused).
+    Sent {
+        /// The ticket of the send.
+        ticket: Ticket,
+        /// The result.
+        result: Result<(), EntityError>,
+    },
+    /// A message for a consumer.
+    Delivered(Delivery),
+    /// A drain finished: every delivery sent before this event was all there was.
+    Drained {
+        /// The consumer.
+        consumer: ConsumerId,
+    },
+    /// A settlement was applied: one result per item, in order.
+    Settled {
+        /// The ticket of the settlement.
+        ticket: Ticket,
+        /// Results per item.
+        results: Vec<Result<(), EntityError>>,
+    },
+}
+
+/// A cloneable handle to an entity actor.
+#[derive(Debug, Clone)]
+pub struct EntityHandle {
+    name: String,
+    mailbox: mpsc::Sender<Command>,
+}
+
+impl EntityHandle {
+    /// Wraps an actor's mailbox.
+    pub fn new(name: String, mailbox: mpsc::Sender<Command>) -> Self {
+        Self { name, mailbox }
+    }
+
+    /// The entity's name as declared.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Posts a command, waiting for mailbox room (backpressure).
+    ///
+    /// # Errors
+    /// [`EntityError::Unavailable`] when the actor has stopped.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: a cancelled call may or may not have posted the command.
+    pub async fn post(&self, command: Command) -> Result<(), EntityError> {
+        self.mailbox
+            .send(command)
+            .await
+            .map_err(|_| EntityError::Unavailable)
+    }
+}

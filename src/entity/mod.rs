@@ -1,0 +1,6 @@
+//! Entities (queues) as actors: the typed handle, the pure rules, the task and the registry.
+
+pub mod actor;
+pub mod handle;
+pub mod registry;
+pub mod state;

@@ -1,0 +1,457 @@
+//! The pure rules of a queue (design.md D5): sequence numbers, the ready index, consumers'
+//! demand, locks and settlement. Time comes in as `now_ms`; nothing here awaits or sleeps.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use bytes::Bytes;
+use fe2o3_amqp::types::primitives::{Timestamp, Value};
+use uuid::Uuid;
+
+use crate::amqp::message::DeliveryStamp;
+use crate::entity::handle::{ConsumerId, Delivery, EntityError, LockRef, ReceiveMode, Settlement};
+use crate::node::wire;
+
+/// One stored message and its broker record.
+#[derive(Debug)]
+struct Entry {
+    bytes: Bytes,
+    enqueued_ms: i64,
+    /// Deliveries counted so far; written zero-based into `header.delivery-count`.
+    delivery_count: u32,
+    lock: Option<Lock>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Lock {
+    token: Uuid,
+    consumer: ConsumerId,
+    until_ms: i64,
+}
+
+#[derive(Debug)]
+struct Consumer {
+    mode: ReceiveMode,
+    demand: u32,
+    /// Whether the consumer sits in the round-robin queue.
+    ready: bool,
+}
+
+/// A queue's state: everything the actor owns, minus the I/O.
+#[derive(Debug)]
+pub struct QueueState {
+    lock_duration_ms: i64,
+    next_seq: i64,
+    last_enqueued_ms: i64,
+    messages: BTreeMap<i64, Entry>,
+    /// Sequence numbers of unlocked messages, in delivery order.
+    available: BTreeSet<i64>,
+    /// (lock expiry, sequence number) of every locked message.
+    lock_expiry: BTreeSet<(i64, i64)>,
+    consumers: HashMap<ConsumerId, Consumer>,
+    /// Consumers with demand, in round-robin order.
+    ready: VecDeque<ConsumerId>,
+}
+
+impl QueueState {
+    /// An empty queue whose next message gets sequence number 1.
+    pub fn new(lock_duration_ms: i64) -> Self {
+        Self {
+            lock_duration_ms,
+            next_seq: 1,
+            last_enqueued_ms: 0,
+            messages: BTreeMap::new(),
+            available: BTreeSet::new(),
+            lock_expiry: BTreeSet::new(),
+            consumers: HashMap::new(),
+            ready: VecDeque::new(),
+        }
+    }
+
+    /// Number of stored messages (locked or not).
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Whether the queue holds no message.
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// Stores messages with consecutive sequence numbers and one enqueued time that never goes
+    /// backwards. Returns the first sequence number.
+    pub fn enqueue(&mut self, now_ms: i64, messages: Vec<Bytes>) -> i64 {
+        let first = self.next_seq;
+        let enqueued_ms = now_ms.max(self.last_enqueued_ms);
+        self.last_enqueued_ms = enqueued_ms;
+        for bytes in messages {
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.messages.insert(
+                seq,
+                Entry {
+                    bytes,
+                    enqueued_ms,
+                    delivery_count: 0,
+                    lock: None,
+                },
+            );
+            self.available.insert(seq);
+        }
+        first
+    }
+
+    /// Registers a consumer with no demand.
+    pub fn subscribe(&mut self, consumer: ConsumerId, mode: ReceiveMode) {
+        self.consumers.insert(
+            consumer,
+            Consumer {
+                mode,
+                demand: 0,
+                ready: false,
+            },
+        );
+    }
+
+    /// Removes a consumer. Its locks are lost: the messages become available again and the
+    /// loss counts as a delivery.
+    pub fn unsubscribe(&mut self, consumer: ConsumerId) {
+        self.consumers.remove(&consumer);
+        let held: Vec<(i64, i64)> = self
+            .lock_expiry
+            .iter()
+            .copied()
+            .filter(|(_, seq)| self.lock_holder(*seq) == Some(consumer))
+            .collect();
+        for (until, seq) in held {
+            self.lock_expiry.remove(&(until, seq));
+            self.unlock(seq, true);
+        }
+    }
+
+    /// Adds (or with a negative delta takes back) demand of a consumer.
+    pub fn add_credit(&mut self, consumer: ConsumerId, delta: i64) {
+        let Some(state) = self.consumers.get_mut(&consumer) else {
+            return;
+        };
+        let demand = (i64::from(state.demand) + delta).clamp(0, i64::from(u32::MAX));
+        state.demand = u32::try_from(demand).unwrap_or(u32::MAX);
+        if state.demand > 0 && !state.ready {
+            state.ready = true;
+            self.ready.push_back(consumer);
+        }
+    }
+
+    /// Hands available messages to consumers with demand, one each in turn.
+    pub fn dispatch(&mut self, now_ms: i64) -> Vec<Delivery> {
+        let mut out = Vec::new();
+        while !self.available.is_empty() {
+            let Some(consumer) = self.ready.pop_front() else {
+                break;
+            };
+            let Some(state) = self.consumers.get_mut(&consumer) else {
+                continue;
+            };
+            if state.demand == 0 {
+                state.ready = false;
+                continue;
+            }
+            state.demand -= 1;
+            let mode = state.mode;
+            if state.demand > 0 {
+                self.ready.push_back(consumer);
+            } else {
+                state.ready = false;
+            }
+            if let Some(delivery) = self.deliver_next(consumer, mode, now_ms) {
+                out.push(delivery);
+            }
+        }
+        out
+    }
+
+    /// Delivers what is available to one consumer up to its demand, then zeroes the demand.
+    pub fn drain(&mut self, consumer: ConsumerId, now_ms: i64) -> Vec<Delivery> {
+        let mut out = Vec::new();
+        let Some(state) = self.consumers.get_mut(&consumer) else {
+            return out;
+        };
+        let (mode, demand) = (state.mode, state.demand);
+        state.demand = 0;
+        for _ in 0..demand {
+            match self.deliver_next(consumer, mode, now_ms) {
+                Some(delivery) => out.push(delivery),
+                None => break,
+            }
+        }
+        out
+    }
+
+    /// Applies one settlement from the consumer that holds the lock.
+    ///
+    /// # Errors
+    /// [`EntityError::LockLost`] when the message is gone, not locked, or locked under
+    /// another token (its lock expired and it was delivered again).
+    pub fn settle(
+        &mut self,
+        consumer: ConsumerId,
+        lock: LockRef,
+        settlement: &Settlement,
+    ) -> Result<(), EntityError> {
+        let held = self
+            .messages
+            .get(&lock.seq)
+            .and_then(|entry| entry.lock)
+            .filter(|held| held.token == lock.token && held.consumer == consumer)
+            .ok_or(EntityError::LockLost)?;
+        self.lock_expiry.remove(&(held.until_ms, lock.seq));
+        match settlement {
+            Settlement::Complete => {
+                self.messages.remove(&lock.seq);
+            }
+            Settlement::Release => self.unlock(lock.seq, false),
+            Settlement::Abandon => self.unlock(lock.seq, true),
+            Settlement::Reject => {
+                self.lock_expiry.insert((held.until_ms, lock.seq));
+                return Err(EntityError::NotImplemented("dead-lettering"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes back a delivery that never reached the client: unlocked without counting, or
+    /// (receive-and-delete) stored again under its own sequence number.
+    pub fn give_back(&mut self, delivery: Delivery) {
+        match delivery.lock_token {
+            Some(token) => {
+                let held = self.messages.get(&delivery.seq).and_then(|entry| entry.lock);
+                if let Some(lock) = held.filter(|lock| lock.token == token) {
+                    self.lock_expiry.remove(&(lock.until_ms, delivery.seq));
+                    self.unlock(delivery.seq, false);
+                }
+            }
+            None => {
+                self.messages.insert(
+                    delivery.seq,
+                    Entry {
+                        bytes: delivery.bytes,
+                        enqueued_ms: delivery.enqueued_ms,
+                        delivery_count: delivery.stamp.delivery_count,
+                        lock: None,
+                    },
+                );
+                self.available.insert(delivery.seq);
+            }
+        }
+    }
+
+    /// Unlocks every message whose lock ran out by `now_ms`; each counts a delivery.
+    /// Returns how many expired.
+    pub fn expire_locks(&mut self, now_ms: i64) -> usize {
+        let mut expired = 0;
+        while let Some(&(until, seq)) = self.lock_expiry.first() {
+            if until > now_ms {
+                break;
+            }
+            self.lock_expiry.remove(&(until, seq));
+            self.unlock(seq, true);
+            expired += 1;
+        }
+        expired
+    }
+
+    /// The next instant (ms) at which something happens without a command.
+    pub fn next_deadline_ms(&self) -> Option<i64> {
+        self.lock_expiry.first().map(|(until, _)| *until)
+    }
+
+    fn lock_holder(&self, seq: i64) -> Option<ConsumerId> {
+        self.messages
+            .get(&seq)
+            .and_then(|entry| entry.lock)
+            .map(|lock| lock.consumer)
+    }
+
+    fn unlock(&mut self, seq: i64, count_delivery: bool) {
+        if let Some(entry) = self.messages.get_mut(&seq) {
+            entry.lock = None;
+            if count_delivery {
+                entry.delivery_count = entry.delivery_count.saturating_add(1);
+            }
+            self.available.insert(seq);
+        }
+    }
+
+    /// Takes the first available message for `consumer`: locked in peek-lock, removed in
+    /// receive-and-delete.
+    fn deliver_next(
+        &mut self,
+        consumer: ConsumerId,
+        mode: ReceiveMode,
+        now_ms: i64,
+    ) -> Option<Delivery> {
+        let seq = self.available.pop_first()?;
+        let mut annotations = Vec::with_capacity(3);
+        let (bytes, delivery_count, enqueued_ms, lock_token) = match mode {
+            ReceiveMode::ReceiveAndDelete => {
+                let entry = self.messages.remove(&seq)?;
+                (entry.bytes, entry.delivery_count, entry.enqueued_ms, None)
+            }
+            ReceiveMode::PeekLock => {
+                let until_ms = now_ms.saturating_add(self.lock_duration_ms);
+                let token = Uuid::new_v4();
+                let entry = self.messages.get_mut(&seq)?;
+                entry.lock = Some(Lock {
+                    token,
+                    consumer,
+                    until_ms,
+                });
+                self.lock_expiry.insert((until_ms, seq));
+                annotations.push((
+                    wire::annotation::LOCKED_UNTIL,
+                    Value::Timestamp(Timestamp::from_milliseconds(until_ms)),
+                ));
+                (
+                    entry.bytes.clone(),
+                    entry.delivery_count,
+                    entry.enqueued_ms,
+                    Some(token),
+                )
+            }
+        };
+        annotations.push((wire::annotation::SEQUENCE_NUMBER, Value::Long(seq)));
+        annotations.push((
+            wire::annotation::ENQUEUED_TIME,
+            Value::Timestamp(Timestamp::from_milliseconds(enqueued_ms)),
+        ));
+        Some(Delivery {
+            consumer,
+            seq,
+            lock_token,
+            enqueued_ms,
+            bytes,
+            stamp: DeliveryStamp {
+                delivery_count,
+                annotations,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: ConsumerId = ConsumerId(1);
+    const B: ConsumerId = ConsumerId(2);
+
+    fn queue_with(n: usize) -> QueueState {
+        let mut q = QueueState::new(1_000);
+        for i in 0..n {
+            q.enqueue(10, vec![Bytes::from(vec![i as u8])]);
+        }
+        q
+    }
+
+    fn lock_of(d: &Delivery) -> LockRef {
+        LockRef {
+            seq: d.seq,
+            token: d.lock_token.expect("peek-lock delivery has a token"),
+        }
+    }
+
+    #[test]
+    fn sequence_numbers_are_gap_free_and_time_never_goes_back() {
+        let mut q = QueueState::new(1_000);
+        assert_eq!(q.enqueue(100, vec![Bytes::new(), Bytes::new()]), 1);
+        assert_eq!(q.enqueue(50, vec![Bytes::new()]), 3);
+        q.subscribe(A, ReceiveMode::ReceiveAndDelete);
+        q.add_credit(A, 10);
+        let got = q.dispatch(0);
+        assert_eq!(got.iter().map(|d| d.seq).collect::<Vec<_>>(), vec![1, 2, 3]);
+        let third = &got[2].stamp.annotations;
+        assert!(third.contains(&(
+            wire::annotation::ENQUEUED_TIME,
+            Value::Timestamp(Timestamp::from_milliseconds(100))
+        )));
+        assert!(q.is_empty(), "receive-and-delete removes on send");
+    }
+
+    #[test]
+    fn dispatch_respects_demand_and_alternates_consumers() {
+        let mut q = queue_with(5);
+        q.subscribe(A, ReceiveMode::PeekLock);
+        q.subscribe(B, ReceiveMode::PeekLock);
+        q.add_credit(A, 2);
+        q.add_credit(B, 2);
+        let got: Vec<(ConsumerId, i64)> = q.dispatch(0).iter().map(|d| (d.consumer, d.seq)).collect();
+        assert_eq!(got, vec![(A, 1), (B, 2), (A, 3), (B, 4)]);
+        assert!(q.dispatch(0).is_empty(), "no demand left");
+        assert_eq!(q.len(), 5, "peek-lock keeps messages until settled");
+    }
+
+    #[test]
+    fn settlements_complete_release_and_abandon() {
+        let mut q = queue_with(3);
+        q.subscribe(A, ReceiveMode::PeekLock);
+        q.add_credit(A, 3);
+        let got = q.dispatch(0);
+        assert_eq!(q.settle(A, lock_of(&got[0]), &Settlement::Complete), Ok(()));
+        assert_eq!(q.settle(A, lock_of(&got[1]), &Settlement::Release), Ok(()));
+        assert_eq!(q.settle(A, lock_of(&got[2]), &Settlement::Abandon), Ok(()));
+        assert_eq!(
+            q.settle(A, lock_of(&got[0]), &Settlement::Complete),
+            Err(EntityError::LockLost)
+        );
+        q.add_credit(A, 5);
+        let again = q.dispatch(0);
+        let counts: Vec<(i64, u32)> = again.iter().map(|d| (d.seq, d.stamp.delivery_count)).collect();
+        assert_eq!(counts, vec![(2, 0), (3, 1)]);
+    }
+
+    #[test]
+    fn unsubscribe_and_lock_expiry_return_messages_with_a_counted_delivery() {
+        let mut q = queue_with(2);
+        q.subscribe(A, ReceiveMode::PeekLock);
+        q.add_credit(A, 1);
+        let first = q.dispatch(0).remove(0);
+        q.unsubscribe(A);
+        q.subscribe(B, ReceiveMode::PeekLock);
+        q.add_credit(B, 1);
+        let again = q.dispatch(0).remove(0);
+        assert_eq!((again.seq, again.stamp.delivery_count), (first.seq, 1));
+        assert_eq!(q.next_deadline_ms(), Some(1_000));
+        assert_eq!(q.expire_locks(999), 0);
+        assert_eq!(q.expire_locks(1_000), 1);
+        assert_eq!(
+            q.settle(B, lock_of(&again), &Settlement::Complete),
+            Err(EntityError::LockLost),
+            "settling after the lock expired fails"
+        );
+    }
+
+    #[test]
+    fn a_given_back_delivery_is_available_again_uncounted() {
+        let mut q = queue_with(1);
+        q.subscribe(A, ReceiveMode::PeekLock);
+        q.subscribe(B, ReceiveMode::ReceiveAndDelete);
+        q.add_credit(A, 1);
+        let locked = q.dispatch(0).remove(0);
+        q.give_back(locked);
+        q.add_credit(B, 1);
+        let taken = q.dispatch(0).remove(0);
+        assert_eq!((taken.consumer, taken.seq, taken.stamp.delivery_count), (B, 1, 0));
+        assert!(q.is_empty());
+        q.give_back(taken);
+        assert_eq!(q.len(), 1, "a receive-and-delete delivery given back is stored again");
+    }
+
+    #[test]
+    fn drain_delivers_what_is_there_and_zeroes_demand() {
+        let mut q = queue_with(3);
+        q.subscribe(A, ReceiveMode::PeekLock);
+        q.add_credit(A, 10);
+        assert_eq!(q.drain(A, 0).len(), 3);
+        q.enqueue(0, vec![Bytes::new()]);
+        assert!(q.dispatch(0).is_empty(), "drain consumed the demand");
+    }
+}

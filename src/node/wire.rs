@@ -1,0 +1,17 @@
+//! Every Service Bus name the broker puts on or reads from the wire, in one place.
+
+/// Message-annotation keys (amqp-dialect.md §5.1).
+pub mod annotation {
+    /// Sequence number of a stored message (long).
+    pub const SEQUENCE_NUMBER: &str = "x-opt-sequence-number";
+    /// When the message was accepted (timestamp).
+    pub const ENQUEUED_TIME: &str = "x-opt-enqueued-time";
+    /// When the delivery's lock ends (timestamp).
+    pub const LOCKED_UNTIL: &str = "x-opt-locked-until";
+}
+
+/// Error conditions (amqp-dialect.md §11).
+pub mod condition {
+    /// The lock of a message expired or was lost.
+    pub const MESSAGE_LOCK_LOST: &str = "com.microsoft:message-lock-lost";
+}

@@ -1,0 +1,84 @@
+//! An in-process broker on an ephemeral loopback port, stopped when dropped.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tidebus::config::{Config, Durability, QueueConfig};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Generous deadline for anything a test waits on.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// A running broker.
+pub struct TestBroker {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+/// A memory-mode config with the given queues.
+pub fn config_with_queues(names: &[&str]) -> Config {
+    let mut config = Config::embedded_default();
+    config.broker.durability = Durability::Memory;
+    let template = config.queues[0].clone();
+    config.queues = names
+        .iter()
+        .map(|name| QueueConfig {
+            name: name.to_string(),
+            ..template.clone()
+        })
+        .collect();
+    config
+}
+
+impl TestBroker {
+    /// Starts a broker with `config` on 127.0.0.1:0.
+    pub async fn start(config: Config) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let task = tokio::spawn(async move {
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            tidebus::run(config, listener, shutdown, move |a| {
+                let _ = ready_tx.send(a);
+            })
+            .await
+            .expect("broker run");
+        });
+        tokio::time::timeout(DEADLINE, ready_rx).await.expect("ready in time").expect("ready");
+        Self {
+            addr,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// `amqp://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("amqp://{}", self.addr)
+    }
+
+    /// Stops the broker and waits for it.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(DEADLINE, task).await.expect("stopped in time").expect("join");
+        }
+    }
+}
+
+impl Drop for TestBroker {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}

@@ -35,10 +35,10 @@ def barrier(conn, address):
 
 
 def settle_modified(receiver, delivery_failed=True, undeliverable_here=False):
-    """Settle the oldest unsettled delivery of a BlockingReceiver with the `modified` outcome.
+    """Settle the oldest unsettled delivery of a BlockingReceiver with `modified`, flags set.
 
-    proton's `receiver.release(delivered=True)` also sends `modified`, but with delivery-failed
-    false, and AMQP 1.0 (3.4.5) counts a delivery attempt only when delivery-failed is true.
+    proton's `receiver.release(delivered=True)` also sends `modified`, but always with
+    delivery-failed false; AMQP 1.0 (3.4.5) requires counting the attempt only when it is true.
     """
     delivery = receiver.fetcher.unsettled.popleft()
     delivery.local.failed = delivery_failed

@@ -51,17 +51,15 @@ impl TestBroker {
             .await
             .expect("broker run");
         });
-        tokio::time::timeout(DEADLINE, ready_rx).await.expect("ready in time").expect("ready");
+        tokio::time::timeout(DEADLINE, ready_rx)
+            .await
+            .expect("ready in time")
+            .expect("ready");
         Self {
             addr,
             stop: Some(stop),
             task: Some(task),
         }
-    }
-
-    /// `amqp://127.0.0.1:PORT`.
-    pub fn url(&self) -> String {
-        format!("amqp://{}", self.addr)
     }
 
     /// Stops the broker and waits for it.
@@ -70,7 +68,10 @@ impl TestBroker {
             let _ = stop.send(());
         }
         if let Some(task) = self.task.take() {
-            tokio::time::timeout(DEADLINE, task).await.expect("stopped in time").expect("join");
+            tokio::time::timeout(DEADLINE, task)
+                .await
+                .expect("stopped in time")
+                .expect("join");
         }
     }
 }

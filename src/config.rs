@@ -3,7 +3,9 @@
 //! Parsing happens in two steps. Serde reads the text into private `Raw*` structs that reject
 //! unknown keys and wrong types and keep the byte span of every value. [`Config::parse`] then
 //! validates those values (ranges, names, keys not supported yet) into the public [`Config`].
-//! Every [`ConfigError`] names the key path, the file, the line and the column.
+//! Every [`ConfigError`] names the key path, the file, the line and the column. A serde error
+//! only carries a byte span, so a second, lenient read of the file (`Outline`) maps that span
+//! back to the key path.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -327,7 +329,10 @@ impl Source<'_> {
         }
         let broker = self.broker(raw.broker)?;
         self.check_unique_names(&raw.queues)?;
-        let queues = (raw.queues.into_iter().enumerate())
+        let queues = raw
+            .queues
+            .into_iter()
+            .enumerate()
             .map(|(index, queue)| self.queue(index, queue))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Config { broker, queues })
@@ -554,7 +559,10 @@ struct Outline {
 fn key_path_at(text: &str, offset: usize) -> Option<String> {
     if let Ok(outline) = toml::from_str::<Outline>(text) {
         let broker = outline.broker.map(|table| ("broker".to_owned(), table));
-        let queues = (outline.queues.into_iter().enumerate())
+        let queues = outline
+            .queues
+            .into_iter()
+            .enumerate()
             .map(|(index, table)| (format!("queues[{index}]"), table));
         for (section, table) in broker.into_iter().chain(queues) {
             if let Some(key) = key_at(table.get_ref(), offset) {
@@ -623,20 +631,24 @@ fn parse_iso8601(body: &str) -> Result<Duration, String> {
     days.checked_add(time).ok_or_else(|| "too long".to_owned())
 }
 
+const ISO8601_ORDER: &str = "expected each unit at most once, in the order D, T, H, M, S";
+
 /// Sums components such as `1H30M`; `units` lists the allowed unit letters in their required
 /// order with their length in seconds.
 fn sum_components(mut part: &str, units: &[(char, u32)]) -> Result<Duration, String> {
     let mut remaining = units;
     let mut total = Duration::ZERO;
     while !part.is_empty() {
-        let end = part
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        let (end, unit) = part
+            .char_indices()
+            .find(|&(_, c)| !(c.is_ascii_digit() || c == '.'))
             .ok_or_else(|| format!("number {part:?} has no unit"))?;
-        let (number, rest) = part.split_at(end);
-        let mut rest = rest.chars();
-        let unit = rest.next().unwrap_or_default();
-        let position = (remaining.iter().position(|&(letter, _)| letter == unit))
-            .ok_or_else(|| format!("unexpected {unit:?}; expected each unit at most once, in the order D, T, H, M, S"))?;
+        let number = &part[..end];
+        part = &part[end + unit.len_utf8()..];
+        let position = remaining
+            .iter()
+            .position(|&(letter, _)| letter == unit)
+            .ok_or_else(|| format!("unexpected {unit:?}; {ISO8601_ORDER}"))?;
         let seconds = remaining[position].1;
         remaining = &remaining[position + 1..];
         let amount = parse_decimal_seconds(number)
@@ -645,7 +657,6 @@ fn sum_components(mut part: &str, units: &[(char, u32)]) -> Result<Duration, Str
         total = total
             .checked_add(amount)
             .ok_or_else(|| "too long".to_owned())?;
-        part = rest.as_str();
     }
     Ok(total)
 }
@@ -959,12 +970,18 @@ mod tests {
         let error = refuse("[broker]\nmax_message_size = \"12 bananas\"\n");
         assert_eq!(
             error.to_string(),
-            format!("broker.max_message_size (t.toml:2:20): invalid size \"12 bananas\"; expected {SIZE_FORMS}")
+            format!(
+                "broker.max_message_size (t.toml:2:20): invalid size \"12 bananas\"; \
+                 expected {SIZE_FORMS}"
+            )
         );
         let error = refuse("[broker]\nmax_message_size = -1\n");
         assert_eq!(
             error.to_string(),
-            format!("broker.max_message_size (t.toml:2:20): invalid value: integer `-1`, expected {SIZE_FORMS}")
+            format!(
+                "broker.max_message_size (t.toml:2:20): invalid value: integer `-1`, \
+                 expected {SIZE_FORMS}"
+            )
         );
         assert_eq!(
             parse("[broker]\nmax_message_size = 2048\n")
@@ -1030,7 +1047,8 @@ mod tests {
         let error = refuse("[[queues]]\nname = \"q\"\nmax_delivery_count = 0\n");
         assert_eq!(
             error.to_string(),
-            "queues[0].max_delivery_count (t.toml:3:22): 0 is out of range; allowed: 1 to 4294967295"
+            "queues[0].max_delivery_count (t.toml:3:22): 0 is out of range; allowed: 1 to \
+             4294967295"
         );
     }
 

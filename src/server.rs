@@ -13,7 +13,12 @@ use crate::shutdown::Shutdown;
 
 /// Accepts connections until shutdown. Connections over `max_connections` are answered with
 /// a `close` carrying `amqp:resource-limit-exceeded`.
-pub async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, max_connections: usize, shutdown: Shutdown) {
+pub async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    max_connections: usize,
+    shutdown: Shutdown,
+) {
     let permits = Arc::new(Semaphore::new(max_connections));
     loop {
         let accepted = tokio::select! {

@@ -20,6 +20,8 @@ impl Shutdown {
     pub async fn drain(&self, deadline: Duration) -> bool {
         self.token.cancel();
         self.tracker.close();
-        tokio::time::timeout(deadline, self.tracker.wait()).await.is_ok()
+        tokio::time::timeout(deadline, self.tracker.wait())
+            .await
+            .is_ok()
     }
 }

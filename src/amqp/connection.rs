@@ -67,7 +67,12 @@ pub async fn serve(
     let (mut transport, remote_idle, remote_max_frame) = transport;
     if let Some(error) = refuse {
         tracing::warn!(condition = ?error.condition, "connection refused");
-        let _ = transport.send(Frame::new(0u16, FrameBody::Close(Close { error: Some(error) }))).await;
+        let _ = transport
+            .send(Frame::new(
+                0u16,
+                FrameBody::Close(Close { error: Some(error) }),
+            ))
+            .await;
         return;
     }
     let (sink, stream) = transport.split();
@@ -82,7 +87,9 @@ pub async fn serve(
         sessions: HashMap::new(),
         link_sessions: HashMap::new(),
     };
-    connection.run(stream, events_rx, remote_idle, shutdown).await;
+    connection
+        .run(stream, events_rx, remote_idle, shutdown)
+        .await;
     connection.teardown().await;
     drop(connection);
     let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
@@ -101,11 +108,19 @@ async fn open_connection(
         let mut transport = header::negotiate(stream).await.map_err(|e| e.to_string())?;
         transport.set_decoder_max_frame_size(shared.max_frame_size as usize);
         let open = match transport.next().await {
-            Some(Ok(Frame { channel: 0, body: FrameBody::Open(open) })) => open,
+            Some(Ok(Frame {
+                channel: 0,
+                body: FrameBody::Open(open),
+            })) => open,
             Some(Ok(other)) => {
                 let error = amqp_error(AmqpError::IllegalState, "the first frame must be open");
                 let _ = transport.send(our_open(shared)).await;
-                let _ = transport.send(Frame::new(0u16, FrameBody::Close(Close { error: Some(error) }))).await;
+                let _ = transport
+                    .send(Frame::new(
+                        0u16,
+                        FrameBody::Close(Close { error: Some(error) }),
+                    ))
+                    .await;
                 return Err(format!("first frame was not open: {:?}", other.body));
             }
             Some(Err(e)) => return Err(format!("{e:?}")),
@@ -116,7 +131,10 @@ async fn open_connection(
     let (mut transport, open) = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake)
         .await
         .map_err(|_| "no open within the handshake timeout".to_string())??;
-    transport.send(our_open(shared)).await.map_err(|e| format!("{e:?}"))?;
+    transport
+        .send(our_open(shared))
+        .await
+        .map_err(|e| format!("{e:?}"))?;
     let remote_max_frame = open.max_frame_size.0.clamp(512, WRITE_FRAME_CAP) as usize;
     transport.set_encoder_max_frame_size(remote_max_frame);
     if !shared.idle_timeout.is_zero() {
@@ -242,15 +260,30 @@ impl Connection {
         let close_with = match &error {
             TransportError::IdleTimeoutElapsed => Some(amqp_error(
                 AmqpError::ResourceLimitExceeded,
-                format!("idle timeout: no frame received for {:?}", self.shared.idle_timeout),
+                format!(
+                    "idle timeout: no frame received for {:?}",
+                    self.shared.idle_timeout
+                ),
             )),
-            TransportError::DecodeError(detail) => Some(amqp_error(AmqpError::DecodeError, format!("malformed frame: {detail}"))),
-            TransportError::FramingError => Some(amqp_error(ConnectionError::FramingError, "malformed frame")),
-            TransportError::NotImplemented(detail) => Some(amqp_error(AmqpError::NotImplemented, format!("{detail:?}"))),
-            TransportError::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => Some(amqp_error(
-                ConnectionError::FramingError,
-                format!("frame larger than the max-frame-size of {} bytes", self.shared.max_frame_size),
+            TransportError::DecodeError(detail) => Some(amqp_error(
+                AmqpError::DecodeError,
+                format!("malformed frame: {detail}"),
             )),
+            TransportError::FramingError => {
+                Some(amqp_error(ConnectionError::FramingError, "malformed frame"))
+            }
+            TransportError::NotImplemented(detail) => {
+                Some(amqp_error(AmqpError::NotImplemented, format!("{detail:?}")))
+            }
+            TransportError::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
+                Some(amqp_error(
+                    ConnectionError::FramingError,
+                    format!(
+                        "frame larger than the max-frame-size of {} bytes",
+                        self.shared.max_frame_size
+                    ),
+                ))
+            }
             TransportError::Io(_) => None,
         };
         match close_with {
@@ -264,6 +297,7 @@ impl Connection {
 
     async fn on_frame(&mut self, frame: Frame) -> Running {
         let channel = frame.channel;
+        tracing::trace!(channel, body = ?frame.body, "frame in");
         match frame.body {
             FrameBody::Empty => Running::Continue,
             FrameBody::Close(close) => {
@@ -273,10 +307,15 @@ impl Connection {
                 self.close(None);
                 Running::Stop
             }
-            FrameBody::Open(_) => self.fail(amqp_error(AmqpError::IllegalState, "open received twice")),
+            FrameBody::Open(_) => {
+                self.fail(amqp_error(AmqpError::IllegalState, "open received twice"))
+            }
             FrameBody::Begin(begin) => {
                 if begin.remote_channel.is_some() {
-                    return self.fail(amqp_error(AmqpError::IllegalState, "the broker never begins sessions"));
+                    return self.fail(amqp_error(
+                        AmqpError::IllegalState,
+                        "the broker never begins sessions",
+                    ));
                 }
                 if self.sessions.contains_key(&channel) || channel > CHANNEL_MAX {
                     return self.fail(amqp_error(
@@ -312,16 +351,19 @@ impl Connection {
                 let result = match body {
                     FrameBody::Attach(attach) => {
                         let id = self.shared.next_link_id.fetch_add(1, Ordering::Relaxed);
-                        session.on_attach(attach, id, &ctx, &mut out).map(|created| {
-                            if let Some(id) = created {
-                                self.link_sessions.insert(id, channel);
-                            }
-                        })
+                        session
+                            .on_attach(attach, id, &ctx, &mut out)
+                            .map(|created| {
+                                if let Some(id) = created {
+                                    self.link_sessions.insert(id, channel);
+                                }
+                            })
                     }
                     FrameBody::Flow(flow) => session.on_flow(&flow, &mut out),
-                    FrameBody::Transfer { performative, payload } => {
-                        session.on_transfer(performative, payload, &mut out, &self.events)
-                    }
+                    FrameBody::Transfer {
+                        performative,
+                        payload,
+                    } => session.on_transfer(performative, payload, &mut out, &self.events),
                     FrameBody::Disposition(disposition) => {
                         session.on_disposition(disposition, &self.events, &mut out);
                         Ok(())
@@ -368,7 +410,9 @@ impl Connection {
             EntityEvent::Delivered(delivery) => session.on_delivery(delivery, &ctx, &mut out),
             EntityEvent::Drained { consumer } => session.on_drained(consumer, &mut out),
             EntityEvent::Sent { ticket, result } => session.on_sent(ticket, result, &mut out),
-            EntityEvent::Settled { ticket, results } => session.on_settled(ticket, results, &mut out),
+            EntityEvent::Settled { ticket, results } => {
+                session.on_settled(ticket, results, &mut out)
+            }
         }
         let local = session.local_channel;
         self.perform(local, out).await;
@@ -403,8 +447,14 @@ impl Connection {
 
     async fn end_session(&mut self, channel: u16, error: Option<definitions::Error>) -> Running {
         let Some(mut session) = self.sessions.remove(&channel) else {
-            return self.fail(amqp_error(AmqpError::IllegalState, format!("end on channel {channel}, which has no session")));
+            return self.fail(amqp_error(
+                AmqpError::IllegalState,
+                format!("end on channel {channel}, which has no session"),
+            ));
         };
+        if let Some(error) = &error {
+            tracing::info!(channel, condition = ?error.condition, description = ?error.description, "ending session on an error");
+        }
         let mut out = Outbox::default();
         for id in session.end(&mut out) {
             self.link_sessions.remove(&id);
@@ -434,7 +484,9 @@ impl Connection {
     }
 
     fn close(&mut self, error: Option<definitions::Error>) {
-        let _ = self.frames.send(Frame::new(0u16, FrameBody::Close(Close { error })));
+        let _ = self
+            .frames
+            .send(Frame::new(0u16, FrameBody::Close(Close { error })));
     }
 
     fn write(&mut self, frame: Frame) -> Running {
@@ -445,7 +497,10 @@ impl Connection {
     }
 
     fn free_local_channel(&self) -> u16 {
-        let used: std::collections::HashSet<u16> = self.sessions.values().map(|s| s.local_channel).collect();
-        (0..=CHANNEL_MAX).find(|c| !used.contains(c)).unwrap_or(CHANNEL_MAX)
+        let used: std::collections::HashSet<u16> =
+            self.sessions.values().map(|s| s.local_channel).collect();
+        (0..=CHANNEL_MAX)
+            .find(|c| !used.contains(c))
+            .unwrap_or(CHANNEL_MAX)
     }
 }

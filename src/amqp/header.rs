@@ -33,21 +33,29 @@ pub enum HandshakeError {
 ///
 /// # Errors
 /// Any [`HandshakeError`]; the caller closes the socket.
-pub async fn negotiate(mut stream: TcpStream) -> Result<Transport<TcpStream, amqp::Frame>, HandshakeError> {
+pub async fn negotiate(
+    mut stream: TcpStream,
+) -> Result<Transport<TcpStream, amqp::Frame>, HandshakeError> {
     let mut raw = [0u8; 8];
     stream.read_exact(&mut raw).await?;
     let header = ProtocolHeader::try_from(raw).ok();
     match header {
         Some(header) if header.id == ProtocolId::Amqp && is_version_1_0(&header) => {
-            stream.write_all(&<[u8; 8]>::from(ProtocolHeader::amqp())).await?;
+            stream
+                .write_all(&<[u8; 8]>::from(ProtocolHeader::amqp()))
+                .await?;
             Ok(Transport::bind(stream, MIN_MAX_FRAME_SIZE, None))
         }
         Some(header) if header.id == ProtocolId::Sasl && is_version_1_0(&header) => {
-            stream.write_all(&<[u8; 8]>::from(ProtocolHeader::sasl())).await?;
+            stream
+                .write_all(&<[u8; 8]>::from(ProtocolHeader::sasl()))
+                .await?;
             sasl::authenticate(stream).await
         }
         _ => {
-            stream.write_all(&<[u8; 8]>::from(ProtocolHeader::amqp())).await?;
+            stream
+                .write_all(&<[u8; 8]>::from(ProtocolHeader::amqp()))
+                .await?;
             Err(HandshakeError::UnsupportedHeader(raw))
         }
     }

@@ -181,7 +181,10 @@ pub fn settles_second(request: &Attach) -> bool {
 }
 
 /// An error with a standard AMQP condition and a description.
-pub fn amqp_error(condition: impl Into<ErrorCondition>, description: impl Into<String>) -> definitions::Error {
+pub fn amqp_error(
+    condition: impl Into<ErrorCondition>,
+    description: impl Into<String>,
+) -> definitions::Error {
     definitions::Error::new(condition, Some(description.into()), None)
 }
 

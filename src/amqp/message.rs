@@ -100,7 +100,8 @@ pub fn validate(bytes: &[u8]) -> Result<(), MessageError> {
         let raw = &bytes[section.range.clone()];
         match section.code {
             code::HEADER => {
-                serde_amqp::from_slice::<Header>(raw).map_err(|_| MessageError::Malformed("header"))?;
+                serde_amqp::from_slice::<Header>(raw)
+                    .map_err(|_| MessageError::Malformed("header"))?;
             }
             code::MESSAGE_ANNOTATIONS => {
                 serde_amqp::from_slice::<MessageAnnotations>(raw)
@@ -164,7 +165,8 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<(Vec<u8>, Bytes),
         let raw = &stored[section.range.clone()];
         match section.code {
             code::HEADER => {
-                header = serde_amqp::from_slice(raw).map_err(|_| MessageError::Malformed("header"))?
+                header =
+                    serde_amqp::from_slice(raw).map_err(|_| MessageError::Malformed("header"))?
             }
             code::DELIVERY_ANNOTATIONS => {}
             code::MESSAGE_ANNOTATIONS => {
@@ -179,9 +181,10 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<(Vec<u8>, Bytes),
     }
     header.delivery_count = stamp.delivery_count;
     for (key, value) in &stamp.annotations {
-        annotations
-            .0
-            .insert(fe2o3_amqp::types::primitives::Symbol::from(*key).into(), value.clone());
+        annotations.0.insert(
+            fe2o3_amqp::types::primitives::Symbol::from(*key).into(),
+            value.clone(),
+        );
     }
     let mut prefix = serde_amqp::to_vec(&header).map_err(|_| MessageError::Malformed("header"))?;
     let encoded = serde_amqp::to_vec(&annotations)
@@ -278,12 +281,16 @@ fn byte_at(bytes: &[u8], at: usize) -> Result<&u8, MessageError> {
 }
 
 fn read_u32(bytes: &[u8], at: usize) -> Result<u32, MessageError> {
-    let raw = bytes.get(at..at + 4).ok_or(MessageError::Truncated(bytes.len()))?;
+    let raw = bytes
+        .get(at..at + 4)
+        .ok_or(MessageError::Truncated(bytes.len()))?;
     Ok(u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]))
 }
 
 fn read_u64(bytes: &[u8], at: usize) -> Result<u64, MessageError> {
-    let raw = bytes.get(at..at + 8).ok_or(MessageError::Truncated(bytes.len()))?;
+    let raw = bytes
+        .get(at..at + 8)
+        .ok_or(MessageError::Truncated(bytes.len()))?;
     let mut array = [0u8; 8];
     array.copy_from_slice(raw);
     Ok(u64::from_be_bytes(array))
@@ -316,7 +323,11 @@ mod tests {
     #[test]
     fn scans_all_sections_of_an_encoded_message() {
         let bytes = encode_message(b"hello");
-        let codes: Vec<u8> = scan_sections(&bytes).expect("scan").iter().map(|s| s.code).collect();
+        let codes: Vec<u8> = scan_sections(&bytes)
+            .expect("scan")
+            .iter()
+            .map(|s| s.code)
+            .collect();
         assert_eq!(codes, vec![0x70, 0x73, 0x74, 0x75]);
         assert_eq!(validate(&bytes), Ok(()));
     }
@@ -339,20 +350,28 @@ mod tests {
             delivery_count: 2,
             annotations: vec![
                 ("x-opt-sequence-number", Value::Long(42)),
-                ("x-opt-enqueued-time", Value::Timestamp(Timestamp::from_milliseconds(5))),
+                (
+                    "x-opt-enqueued-time",
+                    Value::Timestamp(Timestamp::from_milliseconds(5)),
+                ),
             ],
         };
         let (prefix, tail) = splice(&stored, &stamp).expect("splice");
         let mut whole = prefix.clone();
         whole.extend_from_slice(&tail);
         let sections = scan_sections(&whole).expect("scan");
-        assert_eq!(sections.iter().map(|s| s.code).collect::<Vec<_>>(), vec![0x70, 0x72, 0x73, 0x74, 0x75]);
+        assert_eq!(
+            sections.iter().map(|s| s.code).collect::<Vec<_>>(),
+            vec![0x70, 0x72, 0x73, 0x74, 0x75]
+        );
         let header: Header = serde_amqp::from_slice(&whole[sections[0].range.clone()]).expect("h");
         assert_eq!(header.delivery_count, 2);
         assert!(header.durable, "other header fields survive");
         let ma: MessageAnnotations =
             serde_amqp::from_slice(&whole[sections[1].range.clone()]).expect("ma");
-        let key = fe2o3_amqp::types::messaging::annotations::OwnedKey::from(fe2o3_amqp::types::primitives::Symbol::from("x-opt-sequence-number"));
+        let key = fe2o3_amqp::types::messaging::annotations::OwnedKey::from(
+            fe2o3_amqp::types::primitives::Symbol::from("x-opt-sequence-number"),
+        );
         assert_eq!(ma.0.get(&key), Some(&Value::Long(42)));
         assert!(tail.ends_with(b"body bytes"));
     }

@@ -20,8 +20,11 @@ const MECHANISMS: [&str; 3] = ["MSSBCBS", "ANONYMOUS", "PLAIN"];
 ///
 /// # Errors
 /// A [`HandshakeError`] when the client breaks the exchange or picks an unknown mechanism.
-pub async fn authenticate(stream: TcpStream) -> Result<Transport<TcpStream, amqp::Frame>, HandshakeError> {
-    let mut transport: Transport<TcpStream, sasl::Frame> = Transport::bind(stream, MIN_MAX_FRAME_SIZE, None);
+pub async fn authenticate(
+    stream: TcpStream,
+) -> Result<Transport<TcpStream, amqp::Frame>, HandshakeError> {
+    let mut transport: Transport<TcpStream, sasl::Frame> =
+        Transport::bind(stream, MIN_MAX_FRAME_SIZE, None);
     let mechanisms = SaslMechanisms {
         sasl_server_mechanisms: Array(MECHANISMS.iter().map(|m| Symbol::from(*m)).collect()),
     };
@@ -31,13 +34,25 @@ pub async fn authenticate(stream: TcpStream) -> Result<Transport<TcpStream, amqp
         .map_err(|e| HandshakeError::Sasl(format!("{e:?}")))?;
     let init = match transport.next().await {
         Some(Ok(sasl::Frame::Init(init))) => init,
-        Some(Ok(other)) => return Err(HandshakeError::Sasl(format!("expected sasl-init, got {other:?}"))),
+        Some(Ok(other)) => {
+            return Err(HandshakeError::Sasl(format!(
+                "expected sasl-init, got {other:?}"
+            )))
+        }
         Some(Err(e)) => return Err(HandshakeError::Sasl(format!("{e:?}"))),
-        None => return Err(HandshakeError::Sasl("connection closed before sasl-init".into())),
+        None => {
+            return Err(HandshakeError::Sasl(
+                "connection closed before sasl-init".into(),
+            ))
+        }
     };
     let mechanism = init.mechanism.as_str();
     let code = if MECHANISMS.contains(&mechanism) {
-        tracing::debug!(mechanism, user = plain_user(&init.initial_response), "SASL accepted");
+        tracing::debug!(
+            mechanism,
+            user = plain_user(&init.initial_response),
+            "SASL accepted"
+        );
         SaslCode::Ok
     } else {
         tracing::info!(mechanism, "SASL mechanism not offered");
@@ -51,7 +66,9 @@ pub async fn authenticate(stream: TcpStream) -> Result<Transport<TcpStream, amqp
         .await
         .map_err(|e| HandshakeError::Sasl(format!("{e:?}")))?;
     if code != SaslCode::Ok {
-        return Err(HandshakeError::Sasl(format!("mechanism {mechanism} is not supported")));
+        return Err(HandshakeError::Sasl(format!(
+            "mechanism {mechanism} is not supported"
+        )));
     }
     let (writer, reader) = transport.into_framed_codec();
     let writer = writer.map_encoder(|_| ProtocolHeaderCodec::new());
@@ -67,5 +84,7 @@ fn plain_user(response: &Option<fe2o3_amqp::types::primitives::Binary>) -> Optio
     let bytes = response.as_ref()?;
     let mut parts = bytes.split(|b| *b == 0);
     let _authzid = parts.next()?;
-    parts.next().map(|user| String::from_utf8_lossy(user).into_owned())
+    parts
+        .next()
+        .map(|user| String::from_utf8_lossy(user).into_owned())
 }

@@ -7,11 +7,11 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use bytes::{Bytes, BytesMut};
+use fe2o3_amqp::frames::amqp::FrameBody;
+use fe2o3_amqp::types::definitions::DeliveryTag;
 use fe2o3_amqp::types::definitions::{self, AmqpError, Handle, LinkError, Role, SessionError};
 use fe2o3_amqp::types::messaging::{Accepted, DeliveryState, Rejected, Released, TargetArchetype};
 use fe2o3_amqp::types::performatives::{Attach, Begin, Detach, Disposition, End, Flow, Transfer};
-use fe2o3_amqp::frames::amqp::FrameBody;
-use fe2o3_amqp::types::definitions::DeliveryTag;
 
 use crate::amqp::link::{self, Incoming, Link, LinkKind, Outgoing, Partial, SENDER_CREDIT};
 use crate::amqp::message::{self, BATCH_MESSAGE_FORMAT};
@@ -57,6 +57,9 @@ pub struct Context<'a> {
     /// Largest frame the client accepts.
     pub remote_max_frame: usize,
 }
+
+/// Per link: what to tell the entity, and the delivery ids with the outcomes to echo.
+type LinkSettlements = (Vec<(LockRef, Settlement)>, Vec<(u32, DeliveryState)>);
 
 /// An outgoing delivery the client has not settled.
 #[derive(Debug, Clone, Copy)]
@@ -152,9 +155,15 @@ impl Session {
                 TargetArchetype::Target(target) => target.address.clone(),
                 TargetArchetype::Coordinator(_) => None,
             }),
-            Role::Receiver => attach.source.as_ref().and_then(|source| source.address.clone()),
+            Role::Receiver => attach
+                .source
+                .as_ref()
+                .and_then(|source| source.address.clone()),
         };
-        let coordinator = matches!(attach.target.as_deref(), Some(TargetArchetype::Coordinator(_)));
+        let coordinator = matches!(
+            attach.target.as_deref(),
+            Some(TargetArchetype::Coordinator(_))
+        );
         let entity = address
             .as_deref()
             .and_then(|address| router::route(ctx.registry, address));
@@ -173,14 +182,19 @@ impl Session {
         let (Some(entity), None) = (entity, refusal.clone()) else {
             let error = refusal.unwrap_or_else(|| link::not_found(""));
             tracing::debug!(link = %attach.name, ?address, condition = ?error.condition, "attach refused");
-            out.frames.push(FrameBody::Attach(link::refuse_reply(&attach, local_handle)));
-            out.frames.push(FrameBody::Detach(link::refuse_detach(local_handle, error)));
-            self.insert_link(remote_handle, Link {
-                name: attach.name,
-                local_handle,
-                id: link_id,
-                kind: LinkKind::Refused,
-            });
+            out.frames
+                .push(FrameBody::Attach(link::refuse_reply(&attach, local_handle)));
+            out.frames
+                .push(FrameBody::Detach(link::refuse_detach(local_handle, error)));
+            self.insert_link(
+                remote_handle,
+                Link {
+                    name: attach.name,
+                    local_handle,
+                    id: link_id,
+                    kind: LinkKind::Refused,
+                },
+            );
             return Ok(None);
         };
         out.frames.push(FrameBody::Attach(link::accept_reply(
@@ -197,7 +211,12 @@ impl Session {
                     max_message_size: ctx.max_message_size,
                     partial: None,
                 };
-                out.frames.push(self.link_flow(local_handle, incoming.delivery_count, SENDER_CREDIT, false));
+                out.frames.push(self.link_flow(
+                    local_handle,
+                    incoming.delivery_count,
+                    SENDER_CREDIT,
+                    false,
+                ));
                 LinkKind::Incoming(incoming)
             }
             Role::Receiver => {
@@ -225,12 +244,15 @@ impl Session {
             }
         };
         tracing::debug!(link = %attach.name, ?address, "link attached");
-        self.insert_link(remote_handle, Link {
-            name: attach.name,
-            local_handle,
-            id: link_id,
-            kind,
-        });
+        self.insert_link(
+            remote_handle,
+            Link {
+                name: attach.name,
+                local_handle,
+                id: link_id,
+                kind,
+            },
+        );
         Ok(Some(link_id))
     }
 
@@ -249,17 +271,25 @@ impl Session {
             }
             return Ok(());
         };
-        let link = self.links.get_mut(&remote_handle).ok_or_else(|| unattached(remote_handle))?;
+        let link = self
+            .links
+            .get_mut(&remote_handle)
+            .ok_or_else(|| unattached(remote_handle))?;
         let local_handle = link.local_handle;
         match &mut link.kind {
             LinkKind::Outgoing(outgoing) => {
-                outgoing.apply_flow(flow.delivery_count, flow.link_credit.unwrap_or(0), flow.drain);
+                outgoing.apply_flow(
+                    flow.delivery_count,
+                    flow.link_credit.unwrap_or(0),
+                    flow.drain,
+                );
                 if !outgoing.draining {
                     Self::request_credit(outgoing, out);
                 }
                 if flow.echo && !outgoing.drain {
                     let reply = (outgoing.delivery_count, outgoing.credit);
-                    out.frames.push(self.link_flow(local_handle, reply.0, reply.1, false));
+                    out.frames
+                        .push(self.link_flow(local_handle, reply.0, reply.1, false));
                 }
             }
             LinkKind::Incoming(incoming) => {
@@ -268,7 +298,8 @@ impl Session {
                 }
                 if flow.echo {
                     let reply = (incoming.delivery_count, incoming.credit);
-                    out.frames.push(self.link_flow(local_handle, reply.0, reply.1, false));
+                    out.frames
+                        .push(self.link_flow(local_handle, reply.0, reply.1, false));
                 }
             }
             LinkKind::Refused => {}
@@ -297,13 +328,19 @@ impl Session {
             out.frames.push(self.session_flow());
         }
         let remote_handle = transfer.handle.0;
-        let link = self.links.get_mut(&remote_handle).ok_or_else(|| unattached(remote_handle))?;
+        let link = self
+            .links
+            .get_mut(&remote_handle)
+            .ok_or_else(|| unattached(remote_handle))?;
         let (local_handle, link_id) = (link.local_handle, link.id);
         let incoming = match &mut link.kind {
             LinkKind::Incoming(incoming) => incoming,
             LinkKind::Refused => return Ok(()),
             LinkKind::Outgoing(_) => {
-                let error = link::amqp_error(AmqpError::NotAllowed, "transfer on a link the broker sends on");
+                let error = link::amqp_error(
+                    AmqpError::NotAllowed,
+                    "transfer on a link the broker sends on",
+                );
                 self.detach_with(remote_handle, error, out);
                 return Ok(());
             }
@@ -372,15 +409,22 @@ impl Session {
             };
             (ticket, events.clone())
         });
-        out.posts.push((incoming.entity.clone(), Command::Send { messages, reply }));
+        out.posts
+            .push((incoming.entity.clone(), Command::Send { messages, reply }));
         if let Some(count) = refill {
-            out.frames.push(self.link_flow(local_handle, count, SENDER_CREDIT, false));
+            out.frames
+                .push(self.link_flow(local_handle, count, SENDER_CREDIT, false));
         }
         Ok(())
     }
 
     /// Handles a client `disposition` for deliveries the broker sent.
-    pub fn on_disposition(&mut self, disposition: Disposition, events: &EventSink, out: &mut Outbox) {
+    pub fn on_disposition(
+        &mut self,
+        disposition: Disposition,
+        events: &EventSink,
+        out: &mut Outbox,
+    ) {
         if disposition.role != Role::Receiver {
             // The broker settles every delivery it receives at once; nothing to do.
             return;
@@ -388,15 +432,24 @@ impl Session {
         let first = disposition.first;
         let last = disposition.last.unwrap_or(first);
         let ids: Vec<u32> = if first <= last {
-            self.unsettled.range(first..=last).map(|(id, _)| *id).collect()
+            self.unsettled
+                .range(first..=last)
+                .map(|(id, _)| *id)
+                .collect()
         } else {
-            self.unsettled.range(first..).chain(self.unsettled.range(..=last)).map(|(id, _)| *id).collect()
+            self.unsettled
+                .range(first..)
+                .chain(self.unsettled.range(..=last))
+                .map(|(id, _)| *id)
+                .collect()
         };
-        let state = disposition.state.unwrap_or(DeliveryState::Released(Released {}));
+        let state = disposition
+            .state
+            .unwrap_or(DeliveryState::Released(Released {}));
         let Some(settlement) = settlement_of(&state) else {
             return;
         };
-        let mut by_link: BTreeMap<u64, (Vec<(LockRef, Settlement)>, Vec<(u32, DeliveryState)>)> = BTreeMap::new();
+        let mut by_link: BTreeMap<u64, LinkSettlements> = BTreeMap::new();
         for id in ids {
             let Some(unsettled) = self.unsettled.get(&id).copied() else {
                 continue;
@@ -417,20 +470,34 @@ impl Session {
                 let request = self.next_request;
                 self.next_request += 1;
                 self.settling.insert(request, echoes);
-                Ticket { link: link_id, request }
+                Ticket {
+                    link: link_id,
+                    request,
+                }
             });
-            out.posts.push((entity, Command::Settle {
-                consumer,
-                items,
-                reply: reply.map(|ticket| (ticket, events.clone())),
-            }));
+            out.posts.push((
+                entity,
+                Command::Settle {
+                    consumer,
+                    items,
+                    reply: reply.map(|ticket| (ticket, events.clone())),
+                },
+            ));
         }
     }
 
     /// Handles a client `detach`: the link goes, its locks are released by the entity.
     pub fn on_detach(&mut self, detach: &Detach, out: &mut Outbox) -> Result<Option<u64>, Fault> {
         let remote_handle = detach.handle.0;
-        let link = self.remove_link(remote_handle).ok_or_else(|| unattached(remote_handle))?;
+        let Some(link) = self.remove_link(remote_handle) else {
+            // fe2o3-amqp answers a refused attach with two detaches; a detach for a handle that
+            // is already gone changes nothing, so it is not worth ending the session over.
+            tracing::debug!(
+                handle = remote_handle,
+                "detach for a handle that is not attached"
+            );
+            return Ok(None);
+        };
         let refused = matches!(link.kind, LinkKind::Refused);
         self.release_link(link.id, link.kind, out);
         if !refused {
@@ -467,14 +534,20 @@ impl Session {
         let Some(remote_handle) = self.by_id.get(&link_id).copied() else {
             return;
         };
-        let Some(Link { local_handle, kind: LinkKind::Outgoing(outgoing), .. }) = self.links.get_mut(&remote_handle) else {
+        let Some(Link {
+            local_handle,
+            kind: LinkKind::Outgoing(outgoing),
+            ..
+        }) = self.links.get_mut(&remote_handle)
+        else {
             return;
         };
         let local_handle = *local_handle;
         outgoing.owed -= 1;
         if outgoing.credit == 0 {
             // Credit was taken back while this delivery was on its way: give it back untouched.
-            out.posts.push((outgoing.entity.clone(), Command::GiveBack { delivery }));
+            out.posts
+                .push((outgoing.entity.clone(), Command::GiveBack { delivery }));
             return;
         }
         outgoing.credit -= 1;
@@ -494,10 +567,16 @@ impl Session {
             None => uuid::Uuid::new_v4().as_bytes().to_vec(),
         };
         if let Some(token) = delivery.lock_token {
-            self.unsettled.insert(delivery_id, Unsettled {
-                link_id,
-                lock: LockRef { seq: delivery.seq, token },
-            });
+            self.unsettled.insert(
+                delivery_id,
+                Unsettled {
+                    link_id,
+                    lock: LockRef {
+                        seq: delivery.seq,
+                        token,
+                    },
+                },
+            );
         }
         let mut payload = BytesMut::with_capacity(prefix.len() + tail.len());
         payload.extend_from_slice(&prefix);
@@ -526,7 +605,12 @@ impl Session {
         let Some(remote_handle) = self.by_id.get(&consumer.0).copied() else {
             return;
         };
-        let Some(Link { local_handle, kind: LinkKind::Outgoing(outgoing), .. }) = self.links.get_mut(&remote_handle) else {
+        let Some(Link {
+            local_handle,
+            kind: LinkKind::Outgoing(outgoing),
+            ..
+        }) = self.links.get_mut(&remote_handle)
+        else {
             return;
         };
         let local_handle = *local_handle;
@@ -537,7 +621,8 @@ impl Session {
             outgoing.credit = 0;
             outgoing.drain = false;
             let count = outgoing.delivery_count;
-            out.frames.push(self.link_flow(local_handle, count, 0, true));
+            out.frames
+                .push(self.link_flow(local_handle, count, 0, true));
         } else {
             Self::request_credit(outgoing, out);
         }
@@ -564,7 +649,12 @@ impl Session {
     }
 
     /// The entity applied a settlement the client left unsettled: confirm each outcome.
-    pub fn on_settled(&mut self, ticket: Ticket, results: Vec<Result<(), EntityError>>, out: &mut Outbox) {
+    pub fn on_settled(
+        &mut self,
+        ticket: Ticket,
+        results: Vec<Result<(), EntityError>>,
+        out: &mut Outbox,
+    ) {
         let Some(echoes) = self.settling.remove(&ticket.request) else {
             return;
         };
@@ -588,7 +678,10 @@ impl Session {
             return;
         }
         let ids = std::mem::take(&mut self.accepted);
-        let states = ids.into_iter().map(|id| (id, DeliveryState::Accepted(Accepted {}))).collect();
+        let states = ids
+            .into_iter()
+            .map(|id| (id, DeliveryState::Accepted(Accepted {})))
+            .collect();
         write_ranges(Role::Receiver, states, out);
     }
 
@@ -596,13 +689,30 @@ impl Session {
         if outgoing.drain {
             outgoing.draining = true;
             let delta = outgoing.credit_delta();
-            out.posts.push((outgoing.entity.clone(), Command::Credit { consumer: outgoing.consumer, delta }));
-            out.posts.push((outgoing.entity.clone(), Command::Drain { consumer: outgoing.consumer }));
+            out.posts.push((
+                outgoing.entity.clone(),
+                Command::Credit {
+                    consumer: outgoing.consumer,
+                    delta,
+                },
+            ));
+            out.posts.push((
+                outgoing.entity.clone(),
+                Command::Drain {
+                    consumer: outgoing.consumer,
+                },
+            ));
             return;
         }
         let delta = outgoing.credit_delta();
         if delta != 0 {
-            out.posts.push((outgoing.entity.clone(), Command::Credit { consumer: outgoing.consumer, delta }));
+            out.posts.push((
+                outgoing.entity.clone(),
+                Command::Credit {
+                    consumer: outgoing.consumer,
+                    delta,
+                },
+            ));
         }
     }
 
@@ -616,7 +726,10 @@ impl Session {
 
     fn detach_with(&mut self, remote_handle: u32, error: definitions::Error, out: &mut Outbox) {
         if let Some(link) = self.links.get_mut(&remote_handle) {
-            out.frames.push(FrameBody::Detach(link::refuse_detach(link.local_handle, error)));
+            out.frames.push(FrameBody::Detach(link::refuse_detach(
+                link.local_handle,
+                error,
+            )));
             let kind = std::mem::replace(&mut link.kind, LinkKind::Refused);
             let id = link.id;
             self.release_link(id, kind, out);
@@ -625,8 +738,14 @@ impl Session {
 
     fn release_link(&mut self, link_id: u64, kind: LinkKind, out: &mut Outbox) {
         if let LinkKind::Outgoing(outgoing) = kind {
-            self.unsettled.retain(|_, unsettled| unsettled.link_id != link_id);
-            out.posts.push((outgoing.entity, Command::Unsubscribe { consumer: outgoing.consumer }));
+            self.unsettled
+                .retain(|_, unsettled| unsettled.link_id != link_id);
+            out.posts.push((
+                outgoing.entity,
+                Command::Unsubscribe {
+                    consumer: outgoing.consumer,
+                },
+            ));
         }
     }
 
@@ -642,7 +761,8 @@ impl Session {
     }
 
     fn free_local_handle(&self) -> Option<u32> {
-        let used: std::collections::HashSet<u32> = self.links.values().map(|l| l.local_handle).collect();
+        let used: std::collections::HashSet<u32> =
+            self.links.values().map(|l| l.local_handle).collect();
         (0..=HANDLE_MAX).find(|handle| !used.contains(handle))
     }
 
@@ -661,7 +781,13 @@ impl Session {
         FrameBody::Flow(self.flow())
     }
 
-    fn link_flow(&self, local_handle: u32, delivery_count: u32, credit: u32, drain: bool) -> FrameBody {
+    fn link_flow(
+        &self,
+        local_handle: u32,
+        delivery_count: u32,
+        credit: u32,
+        drain: bool,
+    ) -> FrameBody {
         FrameBody::Flow(Flow {
             handle: Some(Handle(local_handle)),
             delivery_count: Some(delivery_count),
@@ -702,9 +828,13 @@ fn settlement_of(state: &DeliveryState) -> Option<Settlement> {
 /// The AMQP error a client sees for an entity's refusal.
 fn entity_error(error: &EntityError) -> definitions::Error {
     match error {
-        EntityError::LockLost => link::custom_error(wire::condition::MESSAGE_LOCK_LOST, error.to_string()),
+        EntityError::LockLost => {
+            link::custom_error(wire::condition::MESSAGE_LOCK_LOST, error.to_string())
+        }
         EntityError::Unavailable => link::amqp_error(AmqpError::InternalError, error.to_string()),
-        EntityError::NotImplemented(_) => link::amqp_error(AmqpError::NotImplemented, error.to_string()),
+        EntityError::NotImplemented(_) => {
+            link::amqp_error(AmqpError::NotImplemented, error.to_string())
+        }
     }
 }
 
@@ -721,7 +851,9 @@ fn write_ranges(role: Role, mut states: Vec<(u32, DeliveryState)>, out: &mut Out
     let mut runs: Vec<(u32, u32, DeliveryState)> = Vec::new();
     for (id, state) in states {
         match runs.last_mut() {
-            Some((_, last, run_state)) if last.wrapping_add(1) == id && *run_state == state => *last = id,
+            Some((_, last, run_state)) if last.wrapping_add(1) == id && *run_state == state => {
+                *last = id
+            }
             _ => runs.push((id, id, state)),
         }
     }

@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::mpsc;
-use tracing::Instrument;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::config::QueueConfig;
 use crate::entity::handle::{Command, ConsumerId, EntityEvent, EntityHandle, EventSink};
@@ -20,7 +20,11 @@ const MAILBOX: usize = 4096;
 const BATCH: usize = 512;
 
 /// Starts the actor of one queue and returns its handle.
-pub fn spawn(config: &QueueConfig, shutdown: CancellationToken, tracker: &TaskTracker) -> EntityHandle {
+pub fn spawn(
+    config: &QueueConfig,
+    shutdown: CancellationToken,
+    tracker: &TaskTracker,
+) -> EntityHandle {
     let (tx, rx) = mpsc::channel(MAILBOX);
     let lock_ms = i64::try_from(config.lock_duration.as_millis()).unwrap_or(i64::MAX);
     let actor = Actor {

@@ -223,7 +223,10 @@ impl QueueState {
     pub fn give_back(&mut self, delivery: Delivery) {
         match delivery.lock_token {
             Some(token) => {
-                let held = self.messages.get(&delivery.seq).and_then(|entry| entry.lock);
+                let held = self
+                    .messages
+                    .get(&delivery.seq)
+                    .and_then(|entry| entry.lock);
                 if let Some(lock) = held.filter(|lock| lock.token == token) {
                     self.lock_expiry.remove(&(lock.until_ms, delivery.seq));
                     self.unlock(delivery.seq, false);
@@ -383,7 +386,8 @@ mod tests {
         q.subscribe(B, ReceiveMode::PeekLock);
         q.add_credit(A, 2);
         q.add_credit(B, 2);
-        let got: Vec<(ConsumerId, i64)> = q.dispatch(0).iter().map(|d| (d.consumer, d.seq)).collect();
+        let got: Vec<(ConsumerId, i64)> =
+            q.dispatch(0).iter().map(|d| (d.consumer, d.seq)).collect();
         assert_eq!(got, vec![(A, 1), (B, 2), (A, 3), (B, 4)]);
         assert!(q.dispatch(0).is_empty(), "no demand left");
         assert_eq!(q.len(), 5, "peek-lock keeps messages until settled");
@@ -404,7 +408,10 @@ mod tests {
         );
         q.add_credit(A, 5);
         let again = q.dispatch(0);
-        let counts: Vec<(i64, u32)> = again.iter().map(|d| (d.seq, d.stamp.delivery_count)).collect();
+        let counts: Vec<(i64, u32)> = again
+            .iter()
+            .map(|d| (d.seq, d.stamp.delivery_count))
+            .collect();
         assert_eq!(counts, vec![(2, 0), (3, 1)]);
     }
 
@@ -439,10 +446,17 @@ mod tests {
         q.give_back(locked);
         q.add_credit(B, 1);
         let taken = q.dispatch(0).remove(0);
-        assert_eq!((taken.consumer, taken.seq, taken.stamp.delivery_count), (B, 1, 0));
+        assert_eq!(
+            (taken.consumer, taken.seq, taken.stamp.delivery_count),
+            (B, 1, 0)
+        );
         assert!(q.is_empty());
         q.give_back(taken);
-        assert_eq!(q.len(), 1, "a receive-and-delete delivery given back is stored again");
+        assert_eq!(
+            q.len(),
+            1,
+            "a receive-and-delete delivery given back is stored again"
+        );
     }
 
     #[test]

@@ -24,11 +24,21 @@ async fn send_then_receive_round_trip() {
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
     let mut connection = connect(&broker, 65536).await;
     let mut session = Session::begin(&mut connection).await.expect("begin");
-    let mut sender = Sender::attach(&mut session, "s", "q").await.expect("sender");
-    let outcome = timeout(DEADLINE, sender.send("hello")).await.expect("in time").expect("send");
+    let mut sender = Sender::attach(&mut session, "s", "q")
+        .await
+        .expect("sender");
+    let outcome = timeout(DEADLINE, sender.send("hello"))
+        .await
+        .expect("in time")
+        .expect("send");
     assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
-    let mut receiver = Receiver::attach(&mut session, "r", "q").await.expect("receiver");
-    let delivery = timeout(DEADLINE, receiver.recv::<String>()).await.expect("in time").expect("recv");
+    let mut receiver = Receiver::attach(&mut session, "r", "q")
+        .await
+        .expect("receiver");
+    let delivery = timeout(DEADLINE, receiver.recv::<String>())
+        .await
+        .expect("in time")
+        .expect("recv");
     assert_eq!(delivery.body(), "hello");
     receiver.accept(&delivery).await.expect("accept");
     let _: Message<String> = delivery.into_message();
@@ -40,7 +50,11 @@ async fn send_then_receive_round_trip() {
 }
 
 fn delivery_count<T>(delivery: &fe2o3_amqp::link::delivery::Delivery<T>) -> u32 {
-    delivery.message().header.as_ref().map_or(0, |h| h.delivery_count)
+    delivery
+        .message()
+        .header
+        .as_ref()
+        .map_or(0, |h| h.delivery_count)
 }
 
 fn sequence_number<T>(delivery: &fe2o3_amqp::link::delivery::Delivery<T>) -> i64 {
@@ -65,19 +79,43 @@ async fn several_sessions_and_links_share_one_connection() {
     let mut first = Session::begin(&mut connection).await.expect("begin 1");
     let mut second = Session::begin(&mut connection).await.expect("begin 2");
     let mut to_a = Sender::attach(&mut first, "to-a", "a").await.expect("to-a");
-    let mut to_b = Sender::attach(&mut second, "to-b", "b").await.expect("to-b");
-    let mut from_a = Receiver::attach(&mut second, "from-a", "a").await.expect("from-a");
-    let mut from_b = Receiver::attach(&mut first, "from-b", "b").await.expect("from-b");
+    let mut to_b = Sender::attach(&mut second, "to-b", "b")
+        .await
+        .expect("to-b");
+    let mut from_a = Receiver::attach(&mut second, "from-a", "a")
+        .await
+        .expect("from-a");
+    let mut from_b = Receiver::attach(&mut first, "from-b", "b")
+        .await
+        .expect("from-b");
     for i in 0..20 {
-        let a = timeout(DEADLINE, to_a.send(format!("a{i}"))).await.expect("in time").expect("send a");
-        let b = timeout(DEADLINE, to_b.send(format!("b{i}"))).await.expect("in time").expect("send b");
-        assert!(matches!((a, b), (Outcome::Accepted(_), Outcome::Accepted(_))));
+        let a = timeout(DEADLINE, to_a.send(format!("a{i}")))
+            .await
+            .expect("in time")
+            .expect("send a");
+        let b = timeout(DEADLINE, to_b.send(format!("b{i}")))
+            .await
+            .expect("in time")
+            .expect("send b");
+        assert!(matches!(
+            (a, b),
+            (Outcome::Accepted(_), Outcome::Accepted(_))
+        ));
     }
     let mut last_seq = 0;
     for i in 0..20 {
-        let a = timeout(DEADLINE, from_a.recv::<String>()).await.expect("in time").expect("recv a");
-        let b = timeout(DEADLINE, from_b.recv::<String>()).await.expect("in time").expect("recv b");
-        assert_eq!((a.body().as_str(), b.body().as_str()), (format!("a{i}").as_str(), format!("b{i}").as_str()));
+        let a = timeout(DEADLINE, from_a.recv::<String>())
+            .await
+            .expect("in time")
+            .expect("recv a");
+        let b = timeout(DEADLINE, from_b.recv::<String>())
+            .await
+            .expect("in time")
+            .expect("recv b");
+        assert_eq!(
+            (a.body().as_str(), b.body().as_str()),
+            (format!("a{i}").as_str(), format!("b{i}").as_str())
+        );
         let seq = sequence_number(&a);
         assert_eq!(seq, last_seq + 1, "sequence numbers are gap-free");
         last_seq = seq;
@@ -95,18 +133,28 @@ async fn a_300_kb_message_crosses_512_byte_frames_both_ways() {
     let broker = TestBroker::start(config).await;
     let mut connection = connect(&broker, 512).await;
     let mut session = Session::begin(&mut connection).await.expect("begin");
-    let mut sender = Sender::attach(&mut session, "s", "big").await.expect("sender");
+    let mut sender = Sender::attach(&mut session, "s", "big")
+        .await
+        .expect("sender");
     let body: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     let message = Message::builder()
         .data(fe2o3_amqp::types::primitives::Binary::from(body.clone()))
         .build();
-    let outcome = timeout(DEADLINE, sender.send(message)).await.expect("in time").expect("send");
-    assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
-    let mut receiver = Receiver::attach(&mut session, "r", "big").await.expect("receiver");
-    let delivery = timeout(DEADLINE, receiver.recv::<fe2o3_amqp::types::messaging::Data>())
+    let outcome = timeout(DEADLINE, sender.send(message))
         .await
         .expect("in time")
-        .expect("recv");
+        .expect("send");
+    assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
+    let mut receiver = Receiver::attach(&mut session, "r", "big")
+        .await
+        .expect("receiver");
+    let delivery = timeout(
+        DEADLINE,
+        receiver.recv::<fe2o3_amqp::types::messaging::Data>(),
+    )
+    .await
+    .expect("in time")
+    .expect("recv");
     assert_eq!(delivery.body().0.as_ref(), body.as_slice());
     receiver.accept(&delivery).await.expect("accept");
     connection.close().await.expect("close");
@@ -137,14 +185,22 @@ async fn presettled_sends_and_receive_and_delete() {
         .await
         .expect("receiver");
     for i in 0..5 {
-        let delivery = timeout(DEADLINE, receiver.recv::<String>()).await.expect("in time").expect("recv");
+        let delivery = timeout(DEADLINE, receiver.recv::<String>())
+            .await
+            .expect("in time")
+            .expect("recv");
         assert_eq!(delivery.body(), &format!("m{i}"));
     }
     receiver.close().await.expect("close receiver");
     // Receive-and-delete removed them: a peek-lock receiver finds the queue empty.
-    let mut check = Receiver::attach(&mut session, "check", "q").await.expect("check");
+    let mut check = Receiver::attach(&mut session, "check", "q")
+        .await
+        .expect("check");
     sender.send("marker").await.expect("send marker");
-    let next = timeout(DEADLINE, check.recv::<String>()).await.expect("in time").expect("recv");
+    let next = timeout(DEADLINE, check.recv::<String>())
+        .await
+        .expect("in time")
+        .expect("recv");
     assert_eq!(next.body(), "marker");
     connection.close().await.expect("close");
     broker.stop().await;
@@ -156,20 +212,48 @@ async fn released_keeps_the_count_and_modified_raises_it() {
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
     let mut connection = connect(&broker, 65536).await;
     let mut session = Session::begin(&mut connection).await.expect("begin");
-    let mut sender = Sender::attach(&mut session, "s", "q").await.expect("sender");
+    let mut sender = Sender::attach(&mut session, "s", "q")
+        .await
+        .expect("sender");
     sender.send("again").await.expect("send");
-    let mut receiver = Receiver::attach(&mut session, "r", "q").await.expect("receiver");
-    let first = timeout(DEADLINE, receiver.recv::<String>()).await.expect("in time").expect("recv");
+    let mut receiver = Receiver::attach(&mut session, "r", "q")
+        .await
+        .expect("receiver");
+    let first = timeout(DEADLINE, receiver.recv::<String>())
+        .await
+        .expect("in time")
+        .expect("recv");
     assert_eq!(delivery_count(&first), 0);
     receiver.release(&first).await.expect("release");
-    let second = timeout(DEADLINE, receiver.recv::<String>()).await.expect("in time").expect("recv");
-    assert_eq!((second.body().as_str(), delivery_count(&second)), ("again", 0), "released: same count");
+    let second = timeout(DEADLINE, receiver.recv::<String>())
+        .await
+        .expect("in time")
+        .expect("recv");
+    assert_eq!(
+        (second.body().as_str(), delivery_count(&second)),
+        ("again", 0),
+        "released: same count"
+    );
     receiver
-        .modify(&second, Modified { delivery_failed: Some(true), undeliverable_here: None, message_annotations: None })
+        .modify(
+            &second,
+            Modified {
+                delivery_failed: Some(true),
+                undeliverable_here: None,
+                message_annotations: None,
+            },
+        )
         .await
         .expect("modify");
-    let third = timeout(DEADLINE, receiver.recv::<String>()).await.expect("in time").expect("recv");
-    assert_eq!((third.body().as_str(), delivery_count(&third)), ("again", 1), "modified: count + 1");
+    let third = timeout(DEADLINE, receiver.recv::<String>())
+        .await
+        .expect("in time")
+        .expect("recv");
+    assert_eq!(
+        (third.body().as_str(), delivery_count(&third)),
+        ("again", 1),
+        "modified: count + 1"
+    );
     assert_eq!(sequence_number(&third), sequence_number(&first));
     receiver.accept(&third).await.expect("accept");
     connection.close().await.expect("close");
@@ -182,7 +266,9 @@ async fn drain_with_three_queued_delivers_three_and_uses_up_the_credit() {
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
     let mut connection = connect(&broker, 65536).await;
     let mut session = Session::begin(&mut connection).await.expect("begin");
-    let mut sender = Sender::attach(&mut session, "s", "q").await.expect("sender");
+    let mut sender = Sender::attach(&mut session, "s", "q")
+        .await
+        .expect("sender");
     for i in 0..3 {
         sender.send(format!("d{i}")).await.expect("send");
     }
@@ -196,16 +282,26 @@ async fn drain_with_three_queued_delivers_three_and_uses_up_the_credit() {
     receiver.set_credit(10).await.expect("credit");
     receiver.drain().await.expect("drain");
     for i in 0..3 {
-        let delivery = timeout(DEADLINE, receiver.recv::<String>()).await.expect("in time").expect("recv");
+        let delivery = timeout(DEADLINE, receiver.recv::<String>())
+            .await
+            .expect("in time")
+            .expect("recv");
         assert_eq!(delivery.body(), &format!("d{i}"));
         receiver.accept(&delivery).await.expect("accept");
     }
     // The drain used up the remaining credit: a new message waits for new credit.
     sender.send("after").await.expect("send after");
-    let early = timeout(std::time::Duration::from_millis(500), receiver.recv::<String>()).await;
+    let early = timeout(
+        std::time::Duration::from_millis(500),
+        receiver.recv::<String>(),
+    )
+    .await;
     assert!(early.is_err(), "no delivery without credit after a drain");
     receiver.set_credit(1).await.expect("credit");
-    let after = timeout(DEADLINE, receiver.recv::<String>()).await.expect("in time").expect("recv");
+    let after = timeout(DEADLINE, receiver.recv::<String>())
+        .await
+        .expect("in time")
+        .expect("recv");
     assert_eq!(after.body(), "after");
     connection.close().await.expect("close");
     broker.stop().await;
@@ -217,22 +313,37 @@ async fn unknown_address_is_refused_with_not_found() {
     use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
     let mut connection = connect(&broker, 65536).await;
-    let mut session = Session::begin(&mut connection).await.expect("begin");
-    match Sender::attach(&mut session, "s", "no-such-queue").await {
+    // One session per refusal: fe2o3-amqp reuses a refused link's handle before its own
+    // detach exchange is over, which confuses its session, not the broker.
+    let mut first = Session::begin(&mut connection).await.expect("begin");
+    match Sender::attach(&mut first, "s", "no-such-queue").await {
         Err(SenderAttachError::RemoteClosedWithError(error)) => {
-            assert_eq!(error.condition, ErrorCondition::AmqpError(AmqpError::NotFound))
+            assert_eq!(
+                error.condition,
+                ErrorCondition::AmqpError(AmqpError::NotFound)
+            )
         }
         other => panic!("expected not-found, got {:?}", other.map(|_| ())),
     }
-    match Receiver::attach(&mut session, "r", "amqps://host/No-Such-Queue").await {
+    let mut second = Session::begin(&mut connection).await.expect("begin");
+    match Receiver::attach(&mut second, "r", "amqps://host/No-Such-Queue").await {
         Err(ReceiverAttachError::RemoteClosedWithError(error)) => {
-            assert_eq!(error.condition, ErrorCondition::AmqpError(AmqpError::NotFound))
+            assert_eq!(
+                error.condition,
+                ErrorCondition::AmqpError(AmqpError::NotFound)
+            )
         }
         other => panic!("expected not-found, got {:?}", other.map(|_| ())),
     }
-    // The session still works, and addresses are case-insensitive with a scheme and host.
-    let mut sender = Sender::attach(&mut session, "s2", "amqps://host:5671/Q").await.expect("sender");
-    assert!(matches!(sender.send("ok").await.expect("send"), Outcome::Accepted(_)));
+    // The connection still works, and addresses are case-insensitive with a scheme and host.
+    let mut third = Session::begin(&mut connection).await.expect("begin");
+    let mut sender = Sender::attach(&mut third, "s2", "amqps://host:5671/Q")
+        .await
+        .expect("sender");
+    assert!(matches!(
+        sender.send("ok").await.expect("send"),
+        Outcome::Accepted(_)
+    ));
     connection.close().await.expect("close");
     broker.stop().await;
 }
@@ -243,7 +354,9 @@ async fn settle_second_gets_the_outcome_confirmed() {
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
     let mut connection = connect(&broker, 65536).await;
     let mut session = Session::begin(&mut connection).await.expect("begin");
-    let mut sender = Sender::attach(&mut session, "s", "q").await.expect("sender");
+    let mut sender = Sender::attach(&mut session, "s", "q")
+        .await
+        .expect("sender");
     sender.send("one").await.expect("send");
     sender.send("two").await.expect("send");
     let mut receiver = Receiver::builder()
@@ -253,14 +366,32 @@ async fn settle_second_gets_the_outcome_confirmed() {
         .attach(&mut session)
         .await
         .expect("receiver");
-    let one = timeout(DEADLINE, receiver.recv::<String>()).await.expect("in time").expect("recv");
-    timeout(DEADLINE, receiver.accept(&one)).await.expect("confirmed in time").expect("accept");
-    let two = timeout(DEADLINE, receiver.recv::<String>()).await.expect("in time").expect("recv");
+    let one = timeout(DEADLINE, receiver.recv::<String>())
+        .await
+        .expect("in time")
+        .expect("recv");
+    timeout(DEADLINE, receiver.accept(&one))
+        .await
+        .expect("confirmed in time")
+        .expect("accept");
+    let two = timeout(DEADLINE, receiver.recv::<String>())
+        .await
+        .expect("in time")
+        .expect("recv");
     assert_eq!(two.body(), "two");
-    timeout(DEADLINE, receiver.release(&two)).await.expect("confirmed in time").expect("release");
-    let again = timeout(DEADLINE, receiver.recv::<String>()).await.expect("in time").expect("recv");
+    timeout(DEADLINE, receiver.release(&two))
+        .await
+        .expect("confirmed in time")
+        .expect("release");
+    let again = timeout(DEADLINE, receiver.recv::<String>())
+        .await
+        .expect("in time")
+        .expect("recv");
     assert_eq!(again.body(), "two");
-    timeout(DEADLINE, receiver.accept(&again)).await.expect("confirmed in time").expect("accept");
+    timeout(DEADLINE, receiver.accept(&again))
+        .await
+        .expect("confirmed in time")
+        .expect("accept");
     connection.close().await.expect("close");
     broker.stop().await;
 }
@@ -270,27 +401,47 @@ async fn a_lost_connection_returns_its_unsettled_messages_to_other_consumers() {
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
     let mut producer = connect(&broker, 65536).await;
     let mut session = Session::begin(&mut producer).await.expect("begin");
-    let mut sender = Sender::attach(&mut session, "s", "q").await.expect("sender");
+    let mut sender = Sender::attach(&mut session, "s", "q")
+        .await
+        .expect("sender");
     for i in 0..10 {
         sender.send(format!("m{i}")).await.expect("send");
     }
     let mut doomed = connect(&broker, 65536).await;
     let mut doomed_session = Session::begin(&mut doomed).await.expect("begin");
-    let mut greedy = Receiver::attach(&mut doomed_session, "greedy", "q").await.expect("receiver");
+    let mut greedy = Receiver::attach(&mut doomed_session, "greedy", "q")
+        .await
+        .expect("receiver");
     for i in 0..10 {
-        let delivery = timeout(DEADLINE, greedy.recv::<String>()).await.expect("in time").expect("recv");
+        let delivery = timeout(DEADLINE, greedy.recv::<String>())
+            .await
+            .expect("in time")
+            .expect("recv");
         assert_eq!(delivery.body(), &format!("m{i}"));
     }
     // The second consumer sees nothing while the first holds every lock...
-    let mut patient = Receiver::attach(&mut session, "patient", "q").await.expect("receiver");
-    assert!(timeout(std::time::Duration::from_millis(300), patient.recv::<String>()).await.is_err());
+    let mut patient = Receiver::attach(&mut session, "patient", "q")
+        .await
+        .expect("receiver");
+    assert!(timeout(
+        std::time::Duration::from_millis(300),
+        patient.recv::<String>()
+    )
+    .await
+    .is_err());
     // ...and everything, counted once more, when the first connection goes away.
     drop(greedy);
     drop(doomed_session);
     drop(doomed);
     for i in 0..10 {
-        let delivery = timeout(DEADLINE, patient.recv::<String>()).await.expect("in time").expect("recv");
-        assert_eq!((delivery.body().as_str(), delivery_count(&delivery)), (format!("m{i}").as_str(), 1));
+        let delivery = timeout(DEADLINE, patient.recv::<String>())
+            .await
+            .expect("in time")
+            .expect("recv");
+        assert_eq!(
+            (delivery.body().as_str(), delivery_count(&delivery)),
+            (format!("m{i}").as_str(), 1)
+        );
         patient.accept(&delivery).await.expect("accept");
     }
     producer.close().await.expect("close");

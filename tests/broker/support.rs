@@ -37,6 +37,14 @@ pub fn config_with_queues(names: &[&str]) -> Config {
 impl TestBroker {
     /// Starts a broker with `config` on 127.0.0.1:0.
     pub async fn start(config: Config) -> Self {
+        // Broker logs go to the test's captured output, shown only when it fails.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "tidebus=debug".into()),
+            )
+            .with_test_writer()
+            .try_init();
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (stop, stopped) = oneshot::channel::<()>();
@@ -51,17 +59,15 @@ impl TestBroker {
             .await
             .expect("broker run");
         });
-        tokio::time::timeout(DEADLINE, ready_rx).await.expect("ready in time").expect("ready");
+        tokio::time::timeout(DEADLINE, ready_rx)
+            .await
+            .expect("ready in time")
+            .expect("ready");
         Self {
             addr,
             stop: Some(stop),
             task: Some(task),
         }
-    }
-
-    /// `amqp://127.0.0.1:PORT`.
-    pub fn url(&self) -> String {
-        format!("amqp://{}", self.addr)
     }
 
     /// Stops the broker and waits for it.
@@ -70,7 +76,10 @@ impl TestBroker {
             let _ = stop.send(());
         }
         if let Some(task) = self.task.take() {
-            tokio::time::timeout(DEADLINE, task).await.expect("stopped in time").expect("join");
+            tokio::time::timeout(DEADLINE, task)
+                .await
+                .expect("stopped in time")
+                .expect("join");
         }
     }
 }

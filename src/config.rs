@@ -33,7 +33,6 @@ const UNSUPPORTED_QUEUE_KEYS: &[&str] = &[
     "dead_lettering_on_message_expiration",
     "requires_session",
     "auto_delete_on_idle",
-    "max_size_in_megabytes",
 ];
 
 /// The whole broker configuration.
@@ -71,6 +70,8 @@ pub struct BrokerConfig {
     pub flush_interval: Duration,
     /// Largest accepted message, in bytes; at least 1.
     pub max_message_size: u64,
+    /// Bytes of sled's page cache; at least 1 MiB.
+    pub cache_capacity: u64,
     /// Most concurrent client connections; at least 1.
     pub max_connections: usize,
     /// Idle timeout the broker advertises in its `open`; from 1 s to `u32::MAX` milliseconds.
@@ -90,6 +91,8 @@ pub struct QueueConfig {
     pub lock_duration: Duration,
     /// Deliveries after which a message is dead-lettered; at least 1.
     pub max_delivery_count: u32,
+    /// Most bytes of messages the queue holds; sends beyond are refused. At least 1.
+    pub max_size_in_megabytes: u64,
 }
 
 /// A position in a config file, shown as `origin:line:column` (both 1-based; the column counts
@@ -204,13 +207,14 @@ struct RawBroker {
     durability: Option<Durability>,
     flush_interval: Option<Spanned<HumanDuration>>,
     max_message_size: Option<Spanned<ByteSize>>,
+    cache_capacity: Option<Spanned<ByteSize>>,
     max_connections: Option<Spanned<u64>>,
     idle_timeout: Option<Spanned<HumanDuration>>,
     max_frame_size: Option<Spanned<ByteSize>>,
     shutdown_timeout: Option<Spanned<HumanDuration>>,
 }
 
-/// One `[[queues]]` entry as written. The last five keys are in [`UNSUPPORTED_QUEUE_KEYS`].
+/// One `[[queues]]` entry as written. The planned keys are in [`UNSUPPORTED_QUEUE_KEYS`].
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawQueue {
@@ -226,7 +230,7 @@ struct RawQueue {
 
 impl RawQueue {
     /// The planned keys with the span of their value when set.
-    fn planned_keys(&self) -> [(&'static str, Option<Range<usize>>); 5] {
+    fn planned_keys(&self) -> [(&'static str, Option<Range<usize>>); 4] {
         [
             (
                 "default_message_time_to_live",
@@ -238,10 +242,6 @@ impl RawQueue {
             ),
             ("requires_session", span_of(&self.requires_session)),
             ("auto_delete_on_idle", span_of(&self.auto_delete_on_idle)),
-            (
-                "max_size_in_megabytes",
-                span_of(&self.max_size_in_megabytes),
-            ),
         ]
     }
 }
@@ -269,6 +269,18 @@ const MAX_MESSAGE_SIZE: Limits<u64> = Limits {
     min: 1,
     max: u64::MAX,
     allowed: "at least 1 byte",
+};
+const CACHE_CAPACITY: Limits<u64> = Limits {
+    default: 64 * 1024 * 1024,
+    min: 1024 * 1024,
+    max: u64::MAX,
+    allowed: "at least 1MiB",
+};
+const MAX_SIZE_IN_MEGABYTES: Limits<u64> = Limits {
+    default: 1024,
+    min: 1,
+    max: u64::MAX / (1024 * 1024),
+    allowed: "at least 1",
 };
 const MAX_CONNECTIONS: Limits<usize> = Limits {
     default: 1024,
@@ -353,6 +365,11 @@ impl Source<'_> {
                 raw.max_message_size,
                 &MAX_MESSAGE_SIZE,
             )?,
+            cache_capacity: self.bounded(
+                "broker.cache_capacity",
+                raw.cache_capacity,
+                &CACHE_CAPACITY,
+            )?,
             max_connections: self.bounded(
                 "broker.max_connections",
                 raw.max_connections,
@@ -428,6 +445,11 @@ impl Source<'_> {
                 &key("max_delivery_count"),
                 raw.max_delivery_count,
                 &MAX_DELIVERY_COUNT,
+            )?,
+            max_size_in_megabytes: self.bounded(
+                &key("max_size_in_megabytes"),
+                raw.max_size_in_megabytes,
+                &MAX_SIZE_IN_MEGABYTES,
             )?,
         })
     }
@@ -1128,7 +1150,6 @@ mod tests {
             ("dead_lettering_on_message_expiration", "false"),
             ("requires_session", "false"),
             ("auto_delete_on_idle", "\"PT1H\""),
-            ("max_size_in_megabytes", "1024"),
         ];
         assert_eq!(samples.map(|(key, _)| key), UNSUPPORTED_QUEUE_KEYS);
         for (key, value) in samples {

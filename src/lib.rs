@@ -7,6 +7,7 @@
 //!   connections, sessions, links, and the message splice.
 //! - [`node`]: what links attach to (the address router, Service Bus wire names).
 //! - [`entity`]: queues as actors (handle, pure state, task, registry).
+//! - [`store`]: the sled message log, versioned records and group commit.
 #![deny(missing_docs)]
 
 pub mod amqp;
@@ -15,6 +16,7 @@ pub mod entity;
 pub mod node;
 pub mod server;
 pub mod shutdown;
+pub mod store;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -27,28 +29,54 @@ use crate::amqp::connection::Shared;
 use crate::config::{Config, Durability};
 use crate::entity::registry::Registry;
 use crate::shutdown::Shutdown;
+use crate::store::{Store, StoreError};
+
+/// Why the broker could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The listener failed.
+    #[error("listener: {0}")]
+    Io(#[from] std::io::Error),
+    /// The message store could not be opened or recovered, or its last flush failed.
+    #[error("message store: {0}")]
+    Store(#[from] StoreError),
+}
 
 /// Runs the broker on a bound listener until `shutdown` resolves, then closes every
-/// connection and waits for every task up to the configured shutdown timeout.
-/// `on_ready` is called with the bound address once entities exist and the listener accepts.
+/// connection, waits for every task up to the configured shutdown timeout and flushes the
+/// store. `on_ready` is called with the bound address once every entity is recovered and the
+/// listener accepts.
 ///
 /// # Errors
-/// Fails when the listener's address cannot be read.
+/// A [`RunError`] when the store cannot be opened or recovered, or the final flush fails.
 pub async fn run(
     config: Config,
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
     on_ready: impl FnOnce(SocketAddr),
-) -> std::io::Result<()> {
+) -> Result<(), RunError> {
     let address = listener.local_addr()?;
-    if config.broker.durability != Durability::Memory {
-        tracing::warn!(
-            durability = ?config.broker.durability,
-            "this version keeps messages in memory only: nothing survives a restart"
-        );
-    }
     let tasks = Shutdown::default();
-    let registry = Registry::start(&config, &tasks.token, &tasks.tracker);
+    let store = Store::open(&config.broker)?;
+    let flusher = store.flusher(&tasks.tracker);
+    let interval = (config.broker.durability == Durability::Interval)
+        .then_some(flusher.clone())
+        .flatten();
+    if let Some(flusher) = interval {
+        tasks.tracker.spawn(store::commit::flush_every(
+            flusher,
+            config.broker.flush_interval,
+            tasks.token.clone(),
+        ));
+    }
+    let registry = Registry::start(
+        &config,
+        &store,
+        flusher.as_ref(),
+        &tasks.token,
+        &tasks.tracker,
+    )?;
+    drop(flusher);
     let shared = Arc::new(Shared {
         registry,
         max_frame_size: config.broker.max_frame_size,
@@ -69,10 +97,12 @@ pub async fn run(
     tracing::info!("shutting down");
     let finished = tasks.drain(config.broker.shutdown_timeout).await;
     let _ = accept.await;
-    if finished {
-        tracing::info!("stopped");
-    } else {
+    if !finished {
         tracing::warn!(timeout = ?config.broker.shutdown_timeout, "some tasks did not stop in time");
     }
+    tokio::task::spawn_blocking(move || store.flush_blocking())
+        .await
+        .map_err(|e| StoreError::Sled(format!("final flush task: {e}")))??;
+    tracing::info!("stopped");
     Ok(())
 }

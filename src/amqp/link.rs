@@ -37,6 +37,8 @@ pub struct Partial {
     pub settled: bool,
     /// Message format from the first frame.
     pub message_format: u32,
+    /// Payload bytes received so far (kept or not).
+    pub received: u64,
     /// The bytes so far.
     pub bytes: BytesMut,
 }

@@ -327,6 +327,7 @@ impl Session {
             self.incoming_remaining = INCOMING_WINDOW;
             out.frames.push(self.session_flow());
         }
+        let session_flow = self.flow();
         let remote_handle = transfer.handle.0;
         let link = self
             .links
@@ -360,23 +361,21 @@ impl Session {
                 })?,
                 settled: false,
                 message_format: transfer.message_format.unwrap_or(0),
+                received: 0,
                 bytes: BytesMut::new(),
             },
         };
         partial.settled |= transfer.settled.unwrap_or(false);
-        if (partial.bytes.len() + payload.len()) as u64 > incoming.max_message_size {
-            let error = link::amqp_error(
-                LinkError::MessageSizeExceeded,
-                format!(
-                    "the message exceeds the maximum message size of {} bytes",
-                    incoming.max_message_size
-                ),
-            );
-            self.detach_with(remote_handle, error, out);
-            return Ok(());
+        partial.received += payload.len() as u64;
+        let oversized = partial.received > incoming.max_message_size;
+        if oversized {
+            // Keep reading the delivery's frames, but stop keeping its bytes.
+            partial.bytes = BytesMut::new();
         }
         let whole = if transfer.more {
-            partial.bytes.extend_from_slice(&payload);
+            if !oversized {
+                partial.bytes.extend_from_slice(&payload);
+            }
             incoming.partial = Some(partial);
             return Ok(());
         } else if partial.bytes.is_empty() {
@@ -391,6 +390,28 @@ impl Session {
             incoming.credit = SENDER_CREDIT;
             incoming.delivery_count
         });
+        if let Some(count) = refill {
+            out.frames.push(link_flow(
+                session_flow,
+                local_handle,
+                count,
+                SENDER_CREDIT,
+                false,
+            ));
+        }
+        if oversized {
+            let error = link::amqp_error(
+                LinkError::MessageSizeExceeded,
+                format!(
+                    "the message of {} bytes exceeds the maximum message size of {} bytes",
+                    partial.received, incoming.max_message_size
+                ),
+            );
+            if !partial.settled {
+                out.frames.push(rejection(partial.delivery_id, error));
+            }
+            return Ok(());
+        }
         let messages = if partial.message_format == BATCH_MESSAGE_FORMAT {
             message::unpack_batch(&whole)
         } else {
@@ -411,10 +432,6 @@ impl Session {
         });
         out.posts
             .push((incoming.entity.clone(), Command::Send { messages, reply }));
-        if let Some(count) = refill {
-            out.frames
-                .push(self.link_flow(local_handle, count, SENDER_CREDIT, false));
-        }
         Ok(())
     }
 
@@ -635,16 +652,9 @@ impl Session {
         };
         match result {
             Ok(()) => self.accepted.push(delivery_id),
-            Err(error) => out.frames.push(FrameBody::Disposition(Disposition {
-                role: Role::Receiver,
-                first: delivery_id,
-                last: None,
-                settled: true,
-                state: Some(DeliveryState::Rejected(Rejected {
-                    error: Some(entity_error(&error)),
-                })),
-                batchable: false,
-            })),
+            Err(error) => out
+                .frames
+                .push(rejection(delivery_id, entity_error(&error))),
         }
     }
 
@@ -788,13 +798,7 @@ impl Session {
         credit: u32,
         drain: bool,
     ) -> FrameBody {
-        FrameBody::Flow(Flow {
-            handle: Some(Handle(local_handle)),
-            delivery_count: Some(delivery_count),
-            link_credit: Some(credit),
-            drain,
-            ..self.flow()
-        })
+        link_flow(self.flow(), local_handle, delivery_count, credit, drain)
     }
 
     fn flow(&self) -> Flow {
@@ -825,13 +829,47 @@ fn settlement_of(state: &DeliveryState) -> Option<Settlement> {
     }
 }
 
+/// A link `flow` on top of the session fields of `base`.
+fn link_flow(
+    base: Flow,
+    local_handle: u32,
+    delivery_count: u32,
+    credit: u32,
+    drain: bool,
+) -> FrameBody {
+    FrameBody::Flow(Flow {
+        handle: Some(Handle(local_handle)),
+        delivery_count: Some(delivery_count),
+        link_credit: Some(credit),
+        drain,
+        ..base
+    })
+}
+
+/// The settled `rejected` disposition of one received delivery.
+fn rejection(delivery_id: u32, error: definitions::Error) -> FrameBody {
+    FrameBody::Disposition(Disposition {
+        role: Role::Receiver,
+        first: delivery_id,
+        last: None,
+        settled: true,
+        state: Some(DeliveryState::Rejected(Rejected { error: Some(error) })),
+        batchable: false,
+    })
+}
+
 /// The AMQP error a client sees for an entity's refusal.
 fn entity_error(error: &EntityError) -> definitions::Error {
     match error {
         EntityError::LockLost => {
             link::custom_error(wire::condition::MESSAGE_LOCK_LOST, error.to_string())
         }
-        EntityError::Unavailable => link::amqp_error(AmqpError::InternalError, error.to_string()),
+        EntityError::Unavailable | EntityError::Storage(_) => {
+            link::amqp_error(AmqpError::InternalError, error.to_string())
+        }
+        EntityError::QuotaExceeded { .. } => {
+            link::amqp_error(AmqpError::ResourceLimitExceeded, error.to_string())
+        }
         EntityError::NotImplemented(_) => {
             link::amqp_error(AmqpError::NotImplemented, error.to_string())
         }

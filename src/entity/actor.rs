@@ -1,39 +1,69 @@
-//! The entity task: owns a [`QueueState`], drains its mailbox in batches, performs the core's
-//! effects and sleeps until the core's next deadline (design.md D2, D5).
+//! The entity task: owns a [`QueueState`] and its log, drains its mailbox in batches, writes
+//! each batch's changes at once, and answers senders only after the durability point
+//! (design.md D2, D4, D5).
+//!
+//! Group commit in `sync` mode: answers wait in `unflushed` until a flush is requested, then
+//! in `flushing` until that flush completes; meanwhile the next batches are applied and
+//! written, so one fsync covers everything that arrived while the previous one ran.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::config::QueueConfig;
-use crate::entity::handle::{Command, ConsumerId, EntityEvent, EntityHandle, EventSink};
+use crate::entity::handle::{
+    Command, ConsumerId, Delivery, EntityError, EntityEvent, EntityHandle, EventSink,
+};
 use crate::entity::state::QueueState;
+use crate::store::{EntityLog, Flusher, StoreError};
 
 /// Mailbox capacity: senders wait (backpressure) when this many commands are queued.
 const MAILBOX: usize = 4096;
 /// Commands taken per wake-up, so deadlines and shutdown are never starved.
 const BATCH: usize = 512;
 
-/// Starts the actor of one queue and returns its handle.
+/// When an entity's answers may leave.
+#[derive(Debug, Clone)]
+pub enum Commit {
+    /// Right after the write (`memory` mode, and `interval` mode with its periodic flusher,
+    /// whose failure poisons the entity too).
+    AfterWrite(Option<Flusher>),
+    /// After a flush covered the write (`sync` mode).
+    AfterFlush(Flusher),
+}
+
+/// Recovers a queue from its log and starts its actor.
+///
+/// # Errors
+/// A [`StoreError`] when the log cannot be read back.
 pub fn spawn(
     config: &QueueConfig,
+    log: EntityLog,
+    commit: Commit,
     shutdown: CancellationToken,
     tracker: &TaskTracker,
-) -> EntityHandle {
+) -> Result<EntityHandle, StoreError> {
     let (tx, rx) = mpsc::channel(MAILBOX);
     let lock_ms = i64::try_from(config.lock_duration.as_millis()).unwrap_or(i64::MAX);
+    let max_bytes = config.max_size_in_megabytes.saturating_mul(1024 * 1024);
+    let state = QueueState::recover(lock_ms, max_bytes, log.recover()?);
     let actor = Actor {
-        state: QueueState::new(lock_ms),
+        state,
+        log,
+        commit,
         consumers: HashMap::new(),
+        poisoned: None,
+        answers: Vec::new(),
+        unflushed: Vec::new(),
     };
     let span = tracing::info_span!("entity", name = %config.name);
     tracker.spawn(actor.run(rx, shutdown).instrument(span));
-    EntityHandle::new(config.name.clone(), tx)
+    Ok(EntityHandle::new(config.name.clone(), tx))
 }
 
 /// Wall-clock milliseconds since the Unix epoch (Service Bus times are UTC).
@@ -44,15 +74,29 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// An answer held back until its changes are durable.
+type Answer = (EventSink, EntityEvent);
+
+type FlushResult = Result<(), StoreError>;
+
 struct Actor {
     state: QueueState,
+    log: EntityLog,
+    commit: Commit,
     /// Where each consumer's deliveries go.
     consumers: HashMap<ConsumerId, EventSink>,
+    /// Set by the first storage failure; from then on nothing is acknowledged.
+    poisoned: Option<String>,
+    /// Answers of the batch being applied.
+    answers: Vec<Answer>,
+    /// Answers whose changes are written but not yet covered by a requested flush.
+    unflushed: Vec<Answer>,
 }
 
 impl Actor {
     async fn run(mut self, mut mailbox: mpsc::Receiver<Command>, shutdown: CancellationToken) {
         let mut batch = Vec::with_capacity(BATCH);
+        let mut flushing: Option<(oneshot::Receiver<FlushResult>, Vec<Answer>)> = None;
         loop {
             let deadline = self.state.next_deadline_ms().map(|at| {
                 let wait = u64::try_from(at.saturating_sub(now_ms())).unwrap_or(0);
@@ -61,6 +105,11 @@ impl Actor {
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
+                result = wait_flush(&mut flushing), if flushing.is_some() => {
+                    if let Some((_, answers)) = flushing.take() {
+                        self.on_flushed(result, answers);
+                    }
+                }
                 received = mailbox.recv_many(&mut batch, BATCH) => {
                     if received == 0 {
                         break;
@@ -74,8 +123,24 @@ impl Actor {
                     self.state.expire_locks(now_ms());
                 }
             }
-            let deliveries = self.state.dispatch(now_ms());
-            self.hand_out(deliveries);
+            // Write before dispatching, so the bytes of messages just sent can be read back.
+            self.persist();
+            if self.poisoned.is_none() {
+                let deliveries = self.state.dispatch(now_ms());
+                self.hand_out(deliveries);
+                self.persist();
+            }
+            self.release_answers();
+            if flushing.is_none() && !self.unflushed.is_empty() {
+                if let Commit::AfterFlush(flusher) = &self.commit {
+                    flushing = Some((flusher.request(), std::mem::take(&mut self.unflushed)));
+                }
+            }
+        }
+        self.persist();
+        if let Some((rx, answers)) = flushing {
+            let result = rx.await.unwrap_or_else(|_| Err(flusher_gone()));
+            self.on_flushed(result, answers);
         }
         tracing::debug!(messages = self.state.len(), "entity stopped");
     }
@@ -83,12 +148,13 @@ impl Actor {
     fn apply(&mut self, command: Command, now: i64) {
         match command {
             Command::Send { messages, reply } => {
-                self.state.enqueue(now, messages);
+                let result = match &self.poisoned {
+                    Some(error) => Err(EntityError::Storage(error.clone())),
+                    None => self.state.enqueue(now, messages).map(|_| ()),
+                };
                 if let Some((ticket, events)) = reply {
-                    let _ = events.send(EntityEvent::Sent {
-                        ticket,
-                        result: Ok(()),
-                    });
+                    self.answers
+                        .push((events, EntityEvent::Sent { ticket, result }));
                 }
             }
             Command::Subscribe {
@@ -101,7 +167,12 @@ impl Actor {
             }
             Command::Credit { consumer, delta } => self.state.add_credit(consumer, delta),
             Command::Drain { consumer } => {
-                let deliveries = self.state.drain(consumer, now);
+                // The bytes of messages sent earlier in this batch must be readable.
+                self.persist();
+                let deliveries = match self.poisoned {
+                    None => self.state.drain(consumer, now),
+                    Some(_) => Vec::new(),
+                };
                 self.hand_out(deliveries);
                 if let Some(events) = self.consumers.get(&consumer) {
                     let _ = events.send(EntityEvent::Drained { consumer });
@@ -114,10 +185,14 @@ impl Actor {
             } => {
                 let results = items
                     .iter()
-                    .map(|(lock, settlement)| self.state.settle(consumer, *lock, settlement))
+                    .map(|(lock, settlement)| match &self.poisoned {
+                        Some(error) => Err(EntityError::Storage(error.clone())),
+                        None => self.state.settle(consumer, *lock, settlement),
+                    })
                     .collect();
                 if let Some((ticket, events)) = reply {
-                    let _ = events.send(EntityEvent::Settled { ticket, results });
+                    self.answers
+                        .push((events, EntityEvent::Settled { ticket, results }));
                 }
             }
             Command::GiveBack { delivery } => self.state.give_back(delivery),
@@ -128,10 +203,17 @@ impl Actor {
         }
     }
 
-    /// Sends deliveries to their consumers. A consumer whose connection is gone gets its
-    /// locks released at once instead of waiting for the unsubscribe.
-    fn hand_out(&mut self, deliveries: Vec<crate::entity::handle::Delivery>) {
-        for delivery in deliveries {
+    /// Reads each delivery's bytes from the log and sends it to its consumer. A consumer whose
+    /// connection is gone is unsubscribed at once (its locks are released).
+    fn hand_out(&mut self, deliveries: Vec<Delivery>) {
+        for mut delivery in deliveries {
+            match self.log.body(delivery.seq) {
+                Ok(bytes) => delivery.bytes = bytes,
+                Err(error) => {
+                    self.poison(&error);
+                    return;
+                }
+            }
             let consumer = delivery.consumer;
             let gone = match self.consumers.get(&consumer) {
                 Some(events) => events.send(EntityEvent::Delivered(delivery)).is_err(),
@@ -142,6 +224,89 @@ impl Actor {
                 self.consumers.remove(&consumer);
             }
         }
+    }
+
+    /// Writes the journal in one batch. A failure poisons the entity.
+    fn persist(&mut self) {
+        let changes = self.state.take_changes();
+        if changes.is_empty() || self.poisoned.is_some() {
+            return;
+        }
+        if let Err(error) = self.log.write(changes) {
+            self.poison(&error);
+        }
+    }
+
+    /// Sends the batch's answers now, or parks them for the next flush.
+    fn release_answers(&mut self) {
+        if let Commit::AfterWrite(Some(flusher)) = &self.commit {
+            if let Some(error) = flusher.poisoned().cloned() {
+                self.poison(&error);
+            }
+        }
+        let answers = std::mem::take(&mut self.answers);
+        match (&self.commit, &self.poisoned) {
+            (Commit::AfterFlush(_), None) => self.unflushed.extend(answers),
+            _ => {
+                let unflushed = std::mem::take(&mut self.unflushed);
+                for (sink, event) in unflushed.into_iter().chain(answers) {
+                    self.send_answer(sink, event);
+                }
+            }
+        }
+    }
+
+    fn on_flushed(&mut self, result: FlushResult, answers: Vec<Answer>) {
+        if let Err(error) = result {
+            self.poison(&error);
+        }
+        for (sink, event) in answers {
+            self.send_answer(sink, event);
+        }
+    }
+
+    /// Sends one answer; once poisoned, successes become storage errors (their durability
+    /// is unknown).
+    fn send_answer(&self, sink: EventSink, event: EntityEvent) {
+        let event = match (&self.poisoned, event) {
+            (Some(error), EntityEvent::Sent { ticket, .. }) => EntityEvent::Sent {
+                ticket,
+                result: Err(EntityError::Storage(error.clone())),
+            },
+            (Some(error), EntityEvent::Settled { ticket, results }) => EntityEvent::Settled {
+                ticket,
+                results: results
+                    .into_iter()
+                    .map(|_| Err(EntityError::Storage(error.clone())))
+                    .collect(),
+            },
+            (_, event) => event,
+        };
+        let _ = sink.send(event);
+    }
+
+    fn poison(&mut self, error: &StoreError) {
+        if self.poisoned.is_none() {
+            tracing::error!(%error, "storage failed: the entity stops acknowledging");
+            self.poisoned = Some(error.to_string());
+        }
+    }
+}
+
+fn flusher_gone() -> StoreError {
+    StoreError::Sled("the flusher has stopped".into())
+}
+
+/// The result of the flush in flight.
+///
+/// # Cancel safety
+/// Cancel safe: the receiver stays in place until it yields.
+async fn wait_flush(
+    flushing: &mut Option<(oneshot::Receiver<FlushResult>, Vec<Answer>)>,
+) -> FlushResult {
+    match flushing {
+        Some((rx, _)) => rx.await.unwrap_or_else(|_| Err(flusher_gone())),
+        None => std::future::pending().await,
     }
 }
 

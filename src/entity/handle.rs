@@ -66,6 +66,17 @@ pub enum EntityError {
     /// The entity is shutting down or gone.
     #[error("the entity is not available")]
     Unavailable,
+    /// The entity is full.
+    #[error("the queue holds {size} bytes, its limit is {max}: the message does not fit")]
+    QuotaExceeded {
+        /// Bytes held now.
+        size: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// The entity's storage failed; it no longer acknowledges anything.
+    #[error("the entity's storage failed: {0}")]
+    Storage(String),
     /// The operation exists in Service Bus but not in this version of Tidebus.
     #[error("{0} is not supported yet")]
     NotImplemented(&'static str),
@@ -138,7 +149,7 @@ pub struct Delivery {
     pub lock_token: Option<Uuid>,
     /// When the message was enqueued (ms since the Unix epoch).
     pub enqueued_ms: i64,
-    /// The stored message bytes.
+    /// The stored message bytes (filled by the actor from the entity's log).
     pub bytes: Bytes,
     /// What the engine writes into the header and annotations on the way out.
     pub stamp: DeliveryStamp,

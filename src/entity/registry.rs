@@ -5,9 +5,10 @@ use std::collections::HashMap;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::Config;
-use crate::entity::actor;
+use crate::config::{Config, Durability};
+use crate::entity::actor::{self, Commit};
 use crate::entity::handle::EntityHandle;
+use crate::store::{Flusher, Store, StoreError};
 
 /// Every live entity, by lower-cased name. Built at start and read-only afterwards.
 #[derive(Debug, Default)]
@@ -16,17 +17,28 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Starts an actor for every entity the config declares.
-    pub fn start(config: &Config, shutdown: &CancellationToken, tracker: &TaskTracker) -> Self {
-        let entities = config
-            .queues
-            .iter()
-            .map(|queue| {
-                let handle = actor::spawn(queue, shutdown.child_token(), tracker);
-                (queue.name.to_lowercase(), handle)
-            })
-            .collect();
-        Self { entities }
+    /// Recovers and starts an actor for every entity the config declares.
+    ///
+    /// # Errors
+    /// A [`StoreError`] when an entity's log cannot be opened or read back.
+    pub fn start(
+        config: &Config,
+        store: &Store,
+        flusher: Option<&Flusher>,
+        shutdown: &CancellationToken,
+        tracker: &TaskTracker,
+    ) -> Result<Self, StoreError> {
+        let commit = match (store.durability(), flusher) {
+            (Durability::Sync, Some(flusher)) => Commit::AfterFlush(flusher.clone()),
+            (_, flusher) => Commit::AfterWrite(flusher.cloned()),
+        };
+        let mut entities = HashMap::new();
+        for queue in &config.queues {
+            let log = store.log(&queue.name)?;
+            let handle = actor::spawn(queue, log, commit.clone(), shutdown.child_token(), tracker)?;
+            entities.insert(queue.name.to_lowercase(), handle);
+        }
+        Ok(Self { entities })
     }
 
     /// The entity with this name, compared case-insensitively.

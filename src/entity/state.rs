@@ -1,5 +1,8 @@
 //! The pure rules of a queue (design.md D5): sequence numbers, the ready index, consumers'
 //! demand, locks and settlement. Time comes in as `now_ms`; nothing here awaits or sleeps.
+//!
+//! The state holds per-message records only; message bytes live in the entity's log. Every
+//! change that must be stored is appended to a journal the actor writes after each batch.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -10,14 +13,15 @@ use uuid::Uuid;
 use crate::amqp::message::DeliveryStamp;
 use crate::entity::handle::{ConsumerId, Delivery, EntityError, LockRef, ReceiveMode, Settlement};
 use crate::node::wire;
+use crate::store::record::{MessageState, Record};
+use crate::store::{Change, Recovered};
 
-/// One stored message and its broker record.
+/// One stored message: its broker record and, while delivered, its lock.
 #[derive(Debug)]
 struct Entry {
-    bytes: Bytes,
-    enqueued_ms: i64,
-    /// Deliveries counted so far; written zero-based into `header.delivery-count`.
-    delivery_count: u32,
+    /// `delivery_count` is the deliveries counted so far, written zero-based into
+    /// `header.delivery-count`.
+    record: Record,
     lock: Option<Lock>,
 }
 
@@ -40,6 +44,8 @@ struct Consumer {
 #[derive(Debug)]
 pub struct QueueState {
     lock_duration_ms: i64,
+    max_size_bytes: u64,
+    size_bytes: u64,
     next_seq: i64,
     last_enqueued_ms: i64,
     messages: BTreeMap<i64, Entry>,
@@ -50,21 +56,44 @@ pub struct QueueState {
     consumers: HashMap<ConsumerId, Consumer>,
     /// Consumers with demand, in round-robin order.
     ready: VecDeque<ConsumerId>,
+    /// Changes not yet written to the log.
+    journal: Vec<Change>,
 }
 
 impl QueueState {
     /// An empty queue whose next message gets sequence number 1.
-    pub fn new(lock_duration_ms: i64) -> Self {
-        Self {
+    pub fn new(lock_duration_ms: i64, max_size_bytes: u64) -> Self {
+        Self::recover(lock_duration_ms, max_size_bytes, Recovered::default())
+    }
+
+    /// A queue rebuilt from its log. Locks are volatile: every message is available again.
+    pub fn recover(lock_duration_ms: i64, max_size_bytes: u64, recovered: Recovered) -> Self {
+        let mut state = Self {
             lock_duration_ms,
-            next_seq: 1,
+            max_size_bytes,
+            size_bytes: 0,
+            next_seq: recovered.next_seq.max(1),
             last_enqueued_ms: 0,
             messages: BTreeMap::new(),
             available: BTreeSet::new(),
             lock_expiry: BTreeSet::new(),
             consumers: HashMap::new(),
             ready: VecDeque::new(),
+            journal: Vec::new(),
+        };
+        for (seq, record) in recovered.records {
+            state.size_bytes += u64::from(record.size);
+            state.last_enqueued_ms = state.last_enqueued_ms.max(record.enqueued_ms);
+            state.next_seq = state.next_seq.max(seq + 1);
+            state.messages.insert(seq, Entry { record, lock: None });
+            state.available.insert(seq);
         }
+        state
+    }
+
+    /// The changes made since the last call, to be written to the log.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        std::mem::take(&mut self.journal)
     }
 
     /// Number of stored messages (locked or not).
@@ -79,25 +108,48 @@ impl QueueState {
 
     /// Stores messages with consecutive sequence numbers and one enqueued time that never goes
     /// backwards. Returns the first sequence number.
-    pub fn enqueue(&mut self, now_ms: i64, messages: Vec<Bytes>) -> i64 {
+    ///
+    /// # Errors
+    /// [`EntityError::QuotaExceeded`] when the messages would take the queue past its size
+    /// limit; nothing is stored then.
+    pub fn enqueue(&mut self, now_ms: i64, messages: Vec<Bytes>) -> Result<i64, EntityError> {
+        let adding: u64 = messages.iter().map(|m| m.len() as u64).sum();
+        if self.size_bytes + adding > self.max_size_bytes {
+            return Err(EntityError::QuotaExceeded {
+                size: self.size_bytes,
+                max: self.max_size_bytes,
+            });
+        }
         let first = self.next_seq;
         let enqueued_ms = now_ms.max(self.last_enqueued_ms);
         self.last_enqueued_ms = enqueued_ms;
-        for bytes in messages {
+        for body in messages {
             let seq = self.next_seq;
             self.next_seq += 1;
-            self.messages.insert(
-                seq,
-                Entry {
-                    bytes,
-                    enqueued_ms,
-                    delivery_count: 0,
-                    lock: None,
-                },
-            );
-            self.available.insert(seq);
+            let record = Record {
+                state: MessageState::Active,
+                delivery_count: 0,
+                enqueued_ms,
+                size: u32::try_from(body.len()).unwrap_or(u32::MAX),
+            };
+            self.insert(seq, record, body);
         }
-        first
+        self.journal.push(Change::NextSeq(self.next_seq));
+        Ok(first)
+    }
+
+    fn insert(&mut self, seq: i64, record: Record, body: Bytes) {
+        self.size_bytes += u64::from(record.size);
+        self.messages.insert(seq, Entry { record, lock: None });
+        self.available.insert(seq);
+        self.journal.push(Change::Put { seq, record, body });
+    }
+
+    fn remove(&mut self, seq: i64) {
+        if let Some(entry) = self.messages.remove(&seq) {
+            self.size_bytes -= u64::from(entry.record.size);
+            self.journal.push(Change::Delete { seq });
+        }
     }
 
     /// Registers a consumer with no demand.
@@ -205,9 +257,7 @@ impl QueueState {
             .ok_or(EntityError::LockLost)?;
         self.lock_expiry.remove(&(held.until_ms, lock.seq));
         match settlement {
-            Settlement::Complete => {
-                self.messages.remove(&lock.seq);
-            }
+            Settlement::Complete => self.remove(lock.seq),
             Settlement::Release => self.unlock(lock.seq, false),
             Settlement::Abandon => self.unlock(lock.seq, true),
             Settlement::Reject => {
@@ -233,16 +283,13 @@ impl QueueState {
                 }
             }
             None => {
-                self.messages.insert(
-                    delivery.seq,
-                    Entry {
-                        bytes: delivery.bytes,
-                        enqueued_ms: delivery.enqueued_ms,
-                        delivery_count: delivery.stamp.delivery_count,
-                        lock: None,
-                    },
-                );
-                self.available.insert(delivery.seq);
+                let record = Record {
+                    state: MessageState::Active,
+                    delivery_count: delivery.stamp.delivery_count,
+                    enqueued_ms: delivery.enqueued_ms,
+                    size: u32::try_from(delivery.bytes.len()).unwrap_or(u32::MAX),
+                };
+                self.insert(delivery.seq, record, delivery.bytes);
             }
         }
     }
@@ -278,14 +325,19 @@ impl QueueState {
         if let Some(entry) = self.messages.get_mut(&seq) {
             entry.lock = None;
             if count_delivery {
-                entry.delivery_count = entry.delivery_count.saturating_add(1);
+                entry.record.delivery_count = entry.record.delivery_count.saturating_add(1);
+                self.journal.push(Change::Update {
+                    seq,
+                    record: entry.record,
+                });
             }
             self.available.insert(seq);
         }
     }
 
     /// Takes the first available message for `consumer`: locked in peek-lock, removed in
-    /// receive-and-delete.
+    /// receive-and-delete. The delivery's bytes are left empty for the actor to read from the
+    /// log.
     fn deliver_next(
         &mut self,
         consumer: ConsumerId,
@@ -294,10 +346,11 @@ impl QueueState {
     ) -> Option<Delivery> {
         let seq = self.available.pop_first()?;
         let mut annotations = Vec::with_capacity(3);
-        let (bytes, delivery_count, enqueued_ms, lock_token) = match mode {
+        let (record, lock_token) = match mode {
             ReceiveMode::ReceiveAndDelete => {
-                let entry = self.messages.remove(&seq)?;
-                (entry.bytes, entry.delivery_count, entry.enqueued_ms, None)
+                let record = self.messages.get(&seq)?.record;
+                self.remove(seq);
+                (record, None)
             }
             ReceiveMode::PeekLock => {
                 let until_ms = now_ms.saturating_add(self.lock_duration_ms);
@@ -313,14 +366,10 @@ impl QueueState {
                     wire::annotation::LOCKED_UNTIL,
                     Value::Timestamp(Timestamp::from_milliseconds(until_ms)),
                 ));
-                (
-                    entry.bytes.clone(),
-                    entry.delivery_count,
-                    entry.enqueued_ms,
-                    Some(token),
-                )
+                (entry.record, Some(token))
             }
         };
+        let (delivery_count, enqueued_ms) = (record.delivery_count, record.enqueued_ms);
         annotations.push((wire::annotation::SEQUENCE_NUMBER, Value::Long(seq)));
         annotations.push((
             wire::annotation::ENQUEUED_TIME,
@@ -331,7 +380,7 @@ impl QueueState {
             seq,
             lock_token,
             enqueued_ms,
-            bytes,
+            bytes: Bytes::new(),
             stamp: DeliveryStamp {
                 delivery_count,
                 annotations,
@@ -348,9 +397,10 @@ mod tests {
     const B: ConsumerId = ConsumerId(2);
 
     fn queue_with(n: usize) -> QueueState {
-        let mut q = QueueState::new(1_000);
+        let mut q = QueueState::new(1_000, u64::MAX);
         for i in 0..n {
-            q.enqueue(10, vec![Bytes::from(vec![i as u8])]);
+            q.enqueue(10, vec![Bytes::from(vec![i as u8])])
+                .expect("room");
         }
         q
     }
@@ -364,9 +414,9 @@ mod tests {
 
     #[test]
     fn sequence_numbers_are_gap_free_and_time_never_goes_back() {
-        let mut q = QueueState::new(1_000);
-        assert_eq!(q.enqueue(100, vec![Bytes::new(), Bytes::new()]), 1);
-        assert_eq!(q.enqueue(50, vec![Bytes::new()]), 3);
+        let mut q = QueueState::new(1_000, u64::MAX);
+        assert_eq!(q.enqueue(100, vec![Bytes::new(), Bytes::new()]), Ok(1));
+        assert_eq!(q.enqueue(50, vec![Bytes::new()]), Ok(3));
         q.subscribe(A, ReceiveMode::ReceiveAndDelete);
         q.add_credit(A, 10);
         let got = q.dispatch(0);
@@ -465,7 +515,7 @@ mod tests {
         q.subscribe(A, ReceiveMode::PeekLock);
         q.add_credit(A, 10);
         assert_eq!(q.drain(A, 0).len(), 3);
-        q.enqueue(0, vec![Bytes::new()]);
+        q.enqueue(0, vec![Bytes::new()]).expect("room");
         assert!(q.dispatch(0).is_empty(), "drain consumed the demand");
     }
 }

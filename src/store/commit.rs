@@ -1,0 +1,98 @@
+//! Group commit: one flusher per database turns many waiting writers into one `flush()` on a
+//! blocking thread. sled 0.34.7's `flush_async` can deadlock when called concurrently
+//! (spacejam/sled#1308), so this is the only place that flushes while the broker runs.
+
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::task::TaskTracker;
+
+use crate::store::StoreError;
+
+/// Waiters get the flush result through this.
+type Waiter = oneshot::Sender<Result<(), StoreError>>;
+
+/// A handle to the database's flusher task.
+#[derive(Debug, Clone)]
+pub struct Flusher {
+    requests: mpsc::UnboundedSender<Waiter>,
+    /// The first flush failure; set once, never cleared.
+    poisoned: Arc<OnceLock<StoreError>>,
+}
+
+impl Flusher {
+    /// Starts the flusher task of `db`. It ends when every handle is dropped.
+    pub fn start(db: sled::Db, tracker: &TaskTracker) -> Flusher {
+        let (requests, rx) = mpsc::unbounded_channel();
+        let poisoned = Arc::new(OnceLock::new());
+        tracker.spawn(run(db, rx, poisoned.clone()));
+        Flusher { requests, poisoned }
+    }
+
+    /// The failure that poisoned the database, if a flush ever failed.
+    pub fn poisoned(&self) -> Option<&StoreError> {
+        self.poisoned.get()
+    }
+
+    /// Asks for a flush that covers every write made before this call. The answer arrives on
+    /// the returned channel; several requests share one flush.
+    pub fn request(&self) -> oneshot::Receiver<Result<(), StoreError>> {
+        let (tx, rx) = oneshot::channel();
+        if let Err(mpsc::error::SendError(tx)) = self.requests.send(tx) {
+            let _ = tx.send(Err(StoreError::Sled("the flusher has stopped".into())));
+        }
+        rx
+    }
+}
+
+async fn run(
+    db: sled::Db,
+    mut requests: mpsc::UnboundedReceiver<Waiter>,
+    poisoned: Arc<OnceLock<StoreError>>,
+) {
+    // After a failed flush every later request fails too: sled's state is unknown, and
+    // retrying an fsync can report success for data that never reached the disk.
+    let mut waiters = Vec::new();
+    while requests.recv_many(&mut waiters, 4096).await > 0 {
+        let result = match poisoned.get() {
+            Some(error) => Err(error.clone()),
+            None => {
+                let db = db.clone();
+                match tokio::task::spawn_blocking(move || db.flush()).await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(error)) => Err(StoreError::from(error)),
+                    Err(join) => Err(StoreError::Sled(format!("flush task failed: {join}"))),
+                }
+            }
+        };
+        if let Err(error) = &result {
+            if poisoned.set(error.clone()).is_ok() {
+                tracing::error!(%error, "flush failed: the store stops acknowledging writes");
+            }
+        }
+        for waiter in waiters.drain(..) {
+            let _ = waiter.send(result.clone());
+        }
+    }
+}
+
+/// `interval` mode: flushes every `period` until shutdown, then once more.
+pub async fn flush_every(
+    flusher: Flusher,
+    period: std::time::Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            _ = ticker.tick() => {}
+        }
+        if flusher.request().await.is_err() {
+            break;
+        }
+    }
+    let _ = flusher.request().await;
+}

@@ -1,0 +1,291 @@
+//! The message store (design.md D3): one `sled::Db` under `data_dir`, one tree per entity.
+//!
+//! In an entity's tree, key `m` + big-endian sequence number holds the broker [`Record`], key
+//! `b` + sequence number the message bytes as the client sent them, and key `h` the next
+//! sequence number (the high-water mark). The three kinds are written in one atomic batch, so
+//! a message and the counter that numbered it are never apart, and recovery scans only the
+//! small records, never the bodies. In `memory` mode there is no database at all: bodies live
+//! in a map and nothing touches the disk.
+
+pub mod commit;
+pub mod record;
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::config::{BrokerConfig, Durability};
+pub use crate::store::commit::Flusher;
+use crate::store::record::{Record, RecordError};
+
+const RECORD_PREFIX: u8 = b'm';
+const BODY_PREFIX: u8 = b'b';
+const NEXT_SEQ_KEY: &[u8] = b"h";
+/// Tree-name prefix of entity trees.
+const ENTITY_TREE_PREFIX: &str = "entity:";
+
+/// A storage failure. Fatal for the entity that meets it (it stops acknowledging).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// sled failed (I/O, corruption).
+    #[error("storage error: {0}")]
+    Sled(String),
+    /// A stored record does not decode.
+    #[error("entity {entity}: record of message {seq}: {error}")]
+    Record {
+        /// The entity.
+        entity: String,
+        /// The message.
+        seq: i64,
+        /// What is wrong.
+        error: RecordError,
+    },
+    /// A message's bytes are missing although its record exists.
+    #[error("entity {entity}: the bytes of message {seq} are missing")]
+    MissingBody {
+        /// The entity.
+        entity: String,
+        /// The message.
+        seq: i64,
+    },
+}
+
+impl From<sled::Error> for StoreError {
+    fn from(error: sled::Error) -> Self {
+        StoreError::Sled(error.to_string())
+    }
+}
+
+/// One change to an entity's stored state.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// A new message (or one stored again).
+    Put {
+        /// Sequence number.
+        seq: i64,
+        /// Broker record.
+        record: Record,
+        /// The client's bytes.
+        body: Bytes,
+    },
+    /// A message's record changed (its bytes did not).
+    Update {
+        /// Sequence number.
+        seq: i64,
+        /// The new record.
+        record: Record,
+    },
+    /// A message is gone.
+    Delete {
+        /// Sequence number.
+        seq: i64,
+    },
+    /// The next sequence number to hand out.
+    NextSeq(i64),
+}
+
+/// What recovery found for one entity.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    /// The next sequence number to hand out.
+    pub next_seq: i64,
+    /// Every stored message's record, by sequence number.
+    pub records: Vec<(i64, Record)>,
+}
+
+/// The broker's database: absent in `memory` mode.
+#[derive(Debug, Clone)]
+pub struct Store {
+    db: Option<sled::Db>,
+    durability: Durability,
+}
+
+impl Store {
+    /// Opens (or creates) the database under `data_dir`; in `memory` mode opens nothing.
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when the directory cannot be created or the database is corrupt.
+    pub fn open(config: &BrokerConfig) -> Result<Store, StoreError> {
+        let db = match config.durability {
+            Durability::Memory => None,
+            Durability::Sync | Durability::Interval => Some(
+                sled::Config::new()
+                    .path(&config.data_dir)
+                    .cache_capacity(config.cache_capacity)
+                    .flush_every_ms(None)
+                    .open()
+                    .map_err(|e| StoreError::Sled(format!("{}: {e}", config.data_dir.display())))?,
+            ),
+        };
+        Ok(Store {
+            db,
+            durability: config.durability,
+        })
+    }
+
+    /// The durability mode.
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// The flusher of this database, if it has one.
+    pub fn flusher(&self, tracker: &tokio_util::task::TaskTracker) -> Option<Flusher> {
+        self.db.clone().map(|db| Flusher::start(db, tracker))
+    }
+
+    /// The log of one entity (created if absent).
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when the tree cannot be opened.
+    pub fn log(&self, entity: &str) -> Result<EntityLog, StoreError> {
+        let name = entity.to_lowercase();
+        Ok(match &self.db {
+            None => EntityLog::Memory(HashMap::new()),
+            Some(db) => EntityLog::Sled {
+                tree: db.open_tree(format!("{ENTITY_TREE_PREFIX}{name}"))?,
+                entity: name,
+            },
+        })
+    }
+
+    /// Flushes everything written so far (used once at shutdown).
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when the flush fails.
+    pub fn flush_blocking(&self) -> Result<(), StoreError> {
+        if let Some(db) = &self.db {
+            db.flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// Where one entity's messages are kept.
+#[derive(Debug)]
+pub enum EntityLog {
+    /// `memory` mode: bodies by sequence number.
+    Memory(HashMap<i64, Bytes>),
+    /// `sync` and `interval` modes.
+    Sled {
+        /// The entity's tree.
+        tree: sled::Tree,
+        /// Its (lower-cased) name, for errors.
+        entity: String,
+    },
+}
+
+fn key(prefix: u8, seq: i64) -> [u8; 9] {
+    let mut key = [0u8; 9];
+    key[0] = prefix;
+    key[1..].copy_from_slice(&seq.to_be_bytes());
+    key
+}
+
+impl EntityLog {
+    /// Reads every record back (sled modes) and logs how long it took.
+    ///
+    /// # Errors
+    /// A [`StoreError`] for unreadable data; the entity then does not start.
+    pub fn recover(&self) -> Result<Recovered, StoreError> {
+        let EntityLog::Sled { tree, entity } = self else {
+            return Ok(Recovered {
+                next_seq: 1,
+                records: Vec::new(),
+            });
+        };
+        let started = Instant::now();
+        let next_seq = match tree.get(NEXT_SEQ_KEY)? {
+            Some(raw) if raw.len() == 8 => {
+                let mut bytes = [0u8; 8];
+                bytes.copy_from_slice(&raw);
+                i64::from_be_bytes(bytes)
+            }
+            _ => 1,
+        };
+        let mut records = Vec::new();
+        for item in tree.scan_prefix([RECORD_PREFIX]) {
+            let (key, value) = item?;
+            let mut seq_bytes = [0u8; 8];
+            seq_bytes.copy_from_slice(&key[1..9]);
+            let seq = i64::from_be_bytes(seq_bytes);
+            let record = Record::decode(&value).map_err(|error| StoreError::Record {
+                entity: entity.clone(),
+                seq,
+                error,
+            })?;
+            records.push((seq, record));
+        }
+        tracing::info!(
+            entity = %entity,
+            messages = records.len(),
+            next_seq,
+            elapsed = ?started.elapsed(),
+            "recovered"
+        );
+        Ok(Recovered { next_seq, records })
+    }
+
+    /// Applies changes atomically (one sled batch).
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when the write fails.
+    pub fn write(&mut self, changes: Vec<Change>) -> Result<(), StoreError> {
+        match self {
+            EntityLog::Memory(bodies) => {
+                for change in changes {
+                    match change {
+                        Change::Put { seq, body, .. } => {
+                            bodies.insert(seq, body);
+                        }
+                        Change::Delete { seq } => {
+                            bodies.remove(&seq);
+                        }
+                        Change::Update { .. } | Change::NextSeq(_) => {}
+                    }
+                }
+                Ok(())
+            }
+            EntityLog::Sled { tree, .. } => {
+                let mut batch = sled::Batch::default();
+                for change in changes {
+                    match change {
+                        Change::Put { seq, record, body } => {
+                            batch.insert(&key(RECORD_PREFIX, seq), &record.encode());
+                            batch.insert(&key(BODY_PREFIX, seq), body.as_ref());
+                        }
+                        Change::Update { seq, record } => {
+                            batch.insert(&key(RECORD_PREFIX, seq), &record.encode());
+                        }
+                        Change::Delete { seq } => {
+                            batch.remove(&key(RECORD_PREFIX, seq));
+                            batch.remove(&key(BODY_PREFIX, seq));
+                        }
+                        Change::NextSeq(next) => batch.insert(NEXT_SEQ_KEY, &next.to_be_bytes()),
+                    }
+                }
+                Ok(tree.apply_batch(batch)?)
+            }
+        }
+    }
+
+    /// The bytes of a stored message.
+    ///
+    /// # Errors
+    /// [`StoreError::MissingBody`] when the message has no bytes, or a sled error.
+    pub fn body(&self, seq: i64) -> Result<Bytes, StoreError> {
+        match self {
+            EntityLog::Memory(bodies) => bodies.get(&seq).cloned().ok_or(StoreError::MissingBody {
+                entity: String::from("memory"),
+                seq,
+            }),
+            EntityLog::Sled { tree, entity } => match tree.get(key(BODY_PREFIX, seq))? {
+                Some(bytes) => Ok(Bytes::copy_from_slice(&bytes)),
+                None => Err(StoreError::MissingBody {
+                    entity: entity.clone(),
+                    seq,
+                }),
+            },
+        }
+    }
+}

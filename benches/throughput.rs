@@ -1,6 +1,7 @@
 //! End-to-end throughput: an in-process broker, one fe2o3-amqp producer and one consumer.
 //!
-//! `cargo bench --bench throughput -- [--messages N] [--size BYTES] [--window N] [--credit N]`
+//! `cargo bench --bench throughput -- [--messages N] [--size BYTES] [--window N] [--credit N]
+//! [--durability sync|interval|memory]`
 //!
 //! The producer keeps `window` unsettled sends in flight; the consumer grants `credit` and
 //! accepts every message (peek-lock, one disposition each). Prints send, receive and end-to-end
@@ -20,6 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 struct Args {
+    durability: Durability,
     messages: u64,
     size: usize,
     window: usize,
@@ -28,6 +30,7 @@ struct Args {
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
+        durability: Durability::Sync,
         messages: 100_000,
         size: 1024,
         window: 100,
@@ -45,6 +48,14 @@ fn parse_args() -> Result<Args, String> {
             "--size" => args.size = value("--size")? as usize,
             "--window" => args.window = value("--window")?.max(1) as usize,
             "--credit" => args.credit = value("--credit")?.max(1) as u32,
+            "--durability" => {
+                args.durability = match it.next().as_deref() {
+                    Some("sync") => Durability::Sync,
+                    Some("interval") => Durability::Interval,
+                    Some("memory") => Durability::Memory,
+                    _ => return Err("--durability takes sync, interval or memory".into()),
+                }
+            }
             "--bench" => {} // passed by `cargo bench`
             other => return Err(format!("unknown argument {other}")),
         }
@@ -177,7 +188,9 @@ fn main() -> Result<(), BoxError> {
         .enable_all()
         .build()?;
     let mut config = Config::embedded_default();
-    config.broker.durability = Durability::Memory;
+    let data_dir = tempfile::tempdir()?;
+    config.broker.durability = args.durability;
+    config.broker.data_dir = data_dir.path().join("data");
     config.queues = vec![QueueConfig {
         name: "bench".into(),
         ..config.queues[0].clone()
@@ -215,8 +228,8 @@ fn main() -> Result<(), BoxError> {
     got.latencies_us.sort_unstable();
     let rate = |n: u64, d: Duration| n as f64 / d.as_secs_f64().max(1e-9);
     println!(
-        "throughput: messages={} size={} window={} credit={} durability=memory consumer=peek-lock",
-        args.messages, args.size, args.window, args.credit
+        "throughput: messages={} size={} window={} credit={} durability={:?} consumer=peek-lock",
+        args.messages, args.size, args.window, args.credit, args.durability
     );
     println!(
         "send:       accepted={accepted} elapsed={send_elapsed:.3?} rate={:.0} msg/s",

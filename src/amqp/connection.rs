@@ -149,7 +149,9 @@ async fn open_connection(
 }
 
 fn our_open(shared: &Shared) -> Frame {
-    let idle_ms = u32::try_from(shared.idle_timeout.as_millis()).unwrap_or(u32::MAX);
+    // AMQP 1.0 §2.4.5: advertise half the threshold actually enforced, so a client that
+    // sends its empty frames at the advertised interval never races the deadline.
+    let idle_ms = u32::try_from(shared.idle_timeout.as_millis() / 2).unwrap_or(u32::MAX);
     Frame::new(
         0u16,
         FrameBody::Open(Open {

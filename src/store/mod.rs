@@ -1,11 +1,12 @@
 //! The message store (design.md D3): one `sled::Db` under `data_dir`, one tree per entity.
 //!
-//! In an entity's tree, key `m` + big-endian sequence number holds the broker [`Record`], key
-//! `b` + sequence number the message bytes as the client sent them, and key `h` the next
-//! sequence number (the high-water mark). The three kinds are written in one atomic batch, so
-//! a message and the counter that numbered it are never apart, and recovery scans only the
-//! small records, never the bodies. In `memory` mode there is no database at all: bodies live
-//! in a map and nothing touches the disk.
+//! In an entity's tree, key `m` + big-endian sequence number holds the broker [`Record`]
+//! followed by the message bytes as the client sent them, and key `h` the next sequence number
+//! (the high-water mark). Both are written in one atomic batch, so a message and the counter
+//! that numbered it are never apart. One key per message keeps a send to one insert and a
+//! completion to one remove: sled's per-operation cost, not fsync, bounds the throughput. In
+//! `memory` mode there is no database at all: bodies live in a map and nothing touches the
+//! disk.
 
 pub mod commit;
 pub mod record;
@@ -17,10 +18,9 @@ use bytes::Bytes;
 
 use crate::config::{BrokerConfig, Durability};
 pub use crate::store::commit::Flusher;
-use crate::store::record::{Record, RecordError};
+use crate::store::record::{Record, RecordError, RECORD_LEN};
 
-const RECORD_PREFIX: u8 = b'm';
-const BODY_PREFIX: u8 = b'b';
+const MESSAGE_PREFIX: u8 = b'm';
 const NEXT_SEQ_KEY: &[u8] = b"h";
 /// Tree-name prefix of entity trees.
 const ENTITY_TREE_PREFIX: &str = "entity:";
@@ -114,6 +114,7 @@ impl Store {
                     .path(&config.data_dir)
                     .cache_capacity(config.cache_capacity)
                     .flush_every_ms(None)
+                    .mode(sled::Mode::HighThroughput)
                     .open()
                     .map_err(|e| StoreError::Sled(format!("{}: {e}", config.data_dir.display())))?,
             ),
@@ -204,7 +205,7 @@ impl EntityLog {
             _ => 1,
         };
         let mut records = Vec::new();
-        for item in tree.scan_prefix([RECORD_PREFIX]) {
+        for item in tree.scan_prefix([MESSAGE_PREFIX]) {
             let (key, value) = item?;
             let mut seq_bytes = [0u8; 8];
             seq_bytes.copy_from_slice(&key[1..9]);
@@ -251,16 +252,20 @@ impl EntityLog {
                 for change in changes {
                     match change {
                         Change::Put { seq, record, body } => {
-                            batch.insert(&key(RECORD_PREFIX, seq), &record.encode());
-                            batch.insert(&key(BODY_PREFIX, seq), body.as_ref());
+                            let mut value = Vec::with_capacity(RECORD_LEN + body.len());
+                            value.extend_from_slice(&record.encode());
+                            value.extend_from_slice(&body);
+                            batch.insert(&key(MESSAGE_PREFIX, seq), value);
                         }
                         Change::Update { seq, record } => {
-                            batch.insert(&key(RECORD_PREFIX, seq), &record.encode());
+                            // The actor is the tree's only writer: read, patch, write back.
+                            if let Some(old) = tree.get(key(MESSAGE_PREFIX, seq))? {
+                                let mut value = old.to_vec();
+                                value[..RECORD_LEN].copy_from_slice(&record.encode());
+                                batch.insert(&key(MESSAGE_PREFIX, seq), value);
+                            }
                         }
-                        Change::Delete { seq } => {
-                            batch.remove(&key(RECORD_PREFIX, seq));
-                            batch.remove(&key(BODY_PREFIX, seq));
-                        }
+                        Change::Delete { seq } => batch.remove(&key(MESSAGE_PREFIX, seq)),
                         Change::NextSeq(next) => batch.insert(NEXT_SEQ_KEY, &next.to_be_bytes()),
                     }
                 }
@@ -279,9 +284,11 @@ impl EntityLog {
                 entity: String::from("memory"),
                 seq,
             }),
-            EntityLog::Sled { tree, entity } => match tree.get(key(BODY_PREFIX, seq))? {
-                Some(bytes) => Ok(Bytes::copy_from_slice(&bytes)),
-                None => Err(StoreError::MissingBody {
+            EntityLog::Sled { tree, entity } => match tree.get(key(MESSAGE_PREFIX, seq))? {
+                Some(value) if value.len() >= RECORD_LEN => {
+                    Ok(Bytes::copy_from_slice(&value[RECORD_LEN..]))
+                }
+                _ => Err(StoreError::MissingBody {
                     entity: entity.clone(),
                     seq,
                 }),

@@ -7,7 +7,8 @@
 /// The record format this build writes.
 pub const VERSION: u8 = 1;
 
-const LEN_V1: usize = 1 + 1 + 4 + 8 + 4;
+/// Encoded length of a version-1 record; the message bytes follow it in the stored value.
+pub const RECORD_LEN: usize = 1 + 1 + 4 + 8 + 4;
 
 /// Where a message stands in its entity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,8 +46,8 @@ pub enum RecordError {
 
 impl Record {
     /// The encoded record.
-    pub fn encode(&self) -> [u8; LEN_V1] {
-        let mut out = [0u8; LEN_V1];
+    pub fn encode(&self) -> [u8; RECORD_LEN] {
+        let mut out = [0u8; RECORD_LEN];
         out[0] = VERSION;
         out[1] = match self.state {
             MessageState::Active => 0,
@@ -66,7 +67,7 @@ impl Record {
         if version != VERSION {
             return Err(RecordError::UnknownVersion(version));
         }
-        if bytes.len() < LEN_V1 {
+        if bytes.len() < RECORD_LEN {
             return Err(RecordError::Truncated(bytes.len()));
         }
         let state = match bytes[1] {

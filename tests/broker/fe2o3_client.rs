@@ -392,6 +392,9 @@ async fn settle_second_gets_the_outcome_confirmed() {
         .await
         .expect("confirmed in time")
         .expect("accept");
+    receiver.close().await.expect("close receiver");
+    sender.close().await.expect("close sender");
+    session.end().await.expect("end");
     connection.close().await.expect("close");
     broker.stop().await;
 }

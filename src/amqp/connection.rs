@@ -14,7 +14,7 @@ use fe2o3_amqp::transport::{Error as TransportError, Transport};
 use fe2o3_amqp::types::definitions::{self, AmqpError, ConnectionError};
 use fe2o3_amqp::types::performatives::{ChannelMax, Close, MaxFrameSize, Open};
 use futures_util::stream::SplitSink;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{FutureExt, SinkExt, StreamExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -33,6 +33,8 @@ const CHANNEL_MAX: u16 = 1023;
 const WRITE_FRAME_CAP: u32 = 1024 * 1024;
 /// Entity events handled before the connection looks at the socket again.
 const EVENT_BATCH: usize = 256;
+/// Frames already received that are handled in one turn.
+const FRAME_BATCH: usize = 64;
 
 /// What every connection shares.
 #[derive(Debug)]
@@ -76,12 +78,13 @@ pub async fn serve(
         return;
     }
     let (sink, stream) = transport.split();
-    let (frames, frames_rx) = mpsc::unbounded_channel();
-    let writer = tokio::spawn(write_frames(sink, frames_rx));
+    let (batches, batches_rx) = mpsc::unbounded_channel();
+    let writer = tokio::spawn(write_frames(sink, batches_rx));
     let (events, events_rx) = mpsc::unbounded_channel();
     let mut connection = Connection {
         shared,
-        frames,
+        writer: batches,
+        pending: Vec::new(),
         events,
         remote_max_frame,
         sessions: HashMap::new(),
@@ -169,23 +172,27 @@ fn our_open(shared: &Shared) -> Frame {
     )
 }
 
-/// Writes frames until the channel closes or a `close` frame went out; flushes once per burst.
+/// Writes batches of frames until the channel closes or a `close` frame went out; one socket
+/// flush per burst of batches.
 async fn write_frames(
     mut sink: SplitSink<AmqpTransport, Frame>,
-    mut frames: mpsc::UnboundedReceiver<Frame>,
+    mut batches: mpsc::UnboundedReceiver<Vec<Frame>>,
 ) {
-    while let Some(frame) = frames.recv().await {
-        let mut closing = matches!(frame.body, FrameBody::Close(_));
-        if sink.feed(frame).await.is_err() {
-            return;
-        }
-        while !closing {
-            let Ok(frame) = frames.try_recv() else {
-                break;
-            };
-            closing = matches!(frame.body, FrameBody::Close(_));
-            if sink.feed(frame).await.is_err() {
-                return;
+    let mut closing = false;
+    while let Some(batch) = batches.recv().await {
+        let mut next = Some(batch);
+        while let Some(batch) = next.take() {
+            for frame in batch {
+                closing |= matches!(frame.body, FrameBody::Close(_));
+                if sink.feed(frame).await.is_err() {
+                    return;
+                }
+                if closing {
+                    break;
+                }
+            }
+            if !closing {
+                next = batches.try_recv().ok();
             }
         }
         if sink.flush().await.is_err() || closing {
@@ -203,7 +210,10 @@ enum Running {
 
 struct Connection {
     shared: Arc<Shared>,
-    frames: mpsc::UnboundedSender<Frame>,
+    /// Batches of frames for the writer task.
+    writer: mpsc::UnboundedSender<Vec<Frame>>,
+    /// Frames of the current loop turn, handed to the writer at its end.
+    pending: Vec<Frame>,
     events: EventSink,
     remote_max_frame: usize,
     /// Sessions by the client's channel.
@@ -240,21 +250,38 @@ impl Connection {
                     }
                     self.flush_accepted()
                 }
-                frame = stream.next() => match frame {
-                    Some(Ok(frame)) => self.on_frame(frame).await,
-                    Some(Err(error)) => {
-                        self.on_transport_error(error);
-                        Running::Stop
+                frame = stream.next() => {
+                    let mut running = self.on_read(frame).await;
+                    // Take what else has arrived, so its answers leave in one write.
+                    for _ in 1..FRAME_BATCH {
+                        let Running::Continue = running else { break };
+                        match stream.next().now_or_never() {
+                            Some(frame) => running = self.on_read(frame).await,
+                            None => break,
+                        }
                     }
-                    None => Running::Stop,
-                },
+                    running
+                }
                 _ = heartbeat.tick(), if remote_idle.is_some() => {
                     self.write(Frame::empty())
                 }
             };
-            if let Running::Stop = running {
-                return;
+            let sent = self.send_pending();
+            if let (Running::Continue, Running::Continue) = (running, sent) {
+                continue;
             }
+            return;
+        }
+    }
+
+    async fn on_read(&mut self, frame: Option<Result<Frame, TransportError>>) -> Running {
+        match frame {
+            Some(Ok(frame)) => self.on_frame(frame).await,
+            Some(Err(error)) => {
+                self.on_transport_error(error);
+                Running::Stop
+            }
+            None => Running::Stop,
         }
     }
 
@@ -425,7 +452,7 @@ impl Connection {
             let mut out = Outbox::default();
             session.flush_accepted(&mut out);
             for body in out.frames {
-                let _ = self.frames.send(Frame::new(session.local_channel, body));
+                self.pending.push(Frame::new(session.local_channel, body));
             }
         }
         Running::Continue
@@ -486,13 +513,20 @@ impl Connection {
     }
 
     fn close(&mut self, error: Option<definitions::Error>) {
-        let _ = self
-            .frames
-            .send(Frame::new(0u16, FrameBody::Close(Close { error })));
+        self.write(Frame::new(0u16, FrameBody::Close(Close { error })));
     }
 
     fn write(&mut self, frame: Frame) -> Running {
-        match self.frames.send(frame) {
+        self.pending.push(frame);
+        Running::Continue
+    }
+
+    /// Hands this turn's frames to the writer; `Stop` once the writer is gone.
+    fn send_pending(&mut self) -> Running {
+        if self.pending.is_empty() {
+            return Running::Continue;
+        }
+        match self.writer.send(std::mem::take(&mut self.pending)) {
             Ok(()) => Running::Continue,
             Err(_) => Running::Stop,
         }

@@ -22,6 +22,8 @@ use crate::store::record::{Record, RecordError, RECORD_LEN};
 
 const MESSAGE_PREFIX: u8 = b'm';
 const NEXT_SEQ_KEY: &[u8] = b"h";
+/// Bytes of recent messages an entity keeps in memory next to its tree.
+const BODY_CACHE_BYTES: usize = 8 * 1024 * 1024;
 /// Tree-name prefix of entity trees.
 const ENTITY_TREE_PREFIX: &str = "entity:";
 
@@ -141,12 +143,20 @@ impl Store {
     /// [`StoreError::Sled`] when the tree cannot be opened.
     pub fn log(&self, entity: &str) -> Result<EntityLog, StoreError> {
         let name = entity.to_lowercase();
-        Ok(match &self.db {
-            None => EntityLog::Memory(HashMap::new()),
-            Some(db) => EntityLog::Sled {
-                tree: db.open_tree(format!("{ENTITY_TREE_PREFIX}{name}"))?,
-                entity: name,
+        let tree = match &self.db {
+            None => None,
+            Some(db) => Some(db.open_tree(format!("{ENTITY_TREE_PREFIX}{name}"))?),
+        };
+        Ok(EntityLog {
+            cache_budget: if tree.is_some() {
+                BODY_CACHE_BYTES
+            } else {
+                usize::MAX
             },
+            tree,
+            entity: name,
+            cache: HashMap::new(),
+            cached_bytes: 0,
         })
     }
 
@@ -162,18 +172,18 @@ impl Store {
     }
 }
 
-/// Where one entity's messages are kept.
+/// Where one entity's messages are kept: its sled tree (none in `memory` mode) and the bytes
+/// of recent messages, so that a queue that keeps up never reads its own writes back.
 #[derive(Debug)]
-pub enum EntityLog {
-    /// `memory` mode: bodies by sequence number.
-    Memory(HashMap<i64, Bytes>),
-    /// `sync` and `interval` modes.
-    Sled {
-        /// The entity's tree.
-        tree: sled::Tree,
-        /// Its (lower-cased) name, for errors.
-        entity: String,
-    },
+pub struct EntityLog {
+    tree: Option<sled::Tree>,
+    /// The entity's (lower-cased) name, for errors.
+    entity: String,
+    /// Bytes of messages by sequence number: every message in `memory` mode, the most recent
+    /// ones within `cache_budget` otherwise.
+    cache: HashMap<i64, Bytes>,
+    cached_bytes: usize,
+    cache_budget: usize,
 }
 
 fn key(prefix: u8, seq: i64) -> [u8; 9] {
@@ -189,12 +199,13 @@ impl EntityLog {
     /// # Errors
     /// A [`StoreError`] for unreadable data; the entity then does not start.
     pub fn recover(&self) -> Result<Recovered, StoreError> {
-        let EntityLog::Sled { tree, entity } = self else {
+        let Some(tree) = &self.tree else {
             return Ok(Recovered {
                 next_seq: 1,
                 records: Vec::new(),
             });
         };
+        let entity = &self.entity;
         let started = Instant::now();
         let next_seq = match tree.get(NEXT_SEQ_KEY)? {
             Some(raw) if raw.len() == 8 => {
@@ -232,45 +243,45 @@ impl EntityLog {
     /// # Errors
     /// [`StoreError::Sled`] when the write fails.
     pub fn write(&mut self, changes: Vec<Change>) -> Result<(), StoreError> {
-        match self {
-            EntityLog::Memory(bodies) => {
-                for change in changes {
-                    match change {
-                        Change::Put { seq, body, .. } => {
-                            bodies.insert(seq, body);
-                        }
-                        Change::Delete { seq } => {
-                            bodies.remove(&seq);
-                        }
-                        Change::Update { .. } | Change::NextSeq(_) => {}
+        let mut batch = sled::Batch::default();
+        for change in changes {
+            match change {
+                Change::Put { seq, record, body } => {
+                    if self.tree.is_some() {
+                        let mut value = Vec::with_capacity(RECORD_LEN + body.len());
+                        value.extend_from_slice(&record.encode());
+                        value.extend_from_slice(&body);
+                        batch.insert(&key(MESSAGE_PREFIX, seq), value);
+                    }
+                    if self.cached_bytes + body.len() <= self.cache_budget {
+                        self.cached_bytes += body.len();
+                        self.cache.insert(seq, body);
                     }
                 }
-                Ok(())
-            }
-            EntityLog::Sled { tree, .. } => {
-                let mut batch = sled::Batch::default();
-                for change in changes {
-                    match change {
-                        Change::Put { seq, record, body } => {
-                            let mut value = Vec::with_capacity(RECORD_LEN + body.len());
-                            value.extend_from_slice(&record.encode());
-                            value.extend_from_slice(&body);
-                            batch.insert(&key(MESSAGE_PREFIX, seq), value);
-                        }
-                        Change::Update { seq, record } => {
-                            // The actor is the tree's only writer: read, patch, write back.
-                            if let Some(old) = tree.get(key(MESSAGE_PREFIX, seq))? {
-                                let mut value = old.to_vec();
-                                value[..RECORD_LEN].copy_from_slice(&record.encode());
-                                batch.insert(&key(MESSAGE_PREFIX, seq), value);
-                            }
-                        }
-                        Change::Delete { seq } => batch.remove(&key(MESSAGE_PREFIX, seq)),
-                        Change::NextSeq(next) => batch.insert(NEXT_SEQ_KEY, &next.to_be_bytes()),
+                Change::Update { seq, record } => {
+                    // The actor is the tree's only writer: read, patch, write back.
+                    let old = match &self.tree {
+                        Some(tree) => tree.get(key(MESSAGE_PREFIX, seq))?,
+                        None => None,
+                    };
+                    if let Some(old) = old {
+                        let mut value = old.to_vec();
+                        value[..RECORD_LEN].copy_from_slice(&record.encode());
+                        batch.insert(&key(MESSAGE_PREFIX, seq), value);
                     }
                 }
-                Ok(tree.apply_batch(batch)?)
+                Change::Delete { seq } => {
+                    batch.remove(&key(MESSAGE_PREFIX, seq));
+                    if let Some(body) = self.cache.remove(&seq) {
+                        self.cached_bytes -= body.len();
+                    }
+                }
+                Change::NextSeq(next) => batch.insert(NEXT_SEQ_KEY, &next.to_be_bytes()),
             }
+        }
+        match &self.tree {
+            Some(tree) => Ok(tree.apply_batch(batch)?),
+            None => Ok(()),
         }
     }
 
@@ -279,20 +290,21 @@ impl EntityLog {
     /// # Errors
     /// [`StoreError::MissingBody`] when the message has no bytes, or a sled error.
     pub fn body(&self, seq: i64) -> Result<Bytes, StoreError> {
-        match self {
-            EntityLog::Memory(bodies) => bodies.get(&seq).cloned().ok_or(StoreError::MissingBody {
-                entity: String::from("memory"),
+        if let Some(body) = self.cache.get(&seq) {
+            return Ok(body.clone());
+        }
+        let stored = match &self.tree {
+            Some(tree) => tree.get(key(MESSAGE_PREFIX, seq))?,
+            None => None,
+        };
+        match stored {
+            Some(value) if value.len() >= RECORD_LEN => {
+                Ok(Bytes::copy_from_slice(&value[RECORD_LEN..]))
+            }
+            _ => Err(StoreError::MissingBody {
+                entity: self.entity.clone(),
                 seq,
             }),
-            EntityLog::Sled { tree, entity } => match tree.get(key(MESSAGE_PREFIX, seq))? {
-                Some(value) if value.len() >= RECORD_LEN => {
-                    Ok(Bytes::copy_from_slice(&value[RECORD_LEN..]))
-                }
-                _ => Err(StoreError::MissingBody {
-                    entity: entity.clone(),
-                    seq,
-                }),
-            },
         }
     }
 }

@@ -77,6 +77,15 @@ pub fn now_ms() -> i64 {
 /// An answer held back until its changes are durable.
 type Answer = (EventSink, EntityEvent);
 
+/// A flush in flight and what waits for it.
+struct Flushing {
+    done: oneshot::Receiver<FlushResult>,
+    /// Answers to send once it completes.
+    answers: Vec<Answer>,
+    /// Messages numbered below this become deliverable once it completes.
+    covers_next_seq: i64,
+}
+
 type FlushResult = Result<(), StoreError>;
 
 struct Actor {
@@ -96,7 +105,7 @@ struct Actor {
 impl Actor {
     async fn run(mut self, mut mailbox: mpsc::Receiver<Command>, shutdown: CancellationToken) {
         let mut batch = Vec::with_capacity(BATCH);
-        let mut flushing: Option<(oneshot::Receiver<FlushResult>, Vec<Answer>)> = None;
+        let mut flushing: Option<Flushing> = None;
         loop {
             let deadline = self.state.next_deadline_ms().map(|at| {
                 let wait = u64::try_from(at.saturating_sub(now_ms())).unwrap_or(0);
@@ -106,8 +115,8 @@ impl Actor {
                 biased;
                 _ = shutdown.cancelled() => break,
                 result = wait_flush(&mut flushing), if flushing.is_some() => {
-                    if let Some((_, answers)) = flushing.take() {
-                        self.on_flushed(result, answers);
+                    if let Some(done) = flushing.take() {
+                        self.on_flushed(result, done);
                     }
                 }
                 received = mailbox.recv_many(&mut batch, BATCH) => {
@@ -124,23 +133,28 @@ impl Actor {
                 }
             }
             // Write before dispatching, so the bytes of messages just sent can be read back.
-            self.persist();
+            self.persist_and_publish();
             if self.poisoned.is_none() {
                 let deliveries = self.state.dispatch(now_ms());
                 self.hand_out(deliveries);
                 self.persist();
             }
             self.release_answers();
-            if flushing.is_none() && !self.unflushed.is_empty() {
-                if let Commit::AfterFlush(flusher) = &self.commit {
-                    flushing = Some((flusher.request(), std::mem::take(&mut self.unflushed)));
-                }
+            let waiting = !self.unflushed.is_empty() || self.state.has_unpublished();
+            if let (None, true, Commit::AfterFlush(flusher)) = (&flushing, waiting, &self.commit) {
+                flushing = Some(Flushing {
+                    done: flusher.request(),
+                    answers: std::mem::take(&mut self.unflushed),
+                    covers_next_seq: self.state.next_seq(),
+                });
             }
         }
         self.persist();
-        if let Some((rx, answers)) = flushing {
-            let result = rx.await.unwrap_or_else(|_| Err(flusher_gone()));
-            self.on_flushed(result, answers);
+        if let Some(mut pending) = flushing {
+            let result = (&mut pending.done)
+                .await
+                .unwrap_or_else(|_| Err(flusher_gone()));
+            self.on_flushed(result, pending);
         }
         tracing::debug!(messages = self.state.len(), "entity stopped");
     }
@@ -167,8 +181,8 @@ impl Actor {
             }
             Command::Credit { consumer, delta } => self.state.add_credit(consumer, delta),
             Command::Drain { consumer } => {
-                // The bytes of messages sent earlier in this batch must be readable.
-                self.persist();
+                // Messages sent earlier in this batch count as there.
+                self.persist_and_publish();
                 let deliveries = match self.poisoned {
                     None => self.state.drain(consumer, now),
                     Some(_) => Vec::new(),
@@ -189,13 +203,25 @@ impl Actor {
                         Some(error) => Err(EntityError::Storage(error.clone())),
                         None => self.state.settle(consumer, *lock, settlement),
                     })
+                    .inspect(|result| {
+                        if let Err(error) = result {
+                            tracing::debug!(consumer = consumer.0, %error, "settlement refused");
+                        }
+                    })
                     .collect();
                 if let Some((ticket, events)) = reply {
                     self.answers
                         .push((events, EntityEvent::Settled { ticket, results }));
                 }
             }
-            Command::GiveBack { delivery } => self.state.give_back(delivery),
+            Command::GiveBack { delivery } => {
+                tracing::debug!(
+                    seq = delivery.seq,
+                    consumer = delivery.consumer.0,
+                    "delivery given back"
+                );
+                self.state.give_back(delivery);
+            }
             Command::Unsubscribe { consumer } => {
                 self.state.unsubscribe(consumer);
                 self.consumers.remove(&consumer);
@@ -237,6 +263,14 @@ impl Actor {
         }
     }
 
+    /// Writes the journal; without a flush to wait for, what is written may be delivered.
+    fn persist_and_publish(&mut self) {
+        self.persist();
+        if let (Commit::AfterWrite(_), None) = (&self.commit, &self.poisoned) {
+            self.state.publish_up_to(self.state.next_seq());
+        }
+    }
+
     /// Sends the batch's answers now, or parks them for the next flush.
     fn release_answers(&mut self) {
         if let Commit::AfterWrite(Some(flusher)) = &self.commit {
@@ -256,11 +290,12 @@ impl Actor {
         }
     }
 
-    fn on_flushed(&mut self, result: FlushResult, answers: Vec<Answer>) {
-        if let Err(error) = result {
-            self.poison(&error);
+    fn on_flushed(&mut self, result: FlushResult, flushed: Flushing) {
+        match result {
+            Ok(()) => self.state.publish_up_to(flushed.covers_next_seq),
+            Err(error) => self.poison(&error),
         }
-        for (sink, event) in answers {
+        for (sink, event) in flushed.answers {
             self.send_answer(sink, event);
         }
     }
@@ -301,11 +336,11 @@ fn flusher_gone() -> StoreError {
 ///
 /// # Cancel safety
 /// Cancel safe: the receiver stays in place until it yields.
-async fn wait_flush(
-    flushing: &mut Option<(oneshot::Receiver<FlushResult>, Vec<Answer>)>,
-) -> FlushResult {
+async fn wait_flush(flushing: &mut Option<Flushing>) -> FlushResult {
     match flushing {
-        Some((rx, _)) => rx.await.unwrap_or_else(|_| Err(flusher_gone())),
+        Some(pending) => (&mut pending.done)
+            .await
+            .unwrap_or_else(|_| Err(flusher_gone())),
         None => std::future::pending().await,
     }
 }

@@ -47,6 +47,9 @@ pub struct QueueState {
     max_size_bytes: u64,
     size_bytes: u64,
     next_seq: i64,
+    /// Messages numbered from here on are not durable yet and must not be delivered: a
+    /// receiver that saw a sequence number a crash then lost would see it reused.
+    visible_below: i64,
     last_enqueued_ms: i64,
     messages: BTreeMap<i64, Entry>,
     /// Sequence numbers of unlocked messages, in delivery order.
@@ -73,6 +76,7 @@ impl QueueState {
             max_size_bytes,
             size_bytes: 0,
             next_seq: recovered.next_seq.max(1),
+            visible_below: 0,
             last_enqueued_ms: 0,
             messages: BTreeMap::new(),
             available: BTreeSet::new(),
@@ -88,7 +92,23 @@ impl QueueState {
             state.messages.insert(seq, Entry { record, lock: None });
             state.available.insert(seq);
         }
+        state.visible_below = state.next_seq;
         state
+    }
+
+    /// The sequence number the next message gets.
+    pub fn next_seq(&self) -> i64 {
+        self.next_seq
+    }
+
+    /// Makes messages numbered below `next_seq` deliverable: their writes are durable.
+    pub fn publish_up_to(&mut self, next_seq: i64) {
+        self.visible_below = self.visible_below.max(next_seq);
+    }
+
+    /// Whether stored messages wait for their durability point before they can be delivered.
+    pub fn has_unpublished(&self) -> bool {
+        self.visible_below < self.next_seq
     }
 
     /// The changes made since the last call, to be written to the log.
@@ -196,7 +216,7 @@ impl QueueState {
     /// Hands available messages to consumers with demand, one each in turn.
     pub fn dispatch(&mut self, now_ms: i64) -> Vec<Delivery> {
         let mut out = Vec::new();
-        while !self.available.is_empty() {
+        while self.has_deliverable() {
             let Some(consumer) = self.ready.pop_front() else {
                 break;
             };
@@ -314,6 +334,14 @@ impl QueueState {
         self.lock_expiry.first().map(|(until, _)| *until)
     }
 
+    /// Whether a message can be delivered now. `available` is ordered: if its first message
+    /// is not durable yet, none is.
+    fn has_deliverable(&self) -> bool {
+        self.available
+            .first()
+            .is_some_and(|seq| *seq < self.visible_below)
+    }
+
     fn lock_holder(&self, seq: i64) -> Option<ConsumerId> {
         self.messages
             .get(&seq)
@@ -344,6 +372,9 @@ impl QueueState {
         mode: ReceiveMode,
         now_ms: i64,
     ) -> Option<Delivery> {
+        if !self.has_deliverable() {
+            return None;
+        }
         let seq = self.available.pop_first()?;
         let mut annotations = Vec::with_capacity(3);
         let (record, lock_token) = match mode {
@@ -402,6 +433,7 @@ mod tests {
             q.enqueue(10, vec![Bytes::from(vec![i as u8])])
                 .expect("room");
         }
+        q.publish_up_to(q.next_seq());
         q
     }
 
@@ -417,6 +449,7 @@ mod tests {
         let mut q = QueueState::new(1_000, u64::MAX);
         assert_eq!(q.enqueue(100, vec![Bytes::new(), Bytes::new()]), Ok(1));
         assert_eq!(q.enqueue(50, vec![Bytes::new()]), Ok(3));
+        q.publish_up_to(q.next_seq());
         q.subscribe(A, ReceiveMode::ReceiveAndDelete);
         q.add_credit(A, 10);
         let got = q.dispatch(0);
@@ -510,12 +543,35 @@ mod tests {
     }
 
     #[test]
+    fn messages_are_not_delivered_before_they_are_published() {
+        let mut q = QueueState::new(1_000, u64::MAX);
+        q.subscribe(A, ReceiveMode::PeekLock);
+        q.add_credit(A, 5);
+        q.enqueue(0, vec![Bytes::new(), Bytes::new()])
+            .expect("room");
+        assert!(q.has_unpublished());
+        assert!(q.dispatch(0).is_empty(), "not durable yet");
+        q.publish_up_to(2);
+        assert_eq!(
+            q.dispatch(0).iter().map(|d| d.seq).collect::<Vec<_>>(),
+            vec![1]
+        );
+        q.publish_up_to(q.next_seq());
+        assert!(!q.has_unpublished());
+        assert_eq!(
+            q.dispatch(0).iter().map(|d| d.seq).collect::<Vec<_>>(),
+            vec![2]
+        );
+    }
+
+    #[test]
     fn drain_delivers_what_is_there_and_zeroes_demand() {
         let mut q = queue_with(3);
         q.subscribe(A, ReceiveMode::PeekLock);
         q.add_credit(A, 10);
         assert_eq!(q.drain(A, 0).len(), 3);
         q.enqueue(0, vec![Bytes::new()]).expect("room");
+        q.publish_up_to(q.next_seq());
         assert!(q.dispatch(0).is_empty(), "drain consumed the demand");
     }
 }

@@ -1,5 +1,7 @@
 //! The one integration-test binary: a real broker, real clients. A module per area.
 
+mod child;
+mod durability;
 mod fe2o3_client;
 mod pyenv;
 mod pytest;

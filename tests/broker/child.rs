@@ -1,0 +1,124 @@
+//! The real `tidebus` binary as a child process, for crashes (`kill -9`) and graceful stops
+//! (SIGTERM). Its log goes to a file that is printed when the test fails.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::support::DEADLINE;
+
+/// A broker process on a free loopback port.
+pub struct ChildBroker {
+    /// Where it listens.
+    pub addr: std::net::SocketAddr,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl ChildBroker {
+    /// Starts the binary with `config` (TOML text) on `data_dir` and waits until it is ready.
+    pub fn start(dir: &Path, config: &str) -> Self {
+        let config_path = dir.join("tidebus.toml");
+        std::fs::write(&config_path, config).expect("write config");
+        let ready = dir.join("ready");
+        let _ = std::fs::remove_file(&ready);
+        static STARTS: AtomicUsize = AtomicUsize::new(0);
+        let log = dir.join(format!(
+            "broker-{}.log",
+            STARTS.fetch_add(1, Ordering::Relaxed)
+        ));
+        let log_file = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_tidebus"))
+            .arg("--config")
+            .arg(&config_path)
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .arg("--ready-file")
+            .arg(&ready)
+            .env("RUST_LOG", "tidebus=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .expect("spawn tidebus");
+        let mut broker = ChildBroker {
+            addr: "127.0.0.1:0".parse().expect("addr"),
+            child: Some(child),
+            log,
+        };
+        let started = Instant::now();
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&ready) {
+                if let Ok(addr) = text.trim().parse() {
+                    broker.addr = addr;
+                    return broker;
+                }
+            }
+            if let Some(status) = broker.child_mut().try_wait().expect("try_wait") {
+                panic!(
+                    "tidebus exited with {status} before it was ready:\n{}",
+                    broker.log_text()
+                );
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "tidebus not ready in time:\n{}",
+                broker.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn child_mut(&mut self) -> &mut Child {
+        self.child.as_mut().expect("running")
+    }
+
+    /// The broker's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL, and wait for the process to be gone.
+    pub fn kill9(mut self) {
+        let mut child = self.child.take().expect("running");
+        child.kill().expect("kill -9");
+        child.wait().expect("reap");
+    }
+
+    /// SIGTERM, and the exit status within the deadline.
+    pub fn terminate(mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM failed");
+        let started = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                return status;
+            }
+            if started.elapsed() > DEADLINE {
+                let _ = child.kill();
+                panic!("tidebus did not exit after SIGTERM:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ChildBroker {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("--- tidebus log ---\n{}", self.log_text());
+        }
+    }
+}

@@ -198,6 +198,10 @@ async fn sync_mode_survives_kill_9_and_never_reuses_a_sequence_number() {
         let _ = connection.close().await;
         first
     };
+    assert_eq!(
+        first.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        (0..1000).collect::<Vec<_>>()
+    );
     let highest_seq = 5001;
     broker.kill9();
 

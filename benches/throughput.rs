@@ -1,7 +1,10 @@
 //! End-to-end throughput: an in-process broker, one fe2o3-amqp producer and one consumer.
 //!
 //! `cargo bench --bench throughput -- [--messages N] [--size BYTES] [--window N] [--credit N]
-//! [--durability sync|interval|memory]`
+//! [--durability sync|interval|memory] [--fill-first]`
+//!
+//! `--fill-first` sends everything before the consumer starts and prints the process's
+//! resident memory with the whole backlog queued (broker and client share the process).
 //!
 //! The producer keeps `window` unsettled sends in flight; the consumer grants `credit` and
 //! accepts every message (peek-lock, one disposition each). Prints send, receive and end-to-end
@@ -22,6 +25,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 struct Args {
     durability: Durability,
+    fill_first: bool,
     messages: u64,
     size: usize,
     window: usize,
@@ -31,6 +35,7 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         durability: Durability::Sync,
+        fill_first: false,
         messages: 100_000,
         size: 1024,
         window: 100,
@@ -56,6 +61,7 @@ fn parse_args() -> Result<Args, String> {
                     _ => return Err("--durability takes sync, interval or memory".into()),
                 }
             }
+            "--fill-first" => args.fill_first = true,
             "--bench" => {} // passed by `cargo bench`
             other => return Err(format!("unknown argument {other}")),
         }
@@ -82,7 +88,12 @@ async fn connect(
         .await?)
 }
 
-async fn produce(addr: std::net::SocketAddr, args: &Args) -> Result<(u64, Duration), BoxError> {
+/// Sends every message; returns how many were accepted, the elapsed time and each send's round
+/// trip (send to outcome) in µs.
+async fn produce(
+    addr: std::net::SocketAddr,
+    args: &Args,
+) -> Result<(u64, Duration, Vec<u64>), BoxError> {
     let mut connection = connect(addr, "bench-producer").await?;
     let mut session = Session::begin(&mut connection).await?;
     let mut sender = Sender::attach(&mut session, "bench-sender", "bench").await?;
@@ -90,6 +101,7 @@ async fn produce(addr: std::net::SocketAddr, args: &Args) -> Result<(u64, Durati
     let started = Instant::now();
     let mut inflight = FuturesUnordered::new();
     let mut accepted = 0;
+    let mut round_trips = Vec::with_capacity(args.messages as usize);
     for id in 0..args.messages {
         let properties = ApplicationProperties::builder()
             .insert("id", SimpleValue::Long(id as i64))
@@ -99,23 +111,41 @@ async fn produce(addr: std::net::SocketAddr, args: &Args) -> Result<(u64, Durati
             .application_properties(properties)
             .data(Binary::from(payload.clone()))
             .build();
-        inflight.push(sender.send_batchable(message).await?);
+        let sent_at = Instant::now();
+        let outcome = sender.send_batchable(message).await?;
+        inflight.push(async move { (outcome.await, sent_at.elapsed()) });
         while inflight.len() >= args.window {
-            if let Some(Ok(Outcome::Accepted(_))) = inflight.next().await {
+            if let Some((Ok(Outcome::Accepted(_)), took)) = inflight.next().await {
                 accepted += 1;
+                round_trips.push(took.as_micros() as u64);
             }
         }
     }
-    while let Some(outcome) = inflight.next().await {
+    while let Some((outcome, took)) = inflight.next().await {
         if let Ok(Outcome::Accepted(_)) = outcome {
             accepted += 1;
+            round_trips.push(took.as_micros() as u64);
         }
     }
     let elapsed = started.elapsed();
     sender.close().await?;
     session.end().await?;
     connection.close().await?;
-    Ok((accepted, elapsed))
+    Ok((accepted, elapsed, round_trips))
+}
+
+/// Resident memory of this process, in MiB.
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|line| line.starts_with("VmRSS:"))
+                .and_then(|line| line.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 struct Received {
@@ -213,10 +243,20 @@ fn main() -> Result<(), BoxError> {
         .build()?;
     let (sent, received) = client_runtime.block_on(async {
         let started = Instant::now();
+        if args.fill_first {
+            let sent = produce(addr, &args).await?;
+            println!(
+                "backlog:    {} messages queued, process RSS {:.1} MiB",
+                sent.0,
+                rss_mib()
+            );
+            return Ok::<_, BoxError>((sent, (consume(addr, &args).await?, started)));
+        }
         let (sent, received) = tokio::join!(produce(addr, &args), consume(addr, &args));
         Ok::<_, BoxError>((sent?, (received?, started)))
     })?;
-    let ((accepted, send_elapsed), (mut got, started)) = (sent, received);
+    let ((accepted, send_elapsed, mut round_trips), (mut got, started)) = (sent, received);
+    round_trips.sort_unstable();
     let _ = stop.send(());
     broker_runtime.block_on(broker)??;
 
@@ -228,8 +268,13 @@ fn main() -> Result<(), BoxError> {
     got.latencies_us.sort_unstable();
     let rate = |n: u64, d: Duration| n as f64 / d.as_secs_f64().max(1e-9);
     println!(
-        "throughput: messages={} size={} window={} credit={} durability={:?} consumer=peek-lock",
-        args.messages, args.size, args.window, args.credit, args.durability
+        "throughput: messages={} size={} window={} credit={} durability={:?} consumer=peek-lock{}",
+        args.messages,
+        args.size,
+        args.window,
+        args.credit,
+        args.durability,
+        if args.fill_first { " fill-first" } else { "" }
     );
     println!(
         "send:       accepted={accepted} elapsed={send_elapsed:.3?} rate={:.0} msg/s",
@@ -244,6 +289,11 @@ fn main() -> Result<(), BoxError> {
     println!(
         "end-to-end: elapsed={end_to_end:.3?} rate={:.0} msg/s",
         rate(got.unique, end_to_end)
+    );
+    println!(
+        "send rtt:   p50={:.3}ms p99={:.3}ms (send to outcome)",
+        percentile(&round_trips, 0.50),
+        percentile(&round_trips, 0.99)
     );
     println!(
         "latency:    p50={:.3}ms p99={:.3}ms",

@@ -8,7 +8,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use tidebus::config::{Config, Durability};
 use tidebus::store::record::{MessageState, Record};
-use tidebus::store::{Change, Store};
+use tidebus::store::{Change, Store, SubQueue};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -36,19 +36,22 @@ fn main() -> Result<(), BoxError> {
         let mut seq = 1;
         while seq <= messages {
             let end = (seq + 1000).min(messages + 1);
-            let mut changes: Vec<Change> = (seq..end)
-                .map(|s| Change::Put {
-                    seq: s,
-                    record: Record {
-                        state: MessageState::Active,
-                        delivery_count: 0,
-                        enqueued_ms: 1_700_000_000_000 + s,
-                        size: size as u32,
-                    },
-                    body: body.clone(),
+            let mut changes: Vec<(SubQueue, Change)> = (seq..end)
+                .map(|s| {
+                    let put = Change::Put {
+                        seq: s,
+                        record: Record {
+                            state: MessageState::Active,
+                            delivery_count: 0,
+                            enqueued_ms: 1_700_000_000_000 + s,
+                            size: size as u32,
+                        },
+                        body: body.clone(),
+                    };
+                    (SubQueue::Main, put)
                 })
                 .collect();
-            changes.push(Change::NextSeq(end));
+            changes.push((SubQueue::Main, Change::NextSeq(end)));
             log.write(changes)?;
             seq = end;
         }
@@ -60,7 +63,7 @@ fn main() -> Result<(), BoxError> {
     );
     let started = Instant::now();
     let store = Store::open(&config)?;
-    let recovered = store.log("bench")?.recover()?;
+    let recovered = store.log("bench")?.recover(SubQueue::Main)?;
     let elapsed = started.elapsed();
     println!(
         "recovery: {} messages, next sequence number {}, in {elapsed:.2?}",

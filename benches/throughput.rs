@@ -1,7 +1,10 @@
 //! End-to-end throughput: an in-process broker, one fe2o3-amqp producer and one consumer.
 //!
 //! `cargo bench --bench throughput -- [--messages N] [--size BYTES] [--window N] [--credit N]
-//! [--durability sync|interval|memory] [--fill-first]`
+//! [--durability sync|interval|memory] [--fill-first] [--receive-and-delete]`
+//!
+//! The consumer is peek-lock and completes every message (the SDK default), or with
+//! `--receive-and-delete` takes pre-settled deliveries.
 //!
 //! `--fill-first` sends everything before the consumer starts and prints the process's
 //! resident memory with the whole backlog queued (broker and client share the process).
@@ -14,6 +17,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fe2o3_amqp::link::receiver::CreditMode;
+use fe2o3_amqp::types::definitions::SenderSettleMode;
 use fe2o3_amqp::types::messaging::{ApplicationProperties, Body, Message, Outcome};
 use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Value};
 use fe2o3_amqp::{Connection, Receiver, Sender, Session};
@@ -26,6 +30,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 struct Args {
     durability: Durability,
     fill_first: bool,
+    receive_and_delete: bool,
     messages: u64,
     size: usize,
     window: usize,
@@ -36,6 +41,7 @@ fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         durability: Durability::Sync,
         fill_first: false,
+        receive_and_delete: false,
         messages: 100_000,
         size: 1024,
         window: 100,
@@ -62,6 +68,7 @@ fn parse_args() -> Result<Args, String> {
                 }
             }
             "--fill-first" => args.fill_first = true,
+            "--receive-and-delete" => args.receive_and_delete = true,
             "--bench" => {} // passed by `cargo bench`
             other => return Err(format!("unknown argument {other}")),
         }
@@ -163,6 +170,11 @@ async fn consume(addr: std::net::SocketAddr, args: &Args) -> Result<Received, Bo
         .name("bench-receiver")
         .source("bench")
         .credit_mode(CreditMode::Auto(args.credit))
+        .sender_settle_mode(if args.receive_and_delete {
+            SenderSettleMode::Settled
+        } else {
+            SenderSettleMode::Unsettled
+        })
         .attach(&mut session)
         .await?;
     let mut seen = HashSet::with_capacity(args.messages as usize);
@@ -185,7 +197,9 @@ async fn consume(addr: std::net::SocketAddr, args: &Args) -> Result<Received, Bo
             _ => None,
         };
         let (id, ts) = (field("id"), field("ts"));
-        receiver.accept(&delivery).await?;
+        if !args.receive_and_delete {
+            receiver.accept(&delivery).await?;
+        }
         if id.is_some_and(|id| seen.insert(id)) {
             got.unique += 1;
         } else {
@@ -268,12 +282,17 @@ fn main() -> Result<(), BoxError> {
     got.latencies_us.sort_unstable();
     let rate = |n: u64, d: Duration| n as f64 / d.as_secs_f64().max(1e-9);
     println!(
-        "throughput: messages={} size={} window={} credit={} durability={:?} consumer=peek-lock{}",
+        "throughput: messages={} size={} window={} credit={} durability={:?} consumer={}{}",
         args.messages,
         args.size,
         args.window,
         args.credit,
         args.durability,
+        if args.receive_and_delete {
+            "receive-and-delete"
+        } else {
+            "peek-lock"
+        },
         if args.fill_first { " fill-first" } else { "" }
     );
     println!(

@@ -8,8 +8,8 @@
 use std::ops::Range;
 
 use bytes::Bytes;
-use fe2o3_amqp::types::messaging::{Header, MessageAnnotations};
-use fe2o3_amqp::types::primitives::Value;
+use fe2o3_amqp::types::messaging::{ApplicationProperties, Header, MessageAnnotations};
+use fe2o3_amqp::types::primitives::{SimpleValue, Value};
 
 /// Section descriptor codes (AMQP 1.0 §3.2).
 mod code {
@@ -193,6 +193,52 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<(Vec<u8>, Bytes),
     Ok((prefix, stored.slice(tail_start..)))
 }
 
+/// Sets application properties of a stored message (Service Bus "properties to modify" and
+/// dead-letter reasons), re-encoding only that section; every other section is kept byte for
+/// byte. Without an application-properties section one is inserted where AMQP puts it.
+///
+/// # Errors
+/// Fails only on bytes that [`validate`] would have refused.
+pub fn set_application_properties(
+    stored: &Bytes,
+    entries: &[(String, SimpleValue)],
+) -> Result<Bytes, MessageError> {
+    if entries.is_empty() {
+        return Ok(stored.clone());
+    }
+    let sections = scan_sections(stored)?;
+    let existing = sections
+        .iter()
+        .find(|section| section.code == code::APPLICATION_PROPERTIES);
+    let mut properties = match existing {
+        Some(section) => {
+            serde_amqp::from_slice::<ApplicationProperties>(&stored[section.range.clone()])
+                .map_err(|_| MessageError::Malformed("application-properties"))?
+        }
+        None => ApplicationProperties::default(),
+    };
+    for (key, value) in entries {
+        properties.0.insert(key.clone(), value.clone());
+    }
+    let encoded = serde_amqp::to_vec(&properties)
+        .map_err(|_| MessageError::Malformed("application-properties"))?;
+    let (start, end) = match existing {
+        Some(section) => (section.range.start, section.range.end),
+        None => {
+            let at = sections
+                .iter()
+                .find(|section| section.code > code::APPLICATION_PROPERTIES)
+                .map_or(stored.len(), |section| section.range.start);
+            (at, at)
+        }
+    };
+    let mut out = Vec::with_capacity(stored.len() + encoded.len());
+    out.extend_from_slice(&stored[..start]);
+    out.extend_from_slice(&encoded);
+    out.extend_from_slice(&stored[end..]);
+    Ok(Bytes::from(out))
+}
+
 /// The binary inside a `data` section, as a zero-copy slice.
 fn data_section_payload(bytes: &Bytes, section: &Section) -> Result<Bytes, MessageError> {
     let start = section.range.start;
@@ -374,6 +420,42 @@ mod tests {
         );
         assert_eq!(ma.0.get(&key), Some(&Value::Long(42)));
         assert!(tail.ends_with(b"body bytes"));
+    }
+
+    #[test]
+    fn sets_application_properties_and_keeps_the_rest() {
+        let stored = Bytes::from(encode_message(b"payload"));
+        let entries = vec![
+            (
+                "DeadLetterReason".to_string(),
+                SimpleValue::String("r".into()),
+            ),
+            ("k".to_string(), SimpleValue::Long(2)),
+        ];
+        let changed = set_application_properties(&stored, &entries).expect("set");
+        let sections = scan_sections(&changed).expect("scan");
+        let app: ApplicationProperties =
+            serde_amqp::from_slice(&changed[sections[2].range.clone()]).expect("app");
+        assert_eq!(
+            app.0.get("k"),
+            Some(&SimpleValue::Long(2)),
+            "existing key overwritten"
+        );
+        assert_eq!(
+            app.0.get("DeadLetterReason"),
+            Some(&SimpleValue::String("r".into()))
+        );
+        assert!(changed.ends_with(b"payload"));
+        // A message without application properties gets the section before its body.
+        let mut bare = serde_amqp::to_vec(&Header::default()).expect("h");
+        bare.extend(serde_amqp::to_vec(&Data(Binary::from(b"x".to_vec()))).expect("d"));
+        let changed = set_application_properties(&Bytes::from(bare), &entries).expect("set");
+        let codes: Vec<u8> = scan_sections(&changed)
+            .expect("scan")
+            .iter()
+            .map(|s| s.code)
+            .collect();
+        assert_eq!(codes, vec![0x70, 0x74, 0x75]);
     }
 
     #[test]

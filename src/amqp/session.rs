@@ -9,15 +9,18 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use bytes::{Bytes, BytesMut};
 use fe2o3_amqp::frames::amqp::FrameBody;
 use fe2o3_amqp::types::definitions::DeliveryTag;
-use fe2o3_amqp::types::definitions::{self, AmqpError, Handle, LinkError, Role, SessionError};
+use fe2o3_amqp::types::definitions::{
+    self, AmqpError, ErrorCondition, Handle, LinkError, Role, SessionError,
+};
 use fe2o3_amqp::types::messaging::{Accepted, DeliveryState, Rejected, Released, TargetArchetype};
 use fe2o3_amqp::types::performatives::{Attach, Begin, Detach, Disposition, End, Flow, Transfer};
+use fe2o3_amqp::types::primitives::{SimpleValue, Symbol, Value};
 
 use crate::amqp::link::{self, Incoming, Link, LinkKind, Outgoing, Partial, SENDER_CREDIT};
 use crate::amqp::message::{self, BATCH_MESSAGE_FORMAT};
 use crate::entity::handle::{
-    Command, ConsumerId, Delivery, EntityError, EntityHandle, EventSink, LockRef, Settlement,
-    Ticket,
+    Command, ConsumerId, Delivery, EntityError, EntityHandle, EventSink, LockRef, Properties,
+    Settlement, SubQueue, Ticket,
 };
 use crate::entity::registry::Registry;
 use crate::node::router;
@@ -150,52 +153,25 @@ impl Session {
                 format!("a session holds at most {} links", HANDLE_MAX + 1),
             ))
         })?;
-        let address = match attach.role {
-            Role::Sender => attach.target.as_deref().and_then(|target| match target {
-                TargetArchetype::Target(target) => target.address.clone(),
-                TargetArchetype::Coordinator(_) => None,
-            }),
-            Role::Receiver => attach
-                .source
-                .as_ref()
-                .and_then(|source| source.address.clone()),
-        };
-        let coordinator = matches!(
-            attach.target.as_deref(),
-            Some(TargetArchetype::Coordinator(_))
-        );
-        let entity = address
-            .as_deref()
-            .and_then(|address| router::route(ctx.registry, address));
-        let refusal = match (&entity, coordinator, address.as_deref()) {
-            (_, true, _) => Some(link::amqp_error(
-                AmqpError::NotImplemented,
-                "transactions are not supported yet",
-            )),
-            (None, _, Some(address)) => Some(link::not_found(address)),
-            (None, _, None) => Some(link::amqp_error(
-                AmqpError::InvalidField,
-                "the attach names no address",
-            )),
-            (Some(_), false, _) => None,
-        };
-        let (Some(entity), None) = (entity, refusal.clone()) else {
-            let error = refusal.unwrap_or_else(|| link::not_found(""));
-            tracing::debug!(link = %attach.name, ?address, condition = ?error.condition, "attach refused");
-            out.frames
-                .push(FrameBody::Attach(link::refuse_reply(&attach, local_handle)));
-            out.frames
-                .push(FrameBody::Detach(link::refuse_detach(local_handle, error)));
-            self.insert_link(
-                remote_handle,
-                Link {
-                    name: attach.name,
-                    local_handle,
-                    id: link_id,
-                    kind: LinkKind::Refused,
-                },
-            );
-            return Ok(None);
+        let (entity, sub) = match resolve(&attach, ctx.registry) {
+            Ok(found) => found,
+            Err(error) => {
+                tracing::debug!(link = %attach.name, condition = ?error.condition, "attach refused");
+                out.frames
+                    .push(FrameBody::Attach(link::refuse_reply(&attach, local_handle)));
+                out.frames
+                    .push(FrameBody::Detach(link::refuse_detach(local_handle, error)));
+                self.insert_link(
+                    remote_handle,
+                    Link {
+                        name: attach.name,
+                        local_handle,
+                        id: link_id,
+                        kind: LinkKind::Refused,
+                    },
+                );
+                return Ok(None);
+            }
         };
         out.frames.push(FrameBody::Attach(link::accept_reply(
             &attach,
@@ -226,6 +202,7 @@ impl Session {
                     entity.clone(),
                     Command::Subscribe {
                         consumer,
+                        sub,
                         mode,
                         events: ctx.events.clone(),
                     },
@@ -243,7 +220,7 @@ impl Session {
                 })
             }
         };
-        tracing::debug!(link = %attach.name, ?address, "link attached");
+        tracing::debug!(link = %attach.name, ?sub, "link attached");
         self.insert_link(
             remote_handle,
             Link {
@@ -818,15 +795,113 @@ impl Session {
     }
 }
 
-/// What the entity should do for a client outcome; `None` for a non-terminal state.
+/// The entity (and which of its queues) an attach names, or the error that refuses it:
+/// `amqp:not-found` for unknown addresses, `amqp:not-allowed` for a send to a dead-letter
+/// queue, `amqp:not-implemented` for a transaction coordinator.
+fn resolve(
+    attach: &Attach,
+    registry: &Registry,
+) -> Result<(EntityHandle, SubQueue), definitions::Error> {
+    let address = match attach.role {
+        Role::Sender => match attach.target.as_deref() {
+            Some(TargetArchetype::Target(target)) => target.address.clone(),
+            Some(TargetArchetype::Coordinator(_)) => {
+                return Err(link::amqp_error(
+                    AmqpError::NotImplemented,
+                    "transactions are not supported yet",
+                ))
+            }
+            None => None,
+        },
+        Role::Receiver => attach
+            .source
+            .as_ref()
+            .and_then(|source| source.address.clone()),
+    };
+    let address = address
+        .ok_or_else(|| link::amqp_error(AmqpError::InvalidField, "the attach names no address"))?;
+    let (entity, sub) =
+        router::route(registry, &address).ok_or_else(|| link::not_found(&address))?;
+    if attach.role == Role::Sender && sub == SubQueue::DeadLetter {
+        return Err(link::amqp_error(
+            AmqpError::NotAllowed,
+            format!(
+                "'{address}' is a dead-letter queue: messages arrive there only by dead-lettering"
+            ),
+        ));
+    }
+    Ok((entity, sub))
+}
+
+/// What the entity should do for a client outcome; `None` for a non-terminal state
+/// (amqp-dialect.md §6.1; `delivery-failed` decides nothing).
 fn settlement_of(state: &DeliveryState) -> Option<Settlement> {
     match state {
         DeliveryState::Accepted(_) => Some(Settlement::Complete),
         DeliveryState::Released(_) => Some(Settlement::Release),
-        DeliveryState::Modified(_) => Some(Settlement::Abandon),
-        DeliveryState::Rejected(_) => Some(Settlement::Reject),
+        DeliveryState::Modified(modified) => {
+            let properties = simple_properties(modified.message_annotations.as_ref());
+            Some(match modified.undeliverable_here {
+                Some(true) => Settlement::Defer(properties),
+                _ => Settlement::Abandon(properties),
+            })
+        }
+        DeliveryState::Rejected(rejected) => Some(dead_letter_of(rejected.error.as_ref())),
         _ => None,
     }
+}
+
+/// A `rejected` outcome as a dead-lettering: reason and description from the error's info,
+/// falling back to its condition (unless it is the dead-letter marker) and description; the
+/// other info entries become application properties.
+fn dead_letter_of(error: Option<&definitions::Error>) -> Settlement {
+    let Some(error) = error else {
+        return Settlement::DeadLetter {
+            reason: None,
+            description: None,
+            properties: Vec::new(),
+        };
+    };
+    let mut properties = simple_properties(error.info.as_deref());
+    let mut take = |key: &str| {
+        let at = properties.iter().position(|(k, _)| k == key)?;
+        match properties.remove(at).1 {
+            SimpleValue::String(value) => Some(value),
+            _ => None,
+        }
+    };
+    let reason = take(wire::dead_letter::REASON).or_else(|| {
+        let condition = condition_name(&error.condition);
+        (condition != wire::dead_letter::CONDITION).then_some(condition)
+    });
+    let description = take(wire::dead_letter::DESCRIPTION).or_else(|| error.description.clone());
+    Settlement::DeadLetter {
+        reason,
+        description,
+        properties,
+    }
+}
+
+/// The symbol of an error condition.
+fn condition_name(condition: &ErrorCondition) -> String {
+    serde_amqp::to_vec(condition)
+        .ok()
+        .and_then(|bytes| serde_amqp::from_slice::<Symbol>(&bytes).ok())
+        .map_or_else(String::new, |symbol| symbol.as_str().to_string())
+}
+
+/// Map entries that are simple values, keyed by string (nulls and composites are skipped).
+fn simple_properties(fields: Option<&definitions::Fields>) -> Properties {
+    fields
+        .into_iter()
+        .flat_map(|fields| fields.iter())
+        .filter(|(_, value)| !matches!(value, Value::Null))
+        .filter_map(|(key, value)| {
+            SimpleValue::try_from(value.clone())
+                .ok()
+                .map(|simple| (key.as_str().to_string(), simple))
+        })
+        .collect()
 }
 
 /// A link `flow` on top of the session fields of `base`.
@@ -870,9 +945,7 @@ fn entity_error(error: &EntityError) -> definitions::Error {
         EntityError::QuotaExceeded { .. } => {
             link::amqp_error(AmqpError::ResourceLimitExceeded, error.to_string())
         }
-        EntityError::NotImplemented(_) => {
-            link::amqp_error(AmqpError::NotImplemented, error.to_string())
-        }
+        EntityError::NotAllowed(_) => link::amqp_error(AmqpError::NotAllowed, error.to_string()),
     }
 }
 

@@ -15,12 +15,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::amqp::message;
 use crate::config::QueueConfig;
 use crate::entity::handle::{
-    Command, ConsumerId, Delivery, EntityError, EntityEvent, EntityHandle, EventSink,
+    Command, ConsumerId, Delivery, EntityError, EntityEvent, EntityHandle, EventSink, LockRef,
+    Properties, Settlement, SubQueue,
 };
-use crate::entity::state::QueueState;
-use crate::store::{EntityLog, Flusher, StoreError};
+use crate::entity::state::{QueueState, Rules};
+use crate::store::{Change, EntityLog, Flusher, StoreError};
 
 /// Mailbox capacity: senders wait (backpressure) when this many commands are queued.
 const MAILBOX: usize = 4096;
@@ -49,11 +51,21 @@ pub fn spawn(
     tracker: &TaskTracker,
 ) -> Result<EntityHandle, StoreError> {
     let (tx, rx) = mpsc::channel(MAILBOX);
-    let lock_ms = i64::try_from(config.lock_duration.as_millis()).unwrap_or(i64::MAX);
-    let max_bytes = config.max_size_in_megabytes.saturating_mul(1024 * 1024);
-    let state = QueueState::recover(lock_ms, max_bytes, log.recover()?);
+    let lock_duration_ms = i64::try_from(config.lock_duration.as_millis()).unwrap_or(i64::MAX);
+    let rules = Rules {
+        lock_duration_ms,
+        max_size_bytes: config.max_size_in_megabytes.saturating_mul(1024 * 1024),
+        max_delivery_count: config.max_delivery_count,
+        dead_letter_allowed: true,
+    };
+    let main = QueueState::recover(rules, log.recover(SubQueue::Main)?);
+    let dead_letters = QueueState::recover(
+        Rules::dead_letter_queue(lock_duration_ms),
+        log.recover(SubQueue::DeadLetter)?,
+    );
     let actor = Actor {
-        state,
+        main,
+        dead_letters,
         log,
         commit,
         consumers: HashMap::new(),
@@ -88,12 +100,15 @@ struct Flushing {
 
 type FlushResult = Result<(), StoreError>;
 
+/// One entity: the queue and its dead-letter queue, owned together so that dead-lettering a
+/// message (delete here, store there) is one atomic write of one tree.
 struct Actor {
-    state: QueueState,
+    main: QueueState,
+    dead_letters: QueueState,
     log: EntityLog,
     commit: Commit,
-    /// Where each consumer's deliveries go.
-    consumers: HashMap<ConsumerId, EventSink>,
+    /// Which queue each consumer reads and where its deliveries go.
+    consumers: HashMap<ConsumerId, (SubQueue, EventSink)>,
     /// Set by the first storage failure; from then on nothing is acknowledged.
     poisoned: Option<String>,
     /// Answers of the batch being applied.
@@ -107,7 +122,11 @@ impl Actor {
         let mut batch = Vec::with_capacity(BATCH);
         let mut flushing: Option<Flushing> = None;
         loop {
-            let deadline = self.state.next_deadline_ms().map(|at| {
+            let next = [
+                self.main.next_deadline_ms(),
+                self.dead_letters.next_deadline_ms(),
+            ];
+            let deadline = next.into_iter().flatten().min().map(|at| {
                 let wait = u64::try_from(at.saturating_sub(now_ms())).unwrap_or(0);
                 Instant::now() + Duration::from_millis(wait)
             });
@@ -129,23 +148,28 @@ impl Actor {
                     }
                 }
                 _ = sleep_until_deadline(deadline) => {
-                    self.state.expire_locks(now_ms());
+                    let now = now_ms();
+                    self.main.expire_locks(now);
+                    self.dead_letters.expire_locks(now);
+                    self.move_dead_letters();
                 }
             }
             // Write before dispatching, so the bytes of messages just sent can be read back.
             self.persist_and_publish();
             if self.poisoned.is_none() {
-                let deliveries = self.state.dispatch(now_ms());
+                let now = now_ms();
+                let mut deliveries = self.main.dispatch(now);
+                deliveries.extend(self.dead_letters.dispatch(now));
                 self.hand_out(deliveries);
                 self.persist();
             }
             self.release_answers();
-            let waiting = !self.unflushed.is_empty() || self.state.has_unpublished();
+            let waiting = !self.unflushed.is_empty() || self.main.has_unpublished();
             if let (None, true, Commit::AfterFlush(flusher)) = (&flushing, waiting, &self.commit) {
                 flushing = Some(Flushing {
                     done: flusher.request(),
                     answers: std::mem::take(&mut self.unflushed),
-                    covers_next_seq: self.state.next_seq(),
+                    covers_next_seq: self.main.next_seq(),
                 });
             }
         }
@@ -156,7 +180,11 @@ impl Actor {
                 .unwrap_or_else(|_| Err(flusher_gone()));
             self.on_flushed(result, pending);
         }
-        tracing::debug!(messages = self.state.len(), "entity stopped");
+        tracing::debug!(
+            messages = self.main.len(),
+            dead_letters = self.dead_letters.len(),
+            "entity stopped"
+        );
     }
 
     fn apply(&mut self, command: Command, now: i64) {
@@ -164,7 +192,7 @@ impl Actor {
             Command::Send { messages, reply } => {
                 let result = match &self.poisoned {
                     Some(error) => Err(EntityError::Storage(error.clone())),
-                    None => self.state.enqueue(now, messages).map(|_| ()),
+                    None => self.main.enqueue(now, messages).map(|_| ()),
                 };
                 if let Some((ticket, events)) = reply {
                     self.answers
@@ -173,22 +201,28 @@ impl Actor {
             }
             Command::Subscribe {
                 consumer,
+                sub,
                 mode,
                 events,
             } => {
-                self.state.subscribe(consumer, mode);
-                self.consumers.insert(consumer, events);
+                self.queue(sub).subscribe(consumer, mode);
+                self.consumers.insert(consumer, (sub, events));
             }
-            Command::Credit { consumer, delta } => self.state.add_credit(consumer, delta),
+            Command::Credit { consumer, delta } => {
+                if let Some(queue) = self.queue_of(consumer) {
+                    queue.add_credit(consumer, delta);
+                }
+            }
             Command::Drain { consumer } => {
                 // Messages sent earlier in this batch count as there.
                 self.persist_and_publish();
-                let deliveries = match self.poisoned {
-                    None => self.state.drain(consumer, now),
-                    Some(_) => Vec::new(),
+                let poisoned = self.poisoned.is_some();
+                let deliveries = match (poisoned, self.queue_of(consumer)) {
+                    (false, Some(queue)) => queue.drain(consumer, now),
+                    _ => Vec::new(),
                 };
                 self.hand_out(deliveries);
-                if let Some(events) = self.consumers.get(&consumer) {
+                if let Some((_, events)) = self.consumers.get(&consumer) {
                     let _ = events.send(EntityEvent::Drained { consumer });
                 }
             }
@@ -199,16 +233,9 @@ impl Actor {
             } => {
                 let results = items
                     .iter()
-                    .map(|(lock, settlement)| match &self.poisoned {
-                        Some(error) => Err(EntityError::Storage(error.clone())),
-                        None => self.state.settle(consumer, *lock, settlement),
-                    })
-                    .inspect(|result| {
-                        if let Err(error) = result {
-                            tracing::debug!(consumer = consumer.0, %error, "settlement refused");
-                        }
-                    })
+                    .map(|(lock, settlement)| self.settle(consumer, *lock, settlement))
                     .collect();
+                self.move_dead_letters();
                 if let Some((ticket, events)) = reply {
                     self.answers
                         .push((events, EntityEvent::Settled { ticket, results }));
@@ -220,12 +247,97 @@ impl Actor {
                     consumer = delivery.consumer.0,
                     "delivery given back"
                 );
-                self.state.give_back(delivery);
+                if let Some(queue) = self.queue_of(delivery.consumer) {
+                    queue.give_back(delivery);
+                }
             }
-            Command::Unsubscribe { consumer } => {
-                self.state.unsubscribe(consumer);
-                self.consumers.remove(&consumer);
+            Command::Unsubscribe { consumer } => self.unsubscribe(consumer),
+        }
+    }
+
+    fn queue(&mut self, sub: SubQueue) -> &mut QueueState {
+        match sub {
+            SubQueue::Main => &mut self.main,
+            SubQueue::DeadLetter => &mut self.dead_letters,
+        }
+    }
+
+    /// The queue a consumer reads, if it is subscribed.
+    fn queue_of(&mut self, consumer: ConsumerId) -> Option<&mut QueueState> {
+        let (sub, _) = self.consumers.get(&consumer)?;
+        let sub = *sub;
+        Some(self.queue(sub))
+    }
+
+    /// Removes a consumer; its locks are lost (the queue may dead-letter what reached its
+    /// delivery limit).
+    fn unsubscribe(&mut self, consumer: ConsumerId) {
+        if let Some((sub, _)) = self.consumers.remove(&consumer) {
+            self.queue(sub).unsubscribe(consumer);
+            self.move_dead_letters();
+        }
+    }
+
+    /// Applies one settlement; properties to modify rewrite the message's bytes.
+    fn settle(
+        &mut self,
+        consumer: ConsumerId,
+        lock: LockRef,
+        settlement: &Settlement,
+    ) -> Result<(), EntityError> {
+        if let Some(error) = &self.poisoned {
+            return Err(EntityError::Storage(error.clone()));
+        }
+        let sub = self
+            .consumers
+            .get(&consumer)
+            .map(|(sub, _)| *sub)
+            .ok_or(EntityError::LockLost)?;
+        let result = self.queue(sub).settle(consumer, lock, settlement);
+        match (&result, settlement) {
+            (Ok(()), Settlement::Abandon(properties) | Settlement::Defer(properties)) => {
+                self.set_properties(sub, lock.seq, properties);
             }
+            (Err(error), _) => {
+                tracing::debug!(consumer = consumer.0, seq = lock.seq, %error, "settlement refused");
+            }
+            _ => {}
+        }
+        result
+    }
+
+    /// Rewrites a stored message with new application properties.
+    fn set_properties(&mut self, sub: SubQueue, seq: i64, properties: &Properties) {
+        if properties.is_empty() {
+            return;
+        }
+        let body = match self.log.body(sub, seq) {
+            Ok(body) => body,
+            Err(error) => return self.poison(&error),
+        };
+        match message::set_application_properties(&body, properties) {
+            Ok(changed) => self.queue(sub).replace_body(seq, changed),
+            Err(error) => tracing::warn!(seq, %error, "properties to modify not applied"),
+        }
+    }
+
+    /// Moves the messages the queue dead-lettered into the dead-letter queue, stamped with
+    /// their reason; written in the same batch as their removal.
+    fn move_dead_letters(&mut self) {
+        for dead in self.main.take_dead_letters() {
+            let body = match self.log.body(SubQueue::Main, dead.seq) {
+                Ok(body) => body,
+                Err(error) => return self.poison(&error),
+            };
+            let body = message::set_application_properties(&body, &dead.properties).unwrap_or_else(
+                |error| {
+                    tracing::warn!(seq = dead.seq, %error, "dead-letter reason not written");
+                    body
+                },
+            );
+            tracing::debug!(seq = dead.seq, "dead-lettered");
+            self.dead_letters
+                .accept_dead_letter(dead.seq, dead.record, body);
         }
     }
 
@@ -233,28 +345,35 @@ impl Actor {
     /// connection is gone is unsubscribed at once (its locks are released).
     fn hand_out(&mut self, deliveries: Vec<Delivery>) {
         for mut delivery in deliveries {
-            match self.log.body(delivery.seq) {
-                Ok(bytes) => delivery.bytes = bytes,
-                Err(error) => {
-                    self.poison(&error);
-                    return;
-                }
-            }
             let consumer = delivery.consumer;
-            let gone = match self.consumers.get(&consumer) {
-                Some(events) => events.send(EntityEvent::Delivered(delivery)).is_err(),
-                None => true,
+            let Some((sub, events)) = self.consumers.get(&consumer) else {
+                continue;
             };
-            if gone {
-                self.state.unsubscribe(consumer);
-                self.consumers.remove(&consumer);
+            match self.log.body(*sub, delivery.seq) {
+                Ok(bytes) => delivery.bytes = bytes,
+                Err(error) => return self.poison(&error),
+            }
+            if events.send(EntityEvent::Delivered(delivery)).is_err() {
+                self.unsubscribe(consumer);
             }
         }
     }
 
     /// Writes the journal in one batch. A failure poisons the entity.
     fn persist(&mut self) {
-        let changes = self.state.take_changes();
+        let mut changes: Vec<(SubQueue, Change)> = Vec::new();
+        changes.extend(
+            self.main
+                .take_changes()
+                .into_iter()
+                .map(|c| (SubQueue::Main, c)),
+        );
+        changes.extend(
+            self.dead_letters
+                .take_changes()
+                .into_iter()
+                .map(|c| (SubQueue::DeadLetter, c)),
+        );
         if changes.is_empty() || self.poisoned.is_some() {
             return;
         }
@@ -267,7 +386,7 @@ impl Actor {
     fn persist_and_publish(&mut self) {
         self.persist();
         if let (Commit::AfterWrite(_), None) = (&self.commit, &self.poisoned) {
-            self.state.publish_up_to(self.state.next_seq());
+            self.main.publish_up_to(self.main.next_seq());
         }
     }
 
@@ -292,7 +411,7 @@ impl Actor {
 
     fn on_flushed(&mut self, result: FlushResult, flushed: Flushing) {
         match result {
-            Ok(()) => self.state.publish_up_to(flushed.covers_next_seq),
+            Ok(()) => self.main.publish_up_to(flushed.covers_next_seq),
             Err(error) => self.poison(&error),
         }
         for (sink, event) in flushed.answers {

@@ -9,6 +9,8 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::amqp::message::DeliveryStamp;
+pub use crate::store::SubQueue;
+use fe2o3_amqp::types::primitives::SimpleValue;
 
 /// Identifies one consumer (a client receiver link) across the whole broker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -35,6 +37,9 @@ pub enum ReceiveMode {
     ReceiveAndDelete,
 }
 
+/// Application properties to set on a message ("properties to modify", dead-letter reasons).
+pub type Properties = Vec<(String, SimpleValue)>;
+
 /// A settlement outcome as the entity understands it (design.md §3 Settle).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Settlement {
@@ -42,10 +47,19 @@ pub enum Settlement {
     Complete,
     /// `released`: unlock without counting a delivery.
     Release,
-    /// `modified`: unlock and count a delivery.
-    Abandon,
-    /// `rejected`: dead-letter (not supported yet: refused, the lock stays).
-    Reject,
+    /// `modified`: unlock, count a delivery, set these application properties.
+    Abandon(Properties),
+    /// `modified` with `undeliverable-here`: set aside, retrievable only by sequence number.
+    Defer(Properties),
+    /// `rejected`: move to the dead-letter queue with a reason and a description.
+    DeadLetter {
+        /// `DeadLetterReason`.
+        reason: Option<String>,
+        /// `DeadLetterErrorDescription`.
+        description: Option<String>,
+        /// Other application properties to set.
+        properties: Properties,
+    },
 }
 
 /// One message to settle: its sequence number and the lock token it was delivered under.
@@ -77,9 +91,9 @@ pub enum EntityError {
     /// The entity's storage failed; it no longer acknowledges anything.
     #[error("the entity's storage failed: {0}")]
     Storage(String),
-    /// The operation exists in Service Bus but not in this version of Tidebus.
-    #[error("{0} is not supported yet")]
-    NotImplemented(&'static str),
+    /// The operation is not allowed on this entity.
+    #[error("{0}")]
+    NotAllowed(&'static str),
 }
 
 /// Commands an entity actor accepts.
@@ -97,6 +111,8 @@ pub enum Command {
     Subscribe {
         /// The consumer's id.
         consumer: ConsumerId,
+        /// The queue itself or its dead-letter queue.
+        sub: SubQueue,
         /// Peek-lock or receive-and-delete.
         mode: ReceiveMode,
         /// Where deliveries go.

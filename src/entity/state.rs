@@ -7,11 +7,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use bytes::Bytes;
-use fe2o3_amqp::types::primitives::{Timestamp, Value};
+use fe2o3_amqp::types::primitives::{SimpleValue, Timestamp, Value};
 use uuid::Uuid;
 
 use crate::amqp::message::DeliveryStamp;
-use crate::entity::handle::{ConsumerId, Delivery, EntityError, LockRef, ReceiveMode, Settlement};
+use crate::entity::handle::{
+    ConsumerId, Delivery, EntityError, LockRef, Properties, ReceiveMode, Settlement,
+};
 use crate::node::wire;
 use crate::store::record::{MessageState, Record};
 use crate::store::{Change, Recovered};
@@ -40,11 +42,48 @@ struct Consumer {
     ready: bool,
 }
 
+/// The entity settings the rules apply.
+#[derive(Debug, Clone, Copy)]
+pub struct Rules {
+    /// How long a peek-lock delivery holds its message.
+    pub lock_duration_ms: i64,
+    /// Sends beyond this many stored bytes are refused.
+    pub max_size_bytes: u64,
+    /// A message counted this many deliveries is dead-lettered instead of delivered again.
+    pub max_delivery_count: u32,
+    /// Whether messages may be dead-lettered (not from a dead-letter queue).
+    pub dead_letter_allowed: bool,
+}
+
+impl Rules {
+    /// The rules of a dead-letter queue: no delivery limit, no dead-lettering, no size limit
+    /// of its own (its messages were admitted by the queue).
+    pub fn dead_letter_queue(lock_duration_ms: i64) -> Rules {
+        Rules {
+            lock_duration_ms,
+            max_size_bytes: u64::MAX,
+            max_delivery_count: u32::MAX,
+            dead_letter_allowed: false,
+        }
+    }
+}
+
+/// A message leaving the queue for its dead-letter queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetter {
+    /// Its sequence number (kept in the dead-letter queue).
+    pub seq: i64,
+    /// Its record.
+    pub record: Record,
+    /// Application properties to set: `DeadLetterReason`, `DeadLetterErrorDescription` and
+    /// any properties to modify.
+    pub properties: Properties,
+}
+
 /// A queue's state: everything the actor owns, minus the I/O.
 #[derive(Debug)]
 pub struct QueueState {
-    lock_duration_ms: i64,
-    max_size_bytes: u64,
+    rules: Rules,
     size_bytes: u64,
     next_seq: i64,
     /// Messages numbered from here on are not durable yet and must not be delivered: a
@@ -61,19 +100,21 @@ pub struct QueueState {
     ready: VecDeque<ConsumerId>,
     /// Changes not yet written to the log.
     journal: Vec<Change>,
+    /// Messages removed for dead-lettering, not yet handed to the dead-letter queue.
+    dead_letters: Vec<DeadLetter>,
 }
 
 impl QueueState {
     /// An empty queue whose next message gets sequence number 1.
-    pub fn new(lock_duration_ms: i64, max_size_bytes: u64) -> Self {
-        Self::recover(lock_duration_ms, max_size_bytes, Recovered::default())
+    pub fn new(rules: Rules) -> Self {
+        Self::recover(rules, Recovered::default())
     }
 
-    /// A queue rebuilt from its log. Locks are volatile: every message is available again.
-    pub fn recover(lock_duration_ms: i64, max_size_bytes: u64, recovered: Recovered) -> Self {
+    /// A queue rebuilt from its log. Locks are volatile: every message is available again
+    /// (deferred ones stay deferred).
+    pub fn recover(rules: Rules, recovered: Recovered) -> Self {
         let mut state = Self {
-            lock_duration_ms,
-            max_size_bytes,
+            rules,
             size_bytes: 0,
             next_seq: recovered.next_seq.max(1),
             visible_below: 0,
@@ -84,13 +125,16 @@ impl QueueState {
             consumers: HashMap::new(),
             ready: VecDeque::new(),
             journal: Vec::new(),
+            dead_letters: Vec::new(),
         };
         for (seq, record) in recovered.records {
             state.size_bytes += u64::from(record.size);
             state.last_enqueued_ms = state.last_enqueued_ms.max(record.enqueued_ms);
             state.next_seq = state.next_seq.max(seq + 1);
             state.messages.insert(seq, Entry { record, lock: None });
-            state.available.insert(seq);
+            if record.state == MessageState::Active {
+                state.available.insert(seq);
+            }
         }
         state.visible_below = state.next_seq;
         state
@@ -116,6 +160,38 @@ impl QueueState {
         std::mem::take(&mut self.journal)
     }
 
+    /// Messages removed for dead-lettering since the last call.
+    pub fn take_dead_letters(&mut self) -> Vec<DeadLetter> {
+        std::mem::take(&mut self.dead_letters)
+    }
+
+    /// Stores a message dead-lettered by the parent queue under its own sequence number,
+    /// receivable at once.
+    pub fn accept_dead_letter(&mut self, seq: i64, record: Record, body: Bytes) {
+        let record = Record {
+            state: MessageState::Active,
+            size: u32::try_from(body.len()).unwrap_or(u32::MAX),
+            ..record
+        };
+        self.next_seq = self.next_seq.max(seq + 1);
+        self.visible_below = self.visible_below.max(seq + 1);
+        self.insert(seq, record, body);
+    }
+
+    /// Replaces a message's bytes (its application properties changed); its record stays.
+    pub fn replace_body(&mut self, seq: i64, body: Bytes) {
+        if let Some(entry) = self.messages.get_mut(&seq) {
+            let size = u32::try_from(body.len()).unwrap_or(u32::MAX);
+            self.size_bytes = self.size_bytes - u64::from(entry.record.size) + u64::from(size);
+            entry.record.size = size;
+            self.journal.push(Change::Put {
+                seq,
+                record: entry.record,
+                body,
+            });
+        }
+    }
+
     /// Number of stored messages (locked or not).
     pub fn len(&self) -> usize {
         self.messages.len()
@@ -134,10 +210,10 @@ impl QueueState {
     /// limit; nothing is stored then.
     pub fn enqueue(&mut self, now_ms: i64, messages: Vec<Bytes>) -> Result<i64, EntityError> {
         let adding: u64 = messages.iter().map(|m| m.len() as u64).sum();
-        if self.size_bytes + adding > self.max_size_bytes {
+        if self.size_bytes + adding > self.rules.max_size_bytes {
             return Err(EntityError::QuotaExceeded {
                 size: self.size_bytes,
-                max: self.max_size_bytes,
+                max: self.rules.max_size_bytes,
             });
         }
         let first = self.next_seq;
@@ -275,17 +351,57 @@ impl QueueState {
             .and_then(|entry| entry.lock)
             .filter(|held| held.token == lock.token && held.consumer == consumer)
             .ok_or(EntityError::LockLost)?;
+        if let Settlement::DeadLetter { .. } = settlement {
+            if !self.rules.dead_letter_allowed {
+                return Err(EntityError::NotAllowed(
+                    "a message in a dead-letter queue cannot be dead-lettered again",
+                ));
+            }
+        }
         self.lock_expiry.remove(&(held.until_ms, lock.seq));
         match settlement {
             Settlement::Complete => self.remove(lock.seq),
             Settlement::Release => self.unlock(lock.seq, false),
-            Settlement::Abandon => self.unlock(lock.seq, true),
-            Settlement::Reject => {
-                self.lock_expiry.insert((held.until_ms, lock.seq));
-                return Err(EntityError::NotImplemented("dead-lettering"));
+            Settlement::Abandon(_) => self.unlock(lock.seq, true),
+            Settlement::Defer(_) => self.defer(lock.seq),
+            Settlement::DeadLetter {
+                reason,
+                description,
+                properties,
+            } => {
+                let mut all = dead_letter_properties(reason.clone(), description.clone());
+                all.extend(properties.iter().cloned());
+                self.dead_letter(lock.seq, all);
             }
         }
         Ok(())
+    }
+
+    /// Sets a locked message aside: unlocked, out of the ready index, counted as delivered.
+    fn defer(&mut self, seq: i64) {
+        if let Some(entry) = self.messages.get_mut(&seq) {
+            entry.lock = None;
+            entry.record.state = MessageState::Deferred;
+            entry.record.delivery_count = entry.record.delivery_count.saturating_add(1);
+            self.journal.push(Change::Update {
+                seq,
+                record: entry.record,
+            });
+        }
+    }
+
+    /// Removes a message for the dead-letter queue.
+    fn dead_letter(&mut self, seq: i64, properties: Properties) {
+        if let Some(entry) = self.messages.get(&seq) {
+            let record = entry.record;
+            self.available.remove(&seq);
+            self.remove(seq);
+            self.dead_letters.push(DeadLetter {
+                seq,
+                record,
+                properties,
+            });
+        }
     }
 
     /// Takes back a delivery that never reached the client: unlocked without counting, or
@@ -349,18 +465,34 @@ impl QueueState {
             .map(|lock| lock.consumer)
     }
 
+    /// Makes a message available again; a counted delivery that reaches the entity's
+    /// `max_delivery_count` dead-letters it instead.
     fn unlock(&mut self, seq: i64, count_delivery: bool) {
-        if let Some(entry) = self.messages.get_mut(&seq) {
-            entry.lock = None;
-            if count_delivery {
-                entry.record.delivery_count = entry.record.delivery_count.saturating_add(1);
-                self.journal.push(Change::Update {
-                    seq,
-                    record: entry.record,
-                });
-            }
+        let Some(entry) = self.messages.get_mut(&seq) else {
+            return;
+        };
+        entry.lock = None;
+        if !count_delivery {
             self.available.insert(seq);
+            return;
         }
+        entry.record.delivery_count = entry.record.delivery_count.saturating_add(1);
+        let count = entry.record.delivery_count;
+        if count >= self.rules.max_delivery_count && self.rules.dead_letter_allowed {
+            let properties = dead_letter_properties(
+                Some(wire::dead_letter::MAX_DELIVERY_COUNT_EXCEEDED.to_string()),
+                Some(format!(
+                    "Message could not be consumed after {count} delivery attempts."
+                )),
+            );
+            self.dead_letter(seq, properties);
+            return;
+        }
+        self.journal.push(Change::Update {
+            seq,
+            record: entry.record,
+        });
+        self.available.insert(seq);
     }
 
     /// Takes the first available message for `consumer`: locked in peek-lock, removed in
@@ -384,7 +516,7 @@ impl QueueState {
                 (record, None)
             }
             ReceiveMode::PeekLock => {
-                let until_ms = now_ms.saturating_add(self.lock_duration_ms);
+                let until_ms = now_ms.saturating_add(self.rules.lock_duration_ms);
                 let token = Uuid::new_v4();
                 let entry = self.messages.get_mut(&seq)?;
                 entry.lock = Some(Lock {
@@ -420,15 +552,32 @@ impl QueueState {
     }
 }
 
+/// The dead-letter application properties (strings, as Service Bus writes them).
+fn dead_letter_properties(reason: Option<String>, description: Option<String>) -> Properties {
+    [
+        (wire::dead_letter::REASON, reason),
+        (wire::dead_letter::DESCRIPTION, description),
+    ]
+    .into_iter()
+    .filter_map(|(key, value)| value.map(|v| (key.to_string(), SimpleValue::String(v))))
+    .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const RULES: Rules = Rules {
+        lock_duration_ms: 1_000,
+        max_size_bytes: u64::MAX,
+        max_delivery_count: 10,
+        dead_letter_allowed: true,
+    };
     const A: ConsumerId = ConsumerId(1);
     const B: ConsumerId = ConsumerId(2);
 
     fn queue_with(n: usize) -> QueueState {
-        let mut q = QueueState::new(1_000, u64::MAX);
+        let mut q = QueueState::new(RULES);
         for i in 0..n {
             q.enqueue(10, vec![Bytes::from(vec![i as u8])])
                 .expect("room");
@@ -446,7 +595,7 @@ mod tests {
 
     #[test]
     fn sequence_numbers_are_gap_free_and_time_never_goes_back() {
-        let mut q = QueueState::new(1_000, u64::MAX);
+        let mut q = QueueState::new(RULES);
         assert_eq!(q.enqueue(100, vec![Bytes::new(), Bytes::new()]), Ok(1));
         assert_eq!(q.enqueue(50, vec![Bytes::new()]), Ok(3));
         q.publish_up_to(q.next_seq());
@@ -484,7 +633,10 @@ mod tests {
         let got = q.dispatch(0);
         assert_eq!(q.settle(A, lock_of(&got[0]), &Settlement::Complete), Ok(()));
         assert_eq!(q.settle(A, lock_of(&got[1]), &Settlement::Release), Ok(()));
-        assert_eq!(q.settle(A, lock_of(&got[2]), &Settlement::Abandon), Ok(()));
+        assert_eq!(
+            q.settle(A, lock_of(&got[2]), &Settlement::Abandon(Vec::new())),
+            Ok(())
+        );
         assert_eq!(
             q.settle(A, lock_of(&got[0]), &Settlement::Complete),
             Err(EntityError::LockLost)
@@ -544,7 +696,7 @@ mod tests {
 
     #[test]
     fn messages_are_not_delivered_before_they_are_published() {
-        let mut q = QueueState::new(1_000, u64::MAX);
+        let mut q = QueueState::new(RULES);
         q.subscribe(A, ReceiveMode::PeekLock);
         q.add_credit(A, 5);
         q.enqueue(0, vec![Bytes::new(), Bytes::new()])
@@ -562,6 +714,95 @@ mod tests {
             q.dispatch(0).iter().map(|d| d.seq).collect::<Vec<_>>(),
             vec![2]
         );
+    }
+
+    #[test]
+    fn the_delivery_limit_dead_letters_with_the_service_bus_reason() {
+        let mut q = QueueState::new(Rules {
+            max_delivery_count: 3,
+            ..RULES
+        });
+        q.enqueue(0, vec![Bytes::from_static(b"m")]).expect("room");
+        q.publish_up_to(q.next_seq());
+        q.subscribe(A, ReceiveMode::PeekLock);
+        for count in 0..3 {
+            q.add_credit(A, 1);
+            let d = q.dispatch(0).remove(0);
+            assert_eq!(d.stamp.delivery_count, count);
+            q.settle(A, lock_of(&d), &Settlement::Abandon(Vec::new()))
+                .expect("abandon");
+        }
+        assert!(q.is_empty(), "the third abandon dead-letters");
+        let dead = q.take_dead_letters();
+        assert_eq!(dead.len(), 1);
+        assert_eq!(
+            dead[0].properties,
+            vec![
+                (
+                    "DeadLetterReason".to_string(),
+                    SimpleValue::String("MaxDeliveryCountExceeded".into())
+                ),
+                (
+                    "DeadLetterErrorDescription".to_string(),
+                    SimpleValue::String(
+                        "Message could not be consumed after 3 delivery attempts.".into()
+                    )
+                ),
+            ]
+        );
+        let mut dlq = QueueState::new(Rules::dead_letter_queue(1_000));
+        dlq.accept_dead_letter(dead[0].seq, dead[0].record, Bytes::from_static(b"m"));
+        dlq.subscribe(B, ReceiveMode::PeekLock);
+        dlq.add_credit(B, 1);
+        let again = dlq.dispatch(0).remove(0);
+        assert_eq!(
+            again.seq, 1,
+            "the dead-letter queue keeps the sequence number"
+        );
+        let refused = dlq.settle(
+            B,
+            lock_of(&again),
+            &Settlement::DeadLetter {
+                reason: None,
+                description: None,
+                properties: Vec::new(),
+            },
+        );
+        assert!(matches!(refused, Err(EntityError::NotAllowed(_))));
+    }
+
+    #[test]
+    fn deferred_messages_are_not_delivered_and_stay_deferred_after_recovery() {
+        let mut q = queue_with(2);
+        q.subscribe(A, ReceiveMode::PeekLock);
+        q.add_credit(A, 1);
+        let first = q.dispatch(0).remove(0);
+        q.settle(A, lock_of(&first), &Settlement::Defer(Vec::new()))
+            .expect("defer");
+        q.add_credit(A, 5);
+        let rest: Vec<i64> = q.dispatch(0).iter().map(|d| d.seq).collect();
+        assert_eq!(rest, vec![2], "the deferred message is not delivered");
+        let mut records = Vec::new();
+        for change in q.take_changes() {
+            match change {
+                Change::Put { seq, record, .. } | Change::Update { seq, record } => {
+                    records.retain(|(s, _)| *s != seq);
+                    records.push((seq, record));
+                }
+                _ => {}
+            }
+        }
+        let mut back = QueueState::recover(
+            RULES,
+            Recovered {
+                next_seq: 3,
+                records,
+            },
+        );
+        back.subscribe(B, ReceiveMode::PeekLock);
+        back.add_credit(B, 5);
+        let seqs: Vec<i64> = back.dispatch(0).iter().map(|d| d.seq).collect();
+        assert_eq!(seqs, vec![2], "still deferred after a restart");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Addresses to nodes: strips the forms clients use (`amqps://host/queue`, `/queue`) down to
 //! the entity path and finds the entity (amqp-dialect.md §3).
 
-use crate::entity::handle::EntityHandle;
+use crate::entity::handle::{EntityHandle, SubQueue};
 use crate::entity::registry::Registry;
 
 /// The entity path of an address: without `scheme://authority` and leading slashes.
@@ -16,9 +16,20 @@ pub fn entity_path(address: &str) -> &str {
     path.trim_start_matches('/')
 }
 
-/// The entity an address names, if any.
-pub fn route(registry: &Registry, address: &str) -> Option<EntityHandle> {
-    registry.lookup(entity_path(address)).cloned()
+/// Suffix of a dead-letter queue's path, compared case-insensitively.
+const DEAD_LETTER_SUFFIX: &str = "/$deadletterqueue";
+
+/// The entity an address names, and which of its queues, if any.
+pub fn route(registry: &Registry, address: &str) -> Option<(EntityHandle, SubQueue)> {
+    let path = entity_path(address);
+    let split = path.len().saturating_sub(DEAD_LETTER_SUFFIX.len());
+    let (name, sub) = match path.get(split..) {
+        Some(tail) if tail.eq_ignore_ascii_case(DEAD_LETTER_SUFFIX) => {
+            (&path[..split], SubQueue::DeadLetter)
+        }
+        _ => (path, SubQueue::Main),
+    };
+    registry.lookup(name).cloned().map(|entity| (entity, sub))
 }
 
 #[cfg(test)]

@@ -10,6 +10,18 @@ pub mod annotation {
     pub const LOCKED_UNTIL: &str = "x-opt-locked-until";
 }
 
+/// Dead-lettering (amqp-dialect.md §5.2).
+pub mod dead_letter {
+    /// Application property with the reason (string).
+    pub const REASON: &str = "DeadLetterReason";
+    /// Application property with the description (string).
+    pub const DESCRIPTION: &str = "DeadLetterErrorDescription";
+    /// The broker's reason when the delivery count reached the limit.
+    pub const MAX_DELIVERY_COUNT_EXCEEDED: &str = "MaxDeliveryCountExceeded";
+    /// The error condition Service Bus clients put on a `rejected` outcome.
+    pub const CONDITION: &str = "com.microsoft:dead-letter";
+}
+
 /// Error conditions (amqp-dialect.md §11).
 pub mod condition {
     /// The lock of a message expired or was lost.

@@ -20,7 +20,6 @@ use crate::config::{BrokerConfig, Durability};
 pub use crate::store::commit::Flusher;
 use crate::store::record::{Record, RecordError, RECORD_LEN};
 
-const MESSAGE_PREFIX: u8 = b'm';
 const NEXT_SEQ_KEY: &[u8] = b"h";
 /// Bytes of recent messages an entity keeps in memory next to its tree.
 const BODY_CACHE_BYTES: usize = 8 * 1024 * 1024;
@@ -59,6 +58,25 @@ impl From<sled::Error> for StoreError {
     }
 }
 
+/// The two queues an entity's tree holds: the entity's own messages and its dead-letter queue.
+/// Owning both in one tree (and one actor) makes dead-lettering one atomic batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SubQueue {
+    /// The queue itself.
+    Main,
+    /// `<queue>/$deadletterqueue`.
+    DeadLetter,
+}
+
+impl SubQueue {
+    fn prefix(self) -> u8 {
+        match self {
+            SubQueue::Main => b'm',
+            SubQueue::DeadLetter => b'd',
+        }
+    }
+}
+
 /// One change to an entity's stored state.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Change {
@@ -87,7 +105,7 @@ pub enum Change {
     NextSeq(i64),
 }
 
-/// What recovery found for one entity.
+/// What recovery found for one of an entity's queues.
 #[derive(Debug, Default)]
 pub struct Recovered {
     /// The next sequence number to hand out.
@@ -179,9 +197,9 @@ pub struct EntityLog {
     tree: Option<sled::Tree>,
     /// The entity's (lower-cased) name, for errors.
     entity: String,
-    /// Bytes of messages by sequence number: every message in `memory` mode, the most recent
-    /// ones within `cache_budget` otherwise.
-    cache: HashMap<i64, Bytes>,
+    /// Bytes of messages by queue and sequence number: every message in `memory` mode, the
+    /// most recent ones within `cache_budget` otherwise.
+    cache: HashMap<(SubQueue, i64), Bytes>,
     cached_bytes: usize,
     cache_budget: usize,
 }
@@ -194,11 +212,11 @@ fn key(prefix: u8, seq: i64) -> [u8; 9] {
 }
 
 impl EntityLog {
-    /// Reads every record back (sled modes) and logs how long it took.
+    /// Reads every record of one queue back (sled modes) and logs how long it took.
     ///
     /// # Errors
     /// A [`StoreError`] for unreadable data; the entity then does not start.
-    pub fn recover(&self) -> Result<Recovered, StoreError> {
+    pub fn recover(&self, sub: SubQueue) -> Result<Recovered, StoreError> {
         let Some(tree) = &self.tree else {
             return Ok(Recovered {
                 next_seq: 1,
@@ -216,7 +234,7 @@ impl EntityLog {
             _ => 1,
         };
         let mut records = Vec::new();
-        for item in tree.scan_prefix([MESSAGE_PREFIX]) {
+        for item in tree.scan_prefix([sub.prefix()]) {
             let (key, value) = item?;
             let mut seq_bytes = [0u8; 8];
             seq_bytes.copy_from_slice(&key[1..9]);
@@ -230,6 +248,7 @@ impl EntityLog {
         }
         tracing::info!(
             entity = %entity,
+            queue = ?sub,
             messages = records.len(),
             next_seq,
             elapsed = ?started.elapsed(),
@@ -242,37 +261,41 @@ impl EntityLog {
     ///
     /// # Errors
     /// [`StoreError::Sled`] when the write fails.
-    pub fn write(&mut self, changes: Vec<Change>) -> Result<(), StoreError> {
+    pub fn write(&mut self, changes: Vec<(SubQueue, Change)>) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
-        for change in changes {
+        for (sub, change) in changes {
+            let prefix = sub.prefix();
             match change {
                 Change::Put { seq, record, body } => {
                     if self.tree.is_some() {
                         let mut value = Vec::with_capacity(RECORD_LEN + body.len());
                         value.extend_from_slice(&record.encode());
                         value.extend_from_slice(&body);
-                        batch.insert(&key(MESSAGE_PREFIX, seq), value);
+                        batch.insert(&key(prefix, seq), value);
+                    }
+                    if let Some(old) = self.cache.remove(&(sub, seq)) {
+                        self.cached_bytes -= old.len();
                     }
                     if self.cached_bytes + body.len() <= self.cache_budget {
                         self.cached_bytes += body.len();
-                        self.cache.insert(seq, body);
+                        self.cache.insert((sub, seq), body);
                     }
                 }
                 Change::Update { seq, record } => {
                     // The actor is the tree's only writer: read, patch, write back.
                     let old = match &self.tree {
-                        Some(tree) => tree.get(key(MESSAGE_PREFIX, seq))?,
+                        Some(tree) => tree.get(key(prefix, seq))?,
                         None => None,
                     };
                     if let Some(old) = old {
                         let mut value = old.to_vec();
                         value[..RECORD_LEN].copy_from_slice(&record.encode());
-                        batch.insert(&key(MESSAGE_PREFIX, seq), value);
+                        batch.insert(&key(prefix, seq), value);
                     }
                 }
                 Change::Delete { seq } => {
-                    batch.remove(&key(MESSAGE_PREFIX, seq));
-                    if let Some(body) = self.cache.remove(&seq) {
+                    batch.remove(&key(prefix, seq));
+                    if let Some(body) = self.cache.remove(&(sub, seq)) {
                         self.cached_bytes -= body.len();
                     }
                 }
@@ -289,12 +312,13 @@ impl EntityLog {
     ///
     /// # Errors
     /// [`StoreError::MissingBody`] when the message has no bytes, or a sled error.
-    pub fn body(&self, seq: i64) -> Result<Bytes, StoreError> {
-        if let Some(body) = self.cache.get(&seq) {
+    pub fn body(&self, sub: SubQueue, seq: i64) -> Result<Bytes, StoreError> {
+        if let Some(body) = self.cache.get(&(sub, seq)) {
             return Ok(body.clone());
         }
+        let prefix = sub.prefix();
         let stored = match &self.tree {
-            Some(tree) => tree.get(key(MESSAGE_PREFIX, seq))?,
+            Some(tree) => tree.get(key(prefix, seq))?,
             None => None,
         };
         match stored {

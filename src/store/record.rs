@@ -15,6 +15,8 @@ pub const RECORD_LEN: usize = 1 + 1 + 4 + 8 + 4;
 pub enum MessageState {
     /// Receivable.
     Active,
+    /// Set aside by its receiver: retrievable only by sequence number.
+    Deferred,
 }
 
 /// The broker's part of a stored message.
@@ -51,6 +53,7 @@ impl Record {
         out[0] = VERSION;
         out[1] = match self.state {
             MessageState::Active => 0,
+            MessageState::Deferred => 1,
         };
         out[2..6].copy_from_slice(&self.delivery_count.to_be_bytes());
         out[6..14].copy_from_slice(&self.enqueued_ms.to_be_bytes());
@@ -72,6 +75,7 @@ impl Record {
         }
         let state = match bytes[1] {
             0 => MessageState::Active,
+            1 => MessageState::Deferred,
             other => return Err(RecordError::UnknownState(other)),
         };
         let mut count = [0u8; 4];

@@ -356,3 +356,104 @@ async fn interval_mode_keeps_a_gap_free_prefix_after_kill_9_and_everything_after
         "sequence numbers move forward"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_keeps_deferred_dead_lettered_and_counted_messages_where_they_were() {
+    use fe2o3_amqp::link::receiver::CreditMode;
+    use fe2o3_amqp::types::messaging::Modified;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ChildBroker::start(dir.path(), &config("sync"));
+    assert_eq!(send_ids(broker.addr, 0..3).await, vec![0, 1, 2]);
+    {
+        let (mut connection, mut session) = open(broker.addr).await;
+        let mut receiver = Receiver::builder()
+            .name("settler")
+            .source("q")
+            .credit_mode(CreditMode::Manual)
+            .attach(&mut session)
+            .await
+            .expect("receiver");
+        receiver.set_credit(3).await.expect("credit");
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.push(
+                timeout(DEADLINE, receiver.recv::<Value>())
+                    .await
+                    .expect("in time")
+                    .expect("recv"),
+            );
+        }
+        let (deferred, dead, abandoned) = (&got[0], &got[1], &got[2]);
+        assert_eq!([id_of(deferred), id_of(dead), id_of(abandoned)], [0, 1, 2]);
+        let modified = |undeliverable: bool| Modified {
+            delivery_failed: Some(true),
+            undeliverable_here: Some(undeliverable),
+            message_annotations: None,
+        };
+        receiver
+            .modify(deferred, modified(true))
+            .await
+            .expect("defer");
+        receiver.reject(dead, None).await.expect("dead-letter");
+        receiver
+            .modify(abandoned, modified(false))
+            .await
+            .expect("abandon");
+        // A barrier on the same session: accepted only after a flush that covers the above.
+        let mut barrier = Sender::attach(&mut session, "barrier", "q")
+            .await
+            .expect("sender");
+        let outcome = barrier
+            .send(
+                Message::builder()
+                    .application_properties(
+                        ApplicationProperties::builder().insert("id", 9i64).build(),
+                    )
+                    .value(9i64)
+                    .build(),
+            )
+            .await
+            .expect("send");
+        assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
+        let _ = connection.close().await;
+    }
+    broker.kill9();
+
+    let broker = ChildBroker::start(dir.path(), &config("sync"));
+    let (mut connection, mut session) = open(broker.addr).await;
+    let mut receiver = Receiver::attach(&mut session, "after", "q")
+        .await
+        .expect("receiver");
+    let first = timeout(DEADLINE, receiver.recv::<Value>())
+        .await
+        .expect("in time")
+        .expect("recv");
+    let count = |d: &Delivery<Value>| d.message().header.as_ref().map_or(0, |h| h.delivery_count);
+    assert_eq!((id_of(&first), count(&first)), (2, 1), "abandon count kept");
+    receiver.accept(&first).await.expect("accept");
+    let second = timeout(DEADLINE, receiver.recv::<Value>())
+        .await
+        .expect("in time")
+        .expect("recv");
+    assert_eq!(id_of(&second), 9);
+    receiver.accept(&second).await.expect("accept");
+    let extra = timeout(
+        std::time::Duration::from_millis(300),
+        receiver.recv::<Value>(),
+    )
+    .await;
+    assert!(extra.is_err(), "the deferred message stays deferred");
+    let mut dlq = Receiver::attach(&mut session, "dlq", "q/$deadletterqueue")
+        .await
+        .expect("dead-letter receiver");
+    let dead = timeout(DEADLINE, dlq.recv::<Value>())
+        .await
+        .expect("in time")
+        .expect("recv");
+    assert_eq!(
+        id_of(&dead),
+        1,
+        "the dead-lettered message is still dead-lettered"
+    );
+    let _ = connection.close().await;
+}

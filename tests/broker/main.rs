@@ -6,4 +6,5 @@ mod fe2o3_client;
 mod pyenv;
 mod pytest;
 mod python;
+mod settlement;
 mod support;

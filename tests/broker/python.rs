@@ -7,3 +7,10 @@ use crate::pytest;
 fn proton_suite() {
     pytest::run("tests/python/test_proton.py");
 }
+
+/// The official `azure-servicebus` SDK in emulator mode: CBS, peek-lock settlement, the DLQ,
+/// deferral, lock renewal and expiry, peek, errors mapped to the SDK's exception types.
+#[test]
+fn azure_sdk_suite() {
+    pytest::run("tests/python/test_azure_sdk.py");
+}

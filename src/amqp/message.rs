@@ -8,8 +8,13 @@
 use std::ops::Range;
 
 use bytes::Bytes;
-use fe2o3_amqp::types::messaging::{ApplicationProperties, Header, MessageAnnotations};
-use fe2o3_amqp::types::primitives::{SimpleValue, Value};
+use fe2o3_amqp::types::messaging::{
+    ApplicationProperties, DeliveryAnnotations, Header, MessageAnnotations,
+};
+use fe2o3_amqp::types::primitives::{SimpleValue, Symbol, Value};
+
+/// Delivery annotation carrying the lock token (Service Bus `x-opt-lock-token`).
+const LOCK_TOKEN_KEY: &str = "x-opt-lock-token";
 
 /// Section descriptor codes (AMQP 1.0 §3.2).
 mod code {
@@ -149,6 +154,8 @@ pub struct DeliveryStamp {
     pub delivery_count: u32,
     /// Annotations the broker adds or overwrites (`x-opt-sequence-number` …).
     pub annotations: Vec<(&'static str, Value)>,
+    /// The lock token, written as delivery annotation `x-opt-lock-token` (peek-lock only).
+    pub lock_token: Option<uuid::Uuid>,
 }
 
 /// Builds the outgoing message: a fresh header and message-annotations, then every section
@@ -187,6 +194,16 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<(Vec<u8>, Bytes),
         );
     }
     let mut prefix = serde_amqp::to_vec(&header).map_err(|_| MessageError::Malformed("header"))?;
+    if let Some(token) = stamp.lock_token {
+        let mut delivery = DeliveryAnnotations::default();
+        delivery.0.insert(
+            Symbol::from(LOCK_TOKEN_KEY).into(),
+            Value::Uuid(token.into_bytes().into()),
+        );
+        let encoded = serde_amqp::to_vec(&delivery)
+            .map_err(|_| MessageError::Malformed("delivery-annotations"))?;
+        prefix.extend_from_slice(&encoded);
+    }
     let encoded = serde_amqp::to_vec(&annotations)
         .map_err(|_| MessageError::Malformed("message-annotations"))?;
     prefix.extend_from_slice(&encoded);

@@ -649,7 +649,7 @@ impl Session {
         for ((id, echo), result) in echoes.into_iter().zip(results) {
             self.unsettled.remove(&id);
             let state = match result {
-                Ok(()) => echo,
+                Ok(()) => confirmation(echo),
                 Err(error) => DeliveryState::Rejected(Rejected {
                     error: Some(entity_error(&error)),
                 }),
@@ -921,6 +921,16 @@ fn link_flow(
     })
 }
 
+/// The outcome a settle-second confirmation carries: the client's own, except that a
+/// dead-letter is confirmed with a bare `rejected` (the JavaScript SDK fails on an error there,
+/// amqp-dialect.md §17).
+fn confirmation(requested: DeliveryState) -> DeliveryState {
+    match requested {
+        DeliveryState::Rejected(_) => DeliveryState::Rejected(Rejected { error: None }),
+        other => other,
+    }
+}
+
 /// The settled `rejected` disposition of one received delivery.
 fn rejection(delivery_id: u32, error: definitions::Error) -> FrameBody {
     FrameBody::Disposition(Disposition {
@@ -946,6 +956,9 @@ fn entity_error(error: &EntityError) -> definitions::Error {
             link::amqp_error(AmqpError::ResourceLimitExceeded, error.to_string())
         }
         EntityError::NotAllowed(_) => link::amqp_error(AmqpError::NotAllowed, error.to_string()),
+        EntityError::MessageNotFound(_) => {
+            link::custom_error(wire::condition::MESSAGE_NOT_FOUND, error.to_string())
+        }
     }
 }
 

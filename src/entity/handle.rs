@@ -88,6 +88,9 @@ pub enum EntityError {
         /// The limit.
         max: u64,
     },
+    /// No deferred message has this sequence number.
+    #[error("no deferred message with sequence number {0} was found")]
+    MessageNotFound(i64),
     /// The entity's storage failed; it no longer acknowledges anything.
     #[error("the entity's storage failed: {0}")]
     Storage(String),

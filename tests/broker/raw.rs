@@ -18,12 +18,12 @@ use fe2o3_amqp::types::definitions::{
 use fe2o3_amqp::types::messaging::message::DecodeIntoMessage;
 use fe2o3_amqp::types::messaging::{
     Accepted, ApplicationProperties, Data, DeliveryState, Header, Message, MessageId, Modified,
-    Properties, Released, Source, Target, TargetArchetype,
+    Properties, Rejected, Released, Source, Target, TargetArchetype,
 };
 use fe2o3_amqp::types::performatives::{
     Attach, Begin, ChannelMax, Disposition, Flow, MaxFrameSize, Open, Transfer,
 };
-use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Symbol};
+use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Symbol, Value};
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -522,6 +522,67 @@ async fn settle_second_confirms_accepted_released_and_modified() {
         .await;
     let echo = client.settled_disposition(Role::Sender, fourth).await;
     assert!(matches!(echo, DeliveryState::Accepted(_)), "{echo:?}");
+    broker.stop().await;
+}
+
+/// A dead-letter proposed in settle mode second, as the SDKs send it (`rejected` with
+/// condition `com.microsoft:dead-letter` and the reason in the error's info), moves the message
+/// to `q/$deadletterqueue` and is confirmed by a settled `rejected` that carries **no** error
+/// (amqp-dialect.md §17: the JavaScript SDK's `deadLetterMessage` throws on an echoed error).
+///
+/// Broker bug: `Session::on_settled` echoes the client's state verbatim, error included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "broker bug: the dead-letter confirmation echoes the client's error"]
+async fn settle_second_confirms_a_dead_letter_with_a_bare_rejected() {
+    let broker = broker(&["q"], |_| {}).await;
+    let mut client = RawClient::connect(&broker, 65536).await;
+    let to_q = client.attach_sender(0, "q").await;
+    let sent = client.send_message(to_q, message("doomed", 100)).await;
+    let outcome = client.send_outcome(sent).await;
+    assert!(matches!(outcome, DeliveryState::Accepted(_)), "{outcome:?}");
+    let from_q = client
+        .attach_receiver(1, "q", ReceiverSettleMode::Second)
+        .await;
+    let (id, message) = receive_one(&mut client, 1, from_q, &mut 0).await;
+    assert_eq!(message, ("doomed".to_string(), 0));
+    let mut info = definitions::Fields::new();
+    info.insert(
+        Symbol::from("DeadLetterReason"),
+        Value::String("Broken".into()),
+    );
+    info.insert(
+        Symbol::from("DeadLetterErrorDescription"),
+        Value::String("it broke".into()),
+    );
+    let proposal = Rejected {
+        error: Some(definitions::Error::new(
+            ErrorCondition::Custom(Symbol::from("com.microsoft:dead-letter")),
+            Some("it broke".to_string()),
+            Some(info),
+        )),
+    };
+    client
+        .dispose(id, false, DeliveryState::Rejected(proposal))
+        .await;
+    let echo = client.settled_disposition(Role::Sender, id).await;
+
+    let from_dlq = client
+        .attach_receiver(2, "q/$deadletterqueue", ReceiverSettleMode::Second)
+        .await;
+    client.flow(2, 0, 1, false).await;
+    let (_, payload) = client.delivery(from_dlq).await;
+    let dead = decode(&payload);
+    let reason = dead
+        .application_properties
+        .as_ref()
+        .and_then(|properties| properties.get("DeadLetterReason").cloned());
+    assert_eq!(reason, Some(SimpleValue::String("Broken".into())));
+    assert_eq!(id_and_count(&payload).0, "doomed");
+
+    assert!(
+        matches!(&echo, DeliveryState::Rejected(Rejected { error: None })),
+        "a successful dead-letter is confirmed by a bare rejected: {echo:?}"
+    );
     broker.stop().await;
 }
 

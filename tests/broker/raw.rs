@@ -3,9 +3,6 @@
 //! `Receiver::accept` in settle mode second does not wait for the broker's settled disposition,
 //! and its `Sender` refuses an oversized message before the broker sees it. Here the test is
 //! the client, so every answer the broker owes is awaited (with a deadline) and checked.
-//!
-//! Tests marked `#[ignore = "broker bug: ..."]` pin known broker bugs and fail until they are
-//! fixed: `cargo test --test broker raw -- --ignored`.
 
 use bytes::{Bytes, BytesMut};
 use fe2o3_amqp::frames::amqp::{Frame, FrameBody};
@@ -532,7 +529,6 @@ async fn settle_second_confirms_accepted_released_and_modified() {
 ///
 /// Broker bug: `Session::on_settled` echoes the client's state verbatim, error included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "broker bug: the dead-letter confirmation echoes the client's error"]
 async fn settle_second_confirms_a_dead_letter_with_a_bare_rejected() {
     let broker = broker(&["q"], |_| {}).await;
     let mut client = RawClient::connect(&broker, 65536).await;
@@ -870,7 +866,6 @@ async fn a_performative_with_missing_fields_closes_with_an_error() {
 /// Broker bug: fe2o3-amqp reports the short read as `transport::Error::Io(UnexpectedEof)`,
 /// which the connection takes for a lost socket: it closes without a `close` frame.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "broker bug: a field running past the frame end drops the socket without a close"]
 async fn a_field_running_past_the_frame_end_closes_with_an_error() {
     malformed_frame_after_open(frame_after_size(&[
         0x00, 0x53, 0x10, 0xc0, 0x10, 0x01, 0xa1, 0x20, b'a', b'b',
@@ -883,7 +878,6 @@ async fn a_field_running_past_the_frame_end_closes_with_an_error() {
 /// Broker bug: fe2o3-amqp's frame decoder panics on it (`advance out of bounds`) inside the
 /// connection task, so no `close` is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "broker bug: a frame shorter than 8 bytes panics the connection task"]
 async fn a_frame_shorter_than_its_header_closes_with_an_error() {
     malformed_frame_after_open(vec![2u8, 0]).await;
 }
@@ -935,7 +929,6 @@ async fn an_undecodable_frame_releases_the_connections_locks() {
 /// unsubscribes its consumers and releases their locks) never runs; the message stays locked
 /// until the lock expires.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "broker bug: after a decoder panic the connection's locks are kept until expiry"]
 async fn a_frame_shorter_than_its_header_releases_the_connections_locks() {
     malformed_frame_releases_the_locks(vec![2u8, 0]).await;
 }

@@ -418,6 +418,7 @@ mod tests {
                     Value::Timestamp(Timestamp::from_milliseconds(5)),
                 ),
             ],
+            lock_token: Some(uuid::Uuid::from_u128(7)),
         };
         let (prefix, tail) = splice(&stored, &stamp).expect("splice");
         let mut whole = prefix.clone();
@@ -425,13 +426,13 @@ mod tests {
         let sections = scan_sections(&whole).expect("scan");
         assert_eq!(
             sections.iter().map(|s| s.code).collect::<Vec<_>>(),
-            vec![0x70, 0x72, 0x73, 0x74, 0x75]
+            vec![0x70, 0x71, 0x72, 0x73, 0x74, 0x75]
         );
         let header: Header = serde_amqp::from_slice(&whole[sections[0].range.clone()]).expect("h");
         assert_eq!(header.delivery_count, 2);
         assert!(header.durable, "other header fields survive");
         let ma: MessageAnnotations =
-            serde_amqp::from_slice(&whole[sections[1].range.clone()]).expect("ma");
+            serde_amqp::from_slice(&whole[sections[2].range.clone()]).expect("ma");
         let key = fe2o3_amqp::types::messaging::annotations::OwnedKey::from(
             fe2o3_amqp::types::primitives::Symbol::from("x-opt-sequence-number"),
         );

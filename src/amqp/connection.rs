@@ -378,7 +378,8 @@ impl Connection {
                     ));
                 }
                 let local = self.free_local_channel();
-                let (session, reply) = Session::begin(local, channel, &begin);
+                let (session, reply) =
+                    Session::begin(local, channel, &begin, self.remote_max_frame);
                 self.sessions.insert(channel, session);
                 self.write(Frame::new(local, FrameBody::Begin(reply)))
             }
@@ -444,7 +445,9 @@ impl Connection {
         let link_id = match &event {
             EntityEvent::Delivered(delivery) => delivery.consumer.0,
             EntityEvent::Drained { consumer } => consumer.0,
-            EntityEvent::Sent { ticket, .. } | EntityEvent::Settled { ticket, .. } => ticket.link,
+            EntityEvent::Sent { ticket, .. }
+            | EntityEvent::Settled { ticket, .. }
+            | EntityEvent::Managed { ticket, .. } => ticket.link,
         };
         let Some(session) = self
             .link_sessions
@@ -464,6 +467,9 @@ impl Connection {
             EntityEvent::Delivered(delivery) => session.on_delivery(delivery, &ctx, &mut out),
             EntityEvent::Drained { consumer } => session.on_drained(consumer, &mut out),
             EntityEvent::Sent { ticket, result } => session.on_sent(ticket, result, &mut out),
+            EntityEvent::Managed { ticket, response } => {
+                session.on_managed(ticket, response, &mut out)
+            }
             EntityEvent::Settled { ticket, results } => {
                 session.on_settled(ticket, results, &mut out)
             }

@@ -8,7 +8,10 @@ use fe2o3_amqp::types::definitions::{
 use fe2o3_amqp::types::performatives::{Attach, Detach};
 use fe2o3_amqp::types::primitives::Symbol;
 
+use std::collections::VecDeque;
+
 use crate::entity::handle::{ConsumerId, EntityHandle, ReceiveMode};
+use crate::node::Node;
 
 /// Credit the broker grants a client sender, and tops up when half is used.
 pub const SENDER_CREDIT: u32 = 1000;
@@ -16,8 +19,8 @@ pub const SENDER_CREDIT: u32 = 1000;
 /// A link the broker receives on (the client's sender).
 #[derive(Debug)]
 pub struct Incoming {
-    /// Where the messages go.
-    pub entity: EntityHandle,
+    /// Where the messages go: a queue, or a request/response node.
+    pub node: Node,
     /// The sender's delivery count as the broker has seen it.
     pub delivery_count: u32,
     /// Credit left before the broker must top up.
@@ -96,13 +99,40 @@ impl Outgoing {
     }
 }
 
+/// A link the broker sends request/response answers on (a `$cbs` or `$management` reply link).
+#[derive(Debug)]
+pub struct Replies {
+    /// Which node's answers it takes ([`node_key`]).
+    pub node: String,
+    /// The link's target address, which requests name in `reply-to`.
+    pub address: Option<String>,
+    /// The broker's delivery count on this link.
+    pub delivery_count: u32,
+    /// Credit the client has given.
+    pub credit: u32,
+    /// Answers waiting for credit.
+    pub waiting: VecDeque<Bytes>,
+}
+
+/// A name shared by the request and reply links of one node.
+pub fn node_key(node: &Node) -> String {
+    match node {
+        Node::Cbs => "$cbs".to_string(),
+        Node::Management(entity, sub) | Node::Entity(entity, sub) => {
+            format!("{}/{sub:?}/$management", entity.name().to_lowercase())
+        }
+    }
+}
+
 /// What a link is.
 #[derive(Debug)]
 pub enum LinkKind {
     /// Client sender.
     Incoming(Incoming),
-    /// Client receiver.
+    /// Client receiver of a queue.
     Outgoing(Outgoing),
+    /// Client receiver of a request/response node.
+    Replies(Replies),
     /// Refused at attach: the broker already sent its detach and waits for the client's.
     Refused,
 }

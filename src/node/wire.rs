@@ -30,6 +30,14 @@ pub mod dead_letter {
 pub mod condition {
     /// The lock of a message expired or was lost.
     pub const MESSAGE_LOCK_LOST: &str = "com.microsoft:message-lock-lost";
+    /// The broker failed.
+    pub const INTERNAL_ERROR: &str = "amqp:internal-error";
+    /// The operation is not allowed here.
+    pub const NOT_ALLOWED: &str = "amqp:not-allowed";
+    /// A malformed management request.
+    pub const ARGUMENT_ERROR: &str = "com.microsoft:argument-error";
+    /// An operation this version does not implement.
+    pub const NOT_IMPLEMENTED: &str = "amqp:not-implemented";
     /// No message with the given sequence number.
     pub const MESSAGE_NOT_FOUND: &str = "com.microsoft:message-not-found";
 }

@@ -3,7 +3,7 @@
 
 use bytes::{Bytes, BytesMut};
 use fe2o3_amqp::types::definitions::{
-    self, AmqpError, ErrorCondition, Handle, ReceiverSettleMode, Role, SenderSettleMode,
+    self, AmqpError, ErrorCondition, Fields, Handle, ReceiverSettleMode, Role, SenderSettleMode,
 };
 use fe2o3_amqp::types::performatives::{Attach, Detach};
 use fe2o3_amqp::types::primitives::Symbol;
@@ -213,20 +213,19 @@ pub fn settles_second(request: &Attach) -> bool {
 }
 
 /// An error with a standard AMQP condition and a description.
+///
+/// `info` is always written (empty): the Python SDK reads the error list by position and fails
+/// on a two-element list, which is what an absent trailing `info` encodes to.
 pub fn amqp_error(
     condition: impl Into<ErrorCondition>,
     description: impl Into<String>,
 ) -> definitions::Error {
-    definitions::Error::new(condition, Some(description.into()), None)
+    definitions::Error::new(condition, Some(description.into()), Some(Fields::new()))
 }
 
 /// An error with a Service Bus (custom) condition and a description.
 pub fn custom_error(condition: &str, description: impl Into<String>) -> definitions::Error {
-    definitions::Error::new(
-        ErrorCondition::Custom(Symbol::from(condition)),
-        Some(description.into()),
-        None,
-    )
+    amqp_error(ErrorCondition::Custom(Symbol::from(condition)), description)
 }
 
 /// `amqp:not-found` for an address no entity answers to, in Service Bus's wording.

@@ -193,7 +193,7 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<(Vec<u8>, Bytes),
             value.clone(),
         );
     }
-    let mut prefix = serde_amqp::to_vec(&header).map_err(|_| MessageError::Malformed("header"))?;
+    let mut prefix = encode_header(&header);
     if let Some(token) = stamp.lock_token {
         let mut delivery = DeliveryAnnotations::default();
         delivery.0.insert(
@@ -254,6 +254,27 @@ pub fn set_application_properties(
     out.extend_from_slice(&encoded);
     out.extend_from_slice(&stored[end..]);
     Ok(Bytes::from(out))
+}
+
+/// The header section with every field written out. serde_amqp drops trailing fields that
+/// hold their default, and the Python SDK then reports `delivery_count` as `None` instead of 0.
+fn encode_header(header: &Header) -> Vec<u8> {
+    let boolean = |value: bool| if value { 0x41 } else { 0x42 };
+    let mut fields = vec![boolean(header.durable), 0x50, header.priority.0];
+    match header.ttl {
+        Some(ttl) => {
+            fields.push(0x70);
+            fields.extend_from_slice(&ttl.to_be_bytes());
+        }
+        None => fields.push(0x40),
+    }
+    fields.push(boolean(header.first_acquirer));
+    fields.push(0x70);
+    fields.extend_from_slice(&header.delivery_count.to_be_bytes());
+    // described(0x70) list8: size counts the count byte and the fields; 5 fields.
+    let mut out = vec![0x00, 0x53, code::HEADER, 0xc0, (fields.len() + 1) as u8, 5];
+    out.extend_from_slice(&fields);
+    out
 }
 
 /// The binary inside a `data` section, as a zero-copy slice.
@@ -474,6 +495,21 @@ mod tests {
             .map(|s| s.code)
             .collect();
         assert_eq!(codes, vec![0x70, 0x74, 0x75]);
+    }
+
+    #[test]
+    fn the_header_carries_every_field_even_a_zero_delivery_count() {
+        let header = Header {
+            ttl: Some(1000),
+            ..Header::default()
+        };
+        let encoded = encode_header(&header);
+        assert_eq!(
+            serde_amqp::from_slice::<Header>(&encoded).expect("decodes"),
+            header
+        );
+        assert_eq!(encoded[5], 5, "five fields written");
+        assert_eq!(&encoded[encoded.len() - 5..], &[0x70, 0, 0, 0, 0]);
     }
 
     #[test]

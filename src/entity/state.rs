@@ -914,6 +914,110 @@ mod tests {
         assert_eq!(seqs, vec![2], "still deferred after a restart");
     }
 
+    /// Random sends, receives, settlements and restarts against a plain model: the state and
+    /// the records it journals must agree with the model at every step.
+    #[test]
+    fn random_operations_match_a_simple_model() {
+        use std::collections::BTreeMap;
+        for run in 0..20u64 {
+            let mut rng = run
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let mut next = move |bound: u64| {
+                rng = rng
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (rng >> 33) % bound
+            };
+            let mut q = QueueState::new(RULES);
+            q.subscribe(A, ReceiveMode::PeekLock);
+            // The "disk": records as the journal leaves them.
+            let mut stored: BTreeMap<i64, Record> = BTreeMap::new();
+            let mut next_seq_on_disk = 1;
+            // The model: delivery count and whether locked, by sequence number.
+            let mut model: BTreeMap<i64, (u32, bool)> = BTreeMap::new();
+            let mut held: Vec<Delivery> = Vec::new();
+            let mut issued = 0i64;
+            for _ in 0..300 {
+                match next(6) {
+                    0 => {
+                        let n = next(3) as usize + 1;
+                        let first = q.enqueue(0, vec![Bytes::new(); n]).expect("room");
+                        assert_eq!(first, issued + 1, "gap-free, never reused");
+                        issued += n as i64;
+                        q.publish_up_to(q.next_seq());
+                        for seq in first..first + n as i64 {
+                            model.insert(seq, (0, false));
+                        }
+                    }
+                    1 | 2 => {
+                        q.add_credit(A, next(4) as i64 + 1);
+                        for d in q.dispatch(0) {
+                            let lowest = model
+                                .iter()
+                                .find(|(_, (_, locked))| !locked)
+                                .map(|(seq, _)| *seq);
+                            assert_eq!(Some(d.seq), lowest, "lowest available first");
+                            let entry = model.get_mut(&d.seq).expect("known");
+                            assert_eq!(d.stamp.delivery_count, entry.0);
+                            entry.1 = true;
+                            held.push(d);
+                        }
+                        q.add_credit(A, -1_000);
+                    }
+                    3 | 4 if !held.is_empty() => {
+                        let d = held.swap_remove(next(held.len() as u64) as usize);
+                        let settlement = match next(3) {
+                            0 => Settlement::Complete,
+                            1 => Settlement::Release,
+                            _ => Settlement::Abandon(Vec::new()),
+                        };
+                        q.settle(A, lock_of(&d), &settlement).expect("held lock");
+                        match settlement {
+                            Settlement::Complete => {
+                                model.remove(&d.seq);
+                            }
+                            Settlement::Release => {
+                                model.insert(d.seq, (d.stamp.delivery_count, false));
+                            }
+                            _ => {
+                                model.insert(d.seq, (d.stamp.delivery_count + 1, false));
+                            }
+                        }
+                    }
+                    _ => {
+                        // Restart: rebuild from the stored records; locks are gone.
+                        for change in q.take_changes() {
+                            match change {
+                                Change::Put { seq, record, .. }
+                                | Change::Update { seq, record } => {
+                                    stored.insert(seq, record);
+                                }
+                                Change::Delete { seq } => {
+                                    stored.remove(&seq);
+                                }
+                                Change::NextSeq(n) => next_seq_on_disk = n,
+                            }
+                        }
+                        q = QueueState::recover(
+                            RULES,
+                            Recovered {
+                                next_seq: next_seq_on_disk,
+                                records: stored.iter().map(|(s, r)| (*s, *r)).collect(),
+                            },
+                        );
+                        q.subscribe(A, ReceiveMode::PeekLock);
+                        held.clear();
+                        for entry in model.values_mut() {
+                            entry.1 = false;
+                        }
+                    }
+                }
+                assert_eq!(q.len(), model.len(), "run {run}: message count");
+            }
+        }
+    }
+
     #[test]
     fn drain_delivers_what_is_there_and_zeroes_demand() {
         let mut q = queue_with(3);

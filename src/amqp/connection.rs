@@ -202,6 +202,24 @@ async fn write_frames(
     let _ = sink.close().await;
 }
 
+/// The next frame. fe2o3-amqp's decoder panics on a frame shorter than its header; that panic
+/// is caught here and reported as a framing error, so the connection closes properly and its
+/// locks are released.
+///
+/// # Cancel safety
+/// Cancel safe: reading a frame from the transport is.
+async fn read_frame(
+    stream: &mut futures_util::stream::SplitStream<AmqpTransport>,
+) -> Option<Result<Frame, TransportError>> {
+    match std::panic::AssertUnwindSafe(stream.next())
+        .catch_unwind()
+        .await
+    {
+        Ok(frame) => frame,
+        Err(_) => Some(Err(TransportError::FramingError)),
+    }
+}
+
 /// Whether the event loop goes on.
 enum Running {
     Continue,
@@ -250,12 +268,12 @@ impl Connection {
                     }
                     self.flush_accepted()
                 }
-                frame = stream.next() => {
+                frame = read_frame(&mut stream) => {
                     let mut running = self.on_read(frame).await;
                     // Take what else has arrived, so its answers leave in one write.
                     for _ in 1..FRAME_BATCH {
                         let Running::Continue = running else { break };
-                        match stream.next().now_or_never() {
+                        match read_frame(&mut stream).now_or_never() {
                             Some(frame) => running = self.on_read(frame).await,
                             None => break,
                         }
@@ -303,6 +321,13 @@ impl Connection {
             }
             TransportError::NotImplemented(detail) => {
                 Some(amqp_error(AmqpError::NotImplemented, format!("{detail:?}")))
+            }
+            // fe2o3-amqp reports a field that runs past its frame as an unexpected EOF.
+            TransportError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+                Some(amqp_error(
+                    AmqpError::DecodeError,
+                    "a field runs past the end of its frame",
+                ))
             }
             TransportError::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
                 Some(amqp_error(
@@ -353,7 +378,8 @@ impl Connection {
                     ));
                 }
                 let local = self.free_local_channel();
-                let (session, reply) = Session::begin(local, channel, &begin);
+                let (session, reply) =
+                    Session::begin(local, channel, &begin, self.remote_max_frame);
                 self.sessions.insert(channel, session);
                 self.write(Frame::new(local, FrameBody::Begin(reply)))
             }
@@ -419,7 +445,9 @@ impl Connection {
         let link_id = match &event {
             EntityEvent::Delivered(delivery) => delivery.consumer.0,
             EntityEvent::Drained { consumer } => consumer.0,
-            EntityEvent::Sent { ticket, .. } | EntityEvent::Settled { ticket, .. } => ticket.link,
+            EntityEvent::Sent { ticket, .. }
+            | EntityEvent::Settled { ticket, .. }
+            | EntityEvent::Managed { ticket, .. } => ticket.link,
         };
         let Some(session) = self
             .link_sessions
@@ -439,6 +467,9 @@ impl Connection {
             EntityEvent::Delivered(delivery) => session.on_delivery(delivery, &ctx, &mut out),
             EntityEvent::Drained { consumer } => session.on_drained(consumer, &mut out),
             EntityEvent::Sent { ticket, result } => session.on_sent(ticket, result, &mut out),
+            EntityEvent::Managed { ticket, response } => {
+                session.on_managed(ticket, response, &mut out)
+            }
             EntityEvent::Settled { ticket, results } => {
                 session.on_settled(ticket, results, &mut out)
             }

@@ -3,12 +3,15 @@
 
 use bytes::{Bytes, BytesMut};
 use fe2o3_amqp::types::definitions::{
-    self, AmqpError, ErrorCondition, Handle, ReceiverSettleMode, Role, SenderSettleMode,
+    self, AmqpError, ErrorCondition, Fields, Handle, ReceiverSettleMode, Role, SenderSettleMode,
 };
 use fe2o3_amqp::types::performatives::{Attach, Detach};
 use fe2o3_amqp::types::primitives::Symbol;
 
+use std::collections::VecDeque;
+
 use crate::entity::handle::{ConsumerId, EntityHandle, ReceiveMode};
+use crate::node::Node;
 
 /// Credit the broker grants a client sender, and tops up when half is used.
 pub const SENDER_CREDIT: u32 = 1000;
@@ -16,8 +19,8 @@ pub const SENDER_CREDIT: u32 = 1000;
 /// A link the broker receives on (the client's sender).
 #[derive(Debug)]
 pub struct Incoming {
-    /// Where the messages go.
-    pub entity: EntityHandle,
+    /// Where the messages go: a queue, or a request/response node.
+    pub node: Node,
     /// The sender's delivery count as the broker has seen it.
     pub delivery_count: u32,
     /// Credit left before the broker must top up.
@@ -96,13 +99,40 @@ impl Outgoing {
     }
 }
 
+/// A link the broker sends request/response answers on (a `$cbs` or `$management` reply link).
+#[derive(Debug)]
+pub struct Replies {
+    /// Which node's answers it takes ([`node_key`]).
+    pub node: String,
+    /// The link's target address, which requests name in `reply-to`.
+    pub address: Option<String>,
+    /// The broker's delivery count on this link.
+    pub delivery_count: u32,
+    /// Credit the client has given.
+    pub credit: u32,
+    /// Answers waiting for credit.
+    pub waiting: VecDeque<Bytes>,
+}
+
+/// A name shared by the request and reply links of one node.
+pub fn node_key(node: &Node) -> String {
+    match node {
+        Node::Cbs => "$cbs".to_string(),
+        Node::Management(entity, sub) | Node::Entity(entity, sub) => {
+            format!("{}/{sub:?}/$management", entity.name().to_lowercase())
+        }
+    }
+}
+
 /// What a link is.
 #[derive(Debug)]
 pub enum LinkKind {
     /// Client sender.
     Incoming(Incoming),
-    /// Client receiver.
+    /// Client receiver of a queue.
     Outgoing(Outgoing),
+    /// Client receiver of a request/response node.
+    Replies(Replies),
     /// Refused at attach: the broker already sent its detach and waits for the client's.
     Refused,
 }
@@ -183,20 +213,19 @@ pub fn settles_second(request: &Attach) -> bool {
 }
 
 /// An error with a standard AMQP condition and a description.
+///
+/// `info` is always written (empty): the Python SDK reads the error list by position and fails
+/// on a two-element list, which is what an absent trailing `info` encodes to.
 pub fn amqp_error(
     condition: impl Into<ErrorCondition>,
     description: impl Into<String>,
 ) -> definitions::Error {
-    definitions::Error::new(condition, Some(description.into()), None)
+    definitions::Error::new(condition, Some(description.into()), Some(Fields::new()))
 }
 
 /// An error with a Service Bus (custom) condition and a description.
 pub fn custom_error(condition: &str, description: impl Into<String>) -> definitions::Error {
-    definitions::Error::new(
-        ErrorCondition::Custom(Symbol::from(condition)),
-        Some(description.into()),
-        None,
-    )
+    amqp_error(ErrorCondition::Custom(Symbol::from(condition)), description)
 }
 
 /// `amqp:not-found` for an address no entity answers to, in Service Bus's wording.

@@ -8,8 +8,13 @@
 use std::ops::Range;
 
 use bytes::Bytes;
-use fe2o3_amqp::types::messaging::{ApplicationProperties, Header, MessageAnnotations};
-use fe2o3_amqp::types::primitives::{SimpleValue, Value};
+use fe2o3_amqp::types::messaging::{
+    ApplicationProperties, DeliveryAnnotations, Header, MessageAnnotations,
+};
+use fe2o3_amqp::types::primitives::{SimpleValue, Symbol, Value};
+
+/// Delivery annotation carrying the lock token (Service Bus `x-opt-lock-token`).
+const LOCK_TOKEN_KEY: &str = "x-opt-lock-token";
 
 /// Section descriptor codes (AMQP 1.0 §3.2).
 mod code {
@@ -149,6 +154,8 @@ pub struct DeliveryStamp {
     pub delivery_count: u32,
     /// Annotations the broker adds or overwrites (`x-opt-sequence-number` …).
     pub annotations: Vec<(&'static str, Value)>,
+    /// The lock token, written as delivery annotation `x-opt-lock-token` (peek-lock only).
+    pub lock_token: Option<uuid::Uuid>,
 }
 
 /// Builds the outgoing message: a fresh header and message-annotations, then every section
@@ -186,7 +193,17 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<(Vec<u8>, Bytes),
             value.clone(),
         );
     }
-    let mut prefix = serde_amqp::to_vec(&header).map_err(|_| MessageError::Malformed("header"))?;
+    let mut prefix = encode_header(&header);
+    if let Some(token) = stamp.lock_token {
+        let mut delivery = DeliveryAnnotations::default();
+        delivery.0.insert(
+            Symbol::from(LOCK_TOKEN_KEY).into(),
+            Value::Uuid(token.into_bytes().into()),
+        );
+        let encoded = serde_amqp::to_vec(&delivery)
+            .map_err(|_| MessageError::Malformed("delivery-annotations"))?;
+        prefix.extend_from_slice(&encoded);
+    }
     let encoded = serde_amqp::to_vec(&annotations)
         .map_err(|_| MessageError::Malformed("message-annotations"))?;
     prefix.extend_from_slice(&encoded);
@@ -237,6 +254,27 @@ pub fn set_application_properties(
     out.extend_from_slice(&encoded);
     out.extend_from_slice(&stored[end..]);
     Ok(Bytes::from(out))
+}
+
+/// The header section with every field written out. serde_amqp drops trailing fields that
+/// hold their default, and the Python SDK then reports `delivery_count` as `None` instead of 0.
+fn encode_header(header: &Header) -> Vec<u8> {
+    let boolean = |value: bool| if value { 0x41 } else { 0x42 };
+    let mut fields = vec![boolean(header.durable), 0x50, header.priority.0];
+    match header.ttl {
+        Some(ttl) => {
+            fields.push(0x70);
+            fields.extend_from_slice(&ttl.to_be_bytes());
+        }
+        None => fields.push(0x40),
+    }
+    fields.push(boolean(header.first_acquirer));
+    fields.push(0x70);
+    fields.extend_from_slice(&header.delivery_count.to_be_bytes());
+    // described(0x70) list8: size counts the count byte and the fields; 5 fields.
+    let mut out = vec![0x00, 0x53, code::HEADER, 0xc0, (fields.len() + 1) as u8, 5];
+    out.extend_from_slice(&fields);
+    out
 }
 
 /// The binary inside a `data` section, as a zero-copy slice.
@@ -401,6 +439,7 @@ mod tests {
                     Value::Timestamp(Timestamp::from_milliseconds(5)),
                 ),
             ],
+            lock_token: Some(uuid::Uuid::from_u128(7)),
         };
         let (prefix, tail) = splice(&stored, &stamp).expect("splice");
         let mut whole = prefix.clone();
@@ -408,13 +447,13 @@ mod tests {
         let sections = scan_sections(&whole).expect("scan");
         assert_eq!(
             sections.iter().map(|s| s.code).collect::<Vec<_>>(),
-            vec![0x70, 0x72, 0x73, 0x74, 0x75]
+            vec![0x70, 0x71, 0x72, 0x73, 0x74, 0x75]
         );
         let header: Header = serde_amqp::from_slice(&whole[sections[0].range.clone()]).expect("h");
         assert_eq!(header.delivery_count, 2);
         assert!(header.durable, "other header fields survive");
         let ma: MessageAnnotations =
-            serde_amqp::from_slice(&whole[sections[1].range.clone()]).expect("ma");
+            serde_amqp::from_slice(&whole[sections[2].range.clone()]).expect("ma");
         let key = fe2o3_amqp::types::messaging::annotations::OwnedKey::from(
             fe2o3_amqp::types::primitives::Symbol::from("x-opt-sequence-number"),
         );
@@ -456,6 +495,21 @@ mod tests {
             .map(|s| s.code)
             .collect();
         assert_eq!(codes, vec![0x70, 0x74, 0x75]);
+    }
+
+    #[test]
+    fn the_header_carries_every_field_even_a_zero_delivery_count() {
+        let header = Header {
+            ttl: Some(1000),
+            ..Header::default()
+        };
+        let encoded = encode_header(&header);
+        assert_eq!(
+            serde_amqp::from_slice::<Header>(&encoded).expect("decodes"),
+            header
+        );
+        assert_eq!(encoded[5], 5, "five fields written");
+        assert_eq!(&encoded[encoded.len() - 5..], &[0x70, 0, 0, 0, 0]);
     }
 
     #[test]

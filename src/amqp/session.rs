@@ -12,19 +12,24 @@ use fe2o3_amqp::types::definitions::DeliveryTag;
 use fe2o3_amqp::types::definitions::{
     self, AmqpError, ErrorCondition, Handle, LinkError, Role, SessionError,
 };
-use fe2o3_amqp::types::messaging::{Accepted, DeliveryState, Rejected, Released, TargetArchetype};
+use fe2o3_amqp::types::messaging::{
+    Accepted, DeliveryState, MessageId, Rejected, Released, TargetArchetype,
+};
 use fe2o3_amqp::types::performatives::{Attach, Begin, Detach, Disposition, End, Flow, Transfer};
 use fe2o3_amqp::types::primitives::{SimpleValue, Symbol, Value};
 
-use crate::amqp::link::{self, Incoming, Link, LinkKind, Outgoing, Partial, SENDER_CREDIT};
+use crate::amqp::link::{
+    self, Incoming, Link, LinkKind, Outgoing, Partial, Replies, SENDER_CREDIT,
+};
 use crate::amqp::message::{self, BATCH_MESSAGE_FORMAT};
 use crate::entity::handle::{
     Command, ConsumerId, Delivery, EntityError, EntityHandle, EventSink, LockRef, Properties,
     Settlement, SubQueue, Ticket,
 };
 use crate::entity::registry::Registry;
-use crate::node::router;
+use crate::node::management::{self, Style};
 use crate::node::wire;
+use crate::node::{router, Node};
 
 /// Incoming window the broker grants, in transfer frames; refilled when half is used.
 const INCOMING_WINDOW: u32 = 8192;
@@ -94,11 +99,20 @@ pub struct Session {
     next_request: u64,
     /// Accepted sends whose disposition is not written yet (coalesced into ranges).
     accepted: Vec<u32>,
+    /// Management requests at an entity: the `message-id` each answer echoes.
+    correlations: HashMap<u64, Option<MessageId>>,
+    /// Largest frame the client accepts.
+    remote_max_frame: usize,
 }
 
 impl Session {
     /// Starts a session from the client's `begin` and returns it with the reply.
-    pub fn begin(local_channel: u16, remote_channel: u16, begin: &Begin) -> (Self, Begin) {
+    pub fn begin(
+        local_channel: u16,
+        remote_channel: u16,
+        begin: &Begin,
+        remote_max_frame: usize,
+    ) -> (Self, Begin) {
         let session = Self {
             local_channel,
             next_incoming_id: begin.next_outgoing_id,
@@ -113,6 +127,8 @@ impl Session {
             settling: HashMap::new(),
             next_request: 0,
             accepted: Vec::new(),
+            correlations: HashMap::new(),
+            remote_max_frame,
         };
         let reply = Begin {
             remote_channel: Some(remote_channel),
@@ -153,7 +169,7 @@ impl Session {
                 format!("a session holds at most {} links", HANDLE_MAX + 1),
             ))
         })?;
-        let (entity, sub) = match resolve(&attach, ctx.registry) {
+        let node = match resolve(&attach, ctx.registry) {
             Ok(found) => found,
             Err(error) => {
                 tracing::debug!(link = %attach.name, condition = ?error.condition, "attach refused");
@@ -178,10 +194,10 @@ impl Session {
             local_handle,
             ctx.max_message_size,
         )));
-        let kind = match attach.role {
-            Role::Sender => {
+        let kind = match (attach.role.clone(), node) {
+            (Role::Sender, node) => {
                 let incoming = Incoming {
-                    entity,
+                    node,
                     delivery_count: attach.initial_delivery_count.unwrap_or(0),
                     credit: SENDER_CREDIT,
                     max_message_size: ctx.max_message_size,
@@ -195,7 +211,16 @@ impl Session {
                 ));
                 LinkKind::Incoming(incoming)
             }
-            Role::Receiver => {
+            (Role::Receiver, node @ (Node::Cbs | Node::Management(..))) => {
+                LinkKind::Replies(Replies {
+                    node: link::node_key(&node),
+                    address: target_address(&attach),
+                    delivery_count: 0,
+                    credit: 0,
+                    waiting: VecDeque::new(),
+                })
+            }
+            (Role::Receiver, Node::Entity(entity, sub)) => {
                 let consumer = ConsumerId(link_id);
                 let mode = link::receive_mode(&attach);
                 out.posts.push((
@@ -220,7 +245,7 @@ impl Session {
                 })
             }
         };
-        tracing::debug!(link = %attach.name, ?sub, "link attached");
+        tracing::debug!(link = %attach.name, "link attached");
         self.insert_link(
             remote_handle,
             Link {
@@ -269,6 +294,32 @@ impl Session {
                         .push(self.link_flow(local_handle, reply.0, reply.1, false));
                 }
             }
+            LinkKind::Replies(replies) => {
+                let credit = flow
+                    .delivery_count
+                    .unwrap_or(0)
+                    .wrapping_add(flow.link_credit.unwrap_or(0))
+                    .wrapping_sub(replies.delivery_count);
+                replies.credit = if credit > u32::MAX / 2 { 0 } else { credit };
+                let link_id = link.id;
+                self.send_waiting_replies(link_id, out);
+                if let Some(Link {
+                    kind: LinkKind::Replies(replies),
+                    ..
+                }) = self.links.get_mut(&remote_handle)
+                {
+                    if flow.drain || flow.echo {
+                        if flow.drain {
+                            replies.delivery_count =
+                                replies.delivery_count.wrapping_add(replies.credit);
+                            replies.credit = 0;
+                        }
+                        let reply = (replies.delivery_count, replies.credit);
+                        out.frames
+                            .push(self.link_flow(local_handle, reply.0, reply.1, flow.drain));
+                    }
+                }
+            }
             LinkKind::Incoming(incoming) => {
                 if let Some(count) = flow.delivery_count {
                     incoming.delivery_count = count;
@@ -314,7 +365,7 @@ impl Session {
         let incoming = match &mut link.kind {
             LinkKind::Incoming(incoming) => incoming,
             LinkKind::Refused => return Ok(()),
-            LinkKind::Outgoing(_) => {
+            LinkKind::Outgoing(_) | LinkKind::Replies(_) => {
                 let error = link::amqp_error(
                     AmqpError::NotAllowed,
                     "transfer on a link the broker sends on",
@@ -389,6 +440,11 @@ impl Session {
             }
             return Ok(());
         }
+        let node = incoming.node.clone();
+        let Node::Entity(entity, _) = node else {
+            self.on_request(&node, &whole, &partial, events, out);
+            return Ok(());
+        };
         let messages = if partial.message_format == BATCH_MESSAGE_FORMAT {
             message::unpack_batch(&whole)
         } else {
@@ -407,9 +463,159 @@ impl Session {
             };
             (ticket, events.clone())
         });
-        out.posts
-            .push((incoming.entity.clone(), Command::Send { messages, reply }));
+        out.posts.push((entity, Command::Send { messages, reply }));
         Ok(())
+    }
+
+    /// Answers a request to `$cbs` or a management node: settles it, decodes it, and answers
+    /// on the reply link it names (CBS at once, management once the entity has answered).
+    fn on_request(
+        &mut self,
+        node: &Node,
+        bytes: &Bytes,
+        delivery: &Partial,
+        events: &EventSink,
+        out: &mut Outbox,
+    ) {
+        if !delivery.settled {
+            out.frames.push(settled_disposition(
+                delivery.delivery_id,
+                DeliveryState::Accepted(Accepted {}),
+            ));
+        }
+        let request = match management::Request::decode(bytes) {
+            Ok(request) => request,
+            Err(error) => {
+                tracing::info!(%error, "undecodable request");
+                management::Request::default()
+            }
+        };
+        let key = link::node_key(node);
+        let Some(reply_link) = self.reply_link(&key, request.reply_to.as_deref()) else {
+            tracing::info!(node = %key, reply_to = ?request.reply_to, "request without a reply link dropped");
+            return;
+        };
+        match node {
+            Node::Cbs => {
+                let response = management::cbs(&request);
+                let encoded = response.encode(request.message_id, Style::Cbs);
+                self.send_reply(reply_link, encoded, out);
+            }
+            Node::Management(entity, sub) => match management::parse(&request) {
+                Ok(operation) => {
+                    let number = self.next_request;
+                    self.next_request += 1;
+                    self.correlations.insert(number, request.message_id);
+                    let ticket = Ticket {
+                        link: reply_link,
+                        request: number,
+                    };
+                    out.posts.push((
+                        entity.clone(),
+                        Command::Manage {
+                            sub: *sub,
+                            operation,
+                            reply: (ticket, events.clone()),
+                        },
+                    ));
+                }
+                Err(response) => {
+                    let encoded = response.encode(request.message_id, Style::Management);
+                    self.send_reply(reply_link, encoded, out);
+                }
+            },
+            Node::Entity(..) => {}
+        }
+    }
+
+    /// The entity answered a management request: send the response.
+    pub fn on_managed(&mut self, ticket: Ticket, response: management::Response, out: &mut Outbox) {
+        let correlation = self.correlations.remove(&ticket.request).flatten();
+        let encoded = response.encode(correlation, Style::Management);
+        self.send_reply(ticket.link, encoded, out);
+    }
+
+    /// The reply link for a request to `node`: the one whose target address is `reply-to`,
+    /// else the one named `reply-to`, else the node's only reply link (amqp-dialect.md §2.1).
+    fn reply_link(&self, node: &str, reply_to: Option<&str>) -> Option<u64> {
+        let replies: Vec<(&Link, &Replies)> = self
+            .links
+            .values()
+            .filter_map(|link| match &link.kind {
+                LinkKind::Replies(replies) if replies.node == node => Some((link, replies)),
+                _ => None,
+            })
+            .collect();
+        let by = |matches: &dyn Fn(&Link, &Replies) -> bool| {
+            replies
+                .iter()
+                .find(|(l, r)| matches(l, r))
+                .map(|(l, _)| l.id)
+        };
+        reply_to
+            .and_then(|to| by(&|_, r| r.address.as_deref() == Some(to)))
+            .or_else(|| reply_to.and_then(|to| by(&|l, _| l.name == to)))
+            .or_else(|| (replies.len() == 1).then(|| replies[0].0.id))
+    }
+
+    /// Queues an answer on a reply link and sends what its credit allows.
+    fn send_reply(&mut self, link_id: u64, encoded: Bytes, out: &mut Outbox) {
+        let Some(handle) = self.by_id.get(&link_id).copied() else {
+            return;
+        };
+        if let Some(Link {
+            kind: LinkKind::Replies(replies),
+            ..
+        }) = self.links.get_mut(&handle)
+        {
+            replies.waiting.push_back(encoded);
+        }
+        self.send_waiting_replies(link_id, out);
+    }
+
+    /// Sends waiting answers, pre-settled, while the reply link has credit.
+    fn send_waiting_replies(&mut self, link_id: u64, out: &mut Outbox) {
+        let Some(handle) = self.by_id.get(&link_id).copied() else {
+            return;
+        };
+        loop {
+            let Some(Link {
+                local_handle,
+                kind: LinkKind::Replies(replies),
+                ..
+            }) = self.links.get_mut(&handle)
+            else {
+                return;
+            };
+            if replies.credit == 0 {
+                return;
+            }
+            let Some(encoded) = replies.waiting.pop_front() else {
+                return;
+            };
+            replies.credit -= 1;
+            replies.delivery_count = replies.delivery_count.wrapping_add(1);
+            let local_handle = *local_handle;
+            let delivery_id = self.next_delivery_id;
+            self.next_delivery_id = self.next_delivery_id.wrapping_add(1);
+            let transfer = Transfer {
+                handle: Handle(local_handle),
+                delivery_id: Some(delivery_id),
+                delivery_tag: Some(DeliveryTag::from(delivery_id.to_be_bytes().to_vec())),
+                message_format: Some(0),
+                settled: Some(true),
+                more: false,
+                rcv_settle_mode: None,
+                state: None,
+                resume: false,
+                aborted: false,
+                batchable: false,
+            };
+            for frame in split_transfer(transfer, encoded, self.remote_max_frame) {
+                self.pending.push_back(frame);
+            }
+            self.flush_pending(out);
+        }
     }
 
     /// Handles a client `disposition` for deliveries the broker sent.
@@ -649,7 +855,7 @@ impl Session {
         for ((id, echo), result) in echoes.into_iter().zip(results) {
             self.unsettled.remove(&id);
             let state = match result {
-                Ok(()) => echo,
+                Ok(()) => confirmation(echo),
                 Err(error) => DeliveryState::Rejected(Rejected {
                     error: Some(entity_error(&error)),
                 }),
@@ -798,10 +1004,7 @@ impl Session {
 /// The entity (and which of its queues) an attach names, or the error that refuses it:
 /// `amqp:not-found` for unknown addresses, `amqp:not-allowed` for a send to a dead-letter
 /// queue, `amqp:not-implemented` for a transaction coordinator.
-fn resolve(
-    attach: &Attach,
-    registry: &Registry,
-) -> Result<(EntityHandle, SubQueue), definitions::Error> {
+fn resolve(attach: &Attach, registry: &Registry) -> Result<Node, definitions::Error> {
     let address = match attach.role {
         Role::Sender => match attach.target.as_deref() {
             Some(TargetArchetype::Target(target)) => target.address.clone(),
@@ -820,9 +1023,8 @@ fn resolve(
     };
     let address = address
         .ok_or_else(|| link::amqp_error(AmqpError::InvalidField, "the attach names no address"))?;
-    let (entity, sub) =
-        router::route(registry, &address).ok_or_else(|| link::not_found(&address))?;
-    if attach.role == Role::Sender && sub == SubQueue::DeadLetter {
+    let node = router::route(registry, &address).ok_or_else(|| link::not_found(&address))?;
+    if let (Role::Sender, Node::Entity(_, SubQueue::DeadLetter)) = (&attach.role, &node) {
         return Err(link::amqp_error(
             AmqpError::NotAllowed,
             format!(
@@ -830,7 +1032,15 @@ fn resolve(
             ),
         ));
     }
-    Ok((entity, sub))
+    Ok(node)
+}
+
+/// The target address of a client receiver's attach (where its requests ask answers to go).
+fn target_address(attach: &Attach) -> Option<String> {
+    match attach.target.as_deref() {
+        Some(TargetArchetype::Target(target)) => target.address.clone(),
+        _ => None,
+    }
 }
 
 /// What the entity should do for a client outcome; `None` for a non-terminal state
@@ -921,14 +1131,32 @@ fn link_flow(
     })
 }
 
+/// The outcome a settle-second confirmation carries: the client's own, except that a
+/// dead-letter is confirmed with a bare `rejected` (the JavaScript SDK fails on an error there,
+/// amqp-dialect.md §17).
+fn confirmation(requested: DeliveryState) -> DeliveryState {
+    match requested {
+        DeliveryState::Rejected(_) => DeliveryState::Rejected(Rejected { error: None }),
+        other => other,
+    }
+}
+
 /// The settled `rejected` disposition of one received delivery.
 fn rejection(delivery_id: u32, error: definitions::Error) -> FrameBody {
+    settled_disposition(
+        delivery_id,
+        DeliveryState::Rejected(Rejected { error: Some(error) }),
+    )
+}
+
+/// The broker's settled disposition of one delivery it received.
+fn settled_disposition(delivery_id: u32, state: DeliveryState) -> FrameBody {
     FrameBody::Disposition(Disposition {
         role: Role::Receiver,
         first: delivery_id,
         last: None,
         settled: true,
-        state: Some(DeliveryState::Rejected(Rejected { error: Some(error) })),
+        state: Some(state),
         batchable: false,
     })
 }
@@ -946,6 +1174,9 @@ fn entity_error(error: &EntityError) -> definitions::Error {
             link::amqp_error(AmqpError::ResourceLimitExceeded, error.to_string())
         }
         EntityError::NotAllowed(_) => link::amqp_error(AmqpError::NotAllowed, error.to_string()),
+        EntityError::MessageNotFound(_) => {
+            link::custom_error(wire::condition::MESSAGE_NOT_FOUND, error.to_string())
+        }
     }
 }
 

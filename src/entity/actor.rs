@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use fe2o3_amqp::types::primitives::{Array, Binary, Timestamp, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -16,12 +17,15 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::amqp::message;
+use crate::amqp::message::DeliveryStamp;
 use crate::config::QueueConfig;
 use crate::entity::handle::{
     Command, ConsumerId, Delivery, EntityError, EntityEvent, EntityHandle, EventSink, LockRef,
     Properties, Settlement, SubQueue,
 };
 use crate::entity::state::{QueueState, Rules};
+use crate::node::management::{string_map, Operation, Response};
+use crate::node::wire;
 use crate::store::{Change, EntityLog, Flusher, StoreError};
 
 /// Mailbox capacity: senders wait (backpressure) when this many commands are queued.
@@ -76,6 +80,22 @@ pub fn spawn(
     let span = tracing::info_span!("entity", name = %config.name);
     tracker.spawn(actor.run(rx, shutdown).instrument(span));
     Ok(EntityHandle::new(config.name.clone(), tx))
+}
+
+/// The management response of an entity's refusal (amqp-dialect.md §7.3, §11).
+fn error_response(error: &EntityError) -> Response {
+    match error {
+        EntityError::LockLost => {
+            Response::error(410, wire::condition::MESSAGE_LOCK_LOST, error.to_string())
+        }
+        EntityError::MessageNotFound(_) => {
+            Response::error(404, wire::condition::MESSAGE_NOT_FOUND, error.to_string())
+        }
+        EntityError::NotAllowed(_) => {
+            Response::error(400, wire::condition::NOT_ALLOWED, error.to_string())
+        }
+        _ => Response::error(500, wire::condition::INTERNAL_ERROR, error.to_string()),
+    }
 }
 
 /// Wall-clock milliseconds since the Unix epoch (Service Bus times are UTC).
@@ -251,8 +271,104 @@ impl Actor {
                     queue.give_back(delivery);
                 }
             }
+            Command::Manage {
+                sub,
+                operation,
+                reply: (ticket, events),
+            } => {
+                let response = match &self.poisoned {
+                    Some(error) => Response::error(
+                        500,
+                        wire::condition::INTERNAL_ERROR,
+                        format!("the entity's storage failed: {error}"),
+                    ),
+                    None => self.manage(sub, operation, now),
+                };
+                self.answers
+                    .push((events, EntityEvent::Managed { ticket, response }));
+            }
             Command::Unsubscribe { consumer } => self.unsubscribe(consumer),
         }
+    }
+
+    /// Performs a management operation (amqp-dialect.md §7.3).
+    fn manage(&mut self, sub: SubQueue, operation: Operation, now: i64) -> Response {
+        match operation {
+            Operation::Peek { from, count } => {
+                let peeked = self.queue(sub).peek(from, count);
+                if peeked.is_empty() {
+                    return Response::no_content();
+                }
+                let mut messages = Vec::with_capacity(peeked.len());
+                for (seq, stamp) in peeked {
+                    match self.encoded(sub, seq, &stamp) {
+                        Ok(bytes) => messages.push(string_map(vec![("message", bytes)])),
+                        Err(response) => return response,
+                    }
+                }
+                Response::ok(vec![("messages", Value::List(messages))])
+            }
+            Operation::RenewLock { tokens } => {
+                let mut expirations = Vec::with_capacity(tokens.len());
+                for token in tokens {
+                    match self.queue(sub).renew_lock(token, now) {
+                        Ok(until) => {
+                            expirations.push(Value::Timestamp(Timestamp::from_milliseconds(until)))
+                        }
+                        Err(error) => return error_response(&error),
+                    }
+                }
+                Response::ok(vec![("expirations", Value::Array(Array(expirations)))])
+            }
+            Operation::ReceiveBySequence { seqs, mode } => {
+                let mut messages = Vec::with_capacity(seqs.len());
+                for seq in seqs {
+                    let delivery = match self.queue(sub).receive_deferred(seq, mode, now) {
+                        Ok(delivery) => delivery,
+                        Err(error) => return error_response(&error),
+                    };
+                    let bytes = match self.encoded(sub, seq, &delivery.stamp) {
+                        Ok(bytes) => bytes,
+                        Err(response) => return response,
+                    };
+                    let token = delivery.lock_token.unwrap_or_default();
+                    messages.push(string_map(vec![
+                        ("lock-token", Value::Uuid(token.into_bytes().into())),
+                        ("message", bytes),
+                    ]));
+                }
+                Response::ok(vec![("messages", Value::List(messages))])
+            }
+            Operation::UpdateDisposition { tokens, settlement } => {
+                for token in tokens {
+                    let settled = self.queue(sub).settle_by_token(token, &settlement);
+                    match (settled, &settlement) {
+                        (
+                            Ok(seq),
+                            Settlement::Abandon(properties) | Settlement::Defer(properties),
+                        ) => self.set_properties(sub, seq, properties),
+                        (Ok(_), _) => {}
+                        (Err(error), _) => return error_response(&error),
+                    }
+                }
+                self.move_dead_letters();
+                Response::ok(Vec::new())
+            }
+        }
+    }
+
+    /// A stored message as the SDKs expect it in management responses: the whole encoded
+    /// message, with the broker's header and annotations, as a binary.
+    fn encoded(&self, sub: SubQueue, seq: i64, stamp: &DeliveryStamp) -> Result<Value, Response> {
+        let internal = |error: String| Response::error(500, wire::condition::INTERNAL_ERROR, error);
+        let body = self
+            .log
+            .body(sub, seq)
+            .map_err(|e| internal(e.to_string()))?;
+        let (prefix, tail) = message::splice(&body, stamp).map_err(|e| internal(e.to_string()))?;
+        let mut whole = prefix;
+        whole.extend_from_slice(&tail);
+        Ok(Value::Binary(Binary::from(whole)))
     }
 
     fn queue(&mut self, sub: SubQueue) -> &mut QueueState {

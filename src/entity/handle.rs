@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::amqp::message::DeliveryStamp;
+use crate::node::management::{Operation, Response};
 pub use crate::store::SubQueue;
 use fe2o3_amqp::types::primitives::SimpleValue;
 
@@ -88,6 +89,9 @@ pub enum EntityError {
         /// The limit.
         max: u64,
     },
+    /// No deferred message has this sequence number.
+    #[error("no deferred message with sequence number {0} was found")]
+    MessageNotFound(i64),
     /// The entity's storage failed; it no longer acknowledges anything.
     #[error("the entity's storage failed: {0}")]
     Storage(String),
@@ -146,6 +150,16 @@ pub enum Command {
         /// The delivery, untouched.
         delivery: Delivery,
     },
+    /// Perform a management operation on the queue or its dead-letter queue; answer with
+    /// [`EntityEvent::Managed`].
+    Manage {
+        /// Which queue.
+        sub: SubQueue,
+        /// The operation.
+        operation: Operation,
+        /// Where to answer.
+        reply: (Ticket, EventSink),
+    },
     /// Remove a consumer; its locked messages become available again (a lost lock counts a
     /// delivery, as in Service Bus).
     Unsubscribe {
@@ -187,6 +201,13 @@ pub enum EntityEvent {
     Drained {
         /// The consumer.
         consumer: ConsumerId,
+    },
+    /// A management operation's response.
+    Managed {
+        /// The ticket of the request.
+        ticket: Ticket,
+        /// The response.
+        response: Response,
     },
     /// A settlement was applied: one result per item, in order.
     Settled {

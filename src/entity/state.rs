@@ -95,6 +95,8 @@ pub struct QueueState {
     available: BTreeSet<i64>,
     /// (lock expiry, sequence number) of every locked message.
     lock_expiry: BTreeSet<(i64, i64)>,
+    /// Sequence number of each live lock token (for renew-lock and update-disposition).
+    tokens: HashMap<Uuid, i64>,
     consumers: HashMap<ConsumerId, Consumer>,
     /// Consumers with demand, in round-robin order.
     ready: VecDeque<ConsumerId>,
@@ -122,6 +124,7 @@ impl QueueState {
             messages: BTreeMap::new(),
             available: BTreeSet::new(),
             lock_expiry: BTreeSet::new(),
+            tokens: HashMap::new(),
             consumers: HashMap::new(),
             ready: VecDeque::new(),
             journal: Vec::new(),
@@ -243,6 +246,9 @@ impl QueueState {
 
     fn remove(&mut self, seq: i64) {
         if let Some(entry) = self.messages.remove(&seq) {
+            if let Some(lock) = entry.lock {
+                self.tokens.remove(&lock.token);
+            }
             self.size_bytes -= u64::from(entry.record.size);
             self.journal.push(Change::Delete { seq });
         }
@@ -380,7 +386,9 @@ impl QueueState {
     /// Sets a locked message aside: unlocked, out of the ready index, counted as delivered.
     fn defer(&mut self, seq: i64) {
         if let Some(entry) = self.messages.get_mut(&seq) {
-            entry.lock = None;
+            if let Some(lock) = entry.lock.take() {
+                self.tokens.remove(&lock.token);
+            }
             entry.record.state = MessageState::Deferred;
             entry.record.delivery_count = entry.record.delivery_count.saturating_add(1);
             self.journal.push(Change::Update {
@@ -471,9 +479,15 @@ impl QueueState {
         let Some(entry) = self.messages.get_mut(&seq) else {
             return;
         };
-        entry.lock = None;
+        if let Some(lock) = entry.lock.take() {
+            self.tokens.remove(&lock.token);
+        }
+        // A deferred message stays deferred whatever happens to its lock.
+        let deferred = entry.record.state == MessageState::Deferred;
         if !count_delivery {
-            self.available.insert(seq);
+            if !deferred {
+                self.available.insert(seq);
+            }
             return;
         }
         entry.record.delivery_count = entry.record.delivery_count.saturating_add(1);
@@ -492,7 +506,9 @@ impl QueueState {
             seq,
             record: entry.record,
         });
-        self.available.insert(seq);
+        if !deferred {
+            self.available.insert(seq);
+        }
     }
 
     /// Takes the first available message for `consumer`: locked in peek-lock, removed in
@@ -508,47 +524,140 @@ impl QueueState {
             return None;
         }
         let seq = self.available.pop_first()?;
-        let mut annotations = Vec::with_capacity(3);
-        let (record, lock_token) = match mode {
+        self.take(seq, consumer, mode, now_ms)
+    }
+
+    /// Hands out one unlocked message: locked under a new token in peek-lock, removed in
+    /// receive-and-delete.
+    fn take(
+        &mut self,
+        seq: i64,
+        consumer: ConsumerId,
+        mode: ReceiveMode,
+        now_ms: i64,
+    ) -> Option<Delivery> {
+        let (record, lock) = match mode {
             ReceiveMode::ReceiveAndDelete => {
                 let record = self.messages.get(&seq)?.record;
                 self.remove(seq);
                 (record, None)
             }
             ReceiveMode::PeekLock => {
-                let until_ms = now_ms.saturating_add(self.rules.lock_duration_ms);
-                let token = Uuid::new_v4();
-                let entry = self.messages.get_mut(&seq)?;
-                entry.lock = Some(Lock {
-                    token,
+                let lock = Lock {
+                    token: Uuid::new_v4(),
                     consumer,
-                    until_ms,
-                });
-                self.lock_expiry.insert((until_ms, seq));
-                annotations.push((
-                    wire::annotation::LOCKED_UNTIL,
-                    Value::Timestamp(Timestamp::from_milliseconds(until_ms)),
-                ));
-                (entry.record, Some(token))
+                    until_ms: now_ms.saturating_add(self.rules.lock_duration_ms),
+                };
+                let entry = self.messages.get_mut(&seq)?;
+                entry.lock = Some(lock);
+                self.lock_expiry.insert((lock.until_ms, seq));
+                self.tokens.insert(lock.token, seq);
+                (entry.record, Some(lock))
             }
         };
-        let (delivery_count, enqueued_ms) = (record.delivery_count, record.enqueued_ms);
-        annotations.push((wire::annotation::SEQUENCE_NUMBER, Value::Long(seq)));
-        annotations.push((
-            wire::annotation::ENQUEUED_TIME,
-            Value::Timestamp(Timestamp::from_milliseconds(enqueued_ms)),
-        ));
         Some(Delivery {
             consumer,
             seq,
-            lock_token,
-            enqueued_ms,
+            lock_token: lock.map(|lock| lock.token),
+            enqueued_ms: record.enqueued_ms,
             bytes: Bytes::new(),
-            stamp: DeliveryStamp {
-                delivery_count,
-                annotations,
-            },
+            stamp: stamp(seq, &record, lock),
         })
+    }
+
+    /// Up to `count` messages from sequence number `from` on, active or deferred, locked or
+    /// not, with the stamp a delivery would carry; nothing changes.
+    pub fn peek(&self, from: i64, count: usize) -> Vec<(i64, DeliveryStamp)> {
+        self.messages
+            .range(from..)
+            .take(count)
+            .map(|(seq, entry)| (*seq, stamp(*seq, &entry.record, None)))
+            .collect()
+    }
+
+    /// Extends the lock of a message by the entity's lock duration; returns the new expiry.
+    ///
+    /// # Errors
+    /// [`EntityError::LockLost`] when the token holds no lock.
+    pub fn renew_lock(&mut self, token: Uuid, now_ms: i64) -> Result<i64, EntityError> {
+        let seq = *self.tokens.get(&token).ok_or(EntityError::LockLost)?;
+        let entry = self.messages.get_mut(&seq).ok_or(EntityError::LockLost)?;
+        let lock = entry
+            .lock
+            .as_mut()
+            .filter(|lock| lock.token == token)
+            .ok_or(EntityError::LockLost)?;
+        self.lock_expiry.remove(&(lock.until_ms, seq));
+        lock.until_ms = now_ms.saturating_add(self.rules.lock_duration_ms);
+        self.lock_expiry.insert((lock.until_ms, seq));
+        Ok(lock.until_ms)
+    }
+
+    /// Takes a deferred message by sequence number (`receive-by-sequence-number`): locked
+    /// under a management lock, or removed in receive-and-delete. It stays deferred.
+    ///
+    /// # Errors
+    /// [`EntityError::MessageNotFound`] when no unlocked deferred message has that number.
+    pub fn receive_deferred(
+        &mut self,
+        seq: i64,
+        mode: ReceiveMode,
+        now_ms: i64,
+    ) -> Result<Delivery, EntityError> {
+        let deferred = self.messages.get(&seq).is_some_and(|entry| {
+            entry.record.state == MessageState::Deferred && entry.lock.is_none()
+        });
+        if !deferred {
+            return Err(EntityError::MessageNotFound(seq));
+        }
+        self.take(seq, MANAGEMENT, mode, now_ms)
+            .ok_or(EntityError::MessageNotFound(seq))
+    }
+
+    /// Settles a locked message by its token, whoever holds the lock (`update-disposition`).
+    ///
+    /// # Errors
+    /// As [`QueueState::settle`].
+    pub fn settle_by_token(
+        &mut self,
+        token: Uuid,
+        settlement: &Settlement,
+    ) -> Result<i64, EntityError> {
+        let seq = *self.tokens.get(&token).ok_or(EntityError::LockLost)?;
+        let holder = self.lock_holder(seq).ok_or(EntityError::LockLost)?;
+        self.settle(holder, LockRef { seq, token }, settlement)?;
+        Ok(seq)
+    }
+}
+
+/// The consumer id of locks taken through the management node (no link holds them).
+pub const MANAGEMENT: ConsumerId = ConsumerId(0);
+
+/// What a delivery of `record` says about it: zero-based delivery count, sequence number,
+/// enqueued time, state, and the lock when there is one.
+fn stamp(seq: i64, record: &Record, lock: Option<Lock>) -> DeliveryStamp {
+    let state = match record.state {
+        MessageState::Active => 0,
+        MessageState::Deferred => 1,
+    };
+    let mut annotations = vec![
+        (wire::annotation::SEQUENCE_NUMBER, Value::Long(seq)),
+        (
+            wire::annotation::ENQUEUED_TIME,
+            Value::Timestamp(Timestamp::from_milliseconds(record.enqueued_ms)),
+        ),
+        (wire::annotation::MESSAGE_STATE, Value::Int(state)),
+    ];
+    if let Some(lock) = lock {
+        annotations.push((
+            wire::annotation::LOCKED_UNTIL,
+            Value::Timestamp(Timestamp::from_milliseconds(lock.until_ms)),
+        ));
+    }
+    DeliveryStamp {
+        delivery_count: record.delivery_count,
+        annotations,
+        lock_token: lock.map(|lock| lock.token),
     }
 }
 
@@ -803,6 +912,110 @@ mod tests {
         back.add_credit(B, 5);
         let seqs: Vec<i64> = back.dispatch(0).iter().map(|d| d.seq).collect();
         assert_eq!(seqs, vec![2], "still deferred after a restart");
+    }
+
+    /// Random sends, receives, settlements and restarts against a plain model: the state and
+    /// the records it journals must agree with the model at every step.
+    #[test]
+    fn random_operations_match_a_simple_model() {
+        use std::collections::BTreeMap;
+        for run in 0..20u64 {
+            let mut rng = run
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let mut next = move |bound: u64| {
+                rng = rng
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (rng >> 33) % bound
+            };
+            let mut q = QueueState::new(RULES);
+            q.subscribe(A, ReceiveMode::PeekLock);
+            // The "disk": records as the journal leaves them.
+            let mut stored: BTreeMap<i64, Record> = BTreeMap::new();
+            let mut next_seq_on_disk = 1;
+            // The model: delivery count and whether locked, by sequence number.
+            let mut model: BTreeMap<i64, (u32, bool)> = BTreeMap::new();
+            let mut held: Vec<Delivery> = Vec::new();
+            let mut issued = 0i64;
+            for _ in 0..300 {
+                match next(6) {
+                    0 => {
+                        let n = next(3) as usize + 1;
+                        let first = q.enqueue(0, vec![Bytes::new(); n]).expect("room");
+                        assert_eq!(first, issued + 1, "gap-free, never reused");
+                        issued += n as i64;
+                        q.publish_up_to(q.next_seq());
+                        for seq in first..first + n as i64 {
+                            model.insert(seq, (0, false));
+                        }
+                    }
+                    1 | 2 => {
+                        q.add_credit(A, next(4) as i64 + 1);
+                        for d in q.dispatch(0) {
+                            let lowest = model
+                                .iter()
+                                .find(|(_, (_, locked))| !locked)
+                                .map(|(seq, _)| *seq);
+                            assert_eq!(Some(d.seq), lowest, "lowest available first");
+                            let entry = model.get_mut(&d.seq).expect("known");
+                            assert_eq!(d.stamp.delivery_count, entry.0);
+                            entry.1 = true;
+                            held.push(d);
+                        }
+                        q.add_credit(A, -1_000);
+                    }
+                    3 | 4 if !held.is_empty() => {
+                        let d = held.swap_remove(next(held.len() as u64) as usize);
+                        let settlement = match next(3) {
+                            0 => Settlement::Complete,
+                            1 => Settlement::Release,
+                            _ => Settlement::Abandon(Vec::new()),
+                        };
+                        q.settle(A, lock_of(&d), &settlement).expect("held lock");
+                        match settlement {
+                            Settlement::Complete => {
+                                model.remove(&d.seq);
+                            }
+                            Settlement::Release => {
+                                model.insert(d.seq, (d.stamp.delivery_count, false));
+                            }
+                            _ => {
+                                model.insert(d.seq, (d.stamp.delivery_count + 1, false));
+                            }
+                        }
+                    }
+                    _ => {
+                        // Restart: rebuild from the stored records; locks are gone.
+                        for change in q.take_changes() {
+                            match change {
+                                Change::Put { seq, record, .. }
+                                | Change::Update { seq, record } => {
+                                    stored.insert(seq, record);
+                                }
+                                Change::Delete { seq } => {
+                                    stored.remove(&seq);
+                                }
+                                Change::NextSeq(n) => next_seq_on_disk = n,
+                            }
+                        }
+                        q = QueueState::recover(
+                            RULES,
+                            Recovered {
+                                next_seq: next_seq_on_disk,
+                                records: stored.iter().map(|(s, r)| (*s, *r)).collect(),
+                            },
+                        );
+                        q.subscribe(A, ReceiveMode::PeekLock);
+                        held.clear();
+                        for entry in model.values_mut() {
+                            entry.1 = false;
+                        }
+                    }
+                }
+                assert_eq!(q.len(), model.len(), "run {run}: message count");
+            }
+        }
     }
 
     #[test]

@@ -1,4 +1,19 @@
-//! What links attach to: the address router and the Service Bus wire names.
+//! What links attach to: the address router, the request/response nodes (`$cbs`,
+//! `<entity>/$management`) and the Service Bus wire names.
 
+pub mod management;
 pub mod router;
 pub mod wire;
+
+use crate::entity::handle::{EntityHandle, SubQueue};
+
+/// What an address names.
+#[derive(Debug, Clone)]
+pub enum Node {
+    /// A queue or its dead-letter queue: messages flow.
+    Entity(EntityHandle, SubQueue),
+    /// `$cbs`: token requests.
+    Cbs,
+    /// `<entity>/$management`: management requests for that queue (or dead-letter queue).
+    Management(EntityHandle, SubQueue),
+}

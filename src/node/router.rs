@@ -3,6 +3,7 @@
 
 use crate::entity::handle::{EntityHandle, SubQueue};
 use crate::entity::registry::Registry;
+use crate::node::Node;
 
 /// The entity path of an address: without `scheme://authority` and leading slashes.
 pub fn entity_path(address: &str) -> &str {
@@ -18,18 +19,44 @@ pub fn entity_path(address: &str) -> &str {
 
 /// Suffix of a dead-letter queue's path, compared case-insensitively.
 const DEAD_LETTER_SUFFIX: &str = "/$deadletterqueue";
+/// Suffix of a management node's path.
+const MANAGEMENT_SUFFIX: &str = "/$management";
+/// The claims-based-security node.
+const CBS: &str = "$cbs";
 
-/// The entity an address names, and which of its queues, if any.
-pub fn route(registry: &Registry, address: &str) -> Option<(EntityHandle, SubQueue)> {
+/// What an address names, if anything.
+pub fn route(registry: &Registry, address: &str) -> Option<Node> {
     let path = entity_path(address);
-    let split = path.len().saturating_sub(DEAD_LETTER_SUFFIX.len());
-    let (name, sub) = match path.get(split..) {
-        Some(tail) if tail.eq_ignore_ascii_case(DEAD_LETTER_SUFFIX) => {
-            (&path[..split], SubQueue::DeadLetter)
+    if path.eq_ignore_ascii_case(CBS) {
+        return Some(Node::Cbs);
+    }
+    match strip_suffix(path, MANAGEMENT_SUFFIX) {
+        Some(entity) => {
+            let (handle, sub) = entity_of(registry, entity)?;
+            Some(Node::Management(handle, sub))
         }
-        _ => (path, SubQueue::Main),
+        None => {
+            let (handle, sub) = entity_of(registry, path)?;
+            Some(Node::Entity(handle, sub))
+        }
+    }
+}
+
+/// A queue or its dead-letter queue by path.
+fn entity_of(registry: &Registry, path: &str) -> Option<(EntityHandle, SubQueue)> {
+    let (name, sub) = match strip_suffix(path, DEAD_LETTER_SUFFIX) {
+        Some(name) => (name, SubQueue::DeadLetter),
+        None => (path, SubQueue::Main),
     };
     registry.lookup(name).cloned().map(|entity| (entity, sub))
+}
+
+/// `path` without `suffix`, compared ignoring ASCII case.
+fn strip_suffix<'a>(path: &'a str, suffix: &str) -> Option<&'a str> {
+    let split = path.len().checked_sub(suffix.len())?;
+    path.get(split..)
+        .filter(|tail| tail.eq_ignore_ascii_case(suffix))
+        .map(|_| &path[..split])
 }
 
 #[cfg(test)]

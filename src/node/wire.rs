@@ -8,6 +8,10 @@ pub mod annotation {
     pub const ENQUEUED_TIME: &str = "x-opt-enqueued-time";
     /// When the delivery's lock ends (timestamp).
     pub const LOCKED_UNTIL: &str = "x-opt-locked-until";
+    /// 0 active, 1 deferred, 2 scheduled (int).
+    pub const MESSAGE_STATE: &str = "x-opt-message-state";
+    /// The lock token, in the delivery annotations (uuid).
+    pub const LOCK_TOKEN: &str = "x-opt-lock-token";
 }
 
 /// Dead-lettering (amqp-dialect.md §5.2).
@@ -26,4 +30,14 @@ pub mod dead_letter {
 pub mod condition {
     /// The lock of a message expired or was lost.
     pub const MESSAGE_LOCK_LOST: &str = "com.microsoft:message-lock-lost";
+    /// The broker failed.
+    pub const INTERNAL_ERROR: &str = "amqp:internal-error";
+    /// The operation is not allowed here.
+    pub const NOT_ALLOWED: &str = "amqp:not-allowed";
+    /// A malformed management request.
+    pub const ARGUMENT_ERROR: &str = "com.microsoft:argument-error";
+    /// An operation this version does not implement.
+    pub const NOT_IMPLEMENTED: &str = "amqp:not-implemented";
+    /// No message with the given sequence number.
+    pub const MESSAGE_NOT_FOUND: &str = "com.microsoft:message-not-found";
 }

@@ -348,8 +348,12 @@ async fn unknown_address_is_refused_with_not_found() {
     broker.stop().await;
 }
 
+/// A smoke test: fe2o3-amqp attaches a receiver in settle mode second and accepts and
+/// releases over it. It cannot see whether the broker confirms a settlement (fe2o3-amqp's
+/// `accept` and `release` send the unsettled disposition and return without waiting for the
+/// broker's settled one); `raw::settle_second_confirms_accepted_released_and_modified` pins that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn settle_second_gets_the_outcome_confirmed() {
+async fn settle_second_receiver_works_end_to_end() {
     use fe2o3_amqp::types::definitions::ReceiverSettleMode;
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
     let mut connection = connect(&broker, 65536).await;
@@ -372,7 +376,7 @@ async fn settle_second_gets_the_outcome_confirmed() {
         .expect("recv");
     timeout(DEADLINE, receiver.accept(&one))
         .await
-        .expect("confirmed in time")
+        .expect("disposition written in time")
         .expect("accept");
     let two = timeout(DEADLINE, receiver.recv::<String>())
         .await
@@ -381,7 +385,7 @@ async fn settle_second_gets_the_outcome_confirmed() {
     assert_eq!(two.body(), "two");
     timeout(DEADLINE, receiver.release(&two))
         .await
-        .expect("confirmed in time")
+        .expect("disposition written in time")
         .expect("release");
     let again = timeout(DEADLINE, receiver.recv::<String>())
         .await
@@ -390,7 +394,7 @@ async fn settle_second_gets_the_outcome_confirmed() {
     assert_eq!(again.body(), "two");
     timeout(DEADLINE, receiver.accept(&again))
         .await
-        .expect("confirmed in time")
+        .expect("disposition written in time")
         .expect("accept");
     receiver.close().await.expect("close receiver");
     sender.close().await.expect("close sender");

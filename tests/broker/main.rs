@@ -6,5 +6,6 @@ mod fe2o3_client;
 mod pyenv;
 mod pytest;
 mod python;
+mod raw;
 mod settlement;
 mod support;

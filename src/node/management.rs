@@ -1,0 +1,417 @@
+//! Request/response nodes (amqp-dialect.md §2 and §7): reading a request message, the
+//! `com.microsoft:*` management operations it asks for, and encoding the response with the
+//! exact types the SDKs check (`statusCode` int, `errorCondition` symbol, string map keys).
+
+use bytes::Bytes;
+use fe2o3_amqp::types::messaging::{AmqpValue, ApplicationProperties, MessageId, Properties};
+use fe2o3_amqp::types::primitives::{Array, OrderedMap, SimpleValue, Symbol, Value};
+use uuid::Uuid;
+
+use crate::amqp::message::{self, MessageError};
+use crate::entity::handle::{Properties as AppProperties, ReceiveMode, Settlement};
+use crate::node::wire;
+
+/// What a request message says, decoded once.
+#[derive(Debug, Default)]
+pub struct Request {
+    /// `properties.message-id`, echoed as the response's `correlation-id`.
+    pub message_id: Option<MessageId>,
+    /// `properties.reply-to`: which receiver link gets the response.
+    pub reply_to: Option<String>,
+    /// Application property `operation`.
+    pub operation: Option<String>,
+    /// The `amqp-value` body (a map for management requests).
+    pub body: Value,
+}
+
+impl Request {
+    /// Decodes the sections a request needs, skipping the others.
+    ///
+    /// # Errors
+    /// A [`MessageError`] when a needed section does not decode.
+    pub fn decode(bytes: &Bytes) -> Result<Request, MessageError> {
+        let mut request = Request::default();
+        for section in message::scan_sections(bytes)? {
+            let raw = &bytes[section.range.clone()];
+            match section.code {
+                0x73 => {
+                    let properties: Properties = serde_amqp::from_slice(raw)
+                        .map_err(|_| MessageError::Malformed("properties"))?;
+                    request.message_id = properties.message_id;
+                    request.reply_to = properties.reply_to;
+                }
+                0x74 => {
+                    let app: ApplicationProperties = serde_amqp::from_slice(raw)
+                        .map_err(|_| MessageError::Malformed("application-properties"))?;
+                    if let Some(SimpleValue::String(operation)) = app.0.get("operation") {
+                        request.operation = Some(operation.clone());
+                    }
+                }
+                0x77 => {
+                    let value: AmqpValue<Value> = serde_amqp::from_slice(raw)
+                        .map_err(|_| MessageError::Malformed("amqp-value"))?;
+                    request.body = value.0;
+                }
+                _ => {}
+            }
+        }
+        Ok(request)
+    }
+}
+
+/// A response: a status, its description, an error condition on failure, and a body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Response {
+    /// HTTP-like status code.
+    pub status: i32,
+    /// Human-readable status.
+    pub description: String,
+    /// Error condition symbol, on failures.
+    pub condition: Option<&'static str>,
+    /// The `amqp-value` body, if any.
+    pub body: Option<Value>,
+}
+
+impl Response {
+    /// 200 with a body map.
+    pub fn ok(body: Vec<(&str, Value)>) -> Response {
+        Response {
+            status: 200,
+            description: "OK".into(),
+            condition: None,
+            body: Some(string_map(body)),
+        }
+    }
+
+    /// 204: nothing to return (an empty peek).
+    pub fn no_content() -> Response {
+        Response {
+            status: 204,
+            description: "No Content".into(),
+            condition: None,
+            body: None,
+        }
+    }
+
+    /// A failure with its status, condition and description.
+    pub fn error(status: i32, condition: &'static str, description: impl Into<String>) -> Response {
+        Response {
+            status,
+            description: description.into(),
+            condition: Some(condition),
+            body: None,
+        }
+    }
+
+    /// 400 with `com.microsoft:argument-error`.
+    pub fn bad_request(description: impl Into<String>) -> Response {
+        Response::error(400, wire::condition::ARGUMENT_ERROR, description)
+    }
+
+    /// The encoded response message. Management uses `statusCode`, CBS `status-code`.
+    pub fn encode(&self, correlation: Option<MessageId>, style: Style) -> Bytes {
+        let (code_key, description_key) = match style {
+            Style::Management => ("statusCode", "statusDescription"),
+            Style::Cbs => ("status-code", "status-description"),
+        };
+        let properties = Properties {
+            correlation_id: correlation,
+            ..Properties::default()
+        };
+        let mut app = ApplicationProperties::default();
+        app.0.insert(code_key.into(), SimpleValue::Int(self.status));
+        app.0.insert(
+            description_key.into(),
+            SimpleValue::String(self.description.clone()),
+        );
+        if let Some(condition) = self.condition {
+            app.0.insert(
+                "errorCondition".into(),
+                SimpleValue::Symbol(Symbol::from(condition)),
+            );
+        }
+        let body = AmqpValue(self.body.clone().unwrap_or(Value::Null));
+        let mut out = Vec::new();
+        for part in [
+            serde_amqp::to_vec(&properties),
+            serde_amqp::to_vec(&app),
+            serde_amqp::to_vec(&body),
+        ] {
+            // Encoding values the broker built itself cannot fail.
+            out.extend(part.unwrap_or_default());
+        }
+        Bytes::from(out)
+    }
+}
+
+/// Which application-property names a response uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// `$management`: `statusCode`, `statusDescription`.
+    Management,
+    /// `$cbs`: `status-code`, `status-description`.
+    Cbs,
+}
+
+/// The CBS answer to a request: any well-formed `put-token` is accepted (signatures are not
+/// checked in this version).
+pub fn cbs(request: &Request) -> Response {
+    match request.operation.as_deref() {
+        Some("put-token") => Response {
+            status: 202,
+            description: "Accepted".into(),
+            condition: None,
+            body: None,
+        },
+        other => Response::error(
+            501,
+            wire::condition::NOT_IMPLEMENTED,
+            format!("CBS operation {other:?} is not supported; only put-token is"),
+        ),
+    }
+}
+
+/// A management operation the entity performs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Operation {
+    /// `peek-message`.
+    Peek {
+        /// First sequence number to look at.
+        from: i64,
+        /// How many messages at most.
+        count: usize,
+    },
+    /// `renew-lock`.
+    RenewLock {
+        /// The locks to extend.
+        tokens: Vec<Uuid>,
+    },
+    /// `receive-by-sequence-number` (deferred messages).
+    ReceiveBySequence {
+        /// The deferred messages to take.
+        seqs: Vec<i64>,
+        /// Locked, or deleted on receipt.
+        mode: ReceiveMode,
+    },
+    /// `update-disposition`.
+    UpdateDisposition {
+        /// The locks to settle.
+        tokens: Vec<Uuid>,
+        /// What to do with them.
+        settlement: Settlement,
+    },
+}
+
+/// Reads a management request into an [`Operation`], or the response that refuses it.
+///
+/// # Errors
+/// 501 for an operation this version does not implement, 400 for a malformed request.
+pub fn parse(request: &Request) -> Result<Operation, Response> {
+    let operation = request.operation.as_deref().unwrap_or_default();
+    let body = match &request.body {
+        Value::Map(map) => map,
+        _ => return Err(Response::bad_request("the request body must be a map")),
+    };
+    match operation {
+        "com.microsoft:peek-message" => Ok(Operation::Peek {
+            from: long(body, "from-sequence-number")?,
+            count: usize::try_from(int(body, "message-count")?.max(0)).unwrap_or(0),
+        }),
+        "com.microsoft:renew-lock" => Ok(Operation::RenewLock {
+            tokens: uuids(body, "lock-tokens")?,
+        }),
+        "com.microsoft:receive-by-sequence-number" => Ok(Operation::ReceiveBySequence {
+            seqs: longs(body, "sequence-numbers")?,
+            mode: match field(body, "receiver-settle-mode") {
+                Some(Value::Uint(0)) => ReceiveMode::ReceiveAndDelete,
+                _ => ReceiveMode::PeekLock,
+            },
+        }),
+        "com.microsoft:update-disposition" => Ok(Operation::UpdateDisposition {
+            tokens: uuids(body, "lock-tokens")?,
+            settlement: disposition(body)?,
+        }),
+        other => Err(Response::error(
+            501,
+            wire::condition::NOT_IMPLEMENTED,
+            format!("the management operation '{other}' is not implemented by Tidebus"),
+        )),
+    }
+}
+
+/// The settlement an `update-disposition` asks for (`defered` is the SDKs' spelling).
+fn disposition(body: &OrderedMap<Value, Value>) -> Result<Settlement, Response> {
+    let properties = match field(body, "properties-to-modify") {
+        Some(Value::Map(map)) => map
+            .iter()
+            .filter_map(|(key, value)| match key {
+                Value::String(key) => SimpleValue::try_from(value.clone())
+                    .ok()
+                    .filter(|value| !matches!(value, SimpleValue::Null))
+                    .map(|value| (key.clone(), value)),
+                _ => None,
+            })
+            .collect(),
+        _ => AppProperties::new(),
+    };
+    let text = |key: &str| match field(body, key) {
+        Some(Value::String(value)) => Some(value.clone()),
+        _ => None,
+    };
+    match text("disposition-status").as_deref() {
+        Some("completed") => Ok(Settlement::Complete),
+        Some("abandoned") => Ok(Settlement::Abandon(properties)),
+        Some("defered" | "deferred") => Ok(Settlement::Defer(properties)),
+        Some("suspended") => Ok(Settlement::DeadLetter {
+            reason: text("deadletter-reason"),
+            description: text("deadletter-description"),
+            properties,
+        }),
+        other => Err(Response::bad_request(format!(
+            "disposition-status {other:?} is not one of completed, abandoned, defered, suspended"
+        ))),
+    }
+}
+
+fn field<'a>(map: &'a OrderedMap<Value, Value>, key: &str) -> Option<&'a Value> {
+    map.get(&Value::String(key.to_string()))
+}
+
+fn long(map: &OrderedMap<Value, Value>, key: &str) -> Result<i64, Response> {
+    match field(map, key) {
+        Some(Value::Long(v)) => Ok(*v),
+        Some(Value::Int(v)) => Ok(i64::from(*v)),
+        Some(Value::Ulong(v)) => i64::try_from(*v).map_err(|_| missing(key, "a long")),
+        _ => Err(missing(key, "a long")),
+    }
+}
+
+fn int(map: &OrderedMap<Value, Value>, key: &str) -> Result<i64, Response> {
+    match field(map, key) {
+        Some(Value::Int(v)) => Ok(i64::from(*v)),
+        Some(Value::Long(v)) => Ok(*v),
+        Some(Value::Uint(v)) => Ok(i64::from(*v)),
+        _ => Err(missing(key, "an int")),
+    }
+}
+
+fn elements<'a>(map: &'a OrderedMap<Value, Value>, key: &str) -> Result<&'a [Value], Response> {
+    match field(map, key) {
+        Some(Value::Array(Array(items))) | Some(Value::List(items)) => Ok(items),
+        _ => Err(missing(key, "an array")),
+    }
+}
+
+fn longs(map: &OrderedMap<Value, Value>, key: &str) -> Result<Vec<i64>, Response> {
+    elements(map, key)?
+        .iter()
+        .map(|value| match value {
+            Value::Long(v) => Ok(*v),
+            _ => Err(missing(key, "an array of longs")),
+        })
+        .collect()
+}
+
+fn uuids(map: &OrderedMap<Value, Value>, key: &str) -> Result<Vec<Uuid>, Response> {
+    elements(map, key)?
+        .iter()
+        .map(|value| match value {
+            Value::Uuid(uuid) => Ok(Uuid::from_bytes(uuid.clone().into_inner())),
+            _ => Err(missing(key, "an array of uuids")),
+        })
+        .collect()
+}
+
+fn missing(key: &str, what: &str) -> Response {
+    Response::bad_request(format!("the request needs '{key}' as {what}"))
+}
+
+/// A map with string keys, as the SDKs require in responses.
+pub fn string_map(entries: Vec<(&str, Value)>) -> Value {
+    let mut map = OrderedMap::new();
+    for (key, value) in entries {
+        map.insert(Value::String(key.to_string()), value);
+    }
+    Value::Map(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(operation: &str, body: Vec<(&str, Value)>) -> Request {
+        Request {
+            message_id: Some(MessageId::String("m1".into())),
+            reply_to: None,
+            operation: Some(operation.into()),
+            body: string_map(body),
+        }
+    }
+
+    #[test]
+    fn parses_the_operations_the_sdks_send() {
+        let peek = request(
+            "com.microsoft:peek-message",
+            vec![
+                ("from-sequence-number", Value::Long(5)),
+                ("message-count", Value::Int(10)),
+            ],
+        );
+        assert_eq!(parse(&peek), Ok(Operation::Peek { from: 5, count: 10 }));
+        let token = Uuid::from_u128(42);
+        let dispose = request(
+            "com.microsoft:update-disposition",
+            vec![
+                ("disposition-status", Value::String("defered".into())),
+                (
+                    "lock-tokens",
+                    Value::Array(Array(vec![Value::Uuid(token.into_bytes().into())])),
+                ),
+            ],
+        );
+        assert_eq!(
+            parse(&dispose),
+            Ok(Operation::UpdateDisposition {
+                tokens: vec![token],
+                settlement: Settlement::Defer(Vec::new())
+            })
+        );
+    }
+
+    #[test]
+    fn refuses_unknown_and_malformed_requests_clearly() {
+        let unknown = parse(&request("com.microsoft:add-rule", vec![])).expect_err("refused");
+        assert_eq!(
+            (unknown.status, unknown.condition),
+            (501, Some("amqp:not-implemented"))
+        );
+        let bad = parse(&request("com.microsoft:renew-lock", vec![])).expect_err("refused");
+        assert_eq!(bad.status, 400);
+        assert!(
+            bad.description.contains("lock-tokens"),
+            "{}",
+            bad.description
+        );
+    }
+
+    #[test]
+    fn encodes_the_status_with_the_types_the_sdks_check() {
+        let bytes = Response::error(410, "com.microsoft:message-lock-lost", "gone")
+            .encode(Some(MessageId::Ulong(7)), Style::Management);
+        let request = Request::decode(&bytes).expect("decodes");
+        assert_eq!(request.body, Value::Null);
+        let sections = message::scan_sections(&bytes).expect("scan");
+        let app: ApplicationProperties =
+            serde_amqp::from_slice(&bytes[sections[1].range.clone()]).expect("app");
+        assert_eq!(app.0.get("statusCode"), Some(&SimpleValue::Int(410)));
+        assert_eq!(
+            app.0.get("errorCondition"),
+            Some(&SimpleValue::Symbol(Symbol::from(
+                "com.microsoft:message-lock-lost"
+            )))
+        );
+        let properties: Properties =
+            serde_amqp::from_slice(&bytes[sections[0].range.clone()]).expect("props");
+        assert_eq!(properties.correlation_id, Some(MessageId::Ulong(7)));
+    }
+}

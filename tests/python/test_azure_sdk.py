@@ -11,8 +11,8 @@ Each test runs its own broker (conftest.py). The client is built with `retry_tot
 broker has no transient faults, so a retry would only hide one. Every wait is bounded: the
 client's `try_timeout` bounds each attempt (opening a link included: without it the SDK waits
 forever for a CBS answer that never comes), each receive has a `max_wait_time`, loops run
-against a deadline, and the one wait on the clock itself is for a lock to expire. On a failure pytest shows the SDK's log, frame trace included
-(`logging_enable=True`), next to the broker's.
+against a deadline, and the one wait on the clock itself is for a lock to expire. On a failure
+pytest shows the SDK's log, frame trace included (`logging_enable=True`), next to the broker's.
 """
 
 import logging
@@ -398,6 +398,8 @@ def test_complete_after_lock_expiry_raises_lock_lost(client):
         ), f"locked until {locked_until}: not the queue's 2 s lock"
 
         wait_until_past(locked_until)
+        # The SDK raises this itself once `locked_until_utc` has passed, before any frame is
+        # sent; the next test has the broker say it (renew-lock on an expired lock).
         with pytest.raises(MessageLockLostError):
             receiver.complete_message(message)
 

@@ -731,18 +731,9 @@ impl Session {
     /// Sends one message from the entity to its consumer, framed to the client's frame size.
     pub fn on_delivery(&mut self, delivery: Delivery, ctx: &Context<'_>, out: &mut Outbox) {
         let link_id = delivery.consumer.0;
-        let Some(remote_handle) = self.by_id.get(&link_id).copied() else {
+        let Some((local_handle, outgoing)) = self.outgoing_mut(link_id) else {
             return;
         };
-        let Some(Link {
-            local_handle,
-            kind: LinkKind::Outgoing(outgoing),
-            ..
-        }) = self.links.get_mut(&remote_handle)
-        else {
-            return;
-        };
-        let local_handle = *local_handle;
         outgoing.owed -= 1;
         if outgoing.credit == 0 {
             // Credit was taken back while this delivery was on its way: give it back untouched.
@@ -802,18 +793,9 @@ impl Session {
 
     /// The entity finished a drain: the credit left is used up and the client is told.
     pub fn on_drained(&mut self, consumer: ConsumerId, out: &mut Outbox) {
-        let Some(remote_handle) = self.by_id.get(&consumer.0).copied() else {
+        let Some((local_handle, outgoing)) = self.outgoing_mut(consumer.0) else {
             return;
         };
-        let Some(Link {
-            local_handle,
-            kind: LinkKind::Outgoing(outgoing),
-            ..
-        }) = self.links.get_mut(&remote_handle)
-        else {
-            return;
-        };
-        let local_handle = *local_handle;
         outgoing.draining = false;
         outgoing.owed = 0;
         if outgoing.drain {
@@ -906,6 +888,19 @@ impl Session {
                     delta,
                 },
             ));
+        }
+    }
+
+    /// The broker's handle and the state of an outgoing link, by link id.
+    fn outgoing_mut(&mut self, link_id: u64) -> Option<(u32, &mut Outgoing)> {
+        let handle = self.by_id.get(&link_id)?;
+        match self.links.get_mut(handle)? {
+            Link {
+                local_handle,
+                kind: LinkKind::Outgoing(outgoing),
+                ..
+            } => Some((*local_handle, outgoing)),
+            _ => None,
         }
     }
 

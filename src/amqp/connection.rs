@@ -220,6 +220,17 @@ async fn read_frame(
     }
 }
 
+/// What a session needs from the connection (built from disjoint fields, so the connection
+/// can lend it while a session is borrowed).
+fn context<'a>(shared: &'a Shared, events: &'a EventSink, remote_max_frame: usize) -> Context<'a> {
+    Context {
+        registry: &shared.registry,
+        events,
+        max_message_size: shared.max_message_size,
+        remote_max_frame,
+    }
+}
+
 /// Whether the event loop goes on.
 enum Running {
     Continue,
@@ -397,12 +408,7 @@ impl Connection {
                     ));
                 };
                 let mut out = Outbox::default();
-                let ctx = Context {
-                    registry: &self.shared.registry,
-                    events: &self.events,
-                    max_message_size: self.shared.max_message_size,
-                    remote_max_frame: self.remote_max_frame,
-                };
+                let ctx = context(&self.shared, &self.events, self.remote_max_frame);
                 let result = match body {
                     FrameBody::Attach(attach) => {
                         let id = self.shared.next_link_id.fetch_add(1, Ordering::Relaxed);
@@ -457,12 +463,7 @@ impl Connection {
             return;
         };
         let mut out = Outbox::default();
-        let ctx = Context {
-            registry: &self.shared.registry,
-            events: &self.events,
-            max_message_size: self.shared.max_message_size,
-            remote_max_frame: self.remote_max_frame,
-        };
+        let ctx = context(&self.shared, &self.events, self.remote_max_frame);
         match event {
             EntityEvent::Delivered(delivery) => session.on_delivery(delivery, &ctx, &mut out),
             EntityEvent::Drained { consumer } => session.on_drained(consumer, &mut out),

@@ -7,13 +7,12 @@ use fe2o3_amqp::link::delivery::Delivery;
 use fe2o3_amqp::types::definitions::ReceiverSettleMode;
 use fe2o3_amqp::types::messaging::{ApplicationProperties, Message, Outcome};
 use fe2o3_amqp::types::primitives::{SimpleValue, Value};
-use fe2o3_amqp::{Connection, Receiver, Sender, Session};
+use fe2o3_amqp::{Receiver, Sender};
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use tokio::net::TcpStream;
 use tokio::time::timeout;
 
 use crate::child::ChildBroker;
-use crate::support::DEADLINE;
+use crate::support::{connect_session, DEADLINE};
 
 /// How long an unanswered send may wait: fe2o3-amqp never resolves the outcome of a send cut
 /// off by a broker that went away, so this bounds the wait after a stop.
@@ -23,28 +22,11 @@ fn config(durability: &str) -> String {
     format!("[broker]\ndurability = \"{durability}\"\nflush_interval = \"1h\"\n\n[[queues]]\nname = \"q\"\n")
 }
 
-async fn open(
-    addr: std::net::SocketAddr,
-) -> (
-    fe2o3_amqp::connection::ConnectionHandle<()>,
-    fe2o3_amqp::session::SessionHandle<()>,
-) {
-    let stream = TcpStream::connect(addr).await.expect("tcp");
-    stream.set_nodelay(true).expect("nodelay");
-    let mut connection = Connection::builder()
-        .container_id("durability-test")
-        .open_with_stream(stream)
-        .await
-        .expect("open");
-    let session = Session::begin(&mut connection).await.expect("begin");
-    (connection, session)
-}
-
 /// Sends messages with application property `id`, 100 in flight; returns the ids the broker
 /// accepted, stopping at the first failure (e.g. the broker went away). Outcomes that never
 /// come (a connection cut mid-flight) count as not accepted.
 async fn send_ids(addr: std::net::SocketAddr, ids: std::ops::Range<i64>) -> Vec<i64> {
-    let (mut connection, mut session) = open(addr).await;
+    let (mut connection, mut session) = connect_session(addr).await;
     let mut sender = Sender::attach(&mut session, "sender", "q")
         .await
         .expect("sender");
@@ -111,7 +93,7 @@ fn seq_of(delivery: &Delivery<Value>) -> i64 {
 /// Receives and completes `count` messages, then checks that nothing else is there. Returns
 /// (id, sequence number) pairs.
 async fn complete(addr: std::net::SocketAddr, count: usize) -> Vec<(i64, i64)> {
-    let (mut connection, mut session) = open(addr).await;
+    let (mut connection, mut session) = connect_session(addr).await;
     let mut receiver = Receiver::builder()
         .name("receiver")
         .source("q")
@@ -163,7 +145,7 @@ async fn sync_mode_survives_kill_9_and_never_reuses_a_sequence_number() {
     // session's frames in order and acknowledges the barrier only after a flush, so the
     // completions before it are durable once it is accepted.
     let first = {
-        let (mut connection, mut session) = open(broker.addr).await;
+        let (mut connection, mut session) = connect_session(broker.addr).await;
         let mut receiver = Receiver::attach(&mut session, "some", "q")
             .await
             .expect("receiver");
@@ -230,7 +212,7 @@ async fn sigterm_mid_load_exits_zero_and_keeps_every_acknowledged_send() {
     let addr = broker.addr;
     let load = tokio::spawn(send_ids(addr, 0..200_000));
     // Stop the broker once some sends are acknowledged (a receiver sees them).
-    let (connection, mut session) = open(addr).await;
+    let (connection, mut session) = connect_session(addr).await;
     let mut watcher = Receiver::attach(&mut session, "watcher", "q")
         .await
         .expect("receiver");
@@ -253,7 +235,7 @@ async fn sigterm_mid_load_exits_zero_and_keeps_every_acknowledged_send() {
     );
 
     let broker = ChildBroker::start(dir.path(), &config("sync"));
-    let (mut connection, mut session) = open(broker.addr).await;
+    let (mut connection, mut session) = connect_session(broker.addr).await;
     let mut receiver = Receiver::attach(&mut session, "after", "q")
         .await
         .expect("receiver");
@@ -320,7 +302,7 @@ async fn interval_mode_keeps_a_gap_free_prefix_after_kill_9_and_everything_after
     // A crash may lose the acknowledged writes of the last interval, but never a message
     // from the middle: what survives is the first k messages, each once, in order.
     let broker = ChildBroker::start(dir.path(), &config("interval"));
-    let (mut connection, mut session) = open(broker.addr).await;
+    let (mut connection, mut session) = connect_session(broker.addr).await;
     let mut receiver = Receiver::attach(&mut session, "r", "q")
         .await
         .expect("receiver");
@@ -365,7 +347,7 @@ async fn a_restart_keeps_deferred_dead_lettered_and_counted_messages_where_they_
     let broker = ChildBroker::start(dir.path(), &config("sync"));
     assert_eq!(send_ids(broker.addr, 0..3).await, vec![0, 1, 2]);
     {
-        let (mut connection, mut session) = open(broker.addr).await;
+        let (mut connection, mut session) = connect_session(broker.addr).await;
         let mut receiver = Receiver::builder()
             .name("settler")
             .source("q")
@@ -420,7 +402,7 @@ async fn a_restart_keeps_deferred_dead_lettered_and_counted_messages_where_they_
     broker.kill9();
 
     let broker = ChildBroker::start(dir.path(), &config("sync"));
-    let (mut connection, mut session) = open(broker.addr).await;
+    let (mut connection, mut session) = connect_session(broker.addr).await;
     let mut receiver = Receiver::attach(&mut session, "after", "q")
         .await
         .expect("receiver");

@@ -1,28 +1,15 @@
 //! The fe2o3-amqp client against the real broker.
 
-use fe2o3_amqp::connection::ConnectionHandle;
 use fe2o3_amqp::types::messaging::{Message, Outcome};
-use fe2o3_amqp::{Connection, Receiver, Sender, Session};
-use tokio::net::TcpStream;
+use fe2o3_amqp::{Receiver, Sender, Session};
 use tokio::time::timeout;
 
-use crate::support::{config_with_queues, TestBroker, DEADLINE};
-
-async fn connect(broker: &TestBroker, max_frame_size: u32) -> ConnectionHandle<()> {
-    let stream = TcpStream::connect(broker.addr).await.expect("tcp");
-    stream.set_nodelay(true).expect("nodelay");
-    Connection::builder()
-        .container_id("fe2o3-test")
-        .max_frame_size(max_frame_size)
-        .open_with_stream(stream)
-        .await
-        .expect("open")
-}
+use crate::support::{config_with_queues, connect, TestBroker, DEADLINE};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_then_receive_round_trip() {
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
-    let mut connection = connect(&broker, 65536).await;
+    let mut connection = connect(broker.addr, 65536).await;
     let mut session = Session::begin(&mut connection).await.expect("begin");
     let mut sender = Sender::attach(&mut session, "s", "q")
         .await
@@ -75,7 +62,7 @@ fn sequence_number<T>(delivery: &fe2o3_amqp::link::delivery::Delivery<T>) -> i64
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_sessions_and_links_share_one_connection() {
     let broker = TestBroker::start(config_with_queues(&["a", "b"])).await;
-    let mut connection = connect(&broker, 65536).await;
+    let mut connection = connect(broker.addr, 65536).await;
     let mut first = Session::begin(&mut connection).await.expect("begin 1");
     let mut second = Session::begin(&mut connection).await.expect("begin 2");
     let mut to_a = Sender::attach(&mut first, "to-a", "a").await.expect("to-a");
@@ -131,7 +118,7 @@ async fn a_300_kb_message_crosses_512_byte_frames_both_ways() {
     let mut config = config_with_queues(&["big"]);
     config.broker.max_frame_size = 512;
     let broker = TestBroker::start(config).await;
-    let mut connection = connect(&broker, 512).await;
+    let mut connection = connect(broker.addr, 512).await;
     let mut session = Session::begin(&mut connection).await.expect("begin");
     let mut sender = Sender::attach(&mut session, "s", "big")
         .await
@@ -165,7 +152,7 @@ async fn a_300_kb_message_crosses_512_byte_frames_both_ways() {
 async fn presettled_sends_and_receive_and_delete() {
     use fe2o3_amqp::types::definitions::SenderSettleMode;
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
-    let mut connection = connect(&broker, 65536).await;
+    let mut connection = connect(broker.addr, 65536).await;
     let mut session = Session::begin(&mut connection).await.expect("begin");
     let mut sender = Sender::builder()
         .name("fire-and-forget")
@@ -210,7 +197,7 @@ async fn presettled_sends_and_receive_and_delete() {
 async fn released_keeps_the_count_and_modified_raises_it() {
     use fe2o3_amqp::types::messaging::Modified;
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
-    let mut connection = connect(&broker, 65536).await;
+    let mut connection = connect(broker.addr, 65536).await;
     let mut session = Session::begin(&mut connection).await.expect("begin");
     let mut sender = Sender::attach(&mut session, "s", "q")
         .await
@@ -264,7 +251,7 @@ async fn released_keeps_the_count_and_modified_raises_it() {
 async fn drain_with_three_queued_delivers_three_and_uses_up_the_credit() {
     use fe2o3_amqp::link::receiver::CreditMode;
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
-    let mut connection = connect(&broker, 65536).await;
+    let mut connection = connect(broker.addr, 65536).await;
     let mut session = Session::begin(&mut connection).await.expect("begin");
     let mut sender = Sender::attach(&mut session, "s", "q")
         .await
@@ -312,7 +299,7 @@ async fn unknown_address_is_refused_with_not_found() {
     use fe2o3_amqp::link::{ReceiverAttachError, SenderAttachError};
     use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
-    let mut connection = connect(&broker, 65536).await;
+    let mut connection = connect(broker.addr, 65536).await;
     // One session per refusal: fe2o3-amqp reuses a refused link's handle before its own
     // detach exchange is over, which confuses its session, not the broker.
     let mut first = Session::begin(&mut connection).await.expect("begin");
@@ -356,7 +343,7 @@ async fn unknown_address_is_refused_with_not_found() {
 async fn settle_second_receiver_works_end_to_end() {
     use fe2o3_amqp::types::definitions::ReceiverSettleMode;
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
-    let mut connection = connect(&broker, 65536).await;
+    let mut connection = connect(broker.addr, 65536).await;
     let mut session = Session::begin(&mut connection).await.expect("begin");
     let mut sender = Sender::attach(&mut session, "s", "q")
         .await
@@ -406,7 +393,7 @@ async fn settle_second_receiver_works_end_to_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_connection_returns_its_unsettled_messages_to_other_consumers() {
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
-    let mut producer = connect(&broker, 65536).await;
+    let mut producer = connect(broker.addr, 65536).await;
     let mut session = Session::begin(&mut producer).await.expect("begin");
     let mut sender = Sender::attach(&mut session, "s", "q")
         .await
@@ -414,7 +401,7 @@ async fn a_lost_connection_returns_its_unsettled_messages_to_other_consumers() {
     for i in 0..10 {
         sender.send(format!("m{i}")).await.expect("send");
     }
-    let mut doomed = connect(&broker, 65536).await;
+    let mut doomed = connect(broker.addr, 65536).await;
     let mut doomed_session = Session::begin(&mut doomed).await.expect("begin");
     let mut greedy = Receiver::attach(&mut doomed_session, "greedy", "q")
         .await

@@ -10,31 +10,13 @@ use fe2o3_amqp::link::SenderAttachError;
 use fe2o3_amqp::types::definitions::{self, AmqpError, ErrorCondition, Fields};
 use fe2o3_amqp::types::messaging::{Message, Modified};
 use fe2o3_amqp::types::primitives::{SimpleValue, Symbol, Value};
-use fe2o3_amqp::{Connection, Receiver, Sender, Session};
-use tokio::net::TcpStream;
+use fe2o3_amqp::{Receiver, Sender};
 use tokio::time::timeout;
 
-use crate::support::{config_with_queues, TestBroker, DEADLINE};
+use crate::support::{config_with_queues, connect_session, TestBroker, DEADLINE};
 
 /// A short wait for something that must not happen.
 const ABSENCE: Duration = Duration::from_millis(400);
-
-async fn session(
-    broker: &TestBroker,
-) -> (
-    fe2o3_amqp::connection::ConnectionHandle<()>,
-    fe2o3_amqp::session::SessionHandle<()>,
-) {
-    let stream = TcpStream::connect(broker.addr).await.expect("tcp");
-    stream.set_nodelay(true).expect("nodelay");
-    let mut connection = Connection::builder()
-        .container_id("settlement-test")
-        .open_with_stream(stream)
-        .await
-        .expect("open");
-    let session = Session::begin(&mut connection).await.expect("begin");
-    (connection, session)
-}
 
 async fn next(receiver: &mut Receiver) -> Delivery<Value> {
     timeout(DEADLINE, receiver.recv::<Value>())
@@ -66,7 +48,7 @@ fn text(value: &str) -> Option<SimpleValue> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejected_moves_the_message_to_the_dead_letter_queue_with_its_reason() {
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
-    let (_connection, mut session) = session(&broker).await;
+    let (_connection, mut session) = connect_session(broker.addr).await;
     let mut sender = Sender::attach(&mut session, "s", "q")
         .await
         .expect("sender");
@@ -125,7 +107,7 @@ async fn the_third_abandon_with_a_limit_of_three_dead_letters() {
     let mut config = config_with_queues(&["q"]);
     config.queues[0].max_delivery_count = 3;
     let broker = TestBroker::start(config).await;
-    let (_connection, mut session) = session(&broker).await;
+    let (_connection, mut session) = connect_session(broker.addr).await;
     let mut sender = Sender::attach(&mut session, "s", "q")
         .await
         .expect("sender");
@@ -169,7 +151,7 @@ async fn the_third_abandon_with_a_limit_of_three_dead_letters() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abandon_applies_properties_to_modify_and_defer_hides_the_message() {
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
-    let (_connection, mut session) = session(&broker).await;
+    let (_connection, mut session) = connect_session(broker.addr).await;
     let mut sender = Sender::attach(&mut session, "s", "q")
         .await
         .expect("sender");
@@ -221,7 +203,7 @@ async fn an_expired_lock_redelivers_with_a_counted_delivery() {
     let mut config = config_with_queues(&["q"]);
     config.queues[0].lock_duration = Duration::from_secs(1);
     let broker = TestBroker::start(config).await;
-    let (_connection, mut session) = session(&broker).await;
+    let (_connection, mut session) = connect_session(broker.addr).await;
     let mut sender = Sender::attach(&mut session, "s", "q")
         .await
         .expect("sender");
@@ -251,7 +233,7 @@ async fn an_expired_lock_redelivers_with_a_counted_delivery() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn competing_consumers_never_share_a_message() {
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
-    let (_connection, mut session) = session(&broker).await;
+    let (_connection, mut session) = connect_session(broker.addr).await;
     let mut a = Receiver::builder()
         .name("a")
         .source("q")
@@ -299,7 +281,7 @@ async fn competing_consumers_never_share_a_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_send_to_a_dead_letter_queue_is_refused() {
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
-    let (_connection, mut session) = session(&broker).await;
+    let (_connection, mut session) = connect_session(broker.addr).await;
     match Sender::attach(&mut session, "s", "q/$deadletterqueue").await {
         Err(SenderAttachError::RemoteClosedWithError(error)) => {
             assert_eq!(

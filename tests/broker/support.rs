@@ -3,13 +3,35 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use fe2o3_amqp::connection::ConnectionHandle;
+use fe2o3_amqp::session::SessionHandle;
+use fe2o3_amqp::{Connection, Session};
 use tidebus::config::{Config, Durability, QueueConfig};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 /// Generous deadline for anything a test waits on.
 pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// A fe2o3-amqp connection to `addr` over a `TCP_NODELAY` stream.
+pub async fn connect(addr: SocketAddr, max_frame_size: u32) -> ConnectionHandle<()> {
+    let stream = TcpStream::connect(addr).await.expect("tcp");
+    stream.set_nodelay(true).expect("nodelay");
+    Connection::builder()
+        .container_id("tidebus-test")
+        .max_frame_size(max_frame_size)
+        .open_with_stream(stream)
+        .await
+        .expect("open")
+}
+
+/// A connection to `addr` and one session on it.
+pub async fn connect_session(addr: SocketAddr) -> (ConnectionHandle<()>, SessionHandle<()>) {
+    let mut connection = connect(addr, 65536).await;
+    let session = Session::begin(&mut connection).await.expect("begin");
+    (connection, session)
+}
 
 /// A running broker.
 pub struct TestBroker {

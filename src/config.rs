@@ -28,12 +28,7 @@ const EMBEDDED_ORIGIN: &str = "<embedded default>";
 /// Queue keys of the design's contract that the broker does not implement yet. They are parsed
 /// and type-checked, and a config that sets one is rejected. Remove a key from this list when
 /// the feature lands (and carry its value into [`QueueConfig`]).
-const UNSUPPORTED_QUEUE_KEYS: &[&str] = &[
-    "default_message_time_to_live",
-    "dead_lettering_on_message_expiration",
-    "requires_session",
-    "auto_delete_on_idle",
-];
+const UNSUPPORTED_QUEUE_KEYS: &[&str] = &["requires_session"];
 
 /// The whole broker configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +88,14 @@ pub struct QueueConfig {
     pub max_delivery_count: u32,
     /// Most bytes of messages the queue holds; sends beyond are refused. At least 1.
     pub max_size_in_megabytes: u64,
+    /// Time to live of messages that set none, and the cap of those that do; `None`:
+    /// unlimited.
+    pub default_message_time_to_live: Option<Duration>,
+    /// Whether expired messages move to the dead-letter queue (else they are deleted).
+    pub dead_lettering_on_message_expiration: bool,
+    /// The queue, its messages and its dead-letter queue are deleted after this long without
+    /// activity; `None`: never.
+    pub auto_delete_on_idle: Option<Duration>,
 }
 
 /// A position in a config file, shown as `origin:line:column` (both 1-based; the column counts
@@ -230,19 +233,8 @@ struct RawQueue {
 
 impl RawQueue {
     /// The planned keys with the span of their value when set.
-    fn planned_keys(&self) -> [(&'static str, Option<Range<usize>>); 4] {
-        [
-            (
-                "default_message_time_to_live",
-                span_of(&self.default_message_time_to_live),
-            ),
-            (
-                "dead_lettering_on_message_expiration",
-                span_of(&self.dead_lettering_on_message_expiration),
-            ),
-            ("requires_session", span_of(&self.requires_session)),
-            ("auto_delete_on_idle", span_of(&self.auto_delete_on_idle)),
-        ]
+    fn planned_keys(&self) -> [(&'static str, Option<Range<usize>>); 1] {
+        [("requires_session", span_of(&self.requires_session))]
     }
 }
 
@@ -314,6 +306,20 @@ const LOCK_DURATION: Limits<Duration> = Limits {
     min: Duration::from_secs(1),
     max: Duration::from_secs(5 * 60),
     allowed: "1s to 5m",
+};
+/// Second-scale times to live are allowed so that test suites run fast (design.md §5).
+const MESSAGE_TIME_TO_LIVE: Limits<Duration> = Limits {
+    default: Duration::MAX,
+    min: Duration::from_secs(1),
+    max: Duration::MAX,
+    allowed: "at least 1s",
+};
+/// Service Bus's minimum is 5 minutes; seconds are allowed so that test suites run fast.
+const AUTO_DELETE_ON_IDLE: Limits<Duration> = Limits {
+    default: Duration::MAX,
+    min: Duration::from_secs(1),
+    max: Duration::MAX,
+    allowed: "at least 1s",
 };
 const MAX_DELIVERY_COUNT: Limits<u32> = Limits {
     default: 10,
@@ -451,6 +457,19 @@ impl Source<'_> {
                 raw.max_size_in_megabytes,
                 &MAX_SIZE_IN_MEGABYTES,
             )?,
+            default_message_time_to_live: self.optional(
+                &key("default_message_time_to_live"),
+                raw.default_message_time_to_live,
+                &MESSAGE_TIME_TO_LIVE,
+            )?,
+            dead_lettering_on_message_expiration: raw
+                .dead_lettering_on_message_expiration
+                .is_some_and(Spanned::into_inner),
+            auto_delete_on_idle: self.optional(
+                &key("auto_delete_on_idle"),
+                raw.auto_delete_on_idle,
+                &AUTO_DELETE_ON_IDLE,
+            )?,
         })
     }
 
@@ -476,6 +495,21 @@ impl Source<'_> {
     }
 
     /// The value, converted and within `limits`, or `limits.default` when the key is absent.
+    /// A bounded setting without a default: absent stays `None`.
+    fn optional<R, T>(
+        &self,
+        key: &str,
+        raw: Option<Spanned<R>>,
+        limits: &Limits<T>,
+    ) -> Result<Option<T>, ConfigError>
+    where
+        R: TryInto<T>,
+        T: PartialOrd + Copy,
+    {
+        raw.map(|raw| self.bounded(key, Some(raw), limits))
+            .transpose()
+    }
+
     fn bounded<R, T>(
         &self,
         key: &str,
@@ -1145,12 +1179,7 @@ mod tests {
 
     #[test]
     fn unsupported_queue_keys_are_refused_by_name() {
-        let samples = [
-            ("default_message_time_to_live", "\"14d\""),
-            ("dead_lettering_on_message_expiration", "false"),
-            ("requires_session", "false"),
-            ("auto_delete_on_idle", "\"PT1H\""),
-        ];
+        let samples = [("requires_session", "false")];
         assert_eq!(samples.map(|(key, _)| key), UNSUPPORTED_QUEUE_KEYS);
         for (key, value) in samples {
             let error = refuse(&format!(
@@ -1165,6 +1194,36 @@ mod tests {
                 )
             );
         }
+    }
+
+    #[test]
+    fn time_keys_are_read_and_bounded() {
+        let config = Config::parse(
+            "[[queues]]\nname = \"a\"\ndefault_message_time_to_live = \"2s\"\n\
+             dead_lettering_on_message_expiration = true\nauto_delete_on_idle = \"PT1H\"\n\
+             [[queues]]\nname = \"b\"\n",
+            "t.toml",
+        )
+        .expect("valid");
+        let (a, b) = (&config.queues[0], &config.queues[1]);
+        assert_eq!(a.default_message_time_to_live, Some(Duration::from_secs(2)));
+        assert!(a.dead_lettering_on_message_expiration);
+        assert_eq!(a.auto_delete_on_idle, Some(Duration::from_secs(3600)));
+        assert_eq!(
+            (
+                b.default_message_time_to_live,
+                b.dead_lettering_on_message_expiration,
+                b.auto_delete_on_idle
+            ),
+            (None, false, None),
+            "absent: unlimited, delete expired messages, never auto-delete"
+        );
+        let error = refuse("[[queues]]\nname = \"a\"\nauto_delete_on_idle = \"500ms\"\n");
+        assert_eq!(
+            error.to_string(),
+            "queues[0].auto_delete_on_idle (t.toml:3:23): \"500ms\" is out of range; allowed: \
+             at least 1s"
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use tidebus::config::{Config, Durability};
-use tidebus::store::record::{MessageState, Record};
+use tidebus::store::record::{MessageState, Record, NEVER};
 use tidebus::store::{Change, Store, SubQueue};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -45,6 +45,8 @@ fn main() -> Result<(), BoxError> {
                             delivery_count: 0,
                             enqueued_ms: 1_700_000_000_000 + s,
                             size: size as u32,
+                            expires_ms: NEVER,
+                            scheduled_ms: 0,
                         },
                         body: body.clone(),
                     };

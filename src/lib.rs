@@ -8,15 +8,18 @@
 //! - [`node`]: what links attach to (the address router, Service Bus wire names).
 //! - [`entity`]: queues as actors (handle, pure state, task, registry).
 //! - [`store`]: the sled message log, versioned records and group commit.
+//! - [`sweeper`]: the TTL sweeper; [`reaper`]: auto-delete on idle (background ticks).
 #![deny(missing_docs)]
 
 pub mod amqp;
 pub mod config;
 pub mod entity;
 pub mod node;
+pub mod reaper;
 pub mod server;
 pub mod shutdown;
 pub mod store;
+pub mod sweeper;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -69,14 +72,20 @@ pub async fn run(
             tasks.token.clone(),
         ));
     }
-    let registry = Registry::start(
+    let registry = Arc::new(Registry::start(
         &config,
         &store,
         flusher.as_ref(),
         &tasks.token,
         &tasks.tracker,
-    )?;
+    )?);
     drop(flusher);
+    tasks
+        .tracker
+        .spawn(sweeper::run(registry.clone(), tasks.token.clone()));
+    tasks
+        .tracker
+        .spawn(reaper::run(registry.clone(), tasks.token.clone()));
     let shared = Arc::new(Shared {
         registry,
         max_frame_size: config.broker.max_frame_size,

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::amqp::header;
 use crate::amqp::link::amqp_error;
 use crate::amqp::session::{Context, Fault, Outbox, Session};
-use crate::entity::handle::{EntityEvent, EventSink};
+use crate::entity::handle::{EntityError, EntityEvent, EventSink};
 use crate::entity::registry::Registry;
 
 /// How long a client may take from TCP connect to its `open`.
@@ -40,7 +40,7 @@ const FRAME_BATCH: usize = 64;
 #[derive(Debug)]
 pub struct Shared {
     /// Entity lookup.
-    pub registry: Registry,
+    pub registry: Arc<Registry>,
     /// Largest frame the broker accepts.
     pub max_frame_size: u32,
     /// Idle timeout the broker advertises and enforces.
@@ -450,7 +450,7 @@ impl Connection {
     async fn on_event(&mut self, event: EntityEvent) {
         let link_id = match &event {
             EntityEvent::Delivered(delivery) => delivery.consumer.0,
-            EntityEvent::Drained { consumer } => consumer.0,
+            EntityEvent::Drained { consumer } | EntityEvent::Gone { consumer } => consumer.0,
             EntityEvent::Sent { ticket, .. }
             | EntityEvent::Settled { ticket, .. }
             | EntityEvent::Managed { ticket, .. } => ticket.link,
@@ -467,6 +467,7 @@ impl Connection {
         match event {
             EntityEvent::Delivered(delivery) => session.on_delivery(delivery, &ctx, &mut out),
             EntityEvent::Drained { consumer } => session.on_drained(consumer, &mut out),
+            EntityEvent::Gone { consumer } => session.on_entity_gone(consumer.0, &mut out),
             EntityEvent::Sent { ticket, result } => session.on_sent(ticket, result, &mut out),
             EntityEvent::Managed { ticket, response } => {
                 session.on_managed(ticket, response, &mut out)
@@ -499,8 +500,9 @@ impl Connection {
             }
         }
         for (entity, command) in out.posts {
-            if entity.post(command).await.is_err() {
-                tracing::warn!(entity = entity.name(), "entity is gone; command dropped");
+            if let Err(command) = entity.post(command).await {
+                tracing::debug!(entity = entity.name(), "entity is gone; command refused");
+                command.refuse(&EntityError::Deleted);
             }
         }
         running

@@ -8,6 +8,7 @@
 use std::ops::Range;
 
 use bytes::Bytes;
+use fe2o3_amqp::types::messaging::annotations::OwnedKey;
 use fe2o3_amqp::types::messaging::{
     ApplicationProperties, DeliveryAnnotations, Header, MessageAnnotations,
 };
@@ -15,6 +16,10 @@ use fe2o3_amqp::types::primitives::{SimpleValue, Symbol, Value};
 
 /// Delivery annotation carrying the lock token (Service Bus `x-opt-lock-token`).
 const LOCK_TOKEN_KEY: &str = "x-opt-lock-token";
+/// Message annotation asking for a scheduled enqueue (a timestamp).
+const SCHEDULED_ENQUEUE_TIME_KEY: &str = "x-opt-scheduled-enqueue-time";
+/// Index of `absolute-expiry-time` in the properties list (AMQP 1.0 §3.2.4).
+const ABSOLUTE_EXPIRY_TIME_FIELD: usize = 8;
 
 /// Section descriptor codes (AMQP 1.0 §3.2).
 mod code {
@@ -94,28 +99,53 @@ pub fn scan_sections(bytes: &[u8]) -> Result<Vec<Section>, MessageError> {
     Ok(sections)
 }
 
-/// Checks a single message: sections scan, and the header and annotations decode, so that the
-/// splice on delivery cannot fail later.
+/// What the broker reads from a message as it arrives; the bytes themselves are kept as sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arrival {
+    /// The encoded message, exactly as the client sent it.
+    pub bytes: Bytes,
+    /// `header.ttl`: the message's time to live in milliseconds.
+    pub ttl_ms: Option<u32>,
+    /// Message annotation `x-opt-scheduled-enqueue-time`, in ms since the Unix epoch.
+    pub scheduled_ms: Option<i64>,
+}
+
+/// Checks a single message (sections scan; the header, the annotations and the properties
+/// decode, so that the splice on delivery cannot fail later) and reads what the broker needs.
 ///
 /// # Errors
 /// Returns the first problem found.
-pub fn validate(bytes: &[u8]) -> Result<(), MessageError> {
-    let sections = scan_sections(bytes)?;
-    for section in &sections {
-        let raw = &bytes[section.range.clone()];
+pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
+    let mut arrival = Arrival {
+        bytes,
+        ttl_ms: None,
+        scheduled_ms: None,
+    };
+    for section in scan_sections(&arrival.bytes)? {
+        let raw = &arrival.bytes[section.range.clone()];
         match section.code {
             code::HEADER => {
-                serde_amqp::from_slice::<Header>(raw)
+                let header = serde_amqp::from_slice::<Header>(raw)
                     .map_err(|_| MessageError::Malformed("header"))?;
+                arrival.ttl_ms = header.ttl;
             }
             code::MESSAGE_ANNOTATIONS => {
-                serde_amqp::from_slice::<MessageAnnotations>(raw)
+                let annotations = serde_amqp::from_slice::<MessageAnnotations>(raw)
                     .map_err(|_| MessageError::Malformed("message-annotations"))?;
+                let key = OwnedKey::from(Symbol::from(SCHEDULED_ENQUEUE_TIME_KEY));
+                arrival.scheduled_ms = match annotations.0.get(&key) {
+                    Some(Value::Timestamp(at)) => Some(at.milliseconds()),
+                    Some(Value::Long(at)) => Some(*at),
+                    _ => None,
+                };
+            }
+            code::PROPERTIES => {
+                property_fields(raw)?;
             }
             _ => {}
         }
     }
-    Ok(())
+    Ok(arrival)
 }
 
 /// Unpacks a Service Bus batch (`message-format 0x80013700`): every `data` section of the
@@ -123,7 +153,7 @@ pub fn validate(bytes: &[u8]) -> Result<(), MessageError> {
 ///
 /// # Errors
 /// Fails when the envelope or any inner message is malformed; a batch is all or nothing.
-pub fn unpack_batch(envelope: &Bytes) -> Result<Vec<Bytes>, MessageError> {
+pub fn unpack_batch(envelope: &Bytes) -> Result<Vec<Arrival>, MessageError> {
     let mut messages = Vec::new();
     for (index, section) in scan_sections(envelope)?.iter().enumerate() {
         match section.code {
@@ -134,9 +164,7 @@ pub fn unpack_batch(envelope: &Bytes) -> Result<Vec<Bytes>, MessageError> {
             | code::APPLICATION_PROPERTIES
             | code::FOOTER => {}
             code::DATA => {
-                let inner = data_section_payload(envelope, section)?;
-                validate(&inner)?;
-                messages.push(inner);
+                messages.push(inspect(data_section_payload(envelope, section)?)?);
             }
             _ => return Err(MessageError::BatchNotData(index)),
         }
@@ -156,13 +184,18 @@ pub struct DeliveryStamp {
     pub annotations: Vec<(&'static str, Value)>,
     /// The lock token, written as delivery annotation `x-opt-lock-token` (peek-lock only).
     pub lock_token: Option<uuid::Uuid>,
+    /// The effective time to live, written into `header.ttl` (absent: the header's is kept).
+    pub ttl_ms: Option<u32>,
+    /// When the message expires, written into `properties.absolute-expiry-time` (absent: the
+    /// properties are kept as sent).
+    pub expires_ms: Option<i64>,
 }
 
 /// Builds the outgoing message: a fresh header and message-annotations, then every section
 /// after them untouched. Returns the new prefix and the untouched tail.
 ///
 /// # Errors
-/// Fails only on bytes that [`validate`] would have refused.
+/// Fails only on bytes that [`inspect`] would have refused.
 pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<(Vec<u8>, Bytes), MessageError> {
     let sections = scan_sections(stored)?;
     let mut header = Header::default();
@@ -187,6 +220,9 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<(Vec<u8>, Bytes),
         }
     }
     header.delivery_count = stamp.delivery_count;
+    if let Some(ttl) = stamp.ttl_ms {
+        header.ttl = Some(ttl);
+    }
     for (key, value) in &stamp.annotations {
         annotations.0.insert(
             fe2o3_amqp::types::primitives::Symbol::from(*key).into(),
@@ -207,7 +243,73 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<(Vec<u8>, Bytes),
     let encoded = serde_amqp::to_vec(&annotations)
         .map_err(|_| MessageError::Malformed("message-annotations"))?;
     prefix.extend_from_slice(&encoded);
+    if let Some(expires_ms) = stamp.expires_ms {
+        let properties = sections
+            .iter()
+            .find(|section| section.code == code::PROPERTIES && section.range.start == tail_start);
+        let raw = properties.map(|section| &stored[section.range.clone()]);
+        prefix.extend_from_slice(&properties_with_expiry(raw, expires_ms)?);
+        if let Some(section) = properties {
+            tail_start = section.range.end;
+        }
+    }
     Ok((prefix, stored.slice(tail_start..)))
+}
+
+/// The fields of an encoded properties section, each as its encoded bytes.
+fn property_fields(section: &[u8]) -> Result<Vec<&[u8]>, MessageError> {
+    let malformed = MessageError::Malformed("properties");
+    let list_at = 1 + descriptor_len(section, 1)?;
+    let (count, mut at) = match section.get(list_at) {
+        Some(0x45) => (0, list_at + 1),
+        Some(0xc0) => (usize::from(*byte_at(section, list_at + 2)?), list_at + 3),
+        Some(0xd0) => (read_u32(section, list_at + 5)? as usize, list_at + 9),
+        _ => return Err(malformed),
+    };
+    let mut fields = Vec::with_capacity(count.min(13));
+    for _ in 0..count {
+        if at >= section.len() {
+            return Err(malformed);
+        }
+        let len = value_len(section, at)?;
+        fields.push(&section[at..at + len]);
+        at += len;
+    }
+    if at != section.len() {
+        return Err(malformed);
+    }
+    Ok(fields)
+}
+
+/// A properties section (the stored one, or an empty one) with `absolute-expiry-time` set to
+/// `expires_ms`; every other field is kept byte for byte.
+fn properties_with_expiry(
+    section: Option<&[u8]>,
+    expires_ms: i64,
+) -> Result<Vec<u8>, MessageError> {
+    let mut fields = match section {
+        Some(raw) => property_fields(raw)?,
+        None => Vec::new(),
+    };
+    let mut timestamp = vec![0x83];
+    timestamp.extend_from_slice(&expires_ms.to_be_bytes());
+    if fields.len() <= ABSOLUTE_EXPIRY_TIME_FIELD {
+        fields.resize(ABSOLUTE_EXPIRY_TIME_FIELD + 1, &[0x40]);
+    }
+    fields[ABSOLUTE_EXPIRY_TIME_FIELD] = &timestamp;
+    let length: usize = fields.iter().map(|field| field.len()).sum();
+    let mut out = Vec::with_capacity(length + 12);
+    out.extend_from_slice(&[0x00, 0x53, code::PROPERTIES, 0xd0]);
+    out.extend_from_slice(&u32::try_from(length + 4).unwrap_or(u32::MAX).to_be_bytes());
+    out.extend_from_slice(
+        &u32::try_from(fields.len())
+            .unwrap_or(u32::MAX)
+            .to_be_bytes(),
+    );
+    for field in fields {
+        out.extend_from_slice(field);
+    }
+    Ok(out)
 }
 
 /// Sets application properties of a stored message (Service Bus "properties to modify" and
@@ -215,7 +317,7 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<(Vec<u8>, Bytes),
 /// byte. Without an application-properties section one is inserted where AMQP puts it.
 ///
 /// # Errors
-/// Fails only on bytes that [`validate`] would have refused.
+/// Fails only on bytes that [`inspect`] would have refused.
 pub fn set_application_properties(
     stored: &Bytes,
     entries: &[(String, SimpleValue)],
@@ -413,7 +515,8 @@ mod tests {
             .map(|s| s.code)
             .collect();
         assert_eq!(codes, vec![0x70, 0x73, 0x74, 0x75]);
-        assert_eq!(validate(&bytes), Ok(()));
+        let arrival = inspect(Bytes::from(bytes)).expect("valid");
+        assert_eq!((arrival.ttl_ms, arrival.scheduled_ms), (None, None));
     }
 
     #[test]
@@ -440,6 +543,8 @@ mod tests {
                 ),
             ],
             lock_token: Some(uuid::Uuid::from_u128(7)),
+            ttl_ms: None,
+            expires_ms: None,
         };
         let (prefix, tail) = splice(&stored, &stamp).expect("splice");
         let mut whole = prefix.clone();
@@ -459,6 +564,67 @@ mod tests {
         );
         assert_eq!(ma.0.get(&key), Some(&Value::Long(42)));
         assert!(tail.ends_with(b"body bytes"));
+    }
+
+    #[test]
+    fn splice_writes_the_effective_ttl_and_the_expiry_time() {
+        let stamp = DeliveryStamp {
+            delivery_count: 0,
+            annotations: Vec::new(),
+            lock_token: None,
+            ttl_ms: Some(2_000),
+            expires_ms: Some(12_000),
+        };
+        let mut bare = serde_amqp::to_vec(&Header::default()).expect("h");
+        bare.extend(serde_amqp::to_vec(&Data(Binary::from(b"x".to_vec()))).expect("d"));
+        for (stored, codes) in [
+            (encode_message(b"b"), vec![0x70, 0x72, 0x73, 0x74, 0x75]),
+            (bare, vec![0x70, 0x72, 0x73, 0x75]),
+        ] {
+            let had_id = stored.windows(2).any(|w| w == b"m1");
+            let (mut whole, tail) = splice(&Bytes::from(stored), &stamp).expect("splice");
+            whole.extend_from_slice(&tail);
+            let sections = scan_sections(&whole).expect("scan");
+            assert_eq!(sections.iter().map(|s| s.code).collect::<Vec<_>>(), codes);
+            let header: Header =
+                serde_amqp::from_slice(&whole[sections[0].range.clone()]).expect("h");
+            assert_eq!(header.ttl, Some(2_000));
+            let props: Properties =
+                serde_amqp::from_slice(&whole[sections[2].range.clone()]).expect("props");
+            assert_eq!(
+                props.absolute_expiry_time,
+                Some(Timestamp::from_milliseconds(12_000))
+            );
+            assert_eq!(props.message_id.is_some(), had_id, "other fields kept");
+        }
+    }
+
+    #[test]
+    fn inspect_reads_the_ttl_and_the_scheduled_enqueue_time() {
+        let mut bytes = serde_amqp::to_vec(&Header {
+            ttl: Some(5_000),
+            ..Header::default()
+        })
+        .expect("h");
+        let mut annotations = MessageAnnotations::default();
+        annotations.0.insert(
+            OwnedKey::from(Symbol::from(SCHEDULED_ENQUEUE_TIME_KEY)),
+            Value::Timestamp(Timestamp::from_milliseconds(99)),
+        );
+        bytes.extend(serde_amqp::to_vec(&annotations).expect("ma"));
+        bytes.extend(serde_amqp::to_vec(&Data(Binary::from(b"x".to_vec()))).expect("d"));
+        let arrival = inspect(Bytes::from(bytes)).expect("valid");
+        assert_eq!(
+            (arrival.ttl_ms, arrival.scheduled_ms),
+            (Some(5_000), Some(99))
+        );
+        let mut broken = serde_amqp::to_vec(&Header::default()).expect("h");
+        broken.extend_from_slice(&[0x00, 0x53, 0x73, 0xc0, 0x02, 0x05, 0x40]);
+        assert_eq!(
+            inspect(Bytes::from(broken)),
+            Err(MessageError::Malformed("properties")),
+            "a properties list whose count overruns it is refused on arrival"
+        );
     }
 
     #[test]
@@ -519,7 +685,11 @@ mod tests {
         let mut envelope = Vec::new();
         envelope.extend(serde_amqp::to_vec(&Data(Binary::from(first.clone()))).expect("d"));
         envelope.extend(serde_amqp::to_vec(&Data(Binary::from(second.clone()))).expect("d"));
-        let messages = unpack_batch(&Bytes::from(envelope)).expect("batch");
+        let messages: Vec<Bytes> = unpack_batch(&Bytes::from(envelope))
+            .expect("batch")
+            .into_iter()
+            .map(|arrival| arrival.bytes)
+            .collect();
         assert_eq!(messages, vec![Bytes::from(first), Bytes::from(second)]);
     }
 }

@@ -448,7 +448,7 @@ impl Session {
         let messages = if partial.message_format == BATCH_MESSAGE_FORMAT {
             message::unpack_batch(&whole)
         } else {
-            message::validate(&whole).map(|()| vec![whole])
+            message::inspect(whole).map(|arrival| vec![arrival])
         }
         .map_err(|error| {
             Fault::Connection(link::amqp_error(
@@ -817,9 +817,21 @@ impl Session {
         };
         match result {
             Ok(()) => self.accepted.push(delivery_id),
-            Err(error) => out
-                .frames
-                .push(rejection(delivery_id, entity_error(&error))),
+            Err(error) => {
+                out.frames
+                    .push(rejection(delivery_id, entity_error(&error)));
+                if error == EntityError::Deleted {
+                    self.on_entity_gone(ticket.link, out);
+                }
+            }
+        }
+    }
+
+    /// The entity behind a link was deleted: the link is detached with `amqp:not-found`.
+    pub fn on_entity_gone(&mut self, link_id: u64, out: &mut Outbox) {
+        if let Some(&remote_handle) = self.by_id.get(&link_id) {
+            let error = link::amqp_error(AmqpError::NotFound, EntityError::Deleted.to_string());
+            self.detach_with(remote_handle, error, out);
         }
     }
 
@@ -1169,9 +1181,10 @@ fn entity_error(error: &EntityError) -> definitions::Error {
             link::amqp_error(AmqpError::ResourceLimitExceeded, error.to_string())
         }
         EntityError::NotAllowed(_) => link::amqp_error(AmqpError::NotAllowed, error.to_string()),
-        EntityError::MessageNotFound(_) => {
+        EntityError::MessageNotFound(..) => {
             link::custom_error(wire::condition::MESSAGE_NOT_FOUND, error.to_string())
         }
+        EntityError::Deleted => link::amqp_error(AmqpError::NotFound, error.to_string()),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The entity task: owns a [`QueueState`] and its log, drains its mailbox in batches, writes
 //! each batch's changes at once, and answers senders only after the durability point
-//! (design.md D2, D4, D5).
+//! (design.md D2, D4, D5). Its clock work (lock expiry, scheduled activation, expiry) runs on
+//! every turn; the sweeper's and the reaper's ticks only wake it.
 //!
 //! Group commit in `sync` mode: answers wait in `unflushed` until a flush is requested, then
 //! in `flushing` until that flush completes; meanwhile the next batches are applied and
@@ -17,7 +18,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::amqp::message;
-use crate::amqp::message::DeliveryStamp;
+use crate::amqp::message::{Arrival, DeliveryStamp};
 use crate::config::QueueConfig;
 use crate::entity::handle::{
     Command, ConsumerId, Delivery, EntityError, EntityEvent, EntityHandle, EventSink, LockRef,
@@ -26,12 +27,16 @@ use crate::entity::handle::{
 use crate::entity::state::{QueueState, Rules};
 use crate::node::management::{string_map, Operation, Response};
 use crate::node::wire;
+use crate::store::record::NEVER;
 use crate::store::{Change, EntityLog, Flusher, StoreError};
 
 /// Mailbox capacity: senders wait (backpressure) when this many commands are queued.
 const MAILBOX: usize = 4096;
 /// Commands taken per wake-up, so deadlines and shutdown are never starved.
 const BATCH: usize = 512;
+/// Scheduled messages activated per turn, so a burst of due messages does not stall the
+/// mailbox; the rest follow on the next turns.
+const ACTIVATIONS_PER_TURN: usize = 1024;
 
 /// When an entity's answers may leave.
 #[derive(Debug, Clone)]
@@ -55,12 +60,15 @@ pub fn spawn(
     tracker: &TaskTracker,
 ) -> Result<EntityHandle, StoreError> {
     let (tx, rx) = mpsc::channel(MAILBOX);
-    let lock_duration_ms = i64::try_from(config.lock_duration.as_millis()).unwrap_or(i64::MAX);
+    let lock_duration_ms = millis(config.lock_duration);
     let rules = Rules {
         lock_duration_ms,
         max_size_bytes: config.max_size_in_megabytes.saturating_mul(1024 * 1024),
         max_delivery_count: config.max_delivery_count,
         dead_letter_allowed: true,
+        default_ttl_ms: config.default_message_time_to_live.map_or(NEVER, millis),
+        expires: true,
+        dead_letter_on_expiry: config.dead_lettering_on_message_expiration,
     };
     let main = QueueState::recover(rules, log.recover(SubQueue::Main)?);
     let dead_letters = QueueState::recover(
@@ -76,6 +84,9 @@ pub fn spawn(
         poisoned: None,
         answers: Vec::new(),
         unflushed: Vec::new(),
+        auto_delete_ms: config.auto_delete_on_idle.map(millis),
+        last_active_ms: now_ms(),
+        reap: None,
     };
     let span = tracing::info_span!("entity", name = %config.name);
     tracker.spawn(actor.run(rx, shutdown).instrument(span));
@@ -88,14 +99,24 @@ fn error_response(error: &EntityError) -> Response {
         EntityError::LockLost => {
             Response::error(410, wire::condition::MESSAGE_LOCK_LOST, error.to_string())
         }
-        EntityError::MessageNotFound(_) => {
+        EntityError::MessageNotFound(..) => {
             Response::error(404, wire::condition::MESSAGE_NOT_FOUND, error.to_string())
         }
+        EntityError::QuotaExceeded { .. } => Response::error(
+            403,
+            wire::condition::RESOURCE_LIMIT_EXCEEDED,
+            error.to_string(),
+        ),
         EntityError::NotAllowed(_) => {
             Response::error(400, wire::condition::NOT_ALLOWED, error.to_string())
         }
         _ => Response::error(500, wire::condition::INTERNAL_ERROR, error.to_string()),
     }
+}
+
+/// A duration in whole milliseconds, saturating.
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Wall-clock milliseconds since the Unix epoch (Service Bus times are UTC).
@@ -135,6 +156,13 @@ struct Actor {
     answers: Vec<Answer>,
     /// Answers whose changes are written but not yet covered by a requested flush.
     unflushed: Vec<Answer>,
+    /// `auto_delete_on_idle` in ms, if the entity has it.
+    auto_delete_ms: Option<i64>,
+    /// When a client last used the entity (auto-delete on idle).
+    last_active_ms: i64,
+    /// A reaper's request found the entity idle: it is deleted after this turn unless the
+    /// rest of the turn used it.
+    reap: Option<oneshot::Sender<bool>>,
 }
 
 impl Actor {
@@ -167,12 +195,15 @@ impl Actor {
                         self.apply(command, now);
                     }
                 }
-                _ = sleep_until_deadline(deadline) => {
-                    let now = now_ms();
-                    self.main.expire_locks(now);
-                    self.dead_letters.expire_locks(now);
-                    self.move_dead_letters();
+                _ = sleep_until_deadline(deadline) => {}
+            }
+            self.on_time(now_ms());
+            if let Some(reply) = self.reap.take() {
+                if self.is_idle(now_ms()) {
+                    self.delete(&mut mailbox, flushing.take(), reply).await;
+                    return;
                 }
+                let _ = reply.send(false);
             }
             // Write before dispatching, so the bytes of messages just sent can be read back.
             self.persist_and_publish();
@@ -208,6 +239,9 @@ impl Actor {
     }
 
     fn apply(&mut self, command: Command, now: i64) {
+        if command.is_activity() {
+            self.last_active_ms = now;
+        }
         match command {
             Command::Send { messages, reply } => {
                 let result = match &self.poisoned {
@@ -288,7 +322,102 @@ impl Actor {
                     .push((events, EntityEvent::Managed { ticket, response }));
             }
             Command::Unsubscribe { consumer } => self.unsubscribe(consumer),
+            Command::ExpireDue { now_ms } => {
+                self.main.expire_due(now_ms);
+                self.move_dead_letters();
+            }
+            Command::ReapIfIdle { reply } => match self.is_idle(now) {
+                true => self.reap = Some(reply),
+                false => {
+                    let _ = reply.send(false);
+                }
+            },
         }
+    }
+
+    /// The clock's work, run every turn (cheap when nothing is due): locks that ran out,
+    /// scheduled messages that are due, messages whose time to live ran out.
+    fn on_time(&mut self, now: i64) {
+        if self.poisoned.is_some() {
+            return;
+        }
+        self.main.expire_locks(now);
+        self.dead_letters.expire_locks(now);
+        self.activate_due(now);
+        self.main.expire_due(now);
+        self.move_dead_letters();
+    }
+
+    /// Activates the scheduled messages that are due, a bounded number per turn; each keeps
+    /// its bytes and its own time to live, counted from now.
+    fn activate_due(&mut self, now: i64) {
+        let due = self.main.due_scheduled(now, ACTIVATIONS_PER_TURN);
+        if due.is_empty() {
+            return;
+        }
+        let mut activated = Vec::with_capacity(due.len());
+        for seq in due {
+            let bytes = match self.log.body(SubQueue::Main, seq) {
+                Ok(bytes) => bytes,
+                Err(error) => return self.poison(&error),
+            };
+            let arrival = message::inspect(bytes.clone()).unwrap_or(Arrival {
+                bytes,
+                ttl_ms: None,
+                scheduled_ms: None,
+            });
+            activated.push((seq, arrival));
+        }
+        tracing::debug!(count = activated.len(), "scheduled messages activated");
+        self.main.activate(now, activated);
+    }
+
+    /// Whether the entity may be deleted for idleness: it has `auto_delete_on_idle`, nothing
+    /// used it for that long, no receiver waits with credit and no scheduled message is
+    /// pending.
+    fn is_idle(&self, now: i64) -> bool {
+        self.auto_delete_ms.is_some_and(|idle| {
+            now.saturating_sub(self.last_active_ms) >= idle
+                && !self.main.has_scheduled()
+                && !self.main.has_waiting_consumer()
+                && !self.dead_letters.has_waiting_consumer()
+        })
+    }
+
+    /// Deletes the entity (auto-delete on idle): answers what is still owed, refuses what is
+    /// queued in the mailbox, tells every consumer its link is gone, and drops the stored
+    /// messages of both queues.
+    async fn delete(
+        mut self,
+        mailbox: &mut mpsc::Receiver<Command>,
+        flushing: Option<Flushing>,
+        reply: oneshot::Sender<bool>,
+    ) {
+        mailbox.close();
+        if let Some(mut pending) = flushing {
+            let result = (&mut pending.done)
+                .await
+                .unwrap_or_else(|_| Err(flusher_gone()));
+            self.on_flushed(result, pending);
+        }
+        for (sink, event) in std::mem::take(&mut self.unflushed) {
+            self.send_answer(sink, event);
+        }
+        while let Ok(command) = mailbox.try_recv() {
+            command.refuse(&EntityError::Deleted);
+        }
+        for (consumer, (_, events)) in self.consumers.drain() {
+            let _ = events.send(EntityEvent::Gone { consumer });
+        }
+        match self.log.destroy() {
+            Ok(()) => tracing::info!(
+                messages = self.main.len(),
+                dead_letters = self.dead_letters.len(),
+                "deleted after being idle (auto_delete_on_idle)"
+            ),
+            Err(error) => tracing::error!(%error, "deleted, but its messages could not be dropped"),
+        }
+        let _ = reply.send(true);
     }
 
     /// Performs a management operation (amqp-dialect.md §7.3).
@@ -339,6 +468,25 @@ impl Actor {
                 }
                 Response::ok(vec![("messages", Value::List(messages))])
             }
+            Operation::Schedule { messages } => {
+                if sub == SubQueue::DeadLetter {
+                    return error_response(&EntityError::NotAllowed(
+                        "messages cannot be scheduled on a dead-letter queue",
+                    ));
+                }
+                let count = i64::try_from(messages.len()).unwrap_or(i64::MAX);
+                match self.main.enqueue(now, messages) {
+                    Ok(first) => {
+                        let seqs = (first..first + count).map(Value::Long).collect();
+                        Response::ok(vec![("sequence-numbers", Value::Array(Array(seqs)))])
+                    }
+                    Err(error) => error_response(&error),
+                }
+            }
+            Operation::CancelScheduled { seqs } => match self.queue(sub).cancel_scheduled(&seqs) {
+                Ok(()) => Response::ok(Vec::new()),
+                Err(error) => error_response(&error),
+            },
             Operation::UpdateDisposition { tokens, settlement } => {
                 for token in tokens {
                     let settled = self.queue(sub).settle_by_token(token, &settlement);
@@ -460,6 +608,9 @@ impl Actor {
     /// Reads each delivery's bytes from the log and sends it to its consumer. A consumer whose
     /// connection is gone is unsubscribed at once (its locks are released).
     fn hand_out(&mut self, deliveries: Vec<Delivery>) {
+        if !deliveries.is_empty() {
+            self.last_active_ms = now_ms();
+        }
         for mut delivery in deliveries {
             let consumer = delivery.consumer;
             let Some((sub, events)) = self.consumers.get(&consumer) else {

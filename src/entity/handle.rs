@@ -5,11 +5,13 @@
 //! own event channel, so a connection waits on one channel whatever the number of its links.
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use crate::amqp::message::DeliveryStamp;
+use crate::amqp::message::{Arrival, DeliveryStamp};
 use crate::node::management::{Operation, Response};
+use crate::node::wire;
+use crate::store::record::Record;
 pub use crate::store::SubQueue;
 use fe2o3_amqp::types::primitives::SimpleValue;
 
@@ -89,9 +91,12 @@ pub enum EntityError {
         /// The limit.
         max: u64,
     },
-    /// No deferred message has this sequence number.
-    #[error("no deferred message with sequence number {0} was found")]
-    MessageNotFound(i64),
+    /// No message in the state the operation needs (deferred, scheduled) has this number.
+    #[error("no {1} message with sequence number {0} was found")]
+    MessageNotFound(i64, &'static str),
+    /// The entity was deleted after being idle; its address no longer exists.
+    #[error("the entity was deleted after being idle for its auto_delete_on_idle time")]
+    Deleted,
     /// The entity's storage failed; it no longer acknowledges anything.
     #[error("the entity's storage failed: {0}")]
     Storage(String),
@@ -106,8 +111,8 @@ pub enum Command {
     /// Store messages (one transfer; a batch is all or nothing); answer with
     /// [`EntityEvent::Sent`] when `ticket` is set.
     Send {
-        /// The encoded messages, as the client sent them.
-        messages: Vec<Bytes>,
+        /// The messages, as the client sent them.
+        messages: Vec<Arrival>,
         /// Where to answer, if an answer is wanted.
         reply: Option<(Ticket, EventSink)>,
     },
@@ -166,6 +171,85 @@ pub enum Command {
         /// The consumer.
         consumer: ConsumerId,
     },
+    /// Remove (or dead-letter) the messages whose time to live ran out by `now_ms` (the TTL
+    /// sweeper's tick).
+    ExpireDue {
+        /// The sweeper's clock, in ms since the Unix epoch.
+        now_ms: i64,
+    },
+    /// Delete the entity if it has been idle for its `auto_delete_on_idle` time (the reaper's
+    /// tick); answers whether it did.
+    ReapIfIdle {
+        /// Where the answer goes.
+        reply: oneshot::Sender<bool>,
+    },
+}
+
+impl Command {
+    /// Whether the command is a client using the entity, for auto-delete on idle: a send, a
+    /// receive (credit, drain), a settlement or a management operation. Attaching and
+    /// detaching links and the broker's own ticks are not.
+    pub fn is_activity(&self) -> bool {
+        match self {
+            Command::Send { .. }
+            | Command::Drain { .. }
+            | Command::Settle { .. }
+            | Command::Manage { .. } => true,
+            Command::Credit { delta, .. } => *delta > 0,
+            Command::Subscribe { .. }
+            | Command::GiveBack { .. }
+            | Command::Unsubscribe { .. }
+            | Command::ExpireDue { .. }
+            | Command::ReapIfIdle { .. } => false,
+        }
+    }
+
+    /// Answers a command the entity will never perform (it was deleted): sends, settlements
+    /// and management requests fail with `error`, a subscription ends at once, a drain
+    /// finishes empty.
+    pub fn refuse(self, error: &EntityError) {
+        match self {
+            Command::Send {
+                reply: Some((ticket, events)),
+                ..
+            } => {
+                let _ = events.send(EntityEvent::Sent {
+                    ticket,
+                    result: Err(error.clone()),
+                });
+            }
+            Command::Settle {
+                items,
+                reply: Some((ticket, events)),
+                ..
+            } => {
+                let results = items.iter().map(|_| Err(error.clone())).collect();
+                let _ = events.send(EntityEvent::Settled { ticket, results });
+            }
+            Command::Manage {
+                reply: (ticket, events),
+                ..
+            } => {
+                let response = Response::error(404, wire::condition::NOT_FOUND, error.to_string());
+                let _ = events.send(EntityEvent::Managed { ticket, response });
+            }
+            Command::Subscribe {
+                consumer, events, ..
+            } => {
+                let _ = events.send(EntityEvent::Gone { consumer });
+            }
+            Command::Drain { .. }
+            | Command::Send { reply: None, .. }
+            | Command::Settle { reply: None, .. }
+            | Command::Credit { .. }
+            | Command::GiveBack { .. }
+            | Command::Unsubscribe { .. }
+            | Command::ExpireDue { .. } => {}
+            Command::ReapIfIdle { reply } => {
+                let _ = reply.send(false);
+            }
+        }
+    }
 }
 
 /// One message handed to a consumer.
@@ -177,8 +261,8 @@ pub struct Delivery {
     pub seq: i64,
     /// The lock token (peek-lock only).
     pub lock_token: Option<Uuid>,
-    /// When the message was enqueued (ms since the Unix epoch).
-    pub enqueued_ms: i64,
+    /// The message's record as it was delivered (to store it again if it is given back).
+    pub record: Record,
     /// The stored message bytes (filled by the actor from the entity's log).
     pub bytes: Bytes,
     /// What the engine writes into the header and annotations on the way out.
@@ -199,6 +283,11 @@ pub enum EntityEvent {
     Delivered(Delivery),
     /// A drain finished: every delivery sent before this event was all there was.
     Drained {
+        /// The consumer.
+        consumer: ConsumerId,
+    },
+    /// The entity was deleted: the consumer's link must go (`amqp:not-found`).
+    Gone {
         /// The consumer.
         consumer: ConsumerId,
     },
@@ -239,14 +328,27 @@ impl EntityHandle {
     /// Posts a command, waiting for mailbox room (backpressure).
     ///
     /// # Errors
-    /// [`EntityError::Unavailable`] when the actor has stopped.
+    /// The command back when the actor has stopped (the entity was deleted, or the broker is
+    /// stopping).
     ///
     /// # Cancel safety
     /// Not cancel safe: a cancelled call may or may not have posted the command.
-    pub async fn post(&self, command: Command) -> Result<(), EntityError> {
+    pub async fn post(&self, command: Command) -> Result<(), Box<Command>> {
         self.mailbox
             .send(command)
             .await
-            .map_err(|_| EntityError::Unavailable)
+            .map_err(|error| Box::new(error.0))
+    }
+
+    /// Posts a command if the mailbox has room; a background tick that finds it full skips
+    /// this entity until the next tick.
+    ///
+    /// # Errors
+    /// The command back when the mailbox is full or the actor has stopped.
+    pub fn try_post(&self, command: Command) -> Result<(), Box<Command>> {
+        self.mailbox.try_send(command).map_err(|error| match error {
+            mpsc::error::TrySendError::Full(command)
+            | mpsc::error::TrySendError::Closed(command) => Box::new(command),
+        })
     }
 }

@@ -1,6 +1,7 @@
 //! Entity names to handles. Names compare case-insensitively, as in Service Bus.
 
 use std::collections::HashMap;
+use std::sync::RwLock;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -10,10 +11,11 @@ use crate::entity::actor::{self, Commit};
 use crate::entity::handle::EntityHandle;
 use crate::store::{Flusher, Store, StoreError};
 
-/// Every live entity, by lower-cased name. Built at start and read-only afterwards.
+/// Every live entity, by lower-cased name. Built at start; afterwards entities only leave it
+/// (auto-delete on idle).
 #[derive(Debug, Default)]
 pub struct Registry {
-    entities: HashMap<String, EntityHandle>,
+    entities: RwLock<HashMap<String, EntityHandle>>,
 }
 
 impl Registry {
@@ -38,21 +40,43 @@ impl Registry {
             let handle = actor::spawn(queue, log, commit.clone(), shutdown.child_token(), tracker)?;
             entities.insert(queue.name.to_lowercase(), handle);
         }
-        Ok(Self { entities })
+        Ok(Self {
+            entities: RwLock::new(entities),
+        })
     }
 
     /// The entity with this name, compared case-insensitively.
-    pub fn lookup(&self, name: &str) -> Option<&EntityHandle> {
-        self.entities.get(&name.to_lowercase())
+    pub fn lookup(&self, name: &str) -> Option<EntityHandle> {
+        self.read().get(&name.to_lowercase()).cloned()
+    }
+
+    /// Every live entity, for the background ticks.
+    pub fn handles(&self) -> Vec<EntityHandle> {
+        self.read().values().cloned().collect()
+    }
+
+    /// Forgets a deleted entity: its address answers `amqp:not-found` from now on.
+    pub fn remove(&self, name: &str) {
+        self.entities
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&name.to_lowercase());
     }
 
     /// How many entities exist.
     pub fn len(&self) -> usize {
-        self.entities.len()
+        self.read().len()
     }
 
     /// Whether no entity exists.
     pub fn is_empty(&self) -> bool {
-        self.entities.is_empty()
+        self.read().is_empty()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, EntityHandle>> {
+        // The map is never left half-changed, so a panic elsewhere cannot poison its meaning.
+        self.entities
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }

@@ -1,5 +1,6 @@
-//! The pure rules of a queue (design.md D5): sequence numbers, the ready index, consumers'
-//! demand, locks and settlement. Time comes in as `now_ms`; nothing here awaits or sleeps.
+//! The pure rules of a queue (design.md D5 and §4): sequence numbers, the ready index,
+//! consumers' demand, locks and settlement, scheduled messages and time to live. Time comes in
+//! as `now_ms`; nothing here awaits or sleeps.
 //!
 //! The state holds per-message records only; message bytes live in the entity's log. Every
 //! change that must be stored is appended to a journal the actor writes after each batch.
@@ -10,12 +11,12 @@ use bytes::Bytes;
 use fe2o3_amqp::types::primitives::{SimpleValue, Timestamp, Value};
 use uuid::Uuid;
 
-use crate::amqp::message::DeliveryStamp;
+use crate::amqp::message::{Arrival, DeliveryStamp};
 use crate::entity::handle::{
     ConsumerId, Delivery, EntityError, LockRef, Properties, ReceiveMode, Settlement,
 };
 use crate::node::wire;
-use crate::store::record::{MessageState, Record};
+use crate::store::record::{MessageState, Record, NEVER};
 use crate::store::{Change, Recovered};
 
 /// One stored message: its broker record and, while delivered, its lock.
@@ -53,6 +54,13 @@ pub struct Rules {
     pub max_delivery_count: u32,
     /// Whether messages may be dead-lettered (not from a dead-letter queue).
     pub dead_letter_allowed: bool,
+    /// Time to live of a message that sets none, and the most one may set, in ms; [`NEVER`]:
+    /// unlimited.
+    pub default_ttl_ms: i64,
+    /// Whether messages expire here (dead-letter queues observe no time to live).
+    pub expires: bool,
+    /// Whether an expired message is dead-lettered (else deleted).
+    pub dead_letter_on_expiry: bool,
 }
 
 impl Rules {
@@ -64,6 +72,9 @@ impl Rules {
             max_size_bytes: u64::MAX,
             max_delivery_count: u32::MAX,
             dead_letter_allowed: false,
+            default_ttl_ms: NEVER,
+            expires: false,
+            dead_letter_on_expiry: false,
         }
     }
 }
@@ -91,8 +102,12 @@ pub struct QueueState {
     visible_below: i64,
     last_enqueued_ms: i64,
     messages: BTreeMap<i64, Entry>,
-    /// Sequence numbers of unlocked messages, in delivery order.
+    /// Sequence numbers of unlocked active messages, in delivery order.
     available: BTreeSet<i64>,
+    /// (due time, sequence number) of every scheduled message: the timer wheel.
+    scheduled: BTreeSet<(i64, i64)>,
+    /// (expiry, sequence number) of every unlocked, unscheduled message that expires.
+    expiry: BTreeSet<(i64, i64)>,
     /// (lock expiry, sequence number) of every locked message.
     lock_expiry: BTreeSet<(i64, i64)>,
     /// Sequence number of each live lock token (for renew-lock and update-disposition).
@@ -113,7 +128,7 @@ impl QueueState {
     }
 
     /// A queue rebuilt from its log. Locks are volatile: every message is available again
-    /// (deferred ones stay deferred).
+    /// (deferred ones stay deferred, scheduled ones scheduled).
     pub fn recover(rules: Rules, recovered: Recovered) -> Self {
         let mut state = Self {
             rules,
@@ -123,6 +138,8 @@ impl QueueState {
             last_enqueued_ms: 0,
             messages: BTreeMap::new(),
             available: BTreeSet::new(),
+            scheduled: BTreeSet::new(),
+            expiry: BTreeSet::new(),
             lock_expiry: BTreeSet::new(),
             tokens: HashMap::new(),
             consumers: HashMap::new(),
@@ -135,9 +152,7 @@ impl QueueState {
             state.last_enqueued_ms = state.last_enqueued_ms.max(record.enqueued_ms);
             state.next_seq = state.next_seq.max(seq + 1);
             state.messages.insert(seq, Entry { record, lock: None });
-            if record.state == MessageState::Active {
-                state.available.insert(seq);
-            }
+            state.index(seq, &record);
         }
         state.visible_below = state.next_seq;
         state
@@ -206,13 +221,14 @@ impl QueueState {
     }
 
     /// Stores messages with consecutive sequence numbers and one enqueued time that never goes
-    /// backwards. Returns the first sequence number.
+    /// backwards. A message whose scheduled enqueue time is still ahead is stored scheduled.
+    /// Returns the first sequence number.
     ///
     /// # Errors
     /// [`EntityError::QuotaExceeded`] when the messages would take the queue past its size
     /// limit; nothing is stored then.
-    pub fn enqueue(&mut self, now_ms: i64, messages: Vec<Bytes>) -> Result<i64, EntityError> {
-        let adding: u64 = messages.iter().map(|m| m.len() as u64).sum();
+    pub fn enqueue(&mut self, now_ms: i64, messages: Vec<Arrival>) -> Result<i64, EntityError> {
+        let adding: u64 = messages.iter().map(|m| m.bytes.len() as u64).sum();
         if self.size_bytes + adding > self.rules.max_size_bytes {
             return Err(EntityError::QuotaExceeded {
                 size: self.size_bytes,
@@ -220,37 +236,183 @@ impl QueueState {
             });
         }
         let first = self.next_seq;
-        let enqueued_ms = now_ms.max(self.last_enqueued_ms);
-        self.last_enqueued_ms = enqueued_ms;
-        for body in messages {
-            let seq = self.next_seq;
-            self.next_seq += 1;
-            let record = Record {
-                state: MessageState::Active,
-                delivery_count: 0,
-                enqueued_ms,
-                size: u32::try_from(body.len()).unwrap_or(u32::MAX),
-            };
-            self.insert(seq, record, body);
+        let enqueued_ms = self.enqueued_time(now_ms);
+        for arrival in messages {
+            let due = arrival.scheduled_ms.filter(|due| *due > now_ms);
+            self.append(enqueued_ms, arrival, due);
         }
         self.journal.push(Change::NextSeq(self.next_seq));
         Ok(first)
     }
 
+    /// Sequence numbers of the scheduled messages due by `now_ms`, earliest first, at most
+    /// `limit` of them.
+    pub fn due_scheduled(&self, now_ms: i64, limit: usize) -> Vec<i64> {
+        self.scheduled
+            .iter()
+            .take_while(|(due, _)| *due <= now_ms)
+            .take(limit)
+            .map(|(_, seq)| *seq)
+            .collect()
+    }
+
+    /// Activates scheduled messages (their bytes given back by the caller): each leaves the
+    /// queue and is enqueued again as if sent now, under a new sequence number and enqueued
+    /// time, its time to live counting from now. Numbers no longer scheduled are skipped.
+    pub fn activate(&mut self, now_ms: i64, due: Vec<(i64, Arrival)>) {
+        let enqueued_ms = self.enqueued_time(now_ms);
+        for (seq, arrival) in due {
+            let scheduled = self
+                .messages
+                .get(&seq)
+                .is_some_and(|entry| entry.record.state == MessageState::Scheduled);
+            if scheduled {
+                self.remove(seq);
+                self.append(enqueued_ms, arrival, None);
+            }
+        }
+        self.journal.push(Change::NextSeq(self.next_seq));
+    }
+
+    /// Deletes scheduled messages (`cancel-scheduled-message`), all or none.
+    ///
+    /// # Errors
+    /// [`EntityError::MessageNotFound`] when a number is not a scheduled message (it may have
+    /// been activated already: activation wins over a cancel); nothing is deleted then.
+    pub fn cancel_scheduled(&mut self, seqs: &[i64]) -> Result<(), EntityError> {
+        let missing = seqs.iter().find(|seq| {
+            self.messages
+                .get(seq)
+                .is_none_or(|entry| entry.record.state != MessageState::Scheduled)
+        });
+        if let Some(seq) = missing {
+            return Err(EntityError::MessageNotFound(*seq, "scheduled"));
+        }
+        for seq in seqs {
+            self.remove(*seq);
+        }
+        Ok(())
+    }
+
+    /// Whether a consumer waits for messages (holds credit): auto-delete counts it as activity.
+    pub fn has_waiting_consumer(&self) -> bool {
+        self.consumers.values().any(|consumer| consumer.demand > 0)
+    }
+
+    /// Whether scheduled messages wait for their time.
+    pub fn has_scheduled(&self) -> bool {
+        !self.scheduled.is_empty()
+    }
+
+    /// Removes (or dead-letters) every unlocked message whose time to live ran out by
+    /// `now_ms`. Returns how many expired.
+    pub fn expire_due(&mut self, now_ms: i64) -> usize {
+        let mut expired = 0;
+        while self.expiry.first().is_some_and(|(at, _)| *at <= now_ms) {
+            if let Some((_, seq)) = self.expiry.pop_first() {
+                self.expire(seq);
+                expired += 1;
+            }
+        }
+        expired
+    }
+
+    /// The enqueued time of messages accepted at `now_ms`: never earlier than the last one.
+    fn enqueued_time(&mut self, now_ms: i64) -> i64 {
+        self.last_enqueued_ms = now_ms.max(self.last_enqueued_ms);
+        self.last_enqueued_ms
+    }
+
+    /// Stores one message under the next sequence number: scheduled when `due` is set, else
+    /// active with its expiry computed from `enqueued_ms`.
+    fn append(&mut self, enqueued_ms: i64, arrival: Arrival, due: Option<i64>) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let (state, expires_ms, scheduled_ms) = match due {
+            Some(due) => (MessageState::Scheduled, NEVER, due),
+            None => (
+                MessageState::Active,
+                self.expiry_of(enqueued_ms, arrival.ttl_ms),
+                0,
+            ),
+        };
+        let record = Record {
+            state,
+            delivery_count: 0,
+            enqueued_ms,
+            size: u32::try_from(arrival.bytes.len()).unwrap_or(u32::MAX),
+            expires_ms,
+            scheduled_ms,
+        };
+        self.insert(seq, record, arrival.bytes);
+    }
+
+    /// `enqueued + min(message ttl, entity default)`; [`NEVER`] when both are unlimited.
+    fn expiry_of(&self, enqueued_ms: i64, ttl_ms: Option<u32>) -> i64 {
+        let ttl = ttl_ms.map_or(self.rules.default_ttl_ms, |ttl| {
+            i64::from(ttl).min(self.rules.default_ttl_ms)
+        });
+        if ttl == NEVER {
+            NEVER
+        } else {
+            enqueued_ms.saturating_add(ttl)
+        }
+    }
+
     fn insert(&mut self, seq: i64, record: Record, body: Bytes) {
         self.size_bytes += u64::from(record.size);
         self.messages.insert(seq, Entry { record, lock: None });
-        self.available.insert(seq);
+        self.index(seq, &record);
         self.journal.push(Change::Put { seq, record, body });
+    }
+
+    /// Files an unlocked message in the indexes its state calls for.
+    fn index(&mut self, seq: i64, record: &Record) {
+        match record.state {
+            MessageState::Active => {
+                self.available.insert(seq);
+            }
+            MessageState::Deferred => {}
+            MessageState::Scheduled => {
+                self.scheduled.insert((record.scheduled_ms, seq));
+                return;
+            }
+        }
+        if self.rules.expires && record.expires_ms != NEVER {
+            self.expiry.insert((record.expires_ms, seq));
+        }
+    }
+
+    /// Takes a message out of every index.
+    fn unindex(&mut self, seq: i64, record: &Record) {
+        self.available.remove(&seq);
+        self.scheduled.remove(&(record.scheduled_ms, seq));
+        self.expiry.remove(&(record.expires_ms, seq));
     }
 
     fn remove(&mut self, seq: i64) {
         if let Some(entry) = self.messages.remove(&seq) {
             if let Some(lock) = entry.lock {
                 self.tokens.remove(&lock.token);
+                self.lock_expiry.remove(&(lock.until_ms, seq));
             }
+            self.unindex(seq, &entry.record);
             self.size_bytes -= u64::from(entry.record.size);
             self.journal.push(Change::Delete { seq });
+        }
+    }
+
+    /// An expired message leaves: to the dead-letter queue with reason `TTLExpiredException`
+    /// when the entity says so, else deleted.
+    fn expire(&mut self, seq: i64) {
+        if self.rules.dead_letter_on_expiry && self.rules.dead_letter_allowed {
+            let properties = dead_letter_properties(
+                Some(wire::dead_letter::TTL_EXPIRED.to_string()),
+                Some(wire::dead_letter::TTL_EXPIRED_DESCRIPTION.to_string()),
+            );
+            self.dead_letter(seq, properties);
+        } else {
+            self.remove(seq);
         }
     }
 
@@ -391,10 +553,9 @@ impl QueueState {
             }
             entry.record.state = MessageState::Deferred;
             entry.record.delivery_count = entry.record.delivery_count.saturating_add(1);
-            self.journal.push(Change::Update {
-                seq,
-                record: entry.record,
-            });
+            let record = entry.record;
+            self.journal.push(Change::Update { seq, record });
+            self.index(seq, &record);
         }
     }
 
@@ -402,7 +563,6 @@ impl QueueState {
     fn dead_letter(&mut self, seq: i64, properties: Properties) {
         if let Some(entry) = self.messages.get(&seq) {
             let record = entry.record;
-            self.available.remove(&seq);
             self.remove(seq);
             self.dead_letters.push(DeadLetter {
                 seq,
@@ -428,10 +588,8 @@ impl QueueState {
             }
             None => {
                 let record = Record {
-                    state: MessageState::Active,
-                    delivery_count: delivery.stamp.delivery_count,
-                    enqueued_ms: delivery.enqueued_ms,
                     size: u32::try_from(delivery.bytes.len()).unwrap_or(u32::MAX),
+                    ..delivery.record
                 };
                 self.insert(delivery.seq, record, delivery.bytes);
             }
@@ -453,9 +611,12 @@ impl QueueState {
         expired
     }
 
-    /// The next instant (ms) at which something happens without a command.
+    /// The next instant (ms) at which something happens without a command: a lock ends or a
+    /// scheduled message is due. (Expiry needs no deadline: the sweeper asks for it.)
     pub fn next_deadline_ms(&self) -> Option<i64> {
-        self.lock_expiry.first().map(|(until, _)| *until)
+        let lock = self.lock_expiry.first().map(|(until, _)| *until);
+        let due = self.scheduled.first().map(|(due, _)| *due);
+        lock.into_iter().chain(due).min()
     }
 
     /// Whether a message can be delivered now. `available` is ordered: if its first message
@@ -483,11 +644,9 @@ impl QueueState {
             self.tokens.remove(&lock.token);
         }
         // A deferred message stays deferred whatever happens to its lock.
-        let deferred = entry.record.state == MessageState::Deferred;
         if !count_delivery {
-            if !deferred {
-                self.available.insert(seq);
-            }
+            let record = entry.record;
+            self.index(seq, &record);
             return;
         }
         entry.record.delivery_count = entry.record.delivery_count.saturating_add(1);
@@ -502,13 +661,9 @@ impl QueueState {
             self.dead_letter(seq, properties);
             return;
         }
-        self.journal.push(Change::Update {
-            seq,
-            record: entry.record,
-        });
-        if !deferred {
-            self.available.insert(seq);
-        }
+        let record = entry.record;
+        self.journal.push(Change::Update { seq, record });
+        self.index(seq, &record);
     }
 
     /// Takes the first available message for `consumer`: locked in peek-lock, removed in
@@ -520,11 +675,24 @@ impl QueueState {
         mode: ReceiveMode,
         now_ms: i64,
     ) -> Option<Delivery> {
-        if !self.has_deliverable() {
-            return None;
+        while self.has_deliverable() {
+            let seq = self.available.pop_first()?;
+            if self.has_expired(seq, now_ms) {
+                self.expire(seq);
+                continue;
+            }
+            return self.take(seq, consumer, mode, now_ms);
         }
-        let seq = self.available.pop_first()?;
-        self.take(seq, consumer, mode, now_ms)
+        None
+    }
+
+    /// Whether a message's time to live ran out (never in a queue where nothing expires).
+    fn has_expired(&self, seq: i64, now_ms: i64) -> bool {
+        self.rules.expires
+            && self
+                .messages
+                .get(&seq)
+                .is_some_and(|entry| entry.record.expires_ms <= now_ms)
     }
 
     /// Hands out one unlocked message: locked under a new token in peek-lock, removed in
@@ -550,6 +718,7 @@ impl QueueState {
                 };
                 let entry = self.messages.get_mut(&seq)?;
                 entry.lock = Some(lock);
+                self.expiry.remove(&(entry.record.expires_ms, seq));
                 self.lock_expiry.insert((lock.until_ms, seq));
                 self.tokens.insert(lock.token, seq);
                 (entry.record, Some(lock))
@@ -559,14 +728,14 @@ impl QueueState {
             consumer,
             seq,
             lock_token: lock.map(|lock| lock.token),
-            enqueued_ms: record.enqueued_ms,
+            record,
             bytes: Bytes::new(),
             stamp: stamp(seq, &record, lock),
         })
     }
 
-    /// Up to `count` messages from sequence number `from` on, active or deferred, locked or
-    /// not, with the stamp a delivery would carry; nothing changes.
+    /// Up to `count` messages from sequence number `from` on, in any state, locked or not,
+    /// with the stamp a delivery would carry; nothing changes.
     pub fn peek(&self, from: i64, count: usize) -> Vec<(i64, DeliveryStamp)> {
         self.messages
             .range(from..)
@@ -597,21 +766,26 @@ impl QueueState {
     /// under a management lock, or removed in receive-and-delete. It stays deferred.
     ///
     /// # Errors
-    /// [`EntityError::MessageNotFound`] when no unlocked deferred message has that number.
+    /// [`EntityError::MessageNotFound`] when no unlocked deferred message has that number
+    /// (an expired one leaves the queue then).
     pub fn receive_deferred(
         &mut self,
         seq: i64,
         mode: ReceiveMode,
         now_ms: i64,
     ) -> Result<Delivery, EntityError> {
+        let not_found = EntityError::MessageNotFound(seq, "deferred");
         let deferred = self.messages.get(&seq).is_some_and(|entry| {
             entry.record.state == MessageState::Deferred && entry.lock.is_none()
         });
         if !deferred {
-            return Err(EntityError::MessageNotFound(seq));
+            return Err(not_found);
         }
-        self.take(seq, MANAGEMENT, mode, now_ms)
-            .ok_or(EntityError::MessageNotFound(seq))
+        if self.has_expired(seq, now_ms) {
+            self.expire(seq);
+            return Err(not_found);
+        }
+        self.take(seq, MANAGEMENT, mode, now_ms).ok_or(not_found)
     }
 
     /// Settles a locked message by its token, whoever holds the lock (`update-disposition`).
@@ -634,12 +808,11 @@ impl QueueState {
 pub const MANAGEMENT: ConsumerId = ConsumerId(0);
 
 /// What a delivery of `record` says about it: zero-based delivery count, sequence number,
-/// enqueued time, state, and the lock when there is one.
+/// enqueued time, state, the lock when there is one, and the effective time to live with the
+/// expiry it gives.
 fn stamp(seq: i64, record: &Record, lock: Option<Lock>) -> DeliveryStamp {
-    let state = match record.state {
-        MessageState::Active => 0,
-        MessageState::Deferred => 1,
-    };
+    let state = i32::from(record.state.code());
+    let expires_ms = (record.expires_ms != NEVER).then_some(record.expires_ms);
     let mut annotations = vec![
         (wire::annotation::SEQUENCE_NUMBER, Value::Long(seq)),
         (
@@ -658,6 +831,8 @@ fn stamp(seq: i64, record: &Record, lock: Option<Lock>) -> DeliveryStamp {
         delivery_count: record.delivery_count,
         annotations,
         lock_token: lock.map(|lock| lock.token),
+        ttl_ms: expires_ms.and_then(|at| u32::try_from(at - record.enqueued_ms).ok()),
+        expires_ms,
     }
 }
 
@@ -681,14 +856,31 @@ mod tests {
         max_size_bytes: u64::MAX,
         max_delivery_count: 10,
         dead_letter_allowed: true,
+        default_ttl_ms: NEVER,
+        expires: true,
+        dead_letter_on_expiry: false,
     };
     const A: ConsumerId = ConsumerId(1);
     const B: ConsumerId = ConsumerId(2);
 
+    /// A message as it arrives, without time to live or schedule.
+    fn plain(bytes: Bytes) -> Arrival {
+        Arrival {
+            bytes,
+            ttl_ms: None,
+            scheduled_ms: None,
+        }
+    }
+
+    /// `n` empty messages.
+    fn empties(n: usize) -> Vec<Arrival> {
+        vec![plain(Bytes::new()); n]
+    }
+
     fn queue_with(n: usize) -> QueueState {
         let mut q = QueueState::new(RULES);
         for i in 0..n {
-            q.enqueue(10, vec![Bytes::from(vec![i as u8])])
+            q.enqueue(10, vec![plain(Bytes::from(vec![i as u8]))])
                 .expect("room");
         }
         q.publish_up_to(q.next_seq());
@@ -705,8 +897,8 @@ mod tests {
     #[test]
     fn sequence_numbers_are_gap_free_and_time_never_goes_back() {
         let mut q = QueueState::new(RULES);
-        assert_eq!(q.enqueue(100, vec![Bytes::new(), Bytes::new()]), Ok(1));
-        assert_eq!(q.enqueue(50, vec![Bytes::new()]), Ok(3));
+        assert_eq!(q.enqueue(100, empties(2)), Ok(1));
+        assert_eq!(q.enqueue(50, empties(1)), Ok(3));
         q.publish_up_to(q.next_seq());
         q.subscribe(A, ReceiveMode::ReceiveAndDelete);
         q.add_credit(A, 10);
@@ -808,8 +1000,7 @@ mod tests {
         let mut q = QueueState::new(RULES);
         q.subscribe(A, ReceiveMode::PeekLock);
         q.add_credit(A, 5);
-        q.enqueue(0, vec![Bytes::new(), Bytes::new()])
-            .expect("room");
+        q.enqueue(0, empties(2)).expect("room");
         assert!(q.has_unpublished());
         assert!(q.dispatch(0).is_empty(), "not durable yet");
         q.publish_up_to(2);
@@ -831,7 +1022,8 @@ mod tests {
             max_delivery_count: 3,
             ..RULES
         });
-        q.enqueue(0, vec![Bytes::from_static(b"m")]).expect("room");
+        q.enqueue(0, vec![plain(Bytes::from_static(b"m"))])
+            .expect("room");
         q.publish_up_to(q.next_seq());
         q.subscribe(A, ReceiveMode::PeekLock);
         for count in 0..3 {
@@ -942,7 +1134,7 @@ mod tests {
                 match next(6) {
                     0 => {
                         let n = next(3) as usize + 1;
-                        let first = q.enqueue(0, vec![Bytes::new(); n]).expect("room");
+                        let first = q.enqueue(0, empties(n)).expect("room");
                         assert_eq!(first, issued + 1, "gap-free, never reused");
                         issued += n as i64;
                         q.publish_up_to(q.next_seq());
@@ -1018,13 +1210,184 @@ mod tests {
         }
     }
 
+    fn timed(ttl_ms: Option<u32>, scheduled_ms: Option<i64>) -> Arrival {
+        Arrival {
+            bytes: Bytes::from_static(b"t"),
+            ttl_ms,
+            scheduled_ms,
+        }
+    }
+
+    fn state_of(stamp: &DeliveryStamp) -> Option<&Value> {
+        stamp
+            .annotations
+            .iter()
+            .find(|(key, _)| *key == wire::annotation::MESSAGE_STATE)
+            .map(|(_, value)| value)
+    }
+
+    #[test]
+    fn a_scheduled_message_activates_under_a_new_number_and_counts_its_ttl_from_then() {
+        let mut q = QueueState::new(RULES);
+        q.subscribe(A, ReceiveMode::PeekLock);
+        q.add_credit(A, 5);
+        let scheduled = q.enqueue(100, vec![timed(Some(1_000), Some(5_000))]);
+        assert_eq!(scheduled, Ok(1));
+        q.publish_up_to(q.next_seq());
+        assert!(q.dispatch(200).is_empty(), "invisible to receivers");
+        let peeked = q.peek(1, 10);
+        assert_eq!(
+            state_of(&peeked[0].1),
+            Some(&Value::Int(2)),
+            "peek: scheduled"
+        );
+        assert_eq!(q.next_deadline_ms(), Some(5_000));
+        assert!(q.due_scheduled(4_999, 10).is_empty());
+        let due = q.due_scheduled(5_000, 10);
+        assert_eq!(due, vec![1]);
+        q.activate(5_010, vec![(1, timed(Some(1_000), None))]);
+        assert!(!q.has_scheduled());
+        q.publish_up_to(q.next_seq());
+        let got = q.dispatch(5_020).remove(0);
+        assert_eq!(got.seq, 2, "a new sequence number");
+        assert_eq!(got.record.enqueued_ms, 5_010, "enqueued when activated");
+        assert_eq!(
+            got.stamp.expires_ms,
+            Some(6_010),
+            "ttl counts from activation"
+        );
+        assert_eq!(got.stamp.ttl_ms, Some(1_000));
+        assert_eq!(q.len(), 1);
+    }
+
+    #[test]
+    fn cancelling_is_all_or_nothing_and_loses_to_activation() {
+        let mut q = QueueState::new(RULES);
+        q.enqueue(0, vec![timed(None, Some(50)), timed(None, Some(60))])
+            .expect("room");
+        q.enqueue(0, empties(1)).expect("room");
+        assert_eq!(
+            q.cancel_scheduled(&[1, 3]),
+            Err(EntityError::MessageNotFound(3, "scheduled")),
+            "an active message cannot be cancelled"
+        );
+        assert_eq!(q.len(), 3, "nothing was cancelled");
+        q.activate(70, vec![(2, timed(None, None))]);
+        assert_eq!(
+            q.cancel_scheduled(&[2]),
+            Err(EntityError::MessageNotFound(2, "scheduled")),
+            "the activation won"
+        );
+        assert_eq!(q.cancel_scheduled(&[1]), Ok(()));
+        assert!(!q.has_scheduled());
+        assert_eq!(q.len(), 2, "the active one and the activated one");
+    }
+
+    #[test]
+    fn the_entity_default_caps_the_ttl_and_expired_messages_are_never_delivered() {
+        let mut q = QueueState::new(Rules {
+            default_ttl_ms: 2_000,
+            ..RULES
+        });
+        q.enqueue(1_000, vec![timed(Some(3_600_000), None), timed(None, None)])
+            .expect("room");
+        q.enqueue(1_500, vec![timed(Some(60_000), None)])
+            .expect("room");
+        q.publish_up_to(q.next_seq());
+        let peeked = q.peek(1, 10);
+        assert_eq!(
+            peeked[0].1.ttl_ms,
+            Some(2_000),
+            "capped by the entity default"
+        );
+        assert_eq!(peeked[1].1.expires_ms, Some(3_000), "the default applies");
+        q.subscribe(A, ReceiveMode::PeekLock);
+        q.add_credit(A, 5);
+        let got: Vec<i64> = q.dispatch(3_000).iter().map(|d| d.seq).collect();
+        assert_eq!(
+            got,
+            vec![3],
+            "the two expired at 3000 are dropped at dispatch"
+        );
+        assert_eq!(q.len(), 1);
+    }
+
+    #[test]
+    fn a_locked_message_does_not_expire_until_its_lock_ends() {
+        let mut q = QueueState::new(Rules {
+            dead_letter_on_expiry: true,
+            ..RULES
+        });
+        q.enqueue(0, vec![timed(Some(100), None), timed(Some(100), None)])
+            .expect("room");
+        q.publish_up_to(q.next_seq());
+        q.subscribe(A, ReceiveMode::PeekLock);
+        q.add_credit(A, 2);
+        let got = q.dispatch(10);
+        assert_eq!(q.expire_due(500), 0, "both are locked");
+        assert_eq!(
+            q.settle(A, lock_of(&got[0]), &Settlement::Complete),
+            Ok(()),
+            "a message locked past its expiry can still be completed"
+        );
+        q.settle(A, lock_of(&got[1]), &Settlement::Abandon(Vec::new()))
+            .expect("abandon");
+        assert_eq!(q.expire_due(500), 1, "expiry applies once the lock ends");
+        assert!(q.is_empty());
+        let dead = q.take_dead_letters();
+        assert_eq!(dead.len(), 1);
+        assert_eq!(
+            dead[0].properties[0],
+            (
+                "DeadLetterReason".to_string(),
+                SimpleValue::String("TTLExpiredException".into())
+            )
+        );
+        let mut dlq = QueueState::new(Rules::dead_letter_queue(1_000));
+        dlq.accept_dead_letter(dead[0].seq, dead[0].record, Bytes::from_static(b"t"));
+        dlq.subscribe(B, ReceiveMode::ReceiveAndDelete);
+        dlq.add_credit(B, 1);
+        assert_eq!(
+            dlq.expire_due(i64::MAX - 1),
+            0,
+            "dead-letter queues observe no TTL"
+        );
+        assert_eq!(dlq.dispatch(10_000).len(), 1);
+    }
+
+    #[test]
+    fn scheduled_and_expiring_messages_keep_their_state_across_recovery() {
+        let mut q = QueueState::new(RULES);
+        q.enqueue(0, vec![timed(None, Some(9_000)), timed(Some(100), None)])
+            .expect("room");
+        let records: Vec<(i64, Record)> = q
+            .take_changes()
+            .into_iter()
+            .filter_map(|change| match change {
+                Change::Put { seq, record, .. } => Some((seq, record)),
+                _ => None,
+            })
+            .collect();
+        let mut back = QueueState::recover(
+            RULES,
+            Recovered {
+                next_seq: 3,
+                records,
+            },
+        );
+        assert!(back.has_scheduled());
+        assert_eq!(back.next_deadline_ms(), Some(9_000));
+        assert_eq!(back.expire_due(100), 1, "the expiry index is rebuilt");
+        assert_eq!(back.len(), 1);
+    }
+
     #[test]
     fn drain_delivers_what_is_there_and_zeroes_demand() {
         let mut q = queue_with(3);
         q.subscribe(A, ReceiveMode::PeekLock);
         q.add_credit(A, 10);
         assert_eq!(q.drain(A, 0).len(), 3);
-        q.enqueue(0, vec![Bytes::new()]).expect("room");
+        q.enqueue(0, empties(1)).expect("room");
         q.publish_up_to(q.next_seq());
         assert!(q.dispatch(0).is_empty(), "drain consumed the demand");
     }

@@ -7,7 +7,7 @@ use fe2o3_amqp::types::messaging::{AmqpValue, ApplicationProperties, MessageId, 
 use fe2o3_amqp::types::primitives::{Array, OrderedMap, SimpleValue, Symbol, Value};
 use uuid::Uuid;
 
-use crate::amqp::message::{self, MessageError};
+use crate::amqp::message::{self, Arrival, MessageError};
 use crate::entity::handle::{Properties as AppProperties, ReceiveMode, Settlement};
 use crate::node::wire;
 
@@ -193,6 +193,16 @@ pub enum Operation {
         /// Locked, or deleted on receipt.
         mode: ReceiveMode,
     },
+    /// `schedule-message`: store messages until their `x-opt-scheduled-enqueue-time`.
+    Schedule {
+        /// The messages, each carrying its scheduled enqueue time.
+        messages: Vec<Arrival>,
+    },
+    /// `cancel-scheduled-message`.
+    CancelScheduled {
+        /// The scheduled messages to delete.
+        seqs: Vec<i64>,
+    },
     /// `update-disposition`.
     UpdateDisposition {
         /// The locks to settle.
@@ -226,6 +236,12 @@ pub fn parse(request: &Request) -> Result<Operation, Response> {
                 Some(Value::Uint(0)) => ReceiveMode::ReceiveAndDelete,
                 _ => ReceiveMode::PeekLock,
             },
+        }),
+        "com.microsoft:schedule-message" => Ok(Operation::Schedule {
+            messages: scheduled_messages(body)?,
+        }),
+        "com.microsoft:cancel-scheduled-message" => Ok(Operation::CancelScheduled {
+            seqs: longs(body, "sequence-numbers")?,
         }),
         "com.microsoft:update-disposition" => Ok(Operation::UpdateDisposition {
             tokens: uuids(body, "lock-tokens")?,
@@ -271,6 +287,35 @@ fn disposition(body: &OrderedMap<Value, Value>) -> Result<Settlement, Response> 
             "disposition-status {other:?} is not one of completed, abandoned, defered, suspended"
         ))),
     }
+}
+
+/// The messages of a `schedule-message` request: each entry's `message` is a whole encoded
+/// message that must carry its scheduled enqueue time.
+fn scheduled_messages(body: &OrderedMap<Value, Value>) -> Result<Vec<Arrival>, Response> {
+    let entries = elements(body, "messages")?;
+    if entries.is_empty() {
+        return Err(Response::bad_request("'messages' is empty"));
+    }
+    let mut messages = Vec::with_capacity(entries.len());
+    for (index, entry) in entries.iter().enumerate() {
+        let bytes = match entry {
+            Value::Map(map) => match field(map, "message") {
+                Some(Value::Binary(bytes)) => Bytes::from(bytes.to_vec()),
+                _ => return Err(missing(&format!("messages[{index}].message"), "a binary")),
+            },
+            _ => return Err(missing(&format!("messages[{index}]"), "a map")),
+        };
+        let arrival = message::inspect(bytes).map_err(|error| {
+            Response::bad_request(format!("messages[{index}].message is malformed: {error}"))
+        })?;
+        if arrival.scheduled_ms.is_none() {
+            return Err(Response::bad_request(format!(
+                "messages[{index}].message has no x-opt-scheduled-enqueue-time annotation"
+            )));
+        }
+        messages.push(arrival);
+    }
+    Ok(messages)
 }
 
 fn field<'a>(map: &'a OrderedMap<Value, Value>, key: &str) -> Option<&'a Value> {

@@ -48,7 +48,7 @@ fn entity_of(registry: &Registry, path: &str) -> Option<(EntityHandle, SubQueue)
         Some(name) => (name, SubQueue::DeadLetter),
         None => (path, SubQueue::Main),
     };
-    registry.lookup(name).cloned().map(|entity| (entity, sub))
+    registry.lookup(name).map(|entity| (entity, sub))
 }
 
 /// `path` without `suffix`, compared ignoring ASCII case.

@@ -22,6 +22,10 @@ pub mod dead_letter {
     pub const DESCRIPTION: &str = "DeadLetterErrorDescription";
     /// The broker's reason when the delivery count reached the limit.
     pub const MAX_DELIVERY_COUNT_EXCEEDED: &str = "MaxDeliveryCountExceeded";
+    /// The broker's reason when a message's time to live ran out.
+    pub const TTL_EXPIRED: &str = "TTLExpiredException";
+    /// The description that goes with [`TTL_EXPIRED`].
+    pub const TTL_EXPIRED_DESCRIPTION: &str = "The message expired and was dead lettered.";
     /// The error condition Service Bus clients put on a `rejected` outcome.
     pub const CONDITION: &str = "com.microsoft:dead-letter";
 }
@@ -40,4 +44,8 @@ pub mod condition {
     pub const NOT_IMPLEMENTED: &str = "amqp:not-implemented";
     /// No message with the given sequence number.
     pub const MESSAGE_NOT_FOUND: &str = "com.microsoft:message-not-found";
+    /// The entity is full.
+    pub const RESOURCE_LIMIT_EXCEEDED: &str = "amqp:resource-limit-exceeded";
+    /// The entity does not exist (any more).
+    pub const NOT_FOUND: &str = "amqp:not-found";
 }

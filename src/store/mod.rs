@@ -166,6 +166,7 @@ impl Store {
             Some(db) => Some(db.open_tree(format!("{ENTITY_TREE_PREFIX}{name}"))?),
         };
         Ok(EntityLog {
+            db: self.db.clone(),
             cache_budget: if tree.is_some() {
                 BODY_CACHE_BYTES
             } else {
@@ -194,6 +195,7 @@ impl Store {
 /// of recent messages, so that a queue that keeps up never reads its own writes back.
 #[derive(Debug)]
 pub struct EntityLog {
+    db: Option<sled::Db>,
     tree: Option<sled::Tree>,
     /// The entity's (lower-cased) name, for errors.
     entity: String,
@@ -239,7 +241,7 @@ impl EntityLog {
             let mut seq_bytes = [0u8; 8];
             seq_bytes.copy_from_slice(&key[1..9]);
             let seq = i64::from_be_bytes(seq_bytes);
-            let record = Record::decode(&value).map_err(|error| StoreError::Record {
+            let (record, _) = Record::decode(&value).map_err(|error| StoreError::Record {
                 entity: entity.clone(),
                 seq,
                 error,
@@ -288,8 +290,10 @@ impl EntityLog {
                         None => None,
                     };
                     if let Some(old) = old {
-                        let mut value = old.to_vec();
-                        value[..RECORD_LEN].copy_from_slice(&record.encode());
+                        let body_at = self.body_offset(seq, &old)?;
+                        let mut value = Vec::with_capacity(RECORD_LEN + old.len() - body_at);
+                        value.extend_from_slice(&record.encode());
+                        value.extend_from_slice(&old[body_at..]);
                         batch.insert(&key(prefix, seq), value);
                     }
                 }
@@ -308,6 +312,20 @@ impl EntityLog {
         }
     }
 
+    /// Deletes the entity's tree, every message of both its queues and its sequence counter
+    /// with it (auto-delete on idle). The deletion is durable at the next flush.
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when the tree cannot be dropped.
+    pub fn destroy(&mut self) -> Result<(), StoreError> {
+        self.cache.clear();
+        self.cached_bytes = 0;
+        if let (Some(db), Some(tree)) = (&self.db, self.tree.take()) {
+            db.drop_tree(tree.name())?;
+        }
+        Ok(())
+    }
+
     /// The bytes of a stored message.
     ///
     /// # Errors
@@ -322,13 +340,25 @@ impl EntityLog {
             None => None,
         };
         match stored {
-            Some(value) if value.len() >= RECORD_LEN => {
-                Ok(Bytes::copy_from_slice(&value[RECORD_LEN..]))
-            }
-            _ => Err(StoreError::MissingBody {
+            Some(value) => Ok(Bytes::copy_from_slice(
+                &value[self.body_offset(seq, &value)?..],
+            )),
+            None => Err(StoreError::MissingBody {
                 entity: self.entity.clone(),
                 seq,
             }),
         }
+    }
+
+    /// Where the message bytes start in a stored value: after its record, whatever its
+    /// version.
+    fn body_offset(&self, seq: i64, value: &[u8]) -> Result<usize, StoreError> {
+        Record::decode(value)
+            .map(|(_, len)| len)
+            .map_err(|error| StoreError::Record {
+                entity: self.entity.clone(),
+                seq,
+                error,
+            })
     }
 }

@@ -4,7 +4,7 @@
 //! The connection task reads frames and entity events; a separate writer task owns the write
 //! half, so two-way bulk traffic cannot deadlock on full socket buffers.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,6 +89,7 @@ pub async fn serve(
         remote_max_frame,
         sessions: HashMap::new(),
         link_sessions: HashMap::new(),
+        ended_by_client: HashSet::new(),
     };
     connection
         .run(stream, events_rx, remote_idle, shutdown)
@@ -249,6 +250,10 @@ struct Connection {
     sessions: HashMap<u16, Session>,
     /// Link id to the client channel of its session.
     link_sessions: HashMap<u64, u16>,
+    /// Channels whose session the client ended and has not begun again. The Python SDK still
+    /// detaches links on a channel after ending its session; those late frames are dropped
+    /// rather than treated as a protocol error.
+    ended_by_client: HashSet<u16>,
 }
 
 impl Connection {
@@ -388,6 +393,7 @@ impl Connection {
                         format!("channel {channel} is in use or above channel-max {CHANNEL_MAX}"),
                     ));
                 }
+                self.ended_by_client.remove(&channel);
                 let local = self.free_local_channel();
                 let (session, reply) =
                     Session::begin(local, channel, &begin, self.remote_max_frame);
@@ -398,7 +404,12 @@ impl Connection {
                 if let Some(error) = end.error {
                     tracing::info!(?error, "client ended a session with an error");
                 }
+                self.ended_by_client.insert(channel);
                 self.end_session(channel, None).await
+            }
+            _ if self.ended_by_client.contains(&channel) => {
+                tracing::debug!(channel, "frame after the client ended the session: dropped");
+                Running::Continue
             }
             body => {
                 let Some(session) = self.sessions.get_mut(&channel) else {

@@ -3,6 +3,7 @@
 mod child;
 mod durability;
 mod fe2o3_client;
+mod lifetime;
 mod pyenv;
 mod pytest;
 mod python;

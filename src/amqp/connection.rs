@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::amqp::header;
 use crate::amqp::link::amqp_error;
 use crate::amqp::session::{Context, Fault, Outbox, Session};
-use crate::entity::handle::{EntityError, EntityEvent, EventSink};
+use crate::entity::handle::{EntityEvent, EventSink};
 use crate::entity::registry::Registry;
 
 /// How long a client may take from TCP connect to its `open`.
@@ -461,7 +461,7 @@ impl Connection {
     async fn on_event(&mut self, event: EntityEvent) {
         let link_id = match &event {
             EntityEvent::Delivered(delivery) => delivery.consumer.0,
-            EntityEvent::Drained { consumer } | EntityEvent::Gone { consumer } => consumer.0,
+            EntityEvent::Drained { consumer } | EntityEvent::Gone { consumer, .. } => consumer.0,
             EntityEvent::Sent { ticket, .. }
             | EntityEvent::Settled { ticket, .. }
             | EntityEvent::Managed { ticket, .. } => ticket.link,
@@ -478,7 +478,9 @@ impl Connection {
         match event {
             EntityEvent::Delivered(delivery) => session.on_delivery(delivery, &ctx, &mut out),
             EntityEvent::Drained { consumer } => session.on_drained(consumer, &mut out),
-            EntityEvent::Gone { consumer } => session.on_entity_gone(consumer.0, &mut out),
+            EntityEvent::Gone { consumer, error } => {
+                session.on_entity_gone(consumer.0, &error, &mut out)
+            }
             EntityEvent::Sent { ticket, result } => session.on_sent(ticket, result, &mut out),
             EntityEvent::Managed { ticket, response } => {
                 session.on_managed(ticket, response, &mut out)
@@ -513,7 +515,7 @@ impl Connection {
         for (entity, command) in out.posts {
             if let Err(command) = entity.post(command).await {
                 tracing::debug!(entity = entity.name(), "entity is gone; command refused");
-                command.refuse(&EntityError::Deleted);
+                command.refuse(&entity.refusal());
             }
         }
         running

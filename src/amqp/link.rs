@@ -243,7 +243,7 @@ mod tests {
     fn outgoing() -> Outgoing {
         let (tx, _rx) = tokio::sync::mpsc::channel(1);
         Outgoing {
-            entity: EntityHandle::new("q".into(), tx),
+            entity: EntityHandle::new("q".into(), tx, Default::default()),
             consumer: ConsumerId(1),
             mode: ReceiveMode::PeekLock,
             settle_second: false,

@@ -821,17 +821,17 @@ impl Session {
                 out.frames
                     .push(rejection(delivery_id, entity_error(&error)));
                 if error == EntityError::Deleted {
-                    self.on_entity_gone(ticket.link, out);
+                    self.on_entity_gone(ticket.link, &error, out);
                 }
             }
         }
     }
 
-    /// The entity behind a link was deleted: the link is detached with `amqp:not-found`.
-    pub fn on_entity_gone(&mut self, link_id: u64, out: &mut Outbox) {
+    /// The entity behind a link will not serve it any more (deleted: `amqp:not-found`): the
+    /// link is detached with that error.
+    pub fn on_entity_gone(&mut self, link_id: u64, error: &EntityError, out: &mut Outbox) {
         if let Some(&remote_handle) = self.by_id.get(&link_id) {
-            let error = link::amqp_error(AmqpError::NotFound, EntityError::Deleted.to_string());
-            self.detach_with(remote_handle, error, out);
+            self.detach_with(remote_handle, entity_error(error), out);
         }
     }
 

@@ -8,6 +8,8 @@
 //! written, so one fsync covers everything that arrived while the previous one ran.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fe2o3_amqp::types::primitives::{Array, Binary, Timestamp, Value};
@@ -60,6 +62,7 @@ pub fn spawn(
     tracker: &TaskTracker,
 ) -> Result<EntityHandle, StoreError> {
     let (tx, rx) = mpsc::channel(MAILBOX);
+    let deleted = Arc::new(AtomicBool::new(false));
     let lock_duration_ms = millis(config.lock_duration);
     let rules = Rules {
         lock_duration_ms,
@@ -85,12 +88,13 @@ pub fn spawn(
         answers: Vec::new(),
         unflushed: Vec::new(),
         auto_delete_ms: config.auto_delete_on_idle.map(millis),
+        deleted: deleted.clone(),
         last_active_ms: now_ms(),
         reap: None,
     };
     let span = tracing::info_span!("entity", name = %config.name);
     tracker.spawn(actor.run(rx, shutdown).instrument(span));
-    Ok(EntityHandle::new(config.name.clone(), tx))
+    Ok(EntityHandle::new(config.name.clone(), tx, deleted))
 }
 
 /// The management response of an entity's refusal (amqp-dialect.md §7.3, §11).
@@ -158,6 +162,9 @@ struct Actor {
     unflushed: Vec<Answer>,
     /// `auto_delete_on_idle` in ms, if the entity has it.
     auto_delete_ms: Option<i64>,
+    /// Shared with every handle: set once the entity is deleted, so that commands it can no
+    /// longer take are refused with `amqp:not-found` rather than as a stopping broker's.
+    deleted: Arc<AtomicBool>,
     /// When a client last used the entity (auto-delete on idle).
     last_active_ms: i64,
     /// A reaper's request found the entity idle: it is deleted after this turn unless the
@@ -393,6 +400,7 @@ impl Actor {
         flushing: Option<Flushing>,
         reply: oneshot::Sender<bool>,
     ) {
+        self.deleted.store(true, Ordering::Release);
         mailbox.close();
         if let Some(mut pending) = flushing {
             let result = (&mut pending.done)
@@ -407,7 +415,10 @@ impl Actor {
             command.refuse(&EntityError::Deleted);
         }
         for (consumer, (_, events)) in self.consumers.drain() {
-            let _ = events.send(EntityEvent::Gone { consumer });
+            let _ = events.send(EntityEvent::Gone {
+                consumer,
+                error: EntityError::Deleted,
+            });
         }
         match self.log.destroy() {
             Ok(()) => tracing::info!(

@@ -4,6 +4,9 @@
 //! results, deliveries, settlement results) come back as [`EntityEvent`]s on the connection's
 //! own event channel, so a connection waits on one channel whatever the number of its links.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
@@ -236,7 +239,10 @@ impl Command {
             Command::Subscribe {
                 consumer, events, ..
             } => {
-                let _ = events.send(EntityEvent::Gone { consumer });
+                let _ = events.send(EntityEvent::Gone {
+                    consumer,
+                    error: error.clone(),
+                });
             }
             Command::Drain { .. }
             | Command::Send { reply: None, .. }
@@ -286,10 +292,12 @@ pub enum EntityEvent {
         /// The consumer.
         consumer: ConsumerId,
     },
-    /// The entity was deleted: the consumer's link must go (`amqp:not-found`).
+    /// The entity will not serve the consumer any more: its link must go.
     Gone {
         /// The consumer.
         consumer: ConsumerId,
+        /// Why ([`EntityError::Deleted`]: `amqp:not-found`).
+        error: EntityError,
     },
     /// A management operation's response.
     Managed {
@@ -312,12 +320,28 @@ pub enum EntityEvent {
 pub struct EntityHandle {
     name: String,
     mailbox: mpsc::Sender<Command>,
+    deleted: Arc<AtomicBool>,
 }
 
 impl EntityHandle {
-    /// Wraps an actor's mailbox.
-    pub fn new(name: String, mailbox: mpsc::Sender<Command>) -> Self {
-        Self { name, mailbox }
+    /// Wraps an actor's mailbox; the actor sets `deleted` before it closes the mailbox for
+    /// good.
+    pub fn new(name: String, mailbox: mpsc::Sender<Command>, deleted: Arc<AtomicBool>) -> Self {
+        Self {
+            name,
+            mailbox,
+            deleted,
+        }
+    }
+
+    /// Why a command the actor can no longer take is refused: the entity was deleted, or the
+    /// broker is stopping.
+    pub fn refusal(&self) -> EntityError {
+        if self.deleted.load(Ordering::Acquire) {
+            EntityError::Deleted
+        } else {
+            EntityError::Unavailable
+        }
     }
 
     /// The entity's name as declared.

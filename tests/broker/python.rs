@@ -14,3 +14,11 @@ fn proton_suite() {
 fn azure_sdk_suite() {
     pytest::run("tests/python/test_azure_sdk.py");
 }
+
+/// The official `azure-servicebus` SDK against time (issue 6): scheduled messages (schedule,
+/// cancel, peek, activation, restart), time to live (entity cap, expiry under a lock, the
+/// sweeper, dead-lettering on expiry) and auto-delete on idle.
+#[test]
+fn azure_sdk_time_suite() {
+    pytest::run("tests/python/test_time.py");
+}

@@ -1,7 +1,10 @@
 """Fixtures shared by the pytest suites: a real broker per test, its log on failure."""
 
+import logging
+
 import pytest
 
+from sb_common import open_client
 from tidebus_broker import Broker, BrokerError
 
 
@@ -23,6 +26,18 @@ def broker(request, tmp_path):
     fail_if(instance.start, "broker did not start")
     yield instance
     fail_if(instance.stop, "broker did not stop cleanly")
+
+
+@pytest.fixture
+def client(broker, caplog):
+    """An azure-servicebus `ServiceBusClient` on the test's broker; its log is shown on failure.
+
+    A test that restarts its broker (a new port) opens its own clients with
+    `sb_common.open_client` instead.
+    """
+    caplog.set_level(logging.DEBUG, logger="azure.servicebus")
+    with open_client(broker) as sb:
+        yield sb
 
 
 def fail_if(action, what):

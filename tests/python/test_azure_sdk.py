@@ -7,25 +7,16 @@ lock renewal, deferred receive and settling a deferred message go through the en
 `$management` node. So these tests cover amqp-dialect.md sections 2 to 7 and 11 as one real
 client sees them.
 
-Each test runs its own broker (conftest.py). The client is built with `retry_total=0`: a local
-broker has no transient faults, so a retry would only hide one. Every wait is bounded: the
-client's `try_timeout` bounds each attempt (opening a link included: without it the SDK waits
-forever for a CBS answer that never comes), each receive has a `max_wait_time`, loops run
-against a deadline, and the one wait on the clock itself is for a lock to expire. On a failure
-pytest shows the SDK's log, frame trace included (`logging_enable=True`), next to the broker's.
+Each test runs its own broker and client (conftest.py; the client's settings and the shared
+steps are in sb_common.py). Every wait is bounded, and the one wait on the clock itself is for a
+lock to expire. On a failure pytest shows the SDK's log, frame trace included
+(`logging_enable=True`), next to the broker's.
 """
 
-import logging
-import time
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import pytest
-from azure.servicebus import (
-    ServiceBusClient,
-    ServiceBusMessage,
-    ServiceBusReceiveMode,
-    ServiceBusSubQueue,
-)
+from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode, ServiceBusSubQueue
 from azure.servicebus.exceptions import (
     MessageLockLostError,
     MessageNotFoundError,
@@ -33,91 +24,23 @@ from azure.servicebus.exceptions import (
     MessagingEntityNotFoundError,
 )
 
-# Bound on collecting the messages a test expects, over several receive calls.
-DEADLINE_S = 30.0
-# `max_wait_time` of one receive call.
-RECEIVE_WAIT_S = 5
-# The client's `try_timeout`, and `timeout` of the calls that take one (send, peek, renew,
-# deferred receive). Without it opening a sender waits forever if the broker never answers CBS.
-OPERATION_TIMEOUT_S = 20
-# The broker's default lock duration (design.md section 4) and the slack allowed around it.
+from sb_common import (
+    CLOCK_SLACK,
+    OPERATION_TIMEOUT_S,
+    assert_only_marker_left,
+    expected_summary,
+    ids,
+    now_utc,
+    numbered,
+    receive_exactly,
+    receive_one,
+    send,
+    summary,
+    wait_until_past,
+)
+
+# The broker's default lock duration (design.md section 4).
 DEFAULT_LOCK = timedelta(seconds=60)
-CLOCK_SLACK = timedelta(seconds=1)
-# How far past `locked_until_utc` a test waits before it counts the lock as expired.
-EXPIRY_MARGIN = timedelta(milliseconds=250)
-
-
-def connection_string(broker):
-    return (
-        f"Endpoint=sb://{broker.host}:{broker.port};"
-        "SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;"
-        "UseDevelopmentEmulator=true;"
-    )
-
-
-@pytest.fixture
-def client(broker, caplog):
-    """A `ServiceBusClient` on the test's broker; its log is shown if the test fails."""
-    caplog.set_level(logging.DEBUG, logger="azure.servicebus")
-    sb = ServiceBusClient.from_connection_string(
-        connection_string(broker),
-        retry_total=0,
-        try_timeout=OPERATION_TIMEOUT_S,
-        logging_enable=True,
-    )
-    with sb:
-        yield sb
-
-
-# --- messages ------------------------------------------------------------------------------------
-
-
-def numbered(tag, index):
-    return ServiceBusMessage(
-        f"{tag} body {index}",
-        message_id=f"{tag}-{index}",
-        application_properties={"index": index, "tag": tag},
-    )
-
-
-def text(value):
-    """A received string: the SDK hands back bytes for AMQP strings."""
-    return value.decode("utf-8") if isinstance(value, bytes) else value
-
-
-def body_of(message):
-    return b"".join(message.body).decode("utf-8")
-
-
-def properties_of(message):
-    return {text(key): text(value) for key, value in (message.application_properties or {}).items()}
-
-
-def summary(message):
-    """What a test compares: message id, body, application properties."""
-    return (message.message_id, body_of(message), properties_of(message))
-
-
-def expected_summary(tag, index):
-    return (f"{tag}-{index}", f"{tag} body {index}", {"index": index, "tag": tag})
-
-
-def ids(messages):
-    return [message.message_id for message in messages]
-
-
-def now_utc():
-    """The clock the SDK judges locks by (its `utc_now`)."""
-    return datetime.now(timezone.utc)
-
-
-# --- client steps --------------------------------------------------------------------------------
-
-
-def send(client, queue, messages):
-    """Send a message, a list or a batch to `queue` with a fresh sender."""
-    with client.get_queue_sender(queue) as sender:
-        sender.send_messages(messages, timeout=OPERATION_TIMEOUT_S)
 
 
 def send_single_list_and_batch(client, queue, tag):
@@ -133,49 +56,6 @@ def send_single_list_and_batch(client, queue, tag):
         batch.add_message(numbered(tag, 4))
         sender.send_messages(batch, timeout=OPERATION_TIMEOUT_S)
     return [expected_summary(tag, index) for index in range(5)]
-
-
-def receive_exactly(receiver, count, deadline_s=DEADLINE_S):
-    """Receive until `count` messages arrived; fails if that takes longer than `deadline_s`."""
-    received = []
-    deadline = time.monotonic() + deadline_s
-    while len(received) < count and time.monotonic() < deadline:
-        received += receiver.receive_messages(
-            max_message_count=count - len(received), max_wait_time=RECEIVE_WAIT_S
-        )
-    assert len(received) == count, (
-        f"expected {count} messages within {deadline_s:.0f} s, got {len(received)}: {ids(received)}"
-    )
-    return received
-
-
-def receive_one(receiver):
-    return receive_exactly(receiver, 1)[0]
-
-
-def assert_only_marker_left(client, queue, receive_mode=ServiceBusReceiveMode.PEEK_LOCK):
-    """Send a marker; a fresh receiver's first messages must be just the marker.
-
-    FIFO makes anything still available in the queue arrive before it, so this shows the queue
-    held nothing else, without waiting for a receive to time out.
-    """
-    send(client, queue, ServiceBusMessage("marker", message_id="marker"))
-    with client.get_queue_receiver(queue, receive_mode=receive_mode) as receiver:
-        first = receive_one(receiver)
-        assert first.message_id == "marker", (
-            f"{queue} still held {first.message_id!r} ({body_of(first)!r}) before the marker"
-        )
-        if receive_mode == ServiceBusReceiveMode.PEEK_LOCK:
-            receiver.complete_message(first)
-
-
-def wait_until_past(instant, deadline_s=DEADLINE_S):
-    """Poll the SDK's clock until it is `EXPIRY_MARGIN` past `instant` (a lock expiry)."""
-    target = instant + EXPIRY_MARGIN
-    deadline = time.monotonic() + deadline_s
-    while now_utc() <= target:
-        assert time.monotonic() < deadline, f"{instant} not passed within {deadline_s:.0f} s"
-        time.sleep(0.05)
 
 
 # --- tests ---------------------------------------------------------------------------------------

@@ -87,8 +87,14 @@ class Broker:
             return "(no broker log)"
 
     def start(self):
+        """Start the broker; again after `stop()` it reuses the workdir (and so the data).
+
+        A restart gets a new port: clients must reconnect to `address`.
+        """
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(render_config(self.settings, self.queues))
+        # The previous run's address must not pass for this run's.
+        self.ready_path.unlink(missing_ok=True)
         command = [
             broker_binary(),
             "--config", str(self.config_path),
@@ -99,7 +105,8 @@ class Broker:
         env = dict(os.environ)
         env.setdefault("RUST_LOG", "info,tidebus=debug")
         env.setdefault("RUST_BACKTRACE", "1")
-        with open(self.log_path, "wb") as log:
+        # Appended, so a failed test after a restart shows every run's log.
+        with open(self.log_path, "ab") as log:
             log.write(("$ " + " ".join(command) + "\n").encode())
             log.flush()
             self.process = subprocess.Popen(
@@ -145,6 +152,8 @@ class Broker:
             ) from None
         if code != 0:
             raise BrokerError(f"broker exited with code {code} after SIGTERM, expected 0")
+        # Stopped as asked: a second stop (the fixture's teardown) has nothing to do.
+        self.process = None
 
     def _kill(self):
         if self.process is not None and self.process.poll() is None:

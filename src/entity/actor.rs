@@ -56,7 +56,7 @@ pub enum Commit {
 /// A [`StoreError`] when the log cannot be read back.
 pub fn spawn(
     config: &QueueConfig,
-    log: EntityLog,
+    mut log: EntityLog,
     commit: Commit,
     shutdown: CancellationToken,
     tracker: &TaskTracker,
@@ -332,6 +332,10 @@ impl Actor {
             Command::ExpireDue { now_ms } => {
                 self.main.expire_due(now_ms);
                 self.move_dead_letters();
+                // The sweeper's tick is also the log's housekeeping turn.
+                if let Err(error) = self.log.compact() {
+                    self.poison(&error);
+                }
             }
             Command::ReapIfIdle { reply } => match self.is_idle(now) {
                 true => self.reap = Some(reply),
@@ -518,7 +522,12 @@ impl Actor {
 
     /// A stored message as the SDKs expect it in management responses: the whole encoded
     /// message, with the broker's header and annotations, as a binary.
-    fn encoded(&self, sub: SubQueue, seq: i64, stamp: &DeliveryStamp) -> Result<Value, Response> {
+    fn encoded(
+        &mut self,
+        sub: SubQueue,
+        seq: i64,
+        stamp: &DeliveryStamp,
+    ) -> Result<Value, Response> {
         let internal = |error: String| Response::error(500, wire::condition::INTERNAL_ERROR, error);
         let body = self
             .log

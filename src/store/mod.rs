@@ -1,26 +1,24 @@
 //! The message store (design.md D3): one `sled::Db` under `data_dir`, one tree per entity.
 //!
-//! In an entity's tree, key `m` + big-endian sequence number holds the broker [`Record`]
-//! followed by the message bytes as the client sent them, and key `h` the next sequence number
-//! (the high-water mark). Both are written in one atomic batch, so a message and the counter
-//! that numbered it are never apart. One key per message keeps a send to one insert and a
-//! completion to one remove: sled's per-operation cost, not fsync, bounds the throughput. In
-//! `memory` mode there is no database at all: bodies live in a map and nothing touches the
-//! disk.
+//! A stored message is the broker [`Record`] followed by the message bytes as the client sent
+//! them; [`log`] says how an entity's messages are laid out in its tree (chunks of messages
+//! written together, so that sled's per-operation cost, not fsync, is paid per batch rather
+//! than per message). In `memory` mode there is no database at all: bodies live in a map and
+//! nothing touches the disk.
 
+pub mod chunk;
 pub mod commit;
+pub mod log;
 pub mod record;
-
-use std::collections::HashMap;
-use std::time::Instant;
 
 use bytes::Bytes;
 
 use crate::config::{BrokerConfig, Durability};
+use crate::store::chunk::ChunkError;
 pub use crate::store::commit::Flusher;
-use crate::store::record::{Record, RecordError, RECORD_LEN};
+pub use crate::store::log::EntityLog;
+use crate::store::record::{Record, RecordError};
 
-const NEXT_SEQ_KEY: &[u8] = b"h";
 /// Bytes of recent messages an entity keeps in memory next to its tree.
 const BODY_CACHE_BYTES: usize = 8 * 1024 * 1024;
 /// Tree-name prefix of entity trees.
@@ -41,6 +39,16 @@ pub enum StoreError {
         seq: i64,
         /// What is wrong.
         error: RecordError,
+    },
+    /// A stored chunk does not decode.
+    #[error("entity {entity}: chunk from message {first}: {error}")]
+    Chunk {
+        /// The entity.
+        entity: String,
+        /// Its first message.
+        first: i64,
+        /// What is wrong.
+        error: ChunkError,
     },
     /// A message's bytes are missing although its record exists.
     #[error("entity {entity}: the bytes of message {seq} are missing")]
@@ -69,6 +77,7 @@ pub enum SubQueue {
 }
 
 impl SubQueue {
+    /// The key prefix of the queue's messages stored under their own keys.
     fn prefix(self) -> u8 {
         match self {
             SubQueue::Main => b'm',
@@ -165,18 +174,12 @@ impl Store {
             None => None,
             Some(db) => Some(db.open_tree(format!("{ENTITY_TREE_PREFIX}{name}"))?),
         };
-        Ok(EntityLog {
-            db: self.db.clone(),
-            cache_budget: if tree.is_some() {
-                BODY_CACHE_BYTES
-            } else {
-                usize::MAX
-            },
-            tree,
-            entity: name,
-            cache: HashMap::new(),
-            cached_bytes: 0,
-        })
+        let budget = if tree.is_some() {
+            BODY_CACHE_BYTES
+        } else {
+            usize::MAX
+        };
+        Ok(EntityLog::new(self.db.clone(), tree, name, budget))
     }
 
     /// Flushes everything written so far (used once at shutdown).
@@ -188,177 +191,5 @@ impl Store {
             db.flush()?;
         }
         Ok(())
-    }
-}
-
-/// Where one entity's messages are kept: its sled tree (none in `memory` mode) and the bytes
-/// of recent messages, so that a queue that keeps up never reads its own writes back.
-#[derive(Debug)]
-pub struct EntityLog {
-    db: Option<sled::Db>,
-    tree: Option<sled::Tree>,
-    /// The entity's (lower-cased) name, for errors.
-    entity: String,
-    /// Bytes of messages by queue and sequence number: every message in `memory` mode, the
-    /// most recent ones within `cache_budget` otherwise.
-    cache: HashMap<(SubQueue, i64), Bytes>,
-    cached_bytes: usize,
-    cache_budget: usize,
-}
-
-fn key(prefix: u8, seq: i64) -> [u8; 9] {
-    let mut key = [0u8; 9];
-    key[0] = prefix;
-    key[1..].copy_from_slice(&seq.to_be_bytes());
-    key
-}
-
-impl EntityLog {
-    /// Reads every record of one queue back (sled modes) and logs how long it took.
-    ///
-    /// # Errors
-    /// A [`StoreError`] for unreadable data; the entity then does not start.
-    pub fn recover(&self, sub: SubQueue) -> Result<Recovered, StoreError> {
-        let Some(tree) = &self.tree else {
-            return Ok(Recovered {
-                next_seq: 1,
-                records: Vec::new(),
-            });
-        };
-        let entity = &self.entity;
-        let started = Instant::now();
-        let next_seq = match tree.get(NEXT_SEQ_KEY)? {
-            Some(raw) if raw.len() == 8 => {
-                let mut bytes = [0u8; 8];
-                bytes.copy_from_slice(&raw);
-                i64::from_be_bytes(bytes)
-            }
-            _ => 1,
-        };
-        let mut records = Vec::new();
-        for item in tree.scan_prefix([sub.prefix()]) {
-            let (key, value) = item?;
-            let mut seq_bytes = [0u8; 8];
-            seq_bytes.copy_from_slice(&key[1..9]);
-            let seq = i64::from_be_bytes(seq_bytes);
-            let (record, _) = Record::decode(&value).map_err(|error| StoreError::Record {
-                entity: entity.clone(),
-                seq,
-                error,
-            })?;
-            records.push((seq, record));
-        }
-        tracing::info!(
-            entity = %entity,
-            queue = ?sub,
-            messages = records.len(),
-            next_seq,
-            elapsed = ?started.elapsed(),
-            "recovered"
-        );
-        Ok(Recovered { next_seq, records })
-    }
-
-    /// Applies changes atomically (one sled batch).
-    ///
-    /// # Errors
-    /// [`StoreError::Sled`] when the write fails.
-    pub fn write(&mut self, changes: Vec<(SubQueue, Change)>) -> Result<(), StoreError> {
-        let mut batch = sled::Batch::default();
-        for (sub, change) in changes {
-            let prefix = sub.prefix();
-            match change {
-                Change::Put { seq, record, body } => {
-                    if self.tree.is_some() {
-                        let mut value = Vec::with_capacity(RECORD_LEN + body.len());
-                        value.extend_from_slice(&record.encode());
-                        value.extend_from_slice(&body);
-                        batch.insert(&key(prefix, seq), value);
-                    }
-                    if let Some(old) = self.cache.remove(&(sub, seq)) {
-                        self.cached_bytes -= old.len();
-                    }
-                    if self.cached_bytes + body.len() <= self.cache_budget {
-                        self.cached_bytes += body.len();
-                        self.cache.insert((sub, seq), body);
-                    }
-                }
-                Change::Update { seq, record } => {
-                    // The actor is the tree's only writer: read, patch, write back.
-                    let old = match &self.tree {
-                        Some(tree) => tree.get(key(prefix, seq))?,
-                        None => None,
-                    };
-                    if let Some(old) = old {
-                        let body_at = self.body_offset(seq, &old)?;
-                        let mut value = Vec::with_capacity(RECORD_LEN + old.len() - body_at);
-                        value.extend_from_slice(&record.encode());
-                        value.extend_from_slice(&old[body_at..]);
-                        batch.insert(&key(prefix, seq), value);
-                    }
-                }
-                Change::Delete { seq } => {
-                    batch.remove(&key(prefix, seq));
-                    if let Some(body) = self.cache.remove(&(sub, seq)) {
-                        self.cached_bytes -= body.len();
-                    }
-                }
-                Change::NextSeq(next) => batch.insert(NEXT_SEQ_KEY, &next.to_be_bytes()),
-            }
-        }
-        match &self.tree {
-            Some(tree) => Ok(tree.apply_batch(batch)?),
-            None => Ok(()),
-        }
-    }
-
-    /// Deletes the entity's tree, every message of both its queues and its sequence counter
-    /// with it (auto-delete on idle). The deletion is durable at the next flush.
-    ///
-    /// # Errors
-    /// [`StoreError::Sled`] when the tree cannot be dropped.
-    pub fn destroy(&mut self) -> Result<(), StoreError> {
-        self.cache.clear();
-        self.cached_bytes = 0;
-        if let (Some(db), Some(tree)) = (&self.db, self.tree.take()) {
-            db.drop_tree(tree.name())?;
-        }
-        Ok(())
-    }
-
-    /// The bytes of a stored message.
-    ///
-    /// # Errors
-    /// [`StoreError::MissingBody`] when the message has no bytes, or a sled error.
-    pub fn body(&self, sub: SubQueue, seq: i64) -> Result<Bytes, StoreError> {
-        if let Some(body) = self.cache.get(&(sub, seq)) {
-            return Ok(body.clone());
-        }
-        let prefix = sub.prefix();
-        let stored = match &self.tree {
-            Some(tree) => tree.get(key(prefix, seq))?,
-            None => None,
-        };
-        match stored {
-            Some(value) => Ok(Bytes::copy_from_slice(
-                &value[self.body_offset(seq, &value)?..],
-            )),
-            None => Err(StoreError::MissingBody {
-                entity: self.entity.clone(),
-                seq,
-            }),
-        }
-    }
-
-    /// Where the message bytes start in a stored value: after its record, whatever its
-    /// version.
-    fn body_offset(&self, seq: i64, value: &[u8]) -> Result<usize, StoreError> {
-        Record::decode(value)
-            .map(|(_, len)| len)
-            .map_err(|error| StoreError::Record {
-                entity: self.entity.clone(),
-                seq,
-                error,
-            })
     }
 }

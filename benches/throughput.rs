@@ -25,10 +25,6 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tidebus::config::{Config, Durability, QueueConfig};
 use tokio::net::{TcpListener, TcpStream};
 
-/// The allocator the `tidebus` binary runs with (src/main.rs), so the figures are its own.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 struct Args {

@@ -14,12 +14,6 @@ use tokio::signal::unix::{signal, SignalKind};
 use tracing::level_filters::LevelFilter;
 use tracing_subscriber::EnvFilter;
 
-/// mimalloc instead of the system allocator: the broker allocates and frees a few small
-/// buffers per message, and glibc's malloc cost about a quarter of the throughput
-/// (`cargo bench --bench throughput`: 42k → 58k msg/s in `memory` mode).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Exit status when the config cannot be loaded; clap uses the same for bad arguments.
 const EXIT_CONFIG_ERROR: u8 = 2;
 

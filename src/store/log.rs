@@ -24,8 +24,11 @@ use crate::store::{Change, Recovered, StoreError, SubQueue};
 const NEXT_SEQ_KEY: &[u8] = b"h";
 const CHUNK_PREFIX: u8 = b'c';
 const DEPARTURES_PREFIX: u8 = b'g';
-/// Most message bytes in one chunk: a write with more stores several.
-const CHUNK_MAX_BYTES: usize = 1024 * 1024;
+/// Most message bytes in one chunk: a write with more stores several. sled splits a leaf only
+/// past 16 keys and rewrites whole leaves, so big chunks make big leaves: 1 MiB chunks were
+/// 10% faster than 16 KiB ones but took the broker's RSS with a 100k backlog from 130 MB to
+/// 158 MB.
+const CHUNK_MAX_BYTES: usize = 16 * 1024;
 /// A chunk still holding at most this fraction (1/n) of its messages, and left alone since
 /// the previous compaction, has them moved to their own keys so that it can go: a few
 /// long-lived messages (deferred ones, say) never pin many dead ones on disk.

@@ -61,7 +61,7 @@ pub async fn run(
     let address = listener.local_addr()?;
     let tasks = Shutdown::default();
     let store = Store::open(&config.broker)?;
-    let flusher = store.flusher(&tasks.tracker);
+    let flusher = store.flusher()?;
     let interval = (config.broker.durability == Durability::Interval)
         .then_some(flusher.clone())
         .flatten();

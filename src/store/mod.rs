@@ -159,9 +159,12 @@ impl Store {
         self.durability
     }
 
-    /// The flusher of this database, if it has one.
-    pub fn flusher(&self, tracker: &tokio_util::task::TaskTracker) -> Option<Flusher> {
-        self.db.clone().map(|db| Flusher::start(db, tracker))
+    /// The flusher of this database, if it has one (not in `memory` mode).
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when its thread cannot be started.
+    pub fn flusher(&self) -> Result<Option<Flusher>, StoreError> {
+        self.db.clone().map(Flusher::start).transpose()
     }
 
     /// The log of one entity (created if absent).

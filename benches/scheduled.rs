@@ -19,9 +19,8 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use fe2o3_amqp::connection::ConnectionHandle;
 use fe2o3_amqp::link::receiver::CreditMode;
 use fe2o3_amqp::types::definitions::SenderSettleMode;
 use fe2o3_amqp::types::messaging::annotations::OwnedKey;
@@ -29,13 +28,12 @@ use fe2o3_amqp::types::messaging::{
     ApplicationProperties, Body, Message, MessageAnnotations, Outcome,
 };
 use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Symbol, Timestamp, Value};
-use fe2o3_amqp::{Connection, Receiver, Sender, Session};
+use fe2o3_amqp::{Receiver, Sender, Session};
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use tidebus::config::{Config, Durability, QueueConfig};
-use tokio::net::{TcpListener, TcpStream};
+use tidebus::config::Durability;
 
-/// Any error, for `?` across the fe2o3-amqp and tokio calls.
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+mod support;
+use support::{connect, now_micros, BenchBroker, BoxError, Flags};
 
 /// The annotation that schedules a message (set by the sender).
 const SCHEDULED_ENQUEUE_TIME: &str = "x-opt-scheduled-enqueue-time";
@@ -74,49 +72,19 @@ fn parse_args() -> Result<Args, String> {
         window: 100,
         credit: 5_000,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .ok_or_else(|| format!("{name} needs a number"))
-        };
+    let mut flags = Flags::from_env();
+    while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
-            "--messages" => args.messages = value("--messages")?,
-            "--lead" => args.lead = value("--lead")?,
-            "--size" => args.size = value("--size")? as usize,
-            "--window" => args.window = value("--window")?.max(1) as usize,
-            "--credit" => args.credit = value("--credit")?.max(1) as u32,
-            "--durability" => {
-                args.durability = match it.next().as_deref() {
-                    Some("sync") => Durability::Sync,
-                    Some("interval") => Durability::Interval,
-                    Some("memory") => Durability::Memory,
-                    _ => return Err("--durability takes sync, interval or memory".into()),
-                }
-            }
-            "--bench" => {}
+            "--messages" => args.messages = flags.number(&flag)?,
+            "--lead" => args.lead = flags.number(&flag)?,
+            "--size" => args.size = flags.number(&flag)? as usize,
+            "--window" => args.window = flags.number(&flag)?.max(1) as usize,
+            "--credit" => args.credit = flags.number(&flag)?.max(1) as u32,
+            "--durability" => args.durability = flags.durability()?,
             other => return Err(format!("unknown argument {other}")),
         }
     }
     Ok(args)
-}
-
-/// Wall-clock microseconds since the Unix epoch (the clock the broker stamps with).
-fn now_micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
-}
-
-/// Opens an AMQP connection to the bench broker.
-async fn connect(addr: SocketAddr, name: &str) -> Result<ConnectionHandle<()>, BoxError> {
-    let stream = TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
-    Ok(Connection::builder()
-        .container_id(name)
-        .open_with_stream(stream)
-        .await?)
 }
 
 /// Schedules every message for `due_ms`; returns how many were accepted and the wall-clock
@@ -259,42 +227,17 @@ fn spread(sorted: &[i64], scale: f64) -> String {
 /// unless every message arrived exactly once.
 fn main() -> Result<(), BoxError> {
     let args = parse_args()?;
-    let broker_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let mut config = Config::embedded_default();
-    let data_dir = tempfile::tempdir()?;
-    config.broker.durability = args.durability;
-    config.broker.data_dir = data_dir.path().join("data");
-    config.queues = vec![QueueConfig {
-        name: QUEUE.into(),
-        ..config.queues[0].clone()
-    }];
-    let listener = broker_runtime.block_on(TcpListener::bind("127.0.0.1:0"))?;
-    let addr = listener.local_addr()?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let broker = broker_runtime.spawn(tidebus::run(
-        config,
-        listener,
-        async move {
-            let _ = stopped.await;
-        },
-        |_| {},
-    ));
+    let broker = BenchBroker::start(args.durability, QUEUE)?;
+    let addr = broker.addr;
 
     let due_ms = now_micros() / 1000 + (args.lead * 1000) as i64;
-    let client_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let client_runtime = support::runtime()?;
     let ((accepted, sent_at_us), got) = client_runtime.block_on(async {
         let (sent, received) =
             tokio::join!(produce(addr, &args, due_ms), consume(addr, &args, due_ms));
         Ok::<_, BoxError>((sent?, received?))
     })?;
-    let _ = stop.send(());
-    broker_runtime.block_on(broker)??;
+    broker.stop()?;
 
     let due_us = due_ms * 1000;
     let mut activation: Vec<i64> = got.enqueued_ms.iter().map(|t| t - due_ms).collect();

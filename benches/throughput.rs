@@ -14,18 +14,18 @@
 //! rates and the p50/p99 latency from send to receipt.
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use fe2o3_amqp::link::receiver::CreditMode;
 use fe2o3_amqp::types::definitions::SenderSettleMode;
 use fe2o3_amqp::types::messaging::{ApplicationProperties, Body, Message, Outcome};
 use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Value};
-use fe2o3_amqp::{Connection, Receiver, Sender, Session};
+use fe2o3_amqp::{Receiver, Sender, Session};
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use tidebus::config::{Config, Durability, QueueConfig};
-use tokio::net::{TcpListener, TcpStream};
+use tidebus::config::Durability;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+mod support;
+use support::{connect, now_micros, BenchBroker, BoxError, Flags};
 
 struct Args {
     durability: Durability,
@@ -47,52 +47,20 @@ fn parse_args() -> Result<Args, String> {
         window: 100,
         credit: 200,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .ok_or_else(|| format!("{name} needs a number"))
-        };
+    let mut flags = Flags::from_env();
+    while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
-            "--messages" => args.messages = value("--messages")?,
-            "--size" => args.size = value("--size")? as usize,
-            "--window" => args.window = value("--window")?.max(1) as usize,
-            "--credit" => args.credit = value("--credit")?.max(1) as u32,
-            "--durability" => {
-                args.durability = match it.next().as_deref() {
-                    Some("sync") => Durability::Sync,
-                    Some("interval") => Durability::Interval,
-                    Some("memory") => Durability::Memory,
-                    _ => return Err("--durability takes sync, interval or memory".into()),
-                }
-            }
+            "--messages" => args.messages = flags.number(&flag)?,
+            "--size" => args.size = flags.number(&flag)? as usize,
+            "--window" => args.window = flags.number(&flag)?.max(1) as usize,
+            "--credit" => args.credit = flags.number(&flag)?.max(1) as u32,
+            "--durability" => args.durability = flags.durability()?,
             "--fill-first" => args.fill_first = true,
             "--receive-and-delete" => args.receive_and_delete = true,
-            "--bench" => {} // passed by `cargo bench`
             other => return Err(format!("unknown argument {other}")),
         }
     }
     Ok(args)
-}
-
-fn now_micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or(0)
-}
-
-async fn connect(
-    addr: std::net::SocketAddr,
-    name: &str,
-) -> Result<fe2o3_amqp::connection::ConnectionHandle<()>, BoxError> {
-    let stream = TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
-    Ok(Connection::builder()
-        .container_id(name)
-        .open_with_stream(stream)
-        .await?)
 }
 
 /// Sends every message; returns how many were accepted, the elapsed time and each send's round
@@ -227,34 +195,9 @@ fn percentile(sorted: &[u64], p: f64) -> f64 {
 
 fn main() -> Result<(), BoxError> {
     let args = parse_args()?;
-    let broker_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let mut config = Config::embedded_default();
-    let data_dir = tempfile::tempdir()?;
-    config.broker.durability = args.durability;
-    config.broker.data_dir = data_dir.path().join("data");
-    config.queues = vec![QueueConfig {
-        name: "bench".into(),
-        ..config.queues[0].clone()
-    }];
-    let listener = broker_runtime.block_on(TcpListener::bind("127.0.0.1:0"))?;
-    let addr = listener.local_addr()?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let broker = broker_runtime.spawn(tidebus::run(
-        config,
-        listener,
-        async move {
-            let _ = stopped.await;
-        },
-        |_| {},
-    ));
-
-    let client_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let broker = BenchBroker::start(args.durability, "bench")?;
+    let addr = broker.addr;
+    let client_runtime = support::runtime()?;
     let (sent, received) = client_runtime.block_on(async {
         let started = Instant::now();
         if args.fill_first {
@@ -271,8 +214,7 @@ fn main() -> Result<(), BoxError> {
     })?;
     let ((accepted, send_elapsed, mut round_trips), (mut got, started)) = (sent, received);
     round_trips.sort_unstable();
-    let _ = stop.send(());
-    broker_runtime.block_on(broker)??;
+    broker.stop()?;
 
     let end_to_end = got.last.map_or(Duration::ZERO, |last| last - started);
     let receive_span = match (got.first, got.last) {

@@ -609,6 +609,14 @@ mod tests {
         sub.prefix()
     }
 
+    fn sub_of(prefix: u8) -> SubQueue {
+        if prefix == b'm' {
+            SubQueue::Main
+        } else {
+            SubQueue::DeadLetter
+        }
+    }
+
     /// Random writes (fresh messages, deletes, updates, new bytes, dead-lettering, deletes of
     /// messages stored in the same write) and compactions against a map; every body reads
     /// back as the model says, and so does every record after a reopen.
@@ -647,21 +655,13 @@ mod tests {
                     }
                     3 | 4 if !live.is_empty() => {
                         let (prefix, seq) = pick(next(1 << 30));
-                        let sub = if prefix == b'm' {
-                            SubQueue::Main
-                        } else {
-                            SubQueue::DeadLetter
-                        };
+                        let sub = sub_of(prefix);
                         model.remove(&(prefix, seq));
                         changes.push((sub, Change::Delete { seq }));
                     }
                     5 if !live.is_empty() => {
                         let (prefix, seq) = pick(next(1 << 30));
-                        let sub = if prefix == b'm' {
-                            SubQueue::Main
-                        } else {
-                            SubQueue::DeadLetter
-                        };
+                        let sub = sub_of(prefix);
                         let entry = model.get_mut(&(prefix, seq)).expect("live");
                         entry.0.delivery_count += 1;
                         changes.push((
@@ -674,11 +674,7 @@ mod tests {
                     }
                     6 if !live.is_empty() => {
                         let (prefix, seq) = pick(next(1 << 30));
-                        let sub = if prefix == b'm' {
-                            SubQueue::Main
-                        } else {
-                            SubQueue::DeadLetter
-                        };
+                        let sub = sub_of(prefix);
                         let body = Bytes::from(format!("new bytes of {seq} at {step}"));
                         let entry = model.get_mut(&(prefix, seq)).expect("live");
                         entry.0.size = body.len() as u32;
@@ -708,11 +704,7 @@ mod tests {
                 log.compact().expect("compact");
             }
             for ((prefix, seq), (_, body)) in &model {
-                let sub = if *prefix == b'm' {
-                    SubQueue::Main
-                } else {
-                    SubQueue::DeadLetter
-                };
+                let sub = sub_of(*prefix);
                 assert_eq!(
                     &log.body(sub, *seq).expect("body"),
                     body,
@@ -747,11 +739,7 @@ mod tests {
             );
         }
         for ((prefix, seq), (_, body)) in &model {
-            let sub = if *prefix == b'm' {
-                SubQueue::Main
-            } else {
-                SubQueue::DeadLetter
-            };
+            let sub = sub_of(*prefix);
             assert_eq!(
                 &log.body(sub, *seq).expect("body"),
                 body,

@@ -1381,6 +1381,197 @@ mod tests {
         assert_eq!(back.len(), 1);
     }
 
+    /// One message as the time model sees it.
+    #[derive(Debug, Clone, Copy)]
+    struct Timed {
+        ttl: Option<u32>,
+        expires: i64,
+        due: Option<i64>,
+        locked: bool,
+    }
+
+    /// Drops from `model` what the queue no longer holds; only expired, unlocked, active
+    /// messages may have gone.
+    fn reconcile(q: &QueueState, model: &mut BTreeMap<i64, Timed>, now: i64) {
+        let present: BTreeSet<i64> = q.peek(0, usize::MAX).iter().map(|(s, _)| *s).collect();
+        assert!(
+            present.iter().all(|seq| model.contains_key(seq)),
+            "no message appears"
+        );
+        model.retain(|seq, m| {
+            if present.contains(seq) {
+                return true;
+            }
+            assert!(
+                !m.locked && m.due.is_none() && m.expires <= now,
+                "message {seq} left before its time: {m:?} at {now}"
+            );
+            false
+        });
+    }
+
+    /// Random sends (with and without time to live, scheduled or not), clock steps,
+    /// activations, deliveries, settlements, sweeps and restarts: no receiver ever gets an
+    /// expired or scheduled message, only expired ones leave on their own, a sweep leaves no
+    /// expired unlocked message behind, and activation renumbers in due order.
+    #[test]
+    fn random_time_operations_keep_the_time_rules() {
+        use std::collections::BTreeMap;
+        for run in 0..20u64 {
+            let mut rng = run.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            let mut next = move |bound: u64| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng % bound
+            };
+            let rules = Rules {
+                dead_letter_on_expiry: run % 2 == 0,
+                default_ttl_ms: if run % 3 == 0 { 300 } else { NEVER },
+                ..RULES
+            };
+            let mut q = QueueState::new(rules);
+            q.subscribe(A, ReceiveMode::PeekLock);
+            let mut now = 1_000i64;
+            let mut model: BTreeMap<i64, Timed> = BTreeMap::new();
+            let mut held: Vec<Delivery> = Vec::new();
+            let mut stored: Vec<(i64, Record)> = Vec::new();
+            let expiry = |ttl: Option<u32>, at: i64| {
+                let ttl = ttl.map_or(rules.default_ttl_ms, |t| {
+                    i64::from(t).min(rules.default_ttl_ms)
+                });
+                if ttl == NEVER {
+                    NEVER
+                } else {
+                    at + ttl
+                }
+            };
+            for _ in 0..400 {
+                match next(7) {
+                    0 => {
+                        let first = q.next_seq();
+                        let arrivals: Vec<Arrival> = (0..next(3) + 1)
+                            .map(|_| {
+                                let ttl = (next(2) == 0).then(|| 50 + next(400) as u32);
+                                let due = (next(3) == 0).then(|| now + 10 + next(300) as i64);
+                                timed(ttl, due)
+                            })
+                            .collect();
+                        for (i, a) in arrivals.iter().enumerate() {
+                            let m = Timed {
+                                ttl: a.ttl_ms,
+                                expires: if a.scheduled_ms.is_some() {
+                                    NEVER
+                                } else {
+                                    expiry(a.ttl_ms, now)
+                                },
+                                due: a.scheduled_ms,
+                                locked: false,
+                            };
+                            model.insert(first + i as i64, m);
+                        }
+                        q.enqueue(now, arrivals).expect("room");
+                        q.publish_up_to(q.next_seq());
+                    }
+                    1 => now += next(200) as i64,
+                    2 => {
+                        let due = q.due_scheduled(now, usize::MAX);
+                        let mut want: Vec<(i64, i64)> = model
+                            .iter()
+                            .filter_map(|(s, m)| m.due.filter(|d| *d <= now).map(|d| (d, *s)))
+                            .collect();
+                        want.sort_unstable();
+                        assert_eq!(due, want.iter().map(|(_, s)| *s).collect::<Vec<_>>());
+                        let mut renumbered = q.next_seq();
+                        let activated = due
+                            .iter()
+                            .map(|seq| {
+                                let old = model.remove(seq).expect("scheduled");
+                                let m = Timed {
+                                    expires: expiry(old.ttl, now),
+                                    due: None,
+                                    ..old
+                                };
+                                model.insert(renumbered, m);
+                                renumbered += 1;
+                                (*seq, timed(old.ttl, None))
+                            })
+                            .collect();
+                        q.activate(now, activated);
+                        assert_eq!(q.next_seq(), renumbered, "one new number each");
+                        q.publish_up_to(q.next_seq());
+                    }
+                    3 => {
+                        q.add_credit(A, next(4) as i64 + 1);
+                        for d in q.dispatch(now) {
+                            let m = model.get_mut(&d.seq).expect("known");
+                            assert!(m.due.is_none() && !m.locked, "{m:?}");
+                            assert!(
+                                m.expires > now,
+                                "an expired message was delivered: {m:?} at {now}"
+                            );
+                            m.locked = true;
+                            held.push(d);
+                        }
+                        q.add_credit(A, -1_000);
+                        reconcile(&q, &mut model, now);
+                    }
+                    4 if !held.is_empty() => {
+                        let d = held.swap_remove(next(held.len() as u64) as usize);
+                        if next(2) == 0 {
+                            q.settle(A, lock_of(&d), &Settlement::Complete)
+                                .expect("held");
+                            model.remove(&d.seq);
+                        } else {
+                            q.settle(A, lock_of(&d), &Settlement::Abandon(Vec::new()))
+                                .expect("held");
+                            if let Some(m) = model.get_mut(&d.seq) {
+                                m.locked = false;
+                            }
+                            reconcile(&q, &mut model, now);
+                        }
+                    }
+                    5 => {
+                        q.expire_due(now);
+                        reconcile(&q, &mut model, now);
+                        let left = model.values().filter(|m| !m.locked && m.due.is_none());
+                        assert!(left.clone().all(|m| m.expires > now), "the sweep left one");
+                    }
+                    _ => {
+                        for change in q.take_changes() {
+                            match change {
+                                Change::Put { seq, record, .. }
+                                | Change::Update { seq, record } => {
+                                    stored.retain(|(s, _)| *s != seq);
+                                    stored.push((seq, record));
+                                }
+                                Change::Delete { seq } => stored.retain(|(s, _)| *s != seq),
+                                Change::NextSeq(_) => {}
+                            }
+                        }
+                        let next_seq = q.next_seq();
+                        q = QueueState::recover(
+                            rules,
+                            Recovered {
+                                next_seq,
+                                records: stored.clone(),
+                            },
+                        );
+                        q.subscribe(A, ReceiveMode::PeekLock);
+                        held.clear();
+                        model.values_mut().for_each(|m| m.locked = false);
+                    }
+                }
+                let dead = q.take_dead_letters();
+                assert!(
+                    rules.dead_letter_on_expiry || dead.is_empty(),
+                    "deleted, not dead-lettered"
+                );
+                assert_eq!(q.len(), model.len(), "run {run}: message count");
+            }
+        }
+    }
+
     #[test]
     fn drain_delivers_what_is_there_and_zeroes_demand() {
         let mut q = queue_with(3);

@@ -12,7 +12,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::timeout;
 
 use crate::child::ChildBroker;
-use crate::support::{connect_session, DEADLINE};
+use crate::support::{connect_session, next_delivery, DEADLINE};
 
 /// How long an unanswered send may wait: fe2o3-amqp never resolves the outcome of a send cut
 /// off by a broker that went away, so this bounds the wait after a stop.
@@ -151,10 +151,7 @@ async fn sync_mode_survives_kill_9_and_never_reuses_a_sequence_number() {
             .expect("receiver");
         let mut first = Vec::new();
         for _ in 0..1000 {
-            let delivery = timeout(DEADLINE, receiver.recv::<Value>())
-                .await
-                .expect("in time")
-                .expect("recv");
+            let delivery = next_delivery::<Value>(&mut receiver).await;
             first.push((id_of(&delivery), seq_of(&delivery)));
             receiver.accept(&delivery).await.expect("accept");
         }
@@ -216,10 +213,7 @@ async fn sigterm_mid_load_exits_zero_and_keeps_every_acknowledged_send() {
     let mut watcher = Receiver::attach(&mut session, "watcher", "q")
         .await
         .expect("receiver");
-    let seen = timeout(DEADLINE, watcher.recv::<Value>())
-        .await
-        .expect("load started")
-        .expect("recv");
+    let seen = next_delivery::<Value>(&mut watcher).await;
     watcher.release(&seen).await.expect("release");
     drop(watcher);
     drop(session);
@@ -358,12 +352,7 @@ async fn a_restart_keeps_deferred_dead_lettered_and_counted_messages_where_they_
         receiver.set_credit(3).await.expect("credit");
         let mut got = Vec::new();
         for _ in 0..3 {
-            got.push(
-                timeout(DEADLINE, receiver.recv::<Value>())
-                    .await
-                    .expect("in time")
-                    .expect("recv"),
-            );
+            got.push(next_delivery::<Value>(&mut receiver).await);
         }
         let (deferred, dead, abandoned) = (&got[0], &got[1], &got[2]);
         assert_eq!([id_of(deferred), id_of(dead), id_of(abandoned)], [0, 1, 2]);
@@ -406,17 +395,11 @@ async fn a_restart_keeps_deferred_dead_lettered_and_counted_messages_where_they_
     let mut receiver = Receiver::attach(&mut session, "after", "q")
         .await
         .expect("receiver");
-    let first = timeout(DEADLINE, receiver.recv::<Value>())
-        .await
-        .expect("in time")
-        .expect("recv");
+    let first = next_delivery::<Value>(&mut receiver).await;
     let count = |d: &Delivery<Value>| d.message().header.as_ref().map_or(0, |h| h.delivery_count);
     assert_eq!((id_of(&first), count(&first)), (2, 1), "abandon count kept");
     receiver.accept(&first).await.expect("accept");
-    let second = timeout(DEADLINE, receiver.recv::<Value>())
-        .await
-        .expect("in time")
-        .expect("recv");
+    let second = next_delivery::<Value>(&mut receiver).await;
     assert_eq!(id_of(&second), 9);
     receiver.accept(&second).await.expect("accept");
     let extra = timeout(
@@ -428,10 +411,7 @@ async fn a_restart_keeps_deferred_dead_lettered_and_counted_messages_where_they_
     let mut dlq = Receiver::attach(&mut session, "dlq", "q/$deadletterqueue")
         .await
         .expect("dead-letter receiver");
-    let dead = timeout(DEADLINE, dlq.recv::<Value>())
-        .await
-        .expect("in time")
-        .expect("recv");
+    let dead = next_delivery::<Value>(&mut dlq).await;
     assert_eq!(
         id_of(&dead),
         1,

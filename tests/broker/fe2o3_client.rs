@@ -4,7 +4,7 @@ use fe2o3_amqp::types::messaging::{Message, Outcome};
 use fe2o3_amqp::{Receiver, Sender, Session};
 use tokio::time::timeout;
 
-use crate::support::{config_with_queues, connect, TestBroker, DEADLINE};
+use crate::support::{config_with_queues, connect, next_delivery, TestBroker, DEADLINE};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_then_receive_round_trip() {
@@ -22,10 +22,7 @@ async fn send_then_receive_round_trip() {
     let mut receiver = Receiver::attach(&mut session, "r", "q")
         .await
         .expect("receiver");
-    let delivery = timeout(DEADLINE, receiver.recv::<String>())
-        .await
-        .expect("in time")
-        .expect("recv");
+    let delivery = next_delivery::<String>(&mut receiver).await;
     assert_eq!(delivery.body(), "hello");
     receiver.accept(&delivery).await.expect("accept");
     let _: Message<String> = delivery.into_message();
@@ -91,14 +88,8 @@ async fn several_sessions_and_links_share_one_connection() {
     }
     let mut last_seq = 0;
     for i in 0..20 {
-        let a = timeout(DEADLINE, from_a.recv::<String>())
-            .await
-            .expect("in time")
-            .expect("recv a");
-        let b = timeout(DEADLINE, from_b.recv::<String>())
-            .await
-            .expect("in time")
-            .expect("recv b");
+        let a = next_delivery::<String>(&mut from_a).await;
+        let b = next_delivery::<String>(&mut from_b).await;
         assert_eq!(
             (a.body().as_str(), b.body().as_str()),
             (format!("a{i}").as_str(), format!("b{i}").as_str())
@@ -172,10 +163,7 @@ async fn presettled_sends_and_receive_and_delete() {
         .await
         .expect("receiver");
     for i in 0..5 {
-        let delivery = timeout(DEADLINE, receiver.recv::<String>())
-            .await
-            .expect("in time")
-            .expect("recv");
+        let delivery = next_delivery::<String>(&mut receiver).await;
         assert_eq!(delivery.body(), &format!("m{i}"));
     }
     receiver.close().await.expect("close receiver");
@@ -184,10 +172,7 @@ async fn presettled_sends_and_receive_and_delete() {
         .await
         .expect("check");
     sender.send("marker").await.expect("send marker");
-    let next = timeout(DEADLINE, check.recv::<String>())
-        .await
-        .expect("in time")
-        .expect("recv");
+    let next = next_delivery::<String>(&mut check).await;
     assert_eq!(next.body(), "marker");
     connection.close().await.expect("close");
     broker.stop().await;
@@ -206,16 +191,10 @@ async fn released_keeps_the_count_and_modified_raises_it() {
     let mut receiver = Receiver::attach(&mut session, "r", "q")
         .await
         .expect("receiver");
-    let first = timeout(DEADLINE, receiver.recv::<String>())
-        .await
-        .expect("in time")
-        .expect("recv");
+    let first = next_delivery::<String>(&mut receiver).await;
     assert_eq!(delivery_count(&first), 0);
     receiver.release(&first).await.expect("release");
-    let second = timeout(DEADLINE, receiver.recv::<String>())
-        .await
-        .expect("in time")
-        .expect("recv");
+    let second = next_delivery::<String>(&mut receiver).await;
     assert_eq!(
         (second.body().as_str(), delivery_count(&second)),
         ("again", 0),
@@ -232,10 +211,7 @@ async fn released_keeps_the_count_and_modified_raises_it() {
         )
         .await
         .expect("modify");
-    let third = timeout(DEADLINE, receiver.recv::<String>())
-        .await
-        .expect("in time")
-        .expect("recv");
+    let third = next_delivery::<String>(&mut receiver).await;
     assert_eq!(
         (third.body().as_str(), delivery_count(&third)),
         ("again", 1),
@@ -269,10 +245,7 @@ async fn drain_with_three_queued_delivers_three_and_uses_up_the_credit() {
     receiver.set_credit(10).await.expect("credit");
     receiver.drain().await.expect("drain");
     for i in 0..3 {
-        let delivery = timeout(DEADLINE, receiver.recv::<String>())
-            .await
-            .expect("in time")
-            .expect("recv");
+        let delivery = next_delivery::<String>(&mut receiver).await;
         assert_eq!(delivery.body(), &format!("d{i}"));
         receiver.accept(&delivery).await.expect("accept");
     }
@@ -285,10 +258,7 @@ async fn drain_with_three_queued_delivers_three_and_uses_up_the_credit() {
     .await;
     assert!(early.is_err(), "no delivery without credit after a drain");
     receiver.set_credit(1).await.expect("credit");
-    let after = timeout(DEADLINE, receiver.recv::<String>())
-        .await
-        .expect("in time")
-        .expect("recv");
+    let after = next_delivery::<String>(&mut receiver).await;
     assert_eq!(after.body(), "after");
     connection.close().await.expect("close");
     broker.stop().await;
@@ -357,27 +327,18 @@ async fn settle_second_receiver_works_end_to_end() {
         .attach(&mut session)
         .await
         .expect("receiver");
-    let one = timeout(DEADLINE, receiver.recv::<String>())
-        .await
-        .expect("in time")
-        .expect("recv");
+    let one = next_delivery::<String>(&mut receiver).await;
     timeout(DEADLINE, receiver.accept(&one))
         .await
         .expect("disposition written in time")
         .expect("accept");
-    let two = timeout(DEADLINE, receiver.recv::<String>())
-        .await
-        .expect("in time")
-        .expect("recv");
+    let two = next_delivery::<String>(&mut receiver).await;
     assert_eq!(two.body(), "two");
     timeout(DEADLINE, receiver.release(&two))
         .await
         .expect("disposition written in time")
         .expect("release");
-    let again = timeout(DEADLINE, receiver.recv::<String>())
-        .await
-        .expect("in time")
-        .expect("recv");
+    let again = next_delivery::<String>(&mut receiver).await;
     assert_eq!(again.body(), "two");
     timeout(DEADLINE, receiver.accept(&again))
         .await
@@ -407,10 +368,7 @@ async fn a_lost_connection_returns_its_unsettled_messages_to_other_consumers() {
         .await
         .expect("receiver");
     for i in 0..10 {
-        let delivery = timeout(DEADLINE, greedy.recv::<String>())
-            .await
-            .expect("in time")
-            .expect("recv");
+        let delivery = next_delivery::<String>(&mut greedy).await;
         assert_eq!(delivery.body(), &format!("m{i}"));
     }
     // The second consumer sees nothing while the first holds every lock...
@@ -428,10 +386,7 @@ async fn a_lost_connection_returns_its_unsettled_messages_to_other_consumers() {
     drop(doomed_session);
     drop(doomed);
     for i in 0..10 {
-        let delivery = timeout(DEADLINE, patient.recv::<String>())
-            .await
-            .expect("in time")
-            .expect("recv");
+        let delivery = next_delivery::<String>(&mut patient).await;
         assert_eq!(
             (delivery.body().as_str(), delivery_count(&delivery)),
             (format!("m{i}").as_str(), 1)

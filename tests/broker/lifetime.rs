@@ -12,7 +12,9 @@ use fe2o3_amqp::types::primitives::Value;
 use fe2o3_amqp::{Receiver, Sender, Session};
 use tokio::time::timeout;
 
-use crate::support::{config_with_queues, connect, connect_session, TestBroker, DEADLINE};
+use crate::support::{
+    config_with_queues, connect, connect_session, next_delivery, TestBroker, DEADLINE,
+};
 
 /// The shortest idle time the config allows.
 const IDLE: Duration = Duration::from_secs(1);
@@ -88,9 +90,6 @@ async fn links_open_on_a_deleted_entity_are_detached_with_not_found() {
         .expect("send")
         .accepted_or_else(|outcome| outcome)
         .expect("accepted");
-    let delivery = timeout(DEADLINE, busy_receiver.recv::<Value>())
-        .await
-        .expect("in time")
-        .expect("recv");
+    let delivery = next_delivery::<Value>(&mut busy_receiver).await;
     busy_receiver.accept(&delivery).await.expect("accept");
 }

@@ -13,16 +13,13 @@ use fe2o3_amqp::types::primitives::{SimpleValue, Symbol, Value};
 use fe2o3_amqp::{Receiver, Sender};
 use tokio::time::timeout;
 
-use crate::support::{config_with_queues, connect_session, TestBroker, DEADLINE};
+use crate::support::{config_with_queues, connect_session, next_delivery, TestBroker, DEADLINE};
 
 /// A short wait for something that must not happen.
 const ABSENCE: Duration = Duration::from_millis(400);
 
 async fn next(receiver: &mut Receiver) -> Delivery<Value> {
-    timeout(DEADLINE, receiver.recv::<Value>())
-        .await
-        .expect("a message in time")
-        .expect("recv")
+    next_delivery(receiver).await
 }
 
 fn count(delivery: &Delivery<Value>) -> u32 {

@@ -4,8 +4,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use fe2o3_amqp::connection::ConnectionHandle;
+use fe2o3_amqp::link::delivery::Delivery;
 use fe2o3_amqp::session::SessionHandle;
-use fe2o3_amqp::{Connection, Session};
+use fe2o3_amqp::types::messaging::FromBody;
+use fe2o3_amqp::{Connection, Receiver, Session};
 use tidebus::config::{Config, Durability, QueueConfig};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -13,6 +15,17 @@ use tokio::task::JoinHandle;
 
 /// Generous deadline for anything a test waits on.
 pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// The next delivery on `receiver`; panics if none comes within [`DEADLINE`].
+pub async fn next_delivery<T>(receiver: &mut Receiver) -> Delivery<T>
+where
+    for<'de> T: FromBody<'de> + Send,
+{
+    tokio::time::timeout(DEADLINE, receiver.recv::<T>())
+        .await
+        .expect("a message in time")
+        .expect("recv")
+}
 
 /// A fe2o3-amqp connection to `addr` over a `TCP_NODELAY` stream.
 pub async fn connect(addr: SocketAddr, max_frame_size: u32) -> ConnectionHandle<()> {

@@ -4,13 +4,14 @@ use fe2o3_amqp::types::messaging::{Message, Outcome};
 use fe2o3_amqp::{Receiver, Sender, Session};
 use tokio::time::timeout;
 
-use crate::support::{config_with_queues, connect, next_delivery, TestBroker, DEADLINE};
+use crate::support::{
+    config_with_queues, connect, connect_session, next_delivery, TestBroker, DEADLINE,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_then_receive_round_trip() {
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
-    let mut connection = connect(broker.addr, 65536).await;
-    let mut session = Session::begin(&mut connection).await.expect("begin");
+    let (mut connection, mut session) = connect_session(broker.addr).await;
     let mut sender = Sender::attach(&mut session, "s", "q")
         .await
         .expect("sender");
@@ -143,8 +144,7 @@ async fn a_300_kb_message_crosses_512_byte_frames_both_ways() {
 async fn presettled_sends_and_receive_and_delete() {
     use fe2o3_amqp::types::definitions::SenderSettleMode;
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
-    let mut connection = connect(broker.addr, 65536).await;
-    let mut session = Session::begin(&mut connection).await.expect("begin");
+    let (mut connection, mut session) = connect_session(broker.addr).await;
     let mut sender = Sender::builder()
         .name("fire-and-forget")
         .target("q")
@@ -182,8 +182,7 @@ async fn presettled_sends_and_receive_and_delete() {
 async fn released_keeps_the_count_and_modified_raises_it() {
     use fe2o3_amqp::types::messaging::Modified;
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
-    let mut connection = connect(broker.addr, 65536).await;
-    let mut session = Session::begin(&mut connection).await.expect("begin");
+    let (mut connection, mut session) = connect_session(broker.addr).await;
     let mut sender = Sender::attach(&mut session, "s", "q")
         .await
         .expect("sender");
@@ -227,8 +226,7 @@ async fn released_keeps_the_count_and_modified_raises_it() {
 async fn drain_with_three_queued_delivers_three_and_uses_up_the_credit() {
     use fe2o3_amqp::link::receiver::CreditMode;
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
-    let mut connection = connect(broker.addr, 65536).await;
-    let mut session = Session::begin(&mut connection).await.expect("begin");
+    let (mut connection, mut session) = connect_session(broker.addr).await;
     let mut sender = Sender::attach(&mut session, "s", "q")
         .await
         .expect("sender");
@@ -313,8 +311,7 @@ async fn unknown_address_is_refused_with_not_found() {
 async fn settle_second_receiver_works_end_to_end() {
     use fe2o3_amqp::types::definitions::ReceiverSettleMode;
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
-    let mut connection = connect(broker.addr, 65536).await;
-    let mut session = Session::begin(&mut connection).await.expect("begin");
+    let (mut connection, mut session) = connect_session(broker.addr).await;
     let mut sender = Sender::attach(&mut session, "s", "q")
         .await
         .expect("sender");
@@ -354,16 +351,14 @@ async fn settle_second_receiver_works_end_to_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_connection_returns_its_unsettled_messages_to_other_consumers() {
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
-    let mut producer = connect(broker.addr, 65536).await;
-    let mut session = Session::begin(&mut producer).await.expect("begin");
+    let (mut producer, mut session) = connect_session(broker.addr).await;
     let mut sender = Sender::attach(&mut session, "s", "q")
         .await
         .expect("sender");
     for i in 0..10 {
         sender.send(format!("m{i}")).await.expect("send");
     }
-    let mut doomed = connect(broker.addr, 65536).await;
-    let mut doomed_session = Session::begin(&mut doomed).await.expect("begin");
+    let (doomed, mut doomed_session) = connect_session(broker.addr).await;
     let mut greedy = Receiver::attach(&mut doomed_session, "greedy", "q")
         .await
         .expect("receiver");

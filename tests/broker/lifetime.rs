@@ -9,12 +9,10 @@ use fe2o3_amqp::link::{LinkStateError, RecvError, SendError, SenderAttachError};
 use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
 use fe2o3_amqp::types::messaging::{Message, Outcome};
 use fe2o3_amqp::types::primitives::Value;
-use fe2o3_amqp::{Receiver, Sender, Session};
+use fe2o3_amqp::{Receiver, Sender};
 use tokio::time::timeout;
 
-use crate::support::{
-    config_with_queues, connect, connect_session, next_delivery, TestBroker, DEADLINE,
-};
+use crate::support::{config_with_queues, connect_session, next_delivery, TestBroker, DEADLINE};
 
 /// The shortest idle time the config allows.
 const IDLE: Duration = Duration::from_secs(1);
@@ -70,8 +68,7 @@ async fn links_open_on_a_deleted_entity_are_detached_with_not_found() {
         Ok(Err(SendError::Detached(_))) => {}
         other => panic!("expected the send refused with not-found, got {other:?}"),
     }
-    let mut other_connection = connect(broker.addr, 65536).await;
-    let mut fresh = Session::begin(&mut other_connection).await.expect("begin");
+    let (_other_connection, mut fresh) = connect_session(broker.addr).await;
     match Sender::attach(&mut fresh, "again", "idle").await {
         Err(SenderAttachError::RemoteClosedWithError(error)) => assert_eq!(
             error.condition,

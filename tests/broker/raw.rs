@@ -361,6 +361,13 @@ impl RawClient {
         .await;
     }
 
+    /// Proposes `state` for a delivery the broker sent, unsettled (settle mode second), and
+    /// returns the state of the broker's settled confirmation.
+    async fn settle_second(&mut self, delivery_id: u32, state: DeliveryState) -> DeliveryState {
+        self.dispose(delivery_id, false, state).await;
+        self.settled_disposition(Role::Sender, delivery_id).await
+    }
+
     /// The broker's disposition covering `delivery_id`, sent in `role`; it must be settled.
     async fn settled_disposition(&mut self, role: Role, delivery_id: u32) -> DeliveryState {
         let what = format!("a {role:?} disposition for delivery {delivery_id}");
@@ -485,18 +492,16 @@ async fn settle_second_confirms_accepted_released_and_modified() {
 
     let (first, message) = receive_one(&mut client, 1, from_q, &mut delivered).await;
     assert_eq!(message, ("one".to_string(), 0));
-    client
-        .dispose(first, false, DeliveryState::Accepted(Accepted {}))
+    let echo = client
+        .settle_second(first, DeliveryState::Accepted(Accepted {}))
         .await;
-    let echo = client.settled_disposition(Role::Sender, first).await;
     assert!(matches!(echo, DeliveryState::Accepted(_)), "{echo:?}");
 
     let (second, message) = receive_one(&mut client, 1, from_q, &mut delivered).await;
     assert_eq!(message, ("two".to_string(), 0));
-    client
-        .dispose(second, false, DeliveryState::Released(Released {}))
+    let echo = client
+        .settle_second(second, DeliveryState::Released(Released {}))
         .await;
-    let echo = client.settled_disposition(Role::Sender, second).await;
     assert!(matches!(echo, DeliveryState::Released(_)), "{echo:?}");
 
     let (third, message) = receive_one(&mut client, 1, from_q, &mut delivered).await;
@@ -506,18 +511,16 @@ async fn settle_second_confirms_accepted_released_and_modified() {
         undeliverable_here: None,
         message_annotations: None,
     };
-    client
-        .dispose(third, false, DeliveryState::Modified(modified))
+    let echo = client
+        .settle_second(third, DeliveryState::Modified(modified))
         .await;
-    let echo = client.settled_disposition(Role::Sender, third).await;
     assert!(matches!(echo, DeliveryState::Modified(_)), "{echo:?}");
 
     let (fourth, message) = receive_one(&mut client, 1, from_q, &mut delivered).await;
     assert_eq!(message, ("two".to_string(), 1), "modified: counted once");
-    client
-        .dispose(fourth, false, DeliveryState::Accepted(Accepted {}))
+    let echo = client
+        .settle_second(fourth, DeliveryState::Accepted(Accepted {}))
         .await;
-    let echo = client.settled_disposition(Role::Sender, fourth).await;
     assert!(matches!(echo, DeliveryState::Accepted(_)), "{echo:?}");
     broker.stop().await;
 }
@@ -557,10 +560,9 @@ async fn settle_second_confirms_a_dead_letter_with_a_bare_rejected() {
             Some(info),
         )),
     };
-    client
-        .dispose(id, false, DeliveryState::Rejected(proposal))
+    let echo = client
+        .settle_second(id, DeliveryState::Rejected(proposal))
         .await;
-    let echo = client.settled_disposition(Role::Sender, id).await;
 
     let from_dlq = client
         .attach_receiver(2, "q/$deadletterqueue", ReceiverSettleMode::Second)
@@ -622,10 +624,9 @@ async fn settling_after_the_lock_expired_is_rejected_with_lock_lost() {
         "a new lock, a new token"
     );
 
-    client
-        .dispose(first, false, DeliveryState::Accepted(Accepted {}))
+    let echo = client
+        .settle_second(first, DeliveryState::Accepted(Accepted {}))
         .await;
-    let echo = client.settled_disposition(Role::Sender, first).await;
     assert_eq!(
         condition_of(&echo),
         Some(&ErrorCondition::Custom(Symbol::from(
@@ -635,10 +636,9 @@ async fn settling_after_the_lock_expired_is_rejected_with_lock_lost() {
     );
 
     // The current lock holder completes it.
-    client
-        .dispose(second, false, DeliveryState::Accepted(Accepted {}))
+    let echo = client
+        .settle_second(second, DeliveryState::Accepted(Accepted {}))
         .await;
-    let echo = client.settled_disposition(Role::Sender, second).await;
     assert!(matches!(echo, DeliveryState::Accepted(_)), "{echo:?}");
     broker.stop().await;
 }
@@ -727,10 +727,9 @@ async fn a_full_queue_rejects_with_resource_limit_exceeded_until_room_is_made() 
     let (transfer, payload) = client.delivery(from_q).await;
     let id = peek_locked(&transfer);
     assert_eq!(id_and_count(&payload).0, "m1");
-    client
-        .dispose(id, false, DeliveryState::Accepted(Accepted {}))
+    let echo = client
+        .settle_second(id, DeliveryState::Accepted(Accepted {}))
         .await;
-    let echo = client.settled_disposition(Role::Sender, id).await;
     assert!(matches!(echo, DeliveryState::Accepted(_)), "{echo:?}");
 
     let sent = client

@@ -444,10 +444,16 @@ def test_idle_queue_is_deleted_with_its_dead_letter_queue(client):
     send(client, "q1", numbered("other", 0))  # other queues are untouched
 
 
+# Both queues' idle clocks start with the broker, and the receiver on `busy` needs a CBS
+# exchange and an attach (about a second in pyamqp) before it waits: a longer idle time than
+# IDLE keeps a slow machine from losing `busy` before its receiver is there.
+BUSY_IDLE = timedelta(seconds=6)
+
+
 @pytest.mark.broker(
     queues=[
-        {"name": "busy", "auto_delete_on_idle": "2s"},
-        {"name": "idle", "auto_delete_on_idle": "2s"},
+        {"name": "busy", "auto_delete_on_idle": "6s"},
+        {"name": "idle", "auto_delete_on_idle": "6s"},
     ]
 )
 def test_queue_with_a_waiting_receiver_is_not_deleted(broker, client):
@@ -458,7 +464,7 @@ def test_queue_with_a_waiting_receiver_is_not_deleted(broker, client):
         started = now_utc()
         # The control: the same idle time deletes the queue nobody uses.
         wait_until_deleted(client, "idle")
-        wait_until_past(started + 3 * IDLE)
+        wait_until_past(started + 2 * BUSY_IDLE)
 
         assert loop.is_alive(), f"the receiver on busy stopped: {loop.error!r}"
         send(client, "busy", numbered("busy", 0))

@@ -329,6 +329,7 @@ impl Actor {
                     .push((events, EntityEvent::Managed { ticket, response }));
             }
             Command::Unsubscribe { consumer } => self.unsubscribe(consumer),
+            Command::ExpireDue { .. } if self.poisoned.is_some() => {}
             Command::ExpireDue { now_ms } => {
                 self.main.expire_due(now_ms);
                 self.move_dead_letters();

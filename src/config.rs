@@ -307,15 +307,10 @@ const LOCK_DURATION: Limits<Duration> = Limits {
     max: Duration::from_secs(5 * 60),
     allowed: "1s to 5m",
 };
-/// Second-scale times to live are allowed so that test suites run fast (design.md §5).
-const MESSAGE_TIME_TO_LIVE: Limits<Duration> = Limits {
-    default: Duration::MAX,
-    min: Duration::from_secs(1),
-    max: Duration::MAX,
-    allowed: "at least 1s",
-};
-/// Service Bus's minimum is 5 minutes; seconds are allowed so that test suites run fast.
-const AUTO_DELETE_ON_IDLE: Limits<Duration> = Limits {
+/// `default_message_time_to_live` and `auto_delete_on_idle`: optional (absent means unlimited
+/// or never, so `default` is never used) and at least a second. Service Bus's minimum idle
+/// time is 5 minutes; seconds are allowed so that test suites run fast (design.md §5).
+const AT_LEAST_A_SECOND: Limits<Duration> = Limits {
     default: Duration::MAX,
     min: Duration::from_secs(1),
     max: Duration::MAX,
@@ -460,7 +455,7 @@ impl Source<'_> {
             default_message_time_to_live: self.optional(
                 &key("default_message_time_to_live"),
                 raw.default_message_time_to_live,
-                &MESSAGE_TIME_TO_LIVE,
+                &AT_LEAST_A_SECOND,
             )?,
             dead_lettering_on_message_expiration: raw
                 .dead_lettering_on_message_expiration
@@ -468,7 +463,7 @@ impl Source<'_> {
             auto_delete_on_idle: self.optional(
                 &key("auto_delete_on_idle"),
                 raw.auto_delete_on_idle,
-                &AUTO_DELETE_ON_IDLE,
+                &AT_LEAST_A_SECOND,
             )?,
         })
     }

@@ -207,9 +207,9 @@ impl Command {
         }
     }
 
-    /// Answers a command the entity will never perform (it was deleted): sends, settlements
-    /// and management requests fail with `error`, a subscription ends at once, a drain
-    /// finishes empty.
+    /// Answers a command the entity will never perform (it was deleted, or the broker is
+    /// stopping): sends, settlements and management requests fail with `error`, and a
+    /// subscription ends at once (its link is detached, so credit and drains need no answer).
     pub fn refuse(self, error: &EntityError) {
         match self {
             Command::Send {

@@ -44,9 +44,14 @@ fn key(prefix: u8, seq: i64) -> [u8; 9] {
 
 /// The sequence number in a key made by [`key`].
 fn seq_of(key: &[u8]) -> i64 {
-    let mut raw = [0u8; 8];
-    raw.copy_from_slice(&key[1..9]);
-    i64::from_be_bytes(raw)
+    be_i64(&key[1..9])
+}
+
+/// A big-endian i64 from exactly 8 bytes.
+fn be_i64(raw: &[u8]) -> i64 {
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(raw);
+    i64::from_be_bytes(bytes)
 }
 
 /// The stored value of a message under its own key.
@@ -177,11 +182,7 @@ impl EntityLog {
         };
         let started = Instant::now();
         let next_seq = match tree.get(NEXT_SEQ_KEY)? {
-            Some(raw) if raw.len() == 8 => {
-                let mut bytes = [0u8; 8];
-                bytes.copy_from_slice(&raw);
-                i64::from_be_bytes(bytes)
-            }
+            Some(raw) if raw.len() == 8 => be_i64(&raw),
             _ => 1,
         };
         let mut records = Vec::new();

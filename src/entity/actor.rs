@@ -222,8 +222,16 @@ impl Actor {
                 self.persist();
             }
             self.release_answers();
-            let waiting = !self.unflushed.is_empty() || self.main.has_unpublished();
-            if let (None, true, Commit::AfterFlush(flusher)) = (&flushing, waiting, &self.commit) {
+            let waiting =
+                !self.unflushed.is_empty() || self.main.has_unpublished() || self.log.has_staged();
+            if let (None, true, Commit::AfterFlush(_)) = (&flushing, waiting, &self.commit) {
+                self.commit_log();
+                // A failed write answers what waited for it now, as errors.
+                self.release_answers();
+            }
+            if let (None, true, Commit::AfterFlush(flusher), None) =
+                (&flushing, waiting, &self.commit, &self.poisoned)
+            {
                 flushing = Some(Flushing {
                     done: flusher.request(),
                     answers: std::mem::take(&mut self.unflushed),
@@ -232,6 +240,7 @@ impl Actor {
             }
         }
         self.persist();
+        self.commit_log();
         if let Some(mut pending) = flushing {
             let result = (&mut pending.done)
                 .await
@@ -647,7 +656,8 @@ impl Actor {
         }
     }
 
-    /// Writes the journal in one batch. A failure poisons the entity.
+    /// Stages the turn's changes in the log; `sync` entities write them just before asking
+    /// for a flush, the others at once. A failure poisons the entity.
     fn persist(&mut self) {
         let mut changes: Vec<(SubQueue, Change)> = Vec::new();
         changes.extend(
@@ -665,7 +675,18 @@ impl Actor {
         if changes.is_empty() || self.poisoned.is_some() {
             return;
         }
-        if let Err(error) = self.log.write(changes) {
+        self.log.stage(changes);
+        if !matches!(self.commit, Commit::AfterFlush(_)) {
+            self.commit_log();
+        }
+    }
+
+    /// Writes what the log has staged. A failure poisons the entity.
+    fn commit_log(&mut self) {
+        if self.poisoned.is_some() {
+            return;
+        }
+        if let Err(error) = self.log.commit() {
             self.poison(&error);
         }
     }

@@ -8,11 +8,8 @@
 use std::ops::Range;
 
 use bytes::Bytes;
-use fe2o3_amqp::types::messaging::annotations::OwnedKey;
-use fe2o3_amqp::types::messaging::{
-    ApplicationProperties, DeliveryAnnotations, Header, MessageAnnotations,
-};
-use fe2o3_amqp::types::primitives::{SimpleValue, Symbol, Value};
+use fe2o3_amqp::types::messaging::ApplicationProperties;
+use fe2o3_amqp::types::primitives::{SimpleValue, Value};
 
 /// Delivery annotation carrying the lock token (Service Bus `x-opt-lock-token`).
 const LOCK_TOKEN_KEY: &str = "x-opt-lock-token";
@@ -124,23 +121,16 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
     for section in scan_sections(&arrival.bytes)? {
         let raw = &arrival.bytes[section.range.clone()];
         match section.code {
-            code::HEADER => {
-                let header = serde_amqp::from_slice::<Header>(raw)
-                    .map_err(|_| MessageError::Malformed("header"))?;
-                arrival.ttl_ms = header.ttl;
-            }
+            code::HEADER => arrival.ttl_ms = read_header(raw)?.ttl,
             code::MESSAGE_ANNOTATIONS => {
-                let annotations = serde_amqp::from_slice::<MessageAnnotations>(raw)
-                    .map_err(|_| MessageError::Malformed("message-annotations"))?;
-                let key = OwnedKey::from(Symbol::from(SCHEDULED_ENQUEUE_TIME_KEY));
-                arrival.scheduled_ms = match annotations.0.get(&key) {
-                    Some(Value::Timestamp(at)) => Some(at.milliseconds()),
-                    Some(Value::Long(at)) => Some(*at),
-                    _ => None,
-                };
+                for (key, value) in annotation_entries(raw, "message-annotations")? {
+                    if symbol_name(key) == Some(SCHEDULED_ENQUEUE_TIME_KEY.as_bytes()) {
+                        arrival.scheduled_ms = read_time(value);
+                    }
+                }
             }
             code::PROPERTIES => {
-                property_fields(raw)?;
+                list_fields(raw, "properties")?;
             }
             _ => {}
         }
@@ -198,20 +188,16 @@ pub struct DeliveryStamp {
 /// Fails only on bytes that [`inspect`] would have refused.
 pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<(Vec<u8>, Bytes), MessageError> {
     let sections = scan_sections(stored)?;
-    let mut header = Header::default();
-    let mut annotations = MessageAnnotations::default();
+    let mut header = HeaderFields::default();
+    let mut annotations: Vec<Entry> = Vec::new();
     let mut tail_start = stored.len();
     for section in &sections {
         let raw = &stored[section.range.clone()];
         match section.code {
-            code::HEADER => {
-                header =
-                    serde_amqp::from_slice(raw).map_err(|_| MessageError::Malformed("header"))?
-            }
+            code::HEADER => header = read_header(raw)?,
             code::DELIVERY_ANNOTATIONS => {}
             code::MESSAGE_ANNOTATIONS => {
-                annotations = serde_amqp::from_slice(raw)
-                    .map_err(|_| MessageError::Malformed("message-annotations"))?
+                annotations = annotation_entries(raw, "message-annotations")?
             }
             _ => {
                 tail_start = section.range.start;
@@ -219,30 +205,31 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<(Vec<u8>, Bytes),
             }
         }
     }
-    header.delivery_count = stamp.delivery_count;
     if let Some(ttl) = stamp.ttl_ms {
         header.ttl = Some(ttl);
     }
-    for (key, value) in &stamp.annotations {
-        annotations.0.insert(
-            fe2o3_amqp::types::primitives::Symbol::from(*key).into(),
-            value.clone(),
-        );
-    }
-    let mut prefix = encode_header(&header);
+    let mut prefix = Vec::with_capacity(256);
+    write_header(&mut prefix, &header, stamp.delivery_count);
     if let Some(token) = stamp.lock_token {
-        let mut delivery = DeliveryAnnotations::default();
-        delivery.0.insert(
-            Symbol::from(LOCK_TOKEN_KEY).into(),
-            Value::Uuid(token.into_bytes().into()),
-        );
-        let encoded = serde_amqp::to_vec(&delivery)
-            .map_err(|_| MessageError::Malformed("delivery-annotations"))?;
-        prefix.extend_from_slice(&encoded);
+        let mut value = vec![0x98];
+        value.extend_from_slice(token.as_bytes());
+        let entry = [(symbol(LOCK_TOKEN_KEY), value)];
+        write_annotations(&mut prefix, code::DELIVERY_ANNOTATIONS, &entry, &[]);
     }
-    let encoded = serde_amqp::to_vec(&annotations)
-        .map_err(|_| MessageError::Malformed("message-annotations"))?;
-    prefix.extend_from_slice(&encoded);
+    let ours: Vec<(Vec<u8>, Vec<u8>)> = stamp
+        .annotations
+        .iter()
+        .map(|(key, value)| Ok((symbol(key), encode_value(value)?)))
+        .collect::<Result<_, MessageError>>()?;
+    // The client's own entries follow the broker's, but for the keys the broker sets.
+    annotations.retain(|(key, _)| {
+        let name = symbol_name(key);
+        !stamp
+            .annotations
+            .iter()
+            .any(|(ours, _)| name == Some(ours.as_bytes()))
+    });
+    write_annotations(&mut prefix, code::MESSAGE_ANNOTATIONS, &ours, &annotations);
     if let Some(expires_ms) = stamp.expires_ms {
         let properties = sections
             .iter()
@@ -256,9 +243,9 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<(Vec<u8>, Bytes),
     Ok((prefix, stored.slice(tail_start..)))
 }
 
-/// The fields of an encoded properties section, each as its encoded bytes.
-fn property_fields(section: &[u8]) -> Result<Vec<&[u8]>, MessageError> {
-    let malformed = MessageError::Malformed("properties");
+/// The fields of an encoded list section (header, properties), each as its encoded bytes.
+fn list_fields<'a>(section: &'a [u8], what: &'static str) -> Result<Vec<&'a [u8]>, MessageError> {
+    let malformed = MessageError::Malformed(what);
     let list_at = 1 + descriptor_len(section, 1)?;
     let (count, mut at) = match section.get(list_at) {
         Some(0x45) => (0, list_at + 1),
@@ -281,6 +268,173 @@ fn property_fields(section: &[u8]) -> Result<Vec<&[u8]>, MessageError> {
     Ok(fields)
 }
 
+/// One map entry as the encodings of its key and its value.
+type Entry<'a> = (&'a [u8], &'a [u8]);
+
+/// The entries of an encoded annotations section as (key, value) encodings. Keys must be
+/// symbols or ulongs (AMQP 1.0 §3.2.10); values are only measured, never decoded.
+fn annotation_entries<'a>(
+    section: &'a [u8],
+    what: &'static str,
+) -> Result<Vec<Entry<'a>>, MessageError> {
+    let malformed = MessageError::Malformed(what);
+    let map_at = 1 + descriptor_len(section, 1)?;
+    let (count, mut at) = match section.get(map_at) {
+        Some(0x40) => (0, map_at + 1),
+        Some(0xc1) => (usize::from(*byte_at(section, map_at + 2)?), map_at + 3),
+        Some(0xd1) => (read_u32(section, map_at + 5)? as usize, map_at + 9),
+        _ => return Err(malformed),
+    };
+    if count % 2 != 0 {
+        return Err(malformed);
+    }
+    let mut entries = Vec::with_capacity(count / 2);
+    for _ in 0..count / 2 {
+        if at >= section.len() {
+            return Err(malformed);
+        }
+        let key_len = value_len(section, at)?;
+        let key = &section[at..at + key_len];
+        if !matches!(key[0], 0xa3 | 0xb3 | 0x80 | 0x53 | 0x44) {
+            return Err(malformed);
+        }
+        at += key_len;
+        if at >= section.len() {
+            return Err(malformed);
+        }
+        let value_len = value_len(section, at)?;
+        entries.push((key, &section[at..at + value_len]));
+        at += value_len;
+    }
+    if at != section.len() {
+        return Err(malformed);
+    }
+    Ok(entries)
+}
+
+/// The name of an encoded symbol; `None` for anything else.
+fn symbol_name(encoded: &[u8]) -> Option<&[u8]> {
+    match encoded.first()? {
+        0xa3 => encoded.get(2..),
+        0xb3 => encoded.get(5..),
+        _ => None,
+    }
+}
+
+/// `name` encoded as a symbol.
+fn symbol(name: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(name.len() + 5);
+    match u8::try_from(name.len()) {
+        Ok(len) => out.extend_from_slice(&[0xa3, len]),
+        Err(_) => {
+            out.push(0xb3);
+            out.extend_from_slice(&u32::try_from(name.len()).unwrap_or(u32::MAX).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(name.as_bytes());
+    out
+}
+
+/// A broker annotation value encoded (the common kinds by hand, others through serde_amqp).
+fn encode_value(value: &Value) -> Result<Vec<u8>, MessageError> {
+    let fixed = |code: u8, bytes: &[u8]| [&[code][..], bytes].concat();
+    Ok(match value {
+        Value::Long(long) => fixed(0x81, &long.to_be_bytes()),
+        Value::Timestamp(at) => fixed(0x83, &at.milliseconds().to_be_bytes()),
+        Value::Int(int) => fixed(0x71, &int.to_be_bytes()),
+        other => serde_amqp::to_vec(other).map_err(|_| MessageError::Malformed("annotation"))?,
+    })
+}
+
+/// A timestamp or long annotation value (ms since the Unix epoch).
+fn read_time(value: &[u8]) -> Option<i64> {
+    match value.first()? {
+        0x83 | 0x81 => Some(i64::from_be_bytes(value.get(1..9)?.try_into().ok()?)),
+        0x55 => Some(i64::from(*value.get(1)? as i8)),
+        _ => None,
+    }
+}
+
+/// Writes an annotations section: the broker's entries, then the kept ones as they were.
+fn write_annotations(out: &mut Vec<u8>, section: u8, ours: &[(Vec<u8>, Vec<u8>)], kept: &[Entry]) {
+    let pairs = ours
+        .iter()
+        .map(|(key, value)| (&key[..], &value[..]))
+        .chain(kept.iter().copied());
+    let length: usize = pairs
+        .clone()
+        .map(|(key, value)| key.len() + value.len())
+        .sum();
+    let count = 2 * (ours.len() + kept.len());
+    out.extend_from_slice(&[0x00, 0x53, section]);
+    match (u8::try_from(length + 1), u8::try_from(count)) {
+        (Ok(size), Ok(count)) => out.extend_from_slice(&[0xc1, size, count]),
+        _ => {
+            out.push(0xd1);
+            out.extend_from_slice(&u32::try_from(length + 4).unwrap_or(u32::MAX).to_be_bytes());
+            out.extend_from_slice(&u32::try_from(count).unwrap_or(u32::MAX).to_be_bytes());
+        }
+    }
+    for (key, value) in pairs {
+        out.extend_from_slice(key);
+        out.extend_from_slice(value);
+    }
+}
+
+/// The fields of a message header the broker keeps (AMQP 1.0 §3.2.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct HeaderFields {
+    durable: bool,
+    priority: u8,
+    ttl: Option<u32>,
+    first_acquirer: bool,
+}
+
+impl Default for HeaderFields {
+    fn default() -> Self {
+        HeaderFields {
+            durable: false,
+            priority: 4,
+            ttl: None,
+            first_acquirer: false,
+        }
+    }
+}
+
+/// Reads a header section, field by field with the types AMQP gives them.
+fn read_header(section: &[u8]) -> Result<HeaderFields, MessageError> {
+    let malformed = MessageError::Malformed("header");
+    let fields = list_fields(section, "header")?;
+    if fields.len() > 5 {
+        return Err(malformed);
+    }
+    let field = |index: usize| fields.get(index).copied().unwrap_or(&[0x40]);
+    let boolean = |raw: &[u8]| match raw {
+        [0x40] | [0x42] | [0x56, 0x00] => Ok(false),
+        [0x41] | [0x56, 0x01] => Ok(true),
+        _ => Err(MessageError::Malformed("header")),
+    };
+    let uint = |raw: &[u8]| match raw {
+        [0x40] => Ok(None),
+        [0x43] => Ok(Some(0)),
+        [0x52, small] => Ok(Some(u32::from(*small))),
+        [0x70, a, b, c, d] => Ok(Some(u32::from_be_bytes([*a, *b, *c, *d]))),
+        _ => Err(MessageError::Malformed("header")),
+    };
+    let priority = match field(1) {
+        [0x40] => 4,
+        [0x50, priority] => *priority,
+        _ => return Err(malformed),
+    };
+    uint(field(4))?;
+    Ok(HeaderFields {
+        durable: boolean(field(0))?,
+        priority,
+        ttl: uint(field(2))?,
+        first_acquirer: boolean(field(3))?,
+    })
+}
+
 /// A properties section (the stored one, or an empty one) with `absolute-expiry-time` set to
 /// `expires_ms`; every other field is kept byte for byte.
 fn properties_with_expiry(
@@ -288,7 +442,7 @@ fn properties_with_expiry(
     expires_ms: i64,
 ) -> Result<Vec<u8>, MessageError> {
     let mut fields = match section {
-        Some(raw) => property_fields(raw)?,
+        Some(raw) => list_fields(raw, "properties")?,
         None => Vec::new(),
     };
     let mut timestamp = vec![0x83];
@@ -358,25 +512,26 @@ pub fn set_application_properties(
     Ok(Bytes::from(out))
 }
 
-/// The header section with every field written out. serde_amqp drops trailing fields that
-/// hold their default, and the Python SDK then reports `delivery_count` as `None` instead of 0.
-fn encode_header(header: &Header) -> Vec<u8> {
+/// Writes the header section with every field written out. serde_amqp drops trailing fields
+/// that hold their default, and the Python SDK then reports `delivery_count` as `None`
+/// instead of 0, so the broker writes all five itself.
+fn write_header(out: &mut Vec<u8>, header: &HeaderFields, delivery_count: u32) {
     let boolean = |value: bool| if value { 0x41 } else { 0x42 };
-    let mut fields = vec![boolean(header.durable), 0x50, header.priority.0];
+    let ttl_len = if header.ttl.is_some() { 5 } else { 1 };
+    // described(0x70) list8: size counts the count byte and the fields; 5 fields.
+    let size = 1 + 1 + 2 + ttl_len + 1 + 5;
+    out.extend_from_slice(&[0x00, 0x53, code::HEADER, 0xc0, size, 5]);
+    out.extend_from_slice(&[boolean(header.durable), 0x50, header.priority]);
     match header.ttl {
         Some(ttl) => {
-            fields.push(0x70);
-            fields.extend_from_slice(&ttl.to_be_bytes());
+            out.push(0x70);
+            out.extend_from_slice(&ttl.to_be_bytes());
         }
-        None => fields.push(0x40),
+        None => out.push(0x40),
     }
-    fields.push(boolean(header.first_acquirer));
-    fields.push(0x70);
-    fields.extend_from_slice(&header.delivery_count.to_be_bytes());
-    // described(0x70) list8: size counts the count byte and the fields; 5 fields.
-    let mut out = vec![0x00, 0x53, code::HEADER, 0xc0, (fields.len() + 1) as u8, 5];
-    out.extend_from_slice(&fields);
-    out
+    out.push(boolean(header.first_acquirer));
+    out.push(0x70);
+    out.extend_from_slice(&delivery_count.to_be_bytes());
 }
 
 /// The binary inside a `data` section, as a zero-copy slice.
@@ -485,7 +640,11 @@ fn read_u64(bytes: &[u8], at: usize) -> Result<u64, MessageError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fe2o3_amqp::types::messaging::{ApplicationProperties, Data, Properties};
+    use fe2o3_amqp::types::messaging::annotations::OwnedKey;
+    use fe2o3_amqp::types::messaging::{
+        ApplicationProperties, Data, DeliveryAnnotations, Header, MessageAnnotations, Properties,
+    };
+    use fe2o3_amqp::types::primitives::Symbol;
     use fe2o3_amqp::types::primitives::{Binary, Timestamp};
 
     fn encode_message(body: &[u8]) -> Vec<u8> {
@@ -669,13 +828,99 @@ mod tests {
             ttl: Some(1000),
             ..Header::default()
         };
-        let encoded = encode_header(&header);
+        let stored = serde_amqp::to_vec(&header).expect("h");
+        let mut encoded = Vec::new();
+        write_header(&mut encoded, &read_header(&stored).expect("reads"), 0);
         assert_eq!(
             serde_amqp::from_slice::<Header>(&encoded).expect("decodes"),
             header
         );
         assert_eq!(encoded[5], 5, "five fields written");
         assert_eq!(&encoded[encoded.len() - 5..], &[0x70, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn reads_every_header_field_as_serde_amqp_writes_it() {
+        for header in [
+            Header::default(),
+            Header {
+                durable: true,
+                priority: 9.into(),
+                ttl: Some(0),
+                first_acquirer: true,
+                delivery_count: 3,
+            },
+            Header {
+                ttl: Some(70_000),
+                ..Header::default()
+            },
+        ] {
+            let read = read_header(&serde_amqp::to_vec(&header).expect("h")).expect("reads");
+            let mut encoded = Vec::new();
+            write_header(&mut encoded, &read, header.delivery_count);
+            let back: Header = serde_amqp::from_slice(&encoded).expect("decodes");
+            assert_eq!(back, header);
+        }
+        let wrong_type = [0x00, 0x53, 0x70, 0xc0, 0x03, 0x01, 0xa1, 0x00];
+        assert_eq!(
+            read_header(&wrong_type),
+            Err(MessageError::Malformed("header"))
+        );
+    }
+
+    #[test]
+    fn splice_keeps_the_clients_annotations_but_not_the_keys_the_broker_sets() {
+        let mut annotations = MessageAnnotations::default();
+        for (key, value) in [
+            ("x-opt-sequence-number", Value::Long(1)),
+            ("x-opt-partition-key", Value::String("p".into())),
+        ] {
+            annotations
+                .0
+                .insert(OwnedKey::from(Symbol::from(key)), value);
+        }
+        annotations.0.insert(OwnedKey::from(7u64), Value::Int(7));
+        let mut stored = serde_amqp::to_vec(&annotations).expect("ma");
+        stored.extend(serde_amqp::to_vec(&Data(Binary::from(b"x".to_vec()))).expect("d"));
+        let stamp = DeliveryStamp {
+            delivery_count: 0,
+            annotations: vec![
+                ("x-opt-sequence-number", Value::Long(42)),
+                ("x-opt-message-state", Value::Int(0)),
+            ],
+            lock_token: Some(uuid::Uuid::from_u128(7)),
+            ttl_ms: None,
+            expires_ms: None,
+        };
+        let (mut whole, tail) = splice(&Bytes::from(stored), &stamp).expect("splice");
+        whole.extend_from_slice(&tail);
+        let sections = scan_sections(&whole).expect("scan");
+        let delivery: DeliveryAnnotations =
+            serde_amqp::from_slice(&whole[sections[1].range.clone()]).expect("da");
+        assert_eq!(
+            delivery
+                .0
+                .get(&OwnedKey::from(Symbol::from(LOCK_TOKEN_KEY))),
+            Some(&Value::Uuid(uuid::Uuid::from_u128(7).into_bytes().into()))
+        );
+        let spliced: MessageAnnotations =
+            serde_amqp::from_slice(&whole[sections[2].range.clone()]).expect("ma");
+        let get = |key: &str| spliced.0.get(&OwnedKey::from(Symbol::from(key)));
+        assert_eq!(spliced.0.len(), 4, "{spliced:?}");
+        assert_eq!(get("x-opt-sequence-number"), Some(&Value::Long(42)));
+        assert_eq!(get("x-opt-message-state"), Some(&Value::Int(0)));
+        assert_eq!(get("x-opt-partition-key"), Some(&Value::String("p".into())));
+        assert_eq!(spliced.0.get(&OwnedKey::from(7u64)), Some(&Value::Int(7)));
+    }
+
+    #[test]
+    fn inspect_refuses_annotations_keyed_by_anything_but_symbols_and_ulongs() {
+        // message-annotations { "k" (a string): null }
+        let bytes = [0x00, 0x53, 0x72, 0xc1, 0x05, 0x02, 0xa1, 0x01, b'k', 0x40];
+        assert_eq!(
+            inspect(Bytes::copy_from_slice(&bytes)),
+            Err(MessageError::Malformed("message-annotations"))
+        );
     }
 
     #[test]

@@ -659,6 +659,7 @@ impl Actor {
     /// Stages the turn's changes in the log; `sync` entities write them just before asking
     /// for a flush, the others at once. A failure poisons the entity.
     fn persist(&mut self) {
+        let moves = self.main.journal_moves() || self.dead_letters.journal_moves();
         let mut changes: Vec<(SubQueue, Change)> = Vec::new();
         changes.extend(
             self.main
@@ -675,7 +676,7 @@ impl Actor {
         if changes.is_empty() || self.poisoned.is_some() {
             return;
         }
-        self.log.stage(changes);
+        self.log.stage(changes, moves);
         if !matches!(self.commit, Commit::AfterFlush(_)) {
             self.commit_log();
         }

@@ -117,6 +117,8 @@ pub struct QueueState {
     ready: VecDeque<ConsumerId>,
     /// Changes not yet written to the log.
     journal: Vec<Change>,
+    /// See [`QueueState::journal_moves`].
+    journal_moves: bool,
     /// Messages removed for dead-lettering, not yet handed to the dead-letter queue.
     dead_letters: Vec<DeadLetter>,
 }
@@ -145,6 +147,7 @@ impl QueueState {
             consumers: HashMap::new(),
             ready: VecDeque::new(),
             journal: Vec::new(),
+            journal_moves: false,
             dead_letters: Vec::new(),
         };
         for (seq, record) in recovered.records {
@@ -175,7 +178,14 @@ impl QueueState {
 
     /// The changes made since the last call, to be written to the log.
     pub fn take_changes(&mut self) -> Vec<Change> {
+        self.journal_moves = false;
         std::mem::take(&mut self.journal)
+    }
+
+    /// Whether the journal deletes a message and stores it again under a new number (a
+    /// scheduled message's activation): such changes must be written atomically.
+    pub fn journal_moves(&self) -> bool {
+        self.journal_moves
     }
 
     /// Messages removed for dead-lettering since the last call.
@@ -269,6 +279,7 @@ impl QueueState {
             if scheduled {
                 self.remove(seq);
                 self.append(enqueued_ms, arrival, None);
+                self.journal_moves = true;
             }
         }
         self.journal.push(Change::NextSeq(self.next_seq));
@@ -1245,7 +1256,15 @@ mod tests {
         assert!(q.due_scheduled(4_999, 10).is_empty());
         let due = q.due_scheduled(5_000, 10);
         assert_eq!(due, vec![1]);
+        q.take_changes();
+        assert!(!q.journal_moves());
         q.activate(5_010, vec![(1, timed(Some(1_000), None))]);
+        assert!(
+            q.journal_moves(),
+            "an activation must be written atomically"
+        );
+        q.take_changes();
+        assert!(!q.journal_moves());
         assert!(!q.has_scheduled());
         q.publish_up_to(q.next_seq());
         let got = q.dispatch(5_020).remove(0);

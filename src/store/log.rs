@@ -146,6 +146,8 @@ pub struct EntityLog {
     staged: Vec<(SubQueue, Change)>,
     /// The bytes of the staged puts, readable before they are written.
     staged_bodies: HashMap<(SubQueue, i64), Bytes>,
+    /// Some staged change moves a message (see [`EntityLog::stage`]).
+    staged_moves: bool,
 }
 
 impl EntityLog {
@@ -172,6 +174,7 @@ impl EntityLog {
             last_read: None,
             staged: Vec::new(),
             staged_bodies: HashMap::new(),
+            staged_moves: false,
         }
     }
 
@@ -239,8 +242,8 @@ impl EntityLog {
                 error,
             })?;
             let count = u32::try_from(entries.len()).unwrap_or(u32::MAX);
-            let stored = departures.get(&first);
-            let gone = stored.map_or_else(
+            let stored = departures.remove(&first);
+            let gone = stored.as_ref().map_or_else(
                 || Departures::none(count),
                 |bits| Departures::decode(bits, count),
             );
@@ -258,6 +261,10 @@ impl EntityLog {
                 },
             );
         }
+        // Departures whose chunk is gone: a crash came between removing the two keys.
+        for first in departures.into_keys() {
+            tree.remove(key(DEPARTURES_PREFIX, first))?;
+        }
         Ok(())
     }
 
@@ -267,16 +274,19 @@ impl EntityLog {
     /// # Errors
     /// A [`StoreError`] when the write fails (or a message to rewrite cannot be read).
     pub fn write(&mut self, changes: Vec<(SubQueue, Change)>) -> Result<(), StoreError> {
-        self.stage(changes);
+        self.stage(changes, true);
         self.commit()
     }
 
     /// Takes changes to write at the next [`EntityLog::commit`]; reads see them at once.
+    /// `moves` says that they delete a message and store it again under another number
+    /// (a scheduled message's activation), which only an atomic write may do.
     ///
     /// Every sled batch costs two writes of its own to the log file (sled 0.34 seals its
     /// buffer before and after a batch's manifest), so a `sync` entity stages the changes of
     /// all its turns and commits them once, just before it asks for a flush.
-    pub fn stage(&mut self, changes: Vec<(SubQueue, Change)>) {
+    pub fn stage(&mut self, changes: Vec<(SubQueue, Change)>, moves: bool) {
+        self.staged_moves |= moves;
         for (sub, change) in &changes {
             self.cache.apply(*sub, change);
             if self.tree.is_none() {
@@ -302,25 +312,41 @@ impl EntityLog {
         !self.staged.is_empty()
     }
 
-    /// Writes the staged changes atomically (one sled batch).
+    /// Writes the staged changes so that a crash keeps all of them or a prefix that loses no
+    /// earlier write (see [`Ops`]).
     ///
     /// # Errors
     /// A [`StoreError`] when the write fails (or a message to rewrite cannot be read).
     pub fn commit(&mut self) -> Result<(), StoreError> {
         let changes = std::mem::take(&mut self.staged);
-        let written = self.write_staged(changes);
+        let moves = std::mem::take(&mut self.staged_moves);
+        let written = self.write_staged(changes, moves);
         self.staged_bodies.clear();
         written
     }
 
-    fn write_staged(&mut self, changes: Vec<(SubQueue, Change)>) -> Result<(), StoreError> {
+    fn write_staged(
+        &mut self,
+        changes: Vec<(SubQueue, Change)>,
+        moves: bool,
+    ) -> Result<(), StoreError> {
         let Some(tree) = self.tree.clone() else {
             return Ok(());
         };
         if changes.is_empty() {
             return Ok(());
         }
-        let mut batch = sled::Batch::default();
+        self.plan(changes, moves)?.apply(&tree)
+    }
+
+    /// The sled operations that write `changes`; the log's own bookkeeping (chunks and their
+    /// departures) is updated as if they were applied.
+    fn plan(&mut self, changes: Vec<(SubQueue, Change)>, moves: bool) -> Result<Ops, StoreError> {
+        let mut batch = Ops {
+            atomic: moves,
+            ..Ops::default()
+        };
+        let mut next_seq = None;
         let mut fresh: Vec<FreshChunk> = Vec::new();
         // Messages given their own key in this batch, which a later update must start from.
         let mut own: HashMap<(SubQueue, i64), Bytes> = HashMap::new();
@@ -339,7 +365,7 @@ impl EntityLog {
                         }
                         self.leave_chunk(seq);
                     }
-                    batch.insert(&key(sub.prefix(), seq), own_value(&record, &body));
+                    batch.insert_moved(&key(sub.prefix(), seq), own_value(&record, &body));
                     own.insert((sub, seq), body);
                 }
                 Change::Update { seq, record } => {
@@ -359,7 +385,7 @@ impl EntityLog {
                         if main {
                             self.leave_chunk(seq);
                         }
-                        batch.insert(&key(sub.prefix(), seq), own_value(&record, &body));
+                        batch.insert_moved(&key(sub.prefix(), seq), own_value(&record, &body));
                         own.insert((sub, seq), body);
                     }
                 }
@@ -376,14 +402,19 @@ impl EntityLog {
                     own.remove(&(sub, seq));
                     batch.remove(&key(sub.prefix(), seq));
                 }
-                Change::NextSeq(next) => batch.insert(NEXT_SEQ_KEY, &next.to_be_bytes()),
+                Change::NextSeq(next) => next_seq = Some(next),
             }
+        }
+        if let Some(next) = next_seq {
+            // First: a prefix that deletes the newest message still knows its number was used.
+            let value = sled::IVec::from(&next.to_be_bytes()[..]);
+            batch.list.insert(0, (NEXT_SEQ_KEY.into(), Some(value)));
         }
         for chunk in fresh {
             self.store_fresh(chunk, &mut batch);
         }
         self.store_departures(&mut batch);
-        Ok(tree.apply_batch(batch)?)
+        Ok(batch)
     }
 
     /// Moves the messages of nearly empty, quiet chunks to their own keys and drops those
@@ -407,7 +438,7 @@ impl EntityLog {
         if due.is_empty() {
             return Ok(());
         }
-        let mut batch = sled::Batch::default();
+        let mut batch = Ops::default();
         for first in &due {
             let value = self.chunk_value(*first)?;
             let entries = self.decode_chunk(*first, &value)?;
@@ -416,7 +447,7 @@ impl EntityLog {
                     if chunk.departures.mark(index as u32) {
                         let seq = first + index as i64;
                         let own = own_value(&record, &value[range]);
-                        batch.insert(&key(SubQueue::Main.prefix(), seq), own);
+                        batch.insert_moved(&key(SubQueue::Main.prefix(), seq), own);
                     }
                 }
             }
@@ -424,7 +455,7 @@ impl EntityLog {
         }
         self.store_departures(&mut batch);
         tracing::debug!(chunks = due.len(), "compacted");
-        Ok(tree.apply_batch(batch)?)
+        batch.apply(&tree)
     }
 
     /// Marks `seq` as gone from the chunk holding it; returns whether it was in one.
@@ -446,7 +477,7 @@ impl EntityLog {
     }
 
     /// Writes a chunk built by this write, with its departures if some of it is gone already.
-    fn store_fresh(&mut self, fresh: FreshChunk, batch: &mut sled::Batch) {
+    fn store_fresh(&mut self, fresh: FreshChunk, batch: &mut Ops) {
         let count = u32::try_from(fresh.entries.len()).unwrap_or(u32::MAX);
         let mut departures = Departures::none(count);
         let placeholder = (
@@ -491,7 +522,7 @@ impl EntityLog {
     }
 
     /// Writes the departures of the chunks messages left; an emptied chunk goes.
-    fn store_departures(&mut self, batch: &mut sled::Batch) {
+    fn store_departures(&mut self, batch: &mut Ops) {
         for first in std::mem::take(&mut self.touched) {
             let Some(chunk) = self.chunks.get_mut(&first) else {
                 continue;
@@ -622,6 +653,59 @@ impl EntityLog {
     }
 }
 
+/// The sled operations of one write, in the order they are applied.
+///
+/// A sled batch is atomic but costs two writes of its own to the log file, so a write that
+/// only adds messages, marks them gone and raises the sequence counter goes as single
+/// operations instead, ordered so that every prefix of them is a state to recover from:
+/// the counter first, then new chunks, then departures, each chunk's key before its
+/// departures key. sled recovers its log up to the first tear, so a crash keeps such a
+/// prefix, and loses only changes that nobody was told about yet. A write that moves a message
+/// (stores it under a key of its own, in the dead-letter queue, or under a new number) would
+/// hold two copies in some prefix, so it goes as one batch.
+#[derive(Debug, Default)]
+struct Ops {
+    list: Vec<(sled::IVec, Option<sled::IVec>)>,
+    /// Some operation moves a message: apply them as one atomic batch.
+    atomic: bool,
+}
+
+impl Ops {
+    fn insert(&mut self, key: &[u8], value: impl Into<sled::IVec>) {
+        self.list.push((key.into(), Some(value.into())));
+    }
+
+    /// Stores a message that is still somewhere else until this write lands.
+    fn insert_moved(&mut self, key: &[u8], value: impl Into<sled::IVec>) {
+        self.atomic = true;
+        self.insert(key, value);
+    }
+
+    fn remove(&mut self, key: &[u8]) {
+        self.list.push((key.into(), None));
+    }
+
+    fn apply(self, tree: &sled::Tree) -> Result<(), StoreError> {
+        if self.atomic {
+            let mut batch = sled::Batch::default();
+            for (key, value) in self.list {
+                match value {
+                    Some(value) => batch.insert(key, value),
+                    None => batch.remove(key),
+                }
+            }
+            return Ok(tree.apply_batch(batch)?);
+        }
+        for (key, value) in self.list {
+            match value {
+                Some(value) => tree.insert(key, value)?,
+                None => tree.remove(key)?,
+            };
+        }
+        Ok(())
+    }
+}
+
 /// Adds a message with a fresh sequence number to the chunk this write is building, or starts
 /// another when it does not follow on or the chunk is full.
 fn add_fresh(fresh: &mut Vec<FreshChunk>, seq: i64, record: Record, body: Bytes) {
@@ -677,6 +761,94 @@ mod tests {
             SubQueue::Main
         } else {
             SubQueue::DeadLetter
+        }
+    }
+
+    /// A write of new messages and completions goes as single operations: a crash after any
+    /// prefix of them recovers every message the earlier writes left, none twice, nothing
+    /// the write did not know, and a counter above every number ever handed out.
+    #[test]
+    fn every_prefix_of_an_unbatched_write_recovers_a_consistent_queue() {
+        let put = |seq: i64| {
+            let body = Bytes::from(vec![seq as u8; 5_000]);
+            let change = Change::Put {
+                seq,
+                record: record(0, body.len()),
+                body,
+            };
+            (SubQueue::Main, change)
+        };
+        let delete = |seq: i64| (SubQueue::Main, Change::Delete { seq });
+        let next = |seq: i64| (SubQueue::Main, Change::NextSeq(seq));
+        // Earlier writes: chunks of three or four messages, some of them gone already.
+        let history: Vec<Vec<(SubQueue, Change)>> = vec![
+            (1..=8).map(put).chain([next(9)]).collect(),
+            vec![delete(1), delete(2), delete(5)],
+            (9..=12).map(put).chain([next(13)]).collect(),
+        ];
+        let before: Vec<i64> = vec![3, 4, 6, 7, 8, 9, 10, 11, 12];
+        // The write: two new chunks, the newest earlier message and a first chunk's last
+        // messages completed (that chunk goes), one of another chunk's.
+        let write: Vec<(SubQueue, Change)> = (13..=20)
+            .map(put)
+            .chain([next(21), delete(3), delete(4), delete(12), delete(7)])
+            .collect();
+        let prepare = |dir: &std::path::Path| {
+            let mut log = open(dir);
+            log.recover(SubQueue::Main).expect("recover");
+            for changes in history.clone() {
+                log.write(changes).expect("write");
+            }
+            let ops = log.plan(write.clone(), false).expect("plan");
+            (log, ops)
+        };
+        let (_, ops) = prepare(tempfile::tempdir().expect("tempdir").path());
+        assert!(!ops.atomic, "sends and completions need no batch");
+        assert!(ops.list.len() >= 5, "{} operations", ops.list.len());
+        for kept in 0..=ops.list.len() {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let (log, mut ops) = prepare(dir.path());
+            ops.list.truncate(kept);
+            ops.apply(log.tree.as_ref().expect("tree")).expect("apply");
+            drop(log);
+            let mut log = open(dir.path());
+            let recovered = log.recover(SubQueue::Main).expect("recover");
+            let seqs: Vec<i64> = recovered.records.iter().map(|(seq, _)| *seq).collect();
+            let mut unique = seqs.clone();
+            unique.sort_unstable();
+            unique.dedup();
+            assert_eq!(unique.len(), seqs.len(), "prefix {kept}: a message twice");
+            for seq in &before {
+                let deleted_now = [3, 4, 12, 7].contains(seq);
+                assert!(
+                    deleted_now || seqs.contains(seq),
+                    "prefix {kept}: {seq} lost"
+                );
+            }
+            assert!(
+                seqs.iter().all(|seq| before.contains(seq) || *seq >= 13),
+                "prefix {kept}: {seqs:?}"
+            );
+            assert!(
+                recovered.next_seq.max(log.fresh_from) >= 13,
+                "prefix {kept}"
+            );
+            for seq in &seqs {
+                let body = log.body(SubQueue::Main, *seq).expect("body");
+                assert_eq!(body[0], *seq as u8, "prefix {kept}: body of {seq}");
+            }
+            let orphans = log
+                .tree
+                .as_ref()
+                .expect("tree")
+                .scan_prefix([DEPARTURES_PREFIX])
+                .filter_map(Result::ok)
+                .filter(|(key, _)| !log.chunks.contains_key(&seq_of(key)))
+                .count();
+            assert_eq!(
+                orphans, 0,
+                "prefix {kept}: departures of a removed chunk remain"
+            );
         }
     }
 
@@ -764,7 +936,7 @@ mod tests {
                 }
             }
             // Staged changes read back before they are written; several turns share a commit.
-            log.stage(changes);
+            log.stage(changes, next(2) == 0);
             if next(3) == 0 {
                 log.commit().expect("commit");
             }

@@ -313,7 +313,8 @@ impl EntityLog {
     }
 
     /// Writes the staged changes so that a crash keeps all of them or a prefix that loses no
-    /// earlier write (see [`Ops`]).
+    /// earlier write: single operations in a crash-safe order, or one atomic batch when they
+    /// move a message.
     ///
     /// # Errors
     /// A [`StoreError`] when the write fails (or a message to rewrite cannot be read).

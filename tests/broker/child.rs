@@ -19,6 +19,17 @@ pub struct ChildBroker {
 impl ChildBroker {
     /// Starts the binary with `config` (TOML text) on `data_dir` and waits until it is ready.
     pub fn start(dir: &Path, config: &str) -> Self {
+        Self::spawn(dir, config, None)
+    }
+
+    /// Like [`ChildBroker::start`], but no file the process writes may grow past
+    /// `max_file_bytes` (`RLIMIT_FSIZE`, with `SIGXFSZ` ignored): a write past it fails as on a
+    /// full disk.
+    pub fn start_with_full_disk_at(dir: &Path, config: &str, max_file_bytes: u64) -> Self {
+        Self::spawn(dir, config, Some(max_file_bytes))
+    }
+
+    fn spawn(dir: &Path, config: &str, max_file_bytes: Option<u64>) -> Self {
         let config_path = dir.join("tidebus.toml");
         std::fs::write(&config_path, config).expect("write config");
         let ready = dir.join("ready");
@@ -29,7 +40,27 @@ impl ChildBroker {
             STARTS.fetch_add(1, Ordering::Relaxed)
         ));
         let log_file = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_tidebus"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tidebus"));
+        if let Some(limit) = max_file_bytes {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: between fork and exec the closure only makes two async-signal-safe
+            // system calls.
+            unsafe {
+                command.pre_exec(move || {
+                    let rlimit = libc::rlimit {
+                        rlim_cur: limit,
+                        rlim_max: limit,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_FSIZE, &rlimit) != 0
+                        || libc::signal(libc::SIGXFSZ, libc::SIG_IGN) == libc::SIG_ERR
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = command
             .arg("--config")
             .arg(&config_path)
             .arg("--listen")

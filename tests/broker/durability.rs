@@ -350,6 +350,94 @@ async fn kill_9_mid_load_keeps_acknowledged_sends_and_confirmed_completions() {
     assert!(next[0].1 > highest, "sequence number {} reused", next[0].1);
 }
 
+/// A full disk (a file-size limit on the broker process: sled's writes past it fail as on a
+/// full device) poisons the queue: sends are refused with `amqp:internal-error` while the
+/// broker keeps answering, and a restart with room again keeps every acknowledged send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_sends_and_loses_nothing_acknowledged() {
+    use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ChildBroker::start_with_full_disk_at(dir.path(), &config("sync"), 3_000_000);
+    let (mut connection, mut session) = connect_session(broker.addr).await;
+    let mut sender = Sender::attach(&mut session, "filler", "q")
+        .await
+        .expect("sender");
+    let mut accepted = HashSet::new();
+    let mut refusals = 0;
+    for id in 0..2_000i64 {
+        let message = Message::builder()
+            .application_properties(ApplicationProperties::builder().insert("id", id).build())
+            .value(Value::Binary(vec![0x5a; 8 * 1024].into()))
+            .build();
+        let outcome = timeout(DEADLINE, sender.send(message))
+            .await
+            .expect("an answer in time")
+            .expect("send");
+        match outcome {
+            Outcome::Accepted(_) => {
+                assert_eq!(refusals, 0, "send {id} accepted after a refusal");
+                accepted.insert(id);
+            }
+            Outcome::Rejected(rejected) => {
+                let condition = rejected.error.map(|error| error.condition);
+                assert_eq!(
+                    condition,
+                    Some(ErrorCondition::AmqpError(AmqpError::InternalError)),
+                    "send {id}"
+                );
+                refusals += 1;
+                if refusals == 20 {
+                    break;
+                }
+            }
+            other => panic!("send {id}: {other:?}"),
+        }
+    }
+    assert!(
+        refusals == 20 && !accepted.is_empty(),
+        "{} accepted, {refusals} refused: the disk never filled up",
+        accepted.len()
+    );
+    let _ = connection.close().await;
+    // Still serving: a new connection is answered, with the same refusal.
+    assert_eq!(
+        send_ids_refused(broker.addr).await,
+        Some(ErrorCondition::AmqpError(AmqpError::InternalError))
+    );
+    assert!(
+        broker.log_text().contains("stops acknowledging"),
+        "the failure is logged"
+    );
+    broker.kill9();
+
+    let broker = ChildBroker::start(dir.path(), &config("sync"));
+    let got = drain(broker.addr, &accepted).await;
+    assert_in_sequence_order(&got);
+}
+
+/// Sends one message on a new connection; the condition it was rejected with, if it was.
+async fn send_ids_refused(
+    addr: std::net::SocketAddr,
+) -> Option<fe2o3_amqp::types::definitions::ErrorCondition> {
+    let (mut connection, mut session) = connect_session(addr).await;
+    let mut sender = Sender::attach(&mut session, "late", "q")
+        .await
+        .expect("sender");
+    let message = Message::builder()
+        .application_properties(ApplicationProperties::builder().insert("id", -2i64).build())
+        .value(-2i64)
+        .build();
+    let outcome = timeout(DEADLINE, sender.send(message))
+        .await
+        .expect("an answer in time")
+        .expect("send");
+    let _ = connection.close().await;
+    match outcome {
+        Outcome::Rejected(rejected) => rejected.error.map(|error| error.condition),
+        _ => None,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_mode_writes_nothing_to_disk() {
     let dir = tempfile::tempdir().expect("tempdir");

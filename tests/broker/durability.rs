@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use fe2o3_amqp::link::delivery::Delivery;
 use fe2o3_amqp::types::definitions::ReceiverSettleMode;
-use fe2o3_amqp::types::messaging::{ApplicationProperties, Message, Outcome};
+use fe2o3_amqp::types::messaging::{AmqpValue, ApplicationProperties, Message, Outcome};
 use fe2o3_amqp::types::primitives::{SimpleValue, Value};
 use fe2o3_amqp::{Receiver, Sender};
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -34,10 +34,7 @@ async fn send_ids(addr: std::net::SocketAddr, ids: std::ops::Range<i64>) -> Vec<
     let mut accepted = Vec::new();
     let mut failed = false;
     for id in ids {
-        let message = Message::builder()
-            .application_properties(ApplicationProperties::builder().insert("id", id).build())
-            .value(id)
-            .build();
+        let message = with_id(id, None);
         let Ok(Ok(fut)) = timeout(DEADLINE, sender.send_batchable(message)).await else {
             break;
         };
@@ -61,6 +58,14 @@ async fn send_ids(addr: std::net::SocketAddr, ids: std::ops::Range<i64>) -> Vec<
     let _ = timeout(DEADLINE, sender.close()).await;
     let _ = timeout(DEADLINE, connection.close()).await;
     accepted
+}
+
+/// A message whose application property `id` (and body) is `id`, or `body` when given.
+fn with_id(id: i64, body: Option<Value>) -> Message<AmqpValue<Value>> {
+    Message::builder()
+        .application_properties(ApplicationProperties::builder().insert("id", id).build())
+        .value(body.unwrap_or(Value::Long(id)))
+        .build()
 }
 
 fn id_of(delivery: &Delivery<Value>) -> i64 {
@@ -158,20 +163,10 @@ async fn sync_mode_survives_kill_9_and_never_reuses_a_sequence_number() {
         let mut barrier = Sender::attach(&mut session, "barrier", "q")
             .await
             .expect("sender");
-        let outcome = timeout(
-            DEADLINE,
-            barrier.send(
-                Message::builder()
-                    .application_properties(
-                        ApplicationProperties::builder().insert("id", -1i64).build(),
-                    )
-                    .value(-1i64)
-                    .build(),
-            ),
-        )
-        .await
-        .expect("in time")
-        .expect("send");
+        let outcome = timeout(DEADLINE, barrier.send(with_id(-1, None)))
+            .await
+            .expect("in time")
+            .expect("send");
         assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
         let _ = receiver.close().await;
         let _ = connection.close().await;
@@ -298,12 +293,7 @@ async fn kill_9_mid_load_keeps_acknowledged_sends_and_confirmed_completions() {
             let mut barrier = Sender::attach(&mut session, "barrier", "q")
                 .await
                 .expect("sender");
-            let message = Message::builder()
-                .application_properties(
-                    ApplicationProperties::builder().insert("id", -1i64).build(),
-                )
-                .value(-1i64)
-                .build();
+            let message = with_id(-1, None);
             let outcome = timeout(DEADLINE, barrier.send(message))
                 .await
                 .expect("in time")
@@ -365,10 +355,7 @@ async fn a_full_disk_refuses_sends_and_loses_nothing_acknowledged() {
     let mut accepted = HashSet::new();
     let mut refusals = 0;
     for id in 0..2_000i64 {
-        let message = Message::builder()
-            .application_properties(ApplicationProperties::builder().insert("id", id).build())
-            .value(Value::Binary(vec![0x5a; 8 * 1024].into()))
-            .build();
+        let message = with_id(id, Some(Value::Binary(vec![0x5a; 8 * 1024].into())));
         let outcome = timeout(DEADLINE, sender.send(message))
             .await
             .expect("an answer in time")
@@ -423,10 +410,7 @@ async fn send_ids_refused(
     let mut sender = Sender::attach(&mut session, "late", "q")
         .await
         .expect("sender");
-    let message = Message::builder()
-        .application_properties(ApplicationProperties::builder().insert("id", -2i64).build())
-        .value(-2i64)
-        .build();
+    let message = with_id(-2, None);
     let outcome = timeout(DEADLINE, sender.send(message))
         .await
         .expect("an answer in time")
@@ -546,17 +530,7 @@ async fn a_restart_keeps_deferred_dead_lettered_and_counted_messages_where_they_
         let mut barrier = Sender::attach(&mut session, "barrier", "q")
             .await
             .expect("sender");
-        let outcome = barrier
-            .send(
-                Message::builder()
-                    .application_properties(
-                        ApplicationProperties::builder().insert("id", 9i64).build(),
-                    )
-                    .value(9i64)
-                    .build(),
-            )
-            .await
-            .expect("send");
+        let outcome = barrier.send(with_id(9, None)).await.expect("send");
         assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
         let _ = connection.close().await;
     }

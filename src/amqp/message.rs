@@ -245,27 +245,8 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<(Vec<u8>, Bytes),
 
 /// The fields of an encoded list section (header, properties), each as its encoded bytes.
 fn list_fields<'a>(section: &'a [u8], what: &'static str) -> Result<Vec<&'a [u8]>, MessageError> {
-    let malformed = MessageError::Malformed(what);
-    let list_at = 1 + descriptor_len(section, 1)?;
-    let (count, mut at) = match section.get(list_at) {
-        Some(0x45) => (0, list_at + 1),
-        Some(0xc0) => (usize::from(*byte_at(section, list_at + 2)?), list_at + 3),
-        Some(0xd0) => (read_u32(section, list_at + 5)? as usize, list_at + 9),
-        _ => return Err(malformed),
-    };
-    let mut fields = Vec::with_capacity(count.min(13));
-    for _ in 0..count {
-        if at >= section.len() {
-            return Err(malformed);
-        }
-        let len = value_len(section, at)?;
-        fields.push(&section[at..at + len]);
-        at += len;
-    }
-    if at != section.len() {
-        return Err(malformed);
-    }
-    Ok(fields)
+    // list0, list8, list32.
+    compound_items(section, what, [0x45, 0xc0, 0xd0])
 }
 
 /// One map entry as the encodings of its key and its value.
@@ -277,39 +258,50 @@ fn annotation_entries<'a>(
     section: &'a [u8],
     what: &'static str,
 ) -> Result<Vec<Entry<'a>>, MessageError> {
+    // null (no annotations), map8, map32.
+    let items = compound_items(section, what, [0x40, 0xc1, 0xd1])?;
+    if items.len() % 2 != 0 {
+        return Err(MessageError::Malformed(what));
+    }
+    items
+        .chunks_exact(2)
+        .map(|pair| match pair[0][0] {
+            0xa3 | 0xb3 | 0x80 | 0x53 | 0x44 => Ok((pair[0], pair[1])),
+            _ => Err(MessageError::Malformed(what)),
+        })
+        .collect()
+}
+
+/// The items of the list or map that follows a section's descriptor, each as its encoding.
+/// `codes` are the constructors allowed: the empty one, the 8-bit one and the 32-bit one.
+fn compound_items<'a>(
+    section: &'a [u8],
+    what: &'static str,
+    [empty, short, long]: [u8; 3],
+) -> Result<Vec<&'a [u8]>, MessageError> {
     let malformed = MessageError::Malformed(what);
-    let map_at = 1 + descriptor_len(section, 1)?;
-    let (count, mut at) = match section.get(map_at) {
-        Some(0x40) => (0, map_at + 1),
-        Some(0xc1) => (usize::from(*byte_at(section, map_at + 2)?), map_at + 3),
-        Some(0xd1) => (read_u32(section, map_at + 5)? as usize, map_at + 9),
+    let value_at = 1 + descriptor_len(section, 1)?;
+    let (count, mut at) = match section.get(value_at) {
+        Some(code) if *code == empty => (0, value_at + 1),
+        Some(code) if *code == short => {
+            (usize::from(*byte_at(section, value_at + 2)?), value_at + 3)
+        }
+        Some(code) if *code == long => (read_u32(section, value_at + 5)? as usize, value_at + 9),
         _ => return Err(malformed),
     };
-    if count % 2 != 0 {
-        return Err(malformed);
-    }
-    let mut entries = Vec::with_capacity(count / 2);
-    for _ in 0..count / 2 {
+    let mut items = Vec::with_capacity(count.min(16));
+    for _ in 0..count {
         if at >= section.len() {
             return Err(malformed);
         }
-        let key_len = value_len(section, at)?;
-        let key = &section[at..at + key_len];
-        if !matches!(key[0], 0xa3 | 0xb3 | 0x80 | 0x53 | 0x44) {
-            return Err(malformed);
-        }
-        at += key_len;
-        if at >= section.len() {
-            return Err(malformed);
-        }
-        let value_len = value_len(section, at)?;
-        entries.push((key, &section[at..at + value_len]));
-        at += value_len;
+        let len = value_len(section, at)?;
+        items.push(&section[at..at + len]);
+        at += len;
     }
     if at != section.len() {
         return Err(malformed);
     }
-    Ok(entries)
+    Ok(items)
 }
 
 /// The name of an encoded symbol; `None` for anything else.

@@ -224,19 +224,9 @@ impl Actor {
             self.release_answers();
             let waiting =
                 !self.unflushed.is_empty() || self.main.has_unpublished() || self.log.has_staged();
-            if let (None, true, Commit::AfterFlush(_)) = (&flushing, waiting, &self.commit) {
+            if flushing.is_none() && waiting && matches!(self.commit, Commit::AfterFlush(_)) {
                 self.commit_log();
-                // A failed write answers what waited for it now, as errors.
-                self.release_answers();
-            }
-            if let (None, true, Commit::AfterFlush(flusher), None) =
-                (&flushing, waiting, &self.commit, &self.poisoned)
-            {
-                flushing = Some(Flushing {
-                    done: flusher.request(),
-                    answers: std::mem::take(&mut self.unflushed),
-                    covers_next_seq: self.main.next_seq(),
-                });
+                flushing = self.request_flush();
             }
         }
         self.persist();
@@ -679,6 +669,22 @@ impl Actor {
         self.log.stage(changes, moves);
         if !matches!(self.commit, Commit::AfterFlush(_)) {
             self.commit_log();
+        }
+    }
+
+    /// Asks for a flush covering what is written; the answers waiting for it go with the
+    /// request. A poisoned entity answers them now, as errors, instead.
+    fn request_flush(&mut self) -> Option<Flushing> {
+        match (&self.commit, &self.poisoned) {
+            (Commit::AfterFlush(flusher), None) => Some(Flushing {
+                done: flusher.request(),
+                answers: std::mem::take(&mut self.unflushed),
+                covers_next_seq: self.main.next_seq(),
+            }),
+            _ => {
+                self.release_answers();
+                None
+            }
         }
     }
 

@@ -9,8 +9,8 @@
 //!   key (record, then bytes): a message stored again (new bytes or record) leaves its chunk
 //!   for its own key, and dead-lettered messages always have one.
 //!
-//! Every write is one atomic sled batch, so a message, the counter that numbered it and the
-//! departures of the messages it replaced are never apart.
+//! A write is either single operations in a crash-safe order or one atomic sled batch (see
+//! `Ops`): no crash leaves a message without the counter that numbered it, or in two places.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -286,12 +286,13 @@ impl EntityLog {
     /// buffer before and after a batch's manifest), so a `sync` entity stages the changes of
     /// all its turns and commits them once, just before it asks for a flush.
     pub fn stage(&mut self, changes: Vec<(SubQueue, Change)>, moves: bool) {
-        self.staged_moves |= moves;
         for (sub, change) in &changes {
             self.cache.apply(*sub, change);
-            if self.tree.is_none() {
-                continue;
-            }
+        }
+        if self.tree.is_none() {
+            return;
+        }
+        for (sub, change) in &changes {
             match change {
                 Change::Put { seq, body, .. } => {
                     self.staged_bodies.insert((*sub, *seq), body.clone());
@@ -302,9 +303,8 @@ impl EntityLog {
                 Change::Update { .. } | Change::NextSeq(_) => {}
             }
         }
-        if self.tree.is_some() {
-            self.staged.extend(changes);
-        }
+        self.staged_moves |= moves;
+        self.staged.extend(changes);
     }
 
     /// Whether changes wait for [`EntityLog::commit`].

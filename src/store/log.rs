@@ -734,7 +734,18 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn open(dir: &std::path::Path) -> EntityLog {
-        let db = sled::Config::new().path(dir).open().expect("open");
+        // sled's I/O threads can hold a dropped database's file lock for a moment: a reopen
+        // right after a drop waits until it is free.
+        let deadline = Instant::now() + std::time::Duration::from_secs(30);
+        let db = loop {
+            match sled::Config::new().path(dir).flush_every_ms(None).open() {
+                Ok(db) => break db,
+                Err(error) if Instant::now() < deadline && error.to_string().contains("lock") => {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(error) => panic!("open: {error}"),
+            }
+        };
         let tree = db.open_tree("e").expect("tree");
         // No cache: every read comes from the tree.
         EntityLog::new(Some(db), Some(tree), "e".into(), 0)

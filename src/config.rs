@@ -75,6 +75,17 @@ pub struct BrokerConfig {
     pub max_frame_size: u32,
     /// How long a graceful shutdown waits for connections and entities.
     pub shutdown_timeout: Duration,
+    /// How long a client may take from TCP connect to its `open`; from 100 ms to 5 min.
+    pub handshake_timeout: Duration,
+    /// Bytes the broker queues toward one connection before it stops reading that
+    /// connection; from 64 KiB to 1 GiB.
+    pub connection_buffer: u64,
+    /// How long a connection's buffer may stay full before the connection is closed with
+    /// `amqp:resource-limit-exceeded`; from 100 ms to 1 h.
+    pub write_timeout: Duration,
+    /// Message bytes one consumer may have on their way from its entity to its socket; at
+    /// least 1 (one message is always allowed).
+    pub consumer_window: u64,
 }
 
 /// One `[[queues]]` entry.
@@ -215,6 +226,10 @@ struct RawBroker {
     idle_timeout: Option<Spanned<HumanDuration>>,
     max_frame_size: Option<Spanned<ByteSize>>,
     shutdown_timeout: Option<Spanned<HumanDuration>>,
+    handshake_timeout: Option<Spanned<HumanDuration>>,
+    connection_buffer: Option<Spanned<ByteSize>>,
+    write_timeout: Option<Spanned<HumanDuration>>,
+    consumer_window: Option<Spanned<ByteSize>>,
 }
 
 /// One `[[queues]]` entry as written. The planned keys are in [`UNSUPPORTED_QUEUE_KEYS`].
@@ -299,6 +314,30 @@ const SHUTDOWN_TIMEOUT: Limits<Duration> = Limits {
     min: Duration::ZERO,
     max: Duration::MAX,
     allowed: "any duration",
+};
+const HANDSHAKE_TIMEOUT: Limits<Duration> = Limits {
+    default: Duration::from_secs(10),
+    min: Duration::from_millis(100),
+    max: Duration::from_secs(300),
+    allowed: "100ms to 5m",
+};
+const CONNECTION_BUFFER: Limits<u64> = Limits {
+    default: 4 * 1024 * 1024,
+    min: 64 * 1024,
+    max: 1024 * 1024 * 1024,
+    allowed: "64KiB to 1GiB",
+};
+const WRITE_TIMEOUT: Limits<Duration> = Limits {
+    default: Duration::from_secs(30),
+    min: Duration::from_millis(100),
+    max: Duration::from_secs(3600),
+    allowed: "100ms to 1h",
+};
+const CONSUMER_WINDOW: Limits<u64> = Limits {
+    default: 1024 * 1024,
+    min: 1,
+    max: u64::MAX,
+    allowed: "at least 1 byte",
 };
 /// Five minutes is Service Bus's maximum lock duration.
 const LOCK_DURATION: Limits<Duration> = Limits {
@@ -386,6 +425,26 @@ impl Source<'_> {
                 "broker.shutdown_timeout",
                 raw.shutdown_timeout,
                 &SHUTDOWN_TIMEOUT,
+            )?,
+            handshake_timeout: self.bounded(
+                "broker.handshake_timeout",
+                raw.handshake_timeout,
+                &HANDSHAKE_TIMEOUT,
+            )?,
+            connection_buffer: self.bounded(
+                "broker.connection_buffer",
+                raw.connection_buffer,
+                &CONNECTION_BUFFER,
+            )?,
+            write_timeout: self.bounded(
+                "broker.write_timeout",
+                raw.write_timeout,
+                &WRITE_TIMEOUT,
+            )?,
+            consumer_window: self.bounded(
+                "broker.consumer_window",
+                raw.consumer_window,
+                &CONSUMER_WINDOW,
             )?,
         })
     }

@@ -91,6 +91,10 @@ pub async fn run(
         max_frame_size: config.broker.max_frame_size,
         idle_timeout: config.broker.idle_timeout,
         max_message_size: config.broker.max_message_size,
+        handshake_timeout: config.broker.handshake_timeout,
+        connection_buffer: usize::try_from(config.broker.connection_buffer).unwrap_or(usize::MAX),
+        write_timeout: config.broker.write_timeout,
+        consumer_window: config.broker.consumer_window,
         next_link_id: AtomicU64::new(1),
     });
     let entities = shared.registry.len();

@@ -2,31 +2,33 @@
 //! sessions, and the routing of entity events to the session that owns the link.
 //!
 //! The connection task reads frames and entity events; a separate writer task owns the write
-//! half, so two-way bulk traffic cannot deadlock on full socket buffers.
+//! half, so two-way bulk traffic cannot deadlock on full socket buffers. What waits for the
+//! writer is bounded by `connection_buffer`: when it is full the task stops reading the socket
+//! and its events until there is room, and closes the connection after `write_timeout`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use fe2o3_amqp::frames::amqp::{Frame, FrameBody};
-use fe2o3_amqp::transport::{Error as TransportError, Transport};
 use fe2o3_amqp::types::definitions::{self, AmqpError, ConnectionError};
 use fe2o3_amqp::types::performatives::{ChannelMax, Close, MaxFrameSize, Open};
-use futures_util::stream::SplitSink;
-use futures_util::{FutureExt, SinkExt, StreamExt};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::amqp::frames::{self, FrameError, FrameReader, Outbound};
 use crate::amqp::header;
 use crate::amqp::link::amqp_error;
 use crate::amqp::session::{Context, Fault, Outbox, Session};
-use crate::entity::handle::{EntityEvent, EventSink};
+use crate::entity::handle::{Command, ConsumerId, EntityEvent, EntityHandle, EventSink};
 use crate::entity::registry::Registry;
 
-/// How long a client may take from TCP connect to its `open`.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Highest channel number a client may use.
 const CHANNEL_MAX: u16 = 1023;
 /// Largest frame the broker writes, whatever the client allows.
@@ -35,6 +37,8 @@ const WRITE_FRAME_CAP: u32 = 1024 * 1024;
 const EVENT_BATCH: usize = 256;
 /// Frames already received that are handled in one turn.
 const FRAME_BATCH: usize = 64;
+/// How long a `detach`, `end` or `close` waits for the settlements received before it.
+const SETTLE_BARRIER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What every connection shares.
 #[derive(Debug)]
@@ -47,6 +51,14 @@ pub struct Shared {
     pub idle_timeout: Duration,
     /// Largest message the broker accepts.
     pub max_message_size: u64,
+    /// How long a client may take from TCP connect to its `open`.
+    pub handshake_timeout: Duration,
+    /// Bytes queued toward one client before the broker stops reading it.
+    pub connection_buffer: usize,
+    /// How long the queue toward a client may stay full before the connection is closed.
+    pub write_timeout: Duration,
+    /// Message bytes a consumer may have on their way from its entity to the socket.
+    pub consumer_window: u64,
     /// Source of broker-wide unique link ids.
     pub next_link_id: AtomicU64,
 }
@@ -59,97 +71,116 @@ pub async fn serve(
     refuse: Option<definitions::Error>,
     shutdown: CancellationToken,
 ) {
-    let transport = match open_connection(stream, &shared).await {
-        Ok(opened) => opened,
-        Err(reason) => {
+    let (read, mut write) = stream.into_split();
+    let mut reader = FrameReader::new(read);
+    let handshake = open_connection(&mut reader, &mut write, &shared);
+    let (remote_idle, remote_max_frame) = match tokio::time::timeout(
+        shared.handshake_timeout,
+        handshake,
+    )
+    .await
+    {
+        Ok(Ok(opened)) => opened,
+        Ok(Err(reason)) => {
             tracing::info!(%reason, "connection not opened");
             return;
         }
+        Err(_) => {
+            tracing::info!(timeout = ?shared.handshake_timeout, "connection not opened: no open within the handshake timeout");
+            return;
+        }
     };
-    let (mut transport, remote_idle, remote_max_frame) = transport;
     if let Some(error) = refuse {
         tracing::warn!(condition = ?error.condition, "connection refused");
-        let _ = transport
-            .send(Frame::new(
-                0u16,
-                FrameBody::Close(Close { error: Some(error) }),
-            ))
-            .await;
+        let _ = write_frame(&mut write, close_frame(Some(error))).await;
         return;
     }
-    let (sink, stream) = transport.split();
-    let (batches, batches_rx) = mpsc::unbounded_channel();
-    let writer = tokio::spawn(write_frames(sink, batches_rx));
+    let (outbound, writer) = Outbound::spawn(write, shared.connection_buffer);
     let (events, events_rx) = mpsc::unbounded_channel();
     let mut connection = Connection {
         shared,
-        writer: batches,
+        outbound,
         pending: Vec::new(),
         events,
         remote_max_frame,
         sessions: HashMap::new(),
         link_sessions: HashMap::new(),
         ended_by_client: HashSet::new(),
+        forwarded: HashMap::new(),
+        unanswered_settlements: 0,
+        held: None,
     };
     connection
-        .run(stream, events_rx, remote_idle, shutdown)
+        .run(reader, events_rx, remote_idle, shutdown)
         .await;
     connection.teardown().await;
     drop(connection);
-    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+    // The writer delivers what is buffered, the last `close` included; a client that does not
+    // read gets a few seconds, then its socket is dropped with whatever is left.
+    let abort = writer.abort_handle();
+    if tokio::time::timeout(Duration::from_secs(5), writer)
+        .await
+        .is_err()
+    {
+        abort.abort();
+        tracing::debug!("unwritten frames dropped: the client did not read them");
+    }
     tracing::debug!("connection closed");
 }
 
-type AmqpTransport = Transport<TcpStream, fe2o3_amqp::frames::amqp::Frame>;
-
-/// Header exchange, SASL and the `open` exchange. Returns the transport with the negotiated
-/// frame sizes and idle timeout applied, the client's idle timeout and its max frame size.
-async fn open_connection(
-    stream: TcpStream,
+/// Header exchange, SASL and the `open` exchange. Returns the client's idle timeout and its
+/// max frame size; the reader then accepts frames up to the broker's max frame size.
+async fn open_connection<W: AsyncWrite + Unpin>(
+    reader: &mut FrameReader<OwnedReadHalf>,
+    writer: &mut W,
     shared: &Shared,
-) -> Result<(AmqpTransport, Option<Duration>, usize), String> {
-    let handshake = async {
-        let mut transport = header::negotiate(stream).await.map_err(|e| e.to_string())?;
-        transport.set_decoder_max_frame_size(shared.max_frame_size as usize);
-        let open = match transport.next().await {
-            Some(Ok(Frame {
-                channel: 0,
-                body: FrameBody::Open(open),
-            })) => open,
-            Some(Ok(other)) => {
-                let error = amqp_error(AmqpError::IllegalState, "the first frame must be open");
-                let _ = transport.send(our_open(shared)).await;
-                let _ = transport
-                    .send(Frame::new(
-                        0u16,
-                        FrameBody::Close(Close { error: Some(error) }),
-                    ))
-                    .await;
-                return Err(format!("first frame was not open: {:?}", other.body));
-            }
-            Some(Err(e)) => return Err(format!("{e:?}")),
-            None => return Err("closed before open".to_string()),
-        };
-        Ok((transport, open))
+) -> Result<(Option<Duration>, usize), String> {
+    header::negotiate(reader, writer)
+        .await
+        .map_err(|e| e.to_string())?;
+    reader.set_max_frame_size(shared.max_frame_size as usize);
+    let first = match reader.frame().await {
+        Ok(Some(raw)) => frames::decode_amqp(raw),
+        Ok(None) => return Err("closed before open".to_string()),
+        Err(error) => Err(error),
     };
-    let (mut transport, open) = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake)
+    let open = match first {
+        Ok(Frame {
+            channel: 0,
+            body: FrameBody::Open(open),
+        }) => open,
+        other => {
+            let reason = match other {
+                Ok(frame) => format!("the first frame must be open, not {:?}", frame.body),
+                Err(error) => format!("the first frame must be open: {error}"),
+            };
+            let error = amqp_error(AmqpError::IllegalState, reason.clone());
+            let _ = write_frame(writer, our_open(shared)).await;
+            let _ = write_frame(writer, close_frame(Some(error))).await;
+            return Err(reason);
+        }
+    };
+    write_frame(writer, our_open(shared))
         .await
-        .map_err(|_| "no open within the handshake timeout".to_string())??;
-    transport
-        .send(our_open(shared))
-        .await
-        .map_err(|e| format!("{e:?}"))?;
+        .map_err(|e| e.to_string())?;
     let remote_max_frame = open.max_frame_size.0.clamp(512, WRITE_FRAME_CAP) as usize;
-    transport.set_encoder_max_frame_size(remote_max_frame);
-    if !shared.idle_timeout.is_zero() {
-        transport.set_idle_timeout(shared.idle_timeout);
-    }
     let remote_idle = open
         .idle_time_out
         .filter(|ms| *ms > 0)
         .map(|ms| Duration::from_millis(u64::from(ms)));
     tracing::debug!(container = %open.container_id, max_frame = remote_max_frame, idle = ?remote_idle, "open");
-    Ok((transport, remote_idle, remote_max_frame))
+    Ok((remote_idle, remote_max_frame))
+}
+
+/// Writes one frame straight to the socket (before the writer task exists).
+async fn write_frame<W: AsyncWrite + Unpin>(writer: &mut W, frame: Frame) -> std::io::Result<()> {
+    let mut out = BytesMut::new();
+    frames::encode_amqp(frame, &mut out).map_err(std::io::Error::other)?;
+    writer.write_all(&out).await
+}
+
+fn close_frame(error: Option<definitions::Error>) -> Frame {
+    Frame::new(0u16, FrameBody::Close(Close { error }))
 }
 
 fn our_open(shared: &Shared) -> Frame {
@@ -173,51 +204,14 @@ fn our_open(shared: &Shared) -> Frame {
     )
 }
 
-/// Writes batches of frames until the channel closes or a `close` frame went out; one socket
-/// flush per burst of batches.
-async fn write_frames(
-    mut sink: SplitSink<AmqpTransport, Frame>,
-    mut batches: mpsc::UnboundedReceiver<Vec<Frame>>,
-) {
-    let mut closing = false;
-    while let Some(batch) = batches.recv().await {
-        let mut next = Some(batch);
-        while let Some(batch) = next.take() {
-            for frame in batch {
-                closing |= matches!(frame.body, FrameBody::Close(_));
-                if sink.feed(frame).await.is_err() {
-                    return;
-                }
-                if closing {
-                    break;
-                }
-            }
-            if !closing {
-                next = batches.try_recv().ok();
-            }
-        }
-        if sink.flush().await.is_err() || closing {
-            break;
-        }
-    }
-    let _ = sink.close().await;
-}
-
-/// The next frame. fe2o3-amqp's decoder panics on a frame shorter than its header; that panic
-/// is caught here and reported as a framing error, so the connection closes properly and its
-/// locks are released.
+/// The next frame, decoded once its lengths and encoding are checked.
 ///
 /// # Cancel safety
-/// Cancel safe: reading a frame from the transport is.
-async fn read_frame(
-    stream: &mut futures_util::stream::SplitStream<AmqpTransport>,
-) -> Option<Result<Frame, TransportError>> {
-    match std::panic::AssertUnwindSafe(stream.next())
-        .catch_unwind()
-        .await
-    {
-        Ok(frame) => frame,
-        Err(_) => Some(Err(TransportError::FramingError)),
+/// Cancel safe: the reader keeps partial frames.
+async fn read_frame(reader: &mut FrameReader<OwnedReadHalf>) -> Result<Option<Frame>, FrameError> {
+    match reader.frame().await? {
+        Some(raw) => frames::decode_amqp(raw).map(Some),
+        None => Ok(None),
     }
 }
 
@@ -229,6 +223,7 @@ fn context<'a>(shared: &'a Shared, events: &'a EventSink, remote_max_frame: usiz
         events,
         max_message_size: shared.max_message_size,
         remote_max_frame,
+        consumer_window: shared.consumer_window,
     }
 }
 
@@ -240,8 +235,8 @@ enum Running {
 
 struct Connection {
     shared: Arc<Shared>,
-    /// Batches of frames for the writer task.
-    writer: mpsc::UnboundedSender<Vec<Frame>>,
+    /// The writer task's bounded buffer.
+    outbound: Outbound,
     /// Frames of the current loop turn, handed to the writer at its end.
     pending: Vec<Frame>,
     events: EventSink,
@@ -254,20 +249,34 @@ struct Connection {
     /// detaches links on a channel after ending its session; those late frames are dropped
     /// rather than treated as a protocol error.
     ended_by_client: HashSet<u16>,
+    /// Delivery bytes per consumer that left their sessions this turn, reported to the
+    /// entities once the write buffer has taken the turn's frames.
+    forwarded: HashMap<ConsumerId, (EntityHandle, u64)>,
+    /// Settlements posted to entities whose answer has not come back yet.
+    unanswered_settlements: usize,
+    /// A `detach`, `end` or `close` that waits until `unanswered_settlements` is zero (or its
+    /// deadline passes), so that answering it tells the client its settlements are applied.
+    /// No frame is read meanwhile, which keeps the client's frames in order.
+    held: Option<(Frame, Instant)>,
 }
 
 impl Connection {
     async fn run(
         &mut self,
-        mut stream: futures_util::stream::SplitStream<AmqpTransport>,
+        mut reader: FrameReader<OwnedReadHalf>,
         mut events: mpsc::UnboundedReceiver<EntityEvent>,
         remote_idle: Option<Duration>,
         shutdown: CancellationToken,
     ) {
         let beat = remote_idle.map_or(Duration::from_secs(3600), |idle| idle / 2);
-        let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + beat, beat);
+        let mut heartbeat = tokio::time::interval_at(Instant::now() + beat, beat);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let idle = self.shared.idle_timeout;
+        let mut last_read = Instant::now();
+        let idle_deadline = tokio::time::sleep(idle);
+        tokio::pin!(idle_deadline);
         loop {
+            let barrier = self.held.as_ref().map(|(_, deadline)| *deadline);
             let running = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => {
@@ -282,14 +291,22 @@ impl Connection {
                             Err(_) => break,
                         }
                     }
-                    self.flush_accepted()
+                    self.flush_accepted();
+                    self.release_held(false).await
                 }
-                frame = read_frame(&mut stream) => {
+                _ = tokio::time::sleep_until(barrier.unwrap_or_else(Instant::now)), if barrier.is_some() => {
+                    tracing::warn!(unanswered = self.unanswered_settlements, "settlements unanswered at the barrier's deadline");
+                    self.release_held(true).await
+                }
+                frame = read_frame(&mut reader), if self.held.is_none() => {
+                    last_read = Instant::now();
                     let mut running = self.on_read(frame).await;
                     // Take what else has arrived, so its answers leave in one write.
                     for _ in 1..FRAME_BATCH {
-                        let Running::Continue = running else { break };
-                        match read_frame(&mut stream).now_or_never() {
+                        if !matches!(running, Running::Continue) || self.held.is_some() {
+                            break;
+                        }
+                        match futures_util::FutureExt::now_or_never(read_frame(&mut reader)) {
                             Some(frame) => running = self.on_read(frame).await,
                             None => break,
                         }
@@ -299,8 +316,20 @@ impl Connection {
                 _ = heartbeat.tick(), if remote_idle.is_some() => {
                     self.write(Frame::empty())
                 }
+                _ = &mut idle_deadline => {
+                    if last_read.elapsed() >= idle {
+                        self.close(Some(amqp_error(
+                            AmqpError::ResourceLimitExceeded,
+                            format!("idle timeout: no frame received for {idle:?}"),
+                        )));
+                        Running::Stop
+                    } else {
+                        idle_deadline.as_mut().reset(last_read + idle);
+                        Running::Continue
+                    }
+                }
             };
-            let sent = self.send_pending();
+            let sent = self.send_pending(&shutdown).await;
             if let (Running::Continue, Running::Continue) = (running, sent) {
                 continue;
             }
@@ -308,60 +337,69 @@ impl Connection {
         }
     }
 
-    async fn on_read(&mut self, frame: Option<Result<Frame, TransportError>>) -> Running {
+    async fn on_read(&mut self, frame: Result<Option<Frame>, FrameError>) -> Running {
         match frame {
-            Some(Ok(frame)) => self.on_frame(frame).await,
-            Some(Err(error)) => {
-                self.on_transport_error(error);
+            Ok(Some(frame)) if self.must_wait_for_settlements(&frame.body) => {
+                tracing::debug!(
+                    unanswered = self.unanswered_settlements,
+                    "holding a frame until the settlements before it are applied"
+                );
+                self.held = Some((frame, Instant::now() + SETTLE_BARRIER_TIMEOUT));
+                Running::Continue
+            }
+            Ok(Some(frame)) => self.on_frame(frame).await,
+            Ok(None) => Running::Stop,
+            Err(error) => {
+                self.on_frame_error(error);
                 Running::Stop
             }
-            None => Running::Stop,
         }
     }
 
-    fn on_transport_error(&mut self, error: TransportError) {
+    /// A `detach`, `end` or `close` is answered only after the settlements received before
+    /// it are applied (and durable, as the durability mode says).
+    fn must_wait_for_settlements(&self, body: &FrameBody) -> bool {
+        self.unanswered_settlements > 0
+            && matches!(
+                body,
+                FrameBody::Detach(_) | FrameBody::End(_) | FrameBody::Close(_)
+            )
+    }
+
+    /// Handles the held frame once its settlements are answered, or when `expired`.
+    async fn release_held(&mut self, expired: bool) -> Running {
+        if self.unanswered_settlements > 0 && !expired {
+            return Running::Continue;
+        }
+        match self.held.take() {
+            Some((frame, _)) => self.on_frame(frame).await,
+            None => Running::Continue,
+        }
+    }
+
+    fn on_frame_error(&mut self, error: FrameError) {
         let close_with = match &error {
-            TransportError::IdleTimeoutElapsed => Some(amqp_error(
-                AmqpError::ResourceLimitExceeded,
-                format!(
-                    "idle timeout: no frame received for {:?}",
-                    self.shared.idle_timeout
-                ),
-            )),
-            TransportError::DecodeError(detail) => Some(amqp_error(
-                AmqpError::DecodeError,
-                format!("malformed frame: {detail}"),
-            )),
-            TransportError::FramingError => {
-                Some(amqp_error(ConnectionError::FramingError, "malformed frame"))
+            FrameError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+                tracing::debug!("the client closed its socket inside a frame");
+                None
             }
-            TransportError::NotImplemented(detail) => {
-                Some(amqp_error(AmqpError::NotImplemented, format!("{detail:?}")))
+            FrameError::Io(_) => None,
+            FrameError::TooLarge { .. } | FrameError::Framing(_) => {
+                Some(amqp_error(ConnectionError::FramingError, error.to_string()))
             }
-            // fe2o3-amqp reports a field that runs past its frame as an unexpected EOF.
-            TransportError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
-                Some(amqp_error(
-                    AmqpError::DecodeError,
-                    "a field runs past the end of its frame",
-                ))
+            FrameError::WrongType(_) => {
+                Some(amqp_error(AmqpError::NotImplemented, error.to_string()))
             }
-            TransportError::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
-                Some(amqp_error(
-                    ConnectionError::FramingError,
-                    format!(
-                        "frame larger than the max-frame-size of {} bytes",
-                        self.shared.max_frame_size
-                    ),
-                ))
+            FrameError::Encoding(_) | FrameError::Decode(_) => {
+                Some(amqp_error(AmqpError::DecodeError, error.to_string()))
             }
-            TransportError::Io(_) => None,
         };
         match close_with {
             Some(error) => {
                 tracing::info!(condition = ?error.condition, description = ?error.description, "closing connection");
                 self.close(Some(error));
             }
-            None => tracing::debug!(?error, "connection lost"),
+            None => tracing::debug!(%error, "connection lost"),
         }
     }
 
@@ -459,6 +497,9 @@ impl Connection {
     }
 
     async fn on_event(&mut self, event: EntityEvent) {
+        if let EntityEvent::Settled { .. } = event {
+            self.unanswered_settlements = self.unanswered_settlements.saturating_sub(1);
+        }
         let link_id = match &event {
             EntityEvent::Delivered(delivery) => delivery.consumer.0,
             EntityEvent::Drained { consumer } | EntityEvent::Gone { consumer, .. } => consumer.0,
@@ -493,7 +534,7 @@ impl Connection {
         self.perform(local, out).await;
     }
 
-    fn flush_accepted(&mut self) -> Running {
+    fn flush_accepted(&mut self) {
         for session in self.sessions.values_mut() {
             let mut out = Outbox::default();
             session.flush_accepted(&mut out);
@@ -501,11 +542,13 @@ impl Connection {
                 self.pending.push(Frame::new(session.local_channel, body));
             }
         }
-        Running::Continue
     }
 
     /// Sends an outbox's frames on `local` and posts its commands (waiting for mailbox room).
     async fn perform(&mut self, local: u16, out: Outbox) -> Running {
+        for (entity, consumer, bytes) in out.forwarded {
+            self.forwarded.entry(consumer).or_insert((entity, 0)).1 += bytes;
+        }
         let mut running = Running::Continue;
         for body in out.frames {
             if let Running::Stop = self.write(Frame::new(local, body)) {
@@ -513,6 +556,9 @@ impl Connection {
             }
         }
         for (entity, command) in out.posts {
+            if let Command::Settle { reply: Some(_), .. } = command {
+                self.unanswered_settlements += 1;
+            }
             if let Err(command) = entity.post(command).await {
                 tracing::debug!(entity = entity.name(), "entity is gone; command refused");
                 command.refuse(&entity.refusal());
@@ -560,7 +606,7 @@ impl Connection {
     }
 
     fn close(&mut self, error: Option<definitions::Error>) {
-        self.write(Frame::new(0u16, FrameBody::Close(Close { error })));
+        self.write(close_frame(error));
     }
 
     fn write(&mut self, frame: Frame) -> Running {
@@ -568,14 +614,81 @@ impl Connection {
         Running::Continue
     }
 
-    /// Hands this turn's frames to the writer; `Stop` once the writer is gone.
-    fn send_pending(&mut self) -> Running {
+    /// Hands this turn's frames to the writer, waiting for room in its buffer (the client's
+    /// back-pressure). `Stop` once the writer is gone, after a `close`, or when the client has
+    /// not made room for `write_timeout`.
+    async fn send_pending(&mut self, shutdown: &CancellationToken) -> Running {
         if self.pending.is_empty() {
+            self.report_forwarded().await;
             return Running::Continue;
         }
-        match self.writer.send(std::mem::take(&mut self.pending)) {
-            Ok(()) => Running::Continue,
+        let mut bytes = BytesMut::new();
+        let mut closing = false;
+        for frame in self.pending.drain(..) {
+            closing = matches!(frame.body, FrameBody::Close(_));
+            if let Err(error) = frames::encode_amqp(frame, &mut bytes) {
+                tracing::error!(%error, "a frame did not encode");
+            }
+            if closing {
+                break;
+            }
+        }
+        self.pending.clear();
+        if closing {
+            self.outbound.send_unbudgeted(bytes.freeze());
+            return Running::Stop;
+        }
+        let sent = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => Ok(false),
+            sent = self.outbound.send(bytes.freeze(), self.shared.write_timeout) => sent,
+        };
+        match sent {
+            Ok(true) => {
+                self.report_forwarded().await;
+                Running::Continue
+            }
+            Ok(false) if shutdown.is_cancelled() => {
+                self.give_up(amqp_error(
+                    ConnectionError::ConnectionForced,
+                    "the broker is shutting down",
+                ));
+                Running::Stop
+            }
+            Ok(false) => {
+                tracing::warn!(
+                    buffered = self.outbound.buffered(),
+                    timeout = ?self.shared.write_timeout,
+                    "closing a connection that does not read what it is sent"
+                );
+                self.give_up(amqp_error(
+                    AmqpError::ResourceLimitExceeded,
+                    format!(
+                        "the client read nothing for {:?} while {} bytes waited for it",
+                        self.shared.write_timeout,
+                        self.outbound.buffered()
+                    ),
+                ));
+                Running::Stop
+            }
             Err(_) => Running::Stop,
+        }
+    }
+
+    /// Tells each entity how many bytes of its consumers' deliveries the write buffer took.
+    async fn report_forwarded(&mut self) {
+        for (consumer, (entity, bytes)) in std::mem::take(&mut self.forwarded) {
+            // An entity that is gone has no window to open.
+            let _ = entity.post(Command::Forwarded { consumer, bytes }).await;
+        }
+    }
+
+    /// Sends a last `close` past the full buffer; the writer delivers it if the client ever
+    /// reads again before the connection task ends.
+    fn give_up(&mut self, error: definitions::Error) {
+        let mut bytes = BytesMut::new();
+        if frames::encode_amqp(close_frame(Some(error)), &mut bytes).is_ok() {
+            self.outbound.send_unbudgeted(bytes.freeze());
         }
     }
 

@@ -1,16 +1,11 @@
 //! The 8-byte protocol header: plain AMQP straight away (the Python SDK in emulator mode), or
-//! SASL first (everyone else). Returns a frame transport ready for `open`.
+//! SASL first (everyone else). Leaves the connection ready for `open`.
 
-use fe2o3_amqp::frames::amqp;
 use fe2o3_amqp::transport::protocol_header::{ProtocolHeader, ProtocolId};
-use fe2o3_amqp::transport::Transport;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
+use crate::amqp::frames::{FrameError, FrameReader};
 use crate::amqp::sasl;
-
-/// The frame size every transport starts with, until `open` negotiates another.
-pub const MIN_MAX_FRAME_SIZE: usize = 512;
 
 /// Why the protocol header exchange failed.
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +16,9 @@ pub enum HandshakeError {
     /// The peer sent something that is not an AMQP 1.0 header we serve.
     #[error("unsupported protocol header {0:02x?}")]
     UnsupportedHeader([u8; 8]),
+    /// A SASL frame could not be read.
+    #[error("SASL frame: {0}")]
+    Frame(#[from] FrameError),
     /// SASL negotiation failed.
     #[error("SASL negotiation failed: {0}")]
     Sasl(String),
@@ -33,32 +31,55 @@ pub enum HandshakeError {
 ///
 /// # Errors
 /// Any [`HandshakeError`]; the caller closes the socket.
-pub async fn negotiate(
-    mut stream: TcpStream,
-) -> Result<Transport<TcpStream, amqp::Frame>, HandshakeError> {
-    let mut raw = [0u8; 8];
-    stream.read_exact(&mut raw).await?;
-    let header = ProtocolHeader::try_from(raw).ok();
-    match header {
+pub async fn negotiate<R, W>(
+    reader: &mut FrameReader<R>,
+    writer: &mut W,
+) -> Result<(), HandshakeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let raw = reader.protocol_header().await?;
+    match ProtocolHeader::try_from(raw).ok() {
         Some(header) if header.id == ProtocolId::Amqp && is_version_1_0(&header) => {
-            stream
-                .write_all(&<[u8; 8]>::from(ProtocolHeader::amqp()))
-                .await?;
-            Ok(Transport::bind(stream, MIN_MAX_FRAME_SIZE, None))
+            write_header(writer, ProtocolHeader::amqp()).await
         }
         Some(header) if header.id == ProtocolId::Sasl && is_version_1_0(&header) => {
-            stream
-                .write_all(&<[u8; 8]>::from(ProtocolHeader::sasl()))
-                .await?;
-            sasl::authenticate(stream).await
+            write_header(writer, ProtocolHeader::sasl()).await?;
+            sasl::authenticate(reader, writer).await?;
+            expect_amqp_header(reader, writer).await
         }
         _ => {
-            stream
-                .write_all(&<[u8; 8]>::from(ProtocolHeader::amqp()))
-                .await?;
+            write_header(writer, ProtocolHeader::amqp()).await?;
             Err(HandshakeError::UnsupportedHeader(raw))
         }
     }
+}
+
+/// After SASL, the client starts AMQP with its AMQP header (it may have sent it with its
+/// `sasl-init`; the reader kept those bytes).
+async fn expect_amqp_header<R, W>(
+    reader: &mut FrameReader<R>,
+    writer: &mut W,
+) -> Result<(), HandshakeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let raw = reader.protocol_header().await?;
+    write_header(writer, ProtocolHeader::amqp()).await?;
+    match ProtocolHeader::try_from(raw).ok() {
+        Some(header) if header.id == ProtocolId::Amqp && is_version_1_0(&header) => Ok(()),
+        _ => Err(HandshakeError::UnsupportedHeader(raw)),
+    }
+}
+
+async fn write_header<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    header: ProtocolHeader,
+) -> Result<(), HandshakeError> {
+    writer.write_all(&<[u8; 8]>::from(header)).await?;
+    Ok(())
 }
 
 fn is_version_1_0(header: &ProtocolHeader) -> bool {

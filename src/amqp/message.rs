@@ -11,6 +11,8 @@ use bytes::Bytes;
 use fe2o3_amqp::types::messaging::ApplicationProperties;
 use fe2o3_amqp::types::primitives::{SimpleValue, Value};
 
+use crate::amqp::encoding::{byte_at, read_u32, read_u64, value_len, EncodingError};
+
 /// Delivery annotation carrying the lock token (Service Bus `x-opt-lock-token`).
 const LOCK_TOKEN_KEY: &str = "x-opt-lock-token";
 /// Message annotation asking for a scheduled enqueue (a timestamp).
@@ -37,17 +39,10 @@ pub const BATCH_MESSAGE_FORMAT: u32 = 0x8001_3700;
 /// Why message bytes could not be understood.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum MessageError {
-    /// The bytes end inside a value.
-    #[error("message truncated at byte {0}")]
-    Truncated(usize),
-    /// A byte that starts no AMQP value.
-    #[error("invalid AMQP type code 0x{code:02x} at byte {at}")]
-    BadTypeCode {
-        /// The offending byte.
-        code: u8,
-        /// Its offset.
-        at: usize,
-    },
+    /// A value is malformed: it runs past the message, starts with an invalid type code, or
+    /// nests too deep.
+    #[error(transparent)]
+    Encoding(#[from] EncodingError),
     /// A top-level value that is not a described message section.
     #[error("value at byte {0} is not a message section")]
     NotASection(usize),
@@ -57,6 +52,9 @@ pub enum MessageError {
     /// The header or message-annotations section does not decode.
     #[error("malformed {0} section")]
     Malformed(&'static str),
+    /// An application-properties key that is not a string.
+    #[error("application-properties keys must be strings; key {0} is not")]
+    NonStringKey(usize),
     /// A message without any section.
     #[error("empty message")]
     Empty,
@@ -131,6 +129,16 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
             }
             code::PROPERTIES => {
                 list_fields(raw, "properties")?;
+            }
+            code::APPLICATION_PROPERTIES => {
+                // Service Bus accepts only string keys here (AMQP 1.0 §3.2.5).
+                let entries = map_entries(raw, "application-properties")?;
+                if let Some(index) = entries
+                    .iter()
+                    .position(|(key, _)| !matches!(key[0], 0xa1 | 0xb1))
+                {
+                    return Err(MessageError::NonStringKey(index));
+                }
             }
             _ => {}
         }
@@ -252,24 +260,33 @@ fn list_fields<'a>(section: &'a [u8], what: &'static str) -> Result<Vec<&'a [u8]
 /// One map entry as the encodings of its key and its value.
 type Entry<'a> = (&'a [u8], &'a [u8]);
 
+/// The entries of an encoded map section as (key, value) encodings.
+fn map_entries<'a>(section: &'a [u8], what: &'static str) -> Result<Vec<Entry<'a>>, MessageError> {
+    // null (no entries), map8, map32.
+    let items = compound_items(section, what, [0x40, 0xc1, 0xd1])?;
+    if items.len() % 2 != 0 {
+        return Err(MessageError::Malformed(what));
+    }
+    Ok(items
+        .chunks_exact(2)
+        .map(|pair| (pair[0], pair[1]))
+        .collect())
+}
+
 /// The entries of an encoded annotations section as (key, value) encodings. Keys must be
 /// symbols or ulongs (AMQP 1.0 §3.2.10); values are only measured, never decoded.
 fn annotation_entries<'a>(
     section: &'a [u8],
     what: &'static str,
 ) -> Result<Vec<Entry<'a>>, MessageError> {
-    // null (no annotations), map8, map32.
-    let items = compound_items(section, what, [0x40, 0xc1, 0xd1])?;
-    if items.len() % 2 != 0 {
-        return Err(MessageError::Malformed(what));
+    let entries = map_entries(section, what)?;
+    match entries
+        .iter()
+        .all(|(key, _)| matches!(key[0], 0xa3 | 0xb3 | 0x80 | 0x53 | 0x44))
+    {
+        true => Ok(entries),
+        false => Err(MessageError::Malformed(what)),
     }
-    items
-        .chunks_exact(2)
-        .map(|pair| match pair[0][0] {
-            0xa3 | 0xb3 | 0x80 | 0x53 | 0x44 => Ok((pair[0], pair[1])),
-            _ => Err(MessageError::Malformed(what)),
-        })
-        .collect()
 }
 
 /// The items of the list or map that follows a section's descriptor, each as its encoding.
@@ -280,11 +297,11 @@ fn compound_items<'a>(
     [empty, short, long]: [u8; 3],
 ) -> Result<Vec<&'a [u8]>, MessageError> {
     let malformed = MessageError::Malformed(what);
-    let value_at = 1 + descriptor_len(section, 1)?;
+    let value_at = 1 + value_len(section, 1)?;
     let (count, mut at) = match section.get(value_at) {
         Some(code) if *code == empty => (0, value_at + 1),
         Some(code) if *code == short => {
-            (usize::from(*byte_at(section, value_at + 2)?), value_at + 3)
+            (usize::from(byte_at(section, value_at + 2)?), value_at + 3)
         }
         Some(code) if *code == long => (read_u32(section, value_at + 5)? as usize, value_at + 9),
         _ => return Err(malformed),
@@ -529,26 +546,30 @@ fn write_header(out: &mut Vec<u8>, header: &HeaderFields, delivery_count: u32) {
 /// The binary inside a `data` section, as a zero-copy slice.
 fn data_section_payload(bytes: &Bytes, section: &Section) -> Result<Bytes, MessageError> {
     let start = section.range.start;
-    let value_at = start + descriptor_len(bytes, start + 1)? + 1;
+    let value_at = start + value_len(bytes, start + 1)? + 1;
     let (header_len, len) = match bytes.get(value_at) {
-        Some(0xa0) => (2, *byte_at(bytes, value_at + 1)? as usize),
+        Some(0xa0) => (2, byte_at(bytes, value_at + 1)? as usize),
         Some(0xb0) => (5, read_u32(bytes, value_at + 1)? as usize),
         _ => return Err(MessageError::Malformed("data")),
     };
     let from = value_at + header_len;
     if from + len > section.range.end {
-        return Err(MessageError::Truncated(section.range.end));
+        return Err(EncodingError::Truncated {
+            at: value_at,
+            len: section.range.end,
+        }
+        .into());
     }
     Ok(bytes.slice(from..from + len))
 }
 
 /// The section code of the described value at `at`.
 fn section_code(bytes: &[u8], at: usize) -> Result<u8, MessageError> {
-    if *byte_at(bytes, at)? != 0x00 {
+    if byte_at(bytes, at)? != 0x00 {
         return Err(MessageError::NotASection(at));
     }
     let code = match byte_at(bytes, at + 1)? {
-        0x53 => u64::from(*byte_at(bytes, at + 2)?),
+        0x53 => u64::from(byte_at(bytes, at + 2)?),
         0x80 => read_u64(bytes, at + 2)?,
         0x44 => 0,
         0xa3 | 0xb3 => symbol_section_code(bytes, at + 1)?,
@@ -578,55 +599,6 @@ fn symbol_section_code(bytes: &[u8], at: usize) -> Result<u64, MessageError> {
         _ => return Err(MessageError::UnknownSection(at)),
     };
     Ok(u64::from(code))
-}
-
-/// Length of the descriptor value that starts at `at`.
-fn descriptor_len(bytes: &[u8], at: usize) -> Result<usize, MessageError> {
-    value_len(bytes, at)
-}
-
-/// Length in bytes of the AMQP value that starts at `at` (its constructor included).
-fn value_len(bytes: &[u8], at: usize) -> Result<usize, MessageError> {
-    let code = *byte_at(bytes, at)?;
-    let len = match code {
-        0x00 => {
-            let descriptor = value_len(bytes, at + 1)?;
-            1 + descriptor + value_len(bytes, at + 1 + descriptor)?
-        }
-        0x40..=0x45 => 1,
-        0x50..=0x56 => 2,
-        0x60 | 0x61 => 3,
-        0x70..=0x74 => 5,
-        0x80..=0x84 => 9,
-        0x94 | 0x98 => 17,
-        0xa0 | 0xa1 | 0xa3 | 0xc0 | 0xc1 | 0xe0 => 2 + *byte_at(bytes, at + 1)? as usize,
-        0xb0 | 0xb1 | 0xb3 | 0xd0 | 0xd1 | 0xf0 => 5 + read_u32(bytes, at + 1)? as usize,
-        _ => return Err(MessageError::BadTypeCode { code, at }),
-    };
-    if at + len > bytes.len() {
-        return Err(MessageError::Truncated(bytes.len()));
-    }
-    Ok(len)
-}
-
-fn byte_at(bytes: &[u8], at: usize) -> Result<&u8, MessageError> {
-    bytes.get(at).ok_or(MessageError::Truncated(bytes.len()))
-}
-
-fn read_u32(bytes: &[u8], at: usize) -> Result<u32, MessageError> {
-    let raw = bytes
-        .get(at..at + 4)
-        .ok_or(MessageError::Truncated(bytes.len()))?;
-    Ok(u32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]))
-}
-
-fn read_u64(bytes: &[u8], at: usize) -> Result<u64, MessageError> {
-    let raw = bytes
-        .get(at..at + 8)
-        .ok_or(MessageError::Truncated(bytes.len()))?;
-    let mut array = [0u8; 8];
-    array.copy_from_slice(raw);
-    Ok(u64::from_be_bytes(array))
 }
 
 #[cfg(test)]
@@ -676,7 +648,7 @@ mod tests {
         let bytes = encode_message(b"hello");
         assert!(matches!(
             scan_sections(&bytes[..bytes.len() - 1]),
-            Err(MessageError::Truncated(_))
+            Err(MessageError::Encoding(EncodingError::Truncated { .. }))
         ));
         assert_eq!(scan_sections(&[]), Err(MessageError::Empty));
     }
@@ -903,6 +875,23 @@ mod tests {
         assert_eq!(get("x-opt-message-state"), Some(&Value::Int(0)));
         assert_eq!(get("x-opt-partition-key"), Some(&Value::String("p".into())));
         assert_eq!(spliced.0.get(&OwnedKey::from(7u64)), Some(&Value::Int(7)));
+    }
+
+    #[test]
+    fn inspect_refuses_application_properties_keyed_by_anything_but_strings() {
+        let mut bytes = vec![
+            0x00, 0x53, 0x74, 0xc1, 0x06, 0x02, 0x54, 0x01, 0xa1, 0x01, b'v',
+        ];
+        bytes.extend_from_slice(&[0x00, 0x53, 0x75, 0xa0, 0x01, b'x']);
+        assert_eq!(
+            inspect(Bytes::from(bytes.clone())),
+            Err(MessageError::NonStringKey(0))
+        );
+        let mut good = vec![
+            0x00, 0x53, 0x74, 0xc1, 0x07, 0x02, 0xa1, 0x01, b'k', 0xa1, 0x01, b'v',
+        ];
+        good.extend_from_slice(&[0x00, 0x53, 0x75, 0xa0, 0x01, b'x']);
+        assert!(inspect(Bytes::from(good)).is_ok());
     }
 
     #[test]

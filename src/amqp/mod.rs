@@ -1,7 +1,9 @@
 //! The AMQP 1.0 protocol engine: our own connection, session and link state machines over
-//! fe2o3-amqp's frame transport (design.md D1).
+//! frames we read and write ourselves, with fe2o3-amqp's types (design.md D1).
 
 pub mod connection;
+pub mod encoding;
+pub mod frames;
 pub mod header;
 pub mod link;
 pub mod message;

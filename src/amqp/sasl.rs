@@ -2,44 +2,43 @@
 //! authorisation then comes from CBS), `ANONYMOUS` and `PLAIN`. Credentials are not checked in
 //! this version (README says so); the user name is logged, the password never.
 
-use fe2o3_amqp::frames::{amqp, sasl};
-use fe2o3_amqp::transport::protocol_header::ProtocolHeaderCodec;
-use fe2o3_amqp::transport::Transport;
-use fe2o3_amqp::types::primitives::{Array, Symbol};
+use bytes::BytesMut;
+use fe2o3_amqp::frames::sasl;
+use fe2o3_amqp::types::primitives::{Array, Binary, Symbol};
 use fe2o3_amqp::types::sasl::{SaslCode, SaslMechanisms, SaslOutcome};
-use fe2o3_amqp::types::states::ConnectionState;
-use futures_util::{SinkExt, StreamExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use crate::amqp::header::{HandshakeError, MIN_MAX_FRAME_SIZE};
+use crate::amqp::frames::{self, FrameReader};
+use crate::amqp::header::HandshakeError;
 
 /// Mechanisms offered, in order of preference.
 const MECHANISMS: [&str; 3] = ["MSSBCBS", "ANONYMOUS", "PLAIN"];
 
-/// Runs the SASL exchange after the SASL header, then the AMQP header exchange.
+/// Runs the SASL exchange that follows the SASL protocol header.
 ///
 /// # Errors
 /// A [`HandshakeError`] when the client breaks the exchange or picks an unknown mechanism.
-pub async fn authenticate(
-    stream: TcpStream,
-) -> Result<Transport<TcpStream, amqp::Frame>, HandshakeError> {
-    let mut transport: Transport<TcpStream, sasl::Frame> =
-        Transport::bind(stream, MIN_MAX_FRAME_SIZE, None);
+pub async fn authenticate<R, W>(
+    reader: &mut FrameReader<R>,
+    writer: &mut W,
+) -> Result<(), HandshakeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mechanisms = SaslMechanisms {
         sasl_server_mechanisms: Array(MECHANISMS.iter().map(|m| Symbol::from(*m)).collect()),
     };
-    transport
-        .send(sasl::Frame::Mechanisms(mechanisms))
-        .await
-        .map_err(|e| HandshakeError::Sasl(format!("{e:?}")))?;
-    let init = match transport.next().await {
-        Some(Ok(sasl::Frame::Init(init))) => init,
-        Some(Ok(other)) => {
-            return Err(HandshakeError::Sasl(format!(
-                "expected sasl-init, got {other:?}"
-            )))
-        }
-        Some(Err(e)) => return Err(HandshakeError::Sasl(format!("{e:?}"))),
+    send(writer, &sasl::Frame::Mechanisms(mechanisms)).await?;
+    let init = match reader.frame().await? {
+        Some(raw) => match frames::decode_sasl(raw)? {
+            sasl::Frame::Init(init) => init,
+            other => {
+                return Err(HandshakeError::Sasl(format!(
+                    "expected sasl-init, got {other:?}"
+                )))
+            }
+        },
         None => {
             return Err(HandshakeError::Sasl(
                 "connection closed before sasl-init".into(),
@@ -58,29 +57,31 @@ pub async fn authenticate(
         tracing::info!(mechanism, "SASL mechanism not offered");
         SaslCode::Auth
     };
-    transport
-        .send(sasl::Frame::Outcome(SaslOutcome {
-            code: code.clone(),
-            additional_data: None,
-        }))
-        .await
-        .map_err(|e| HandshakeError::Sasl(format!("{e:?}")))?;
+    let outcome = SaslOutcome {
+        code: code.clone(),
+        additional_data: None,
+    };
+    send(writer, &sasl::Frame::Outcome(outcome)).await?;
     if code != SaslCode::Ok {
         return Err(HandshakeError::Sasl(format!(
             "mechanism {mechanism} is not supported"
         )));
     }
-    let (writer, reader) = transport.into_framed_codec();
-    let writer = writer.map_encoder(|_| ProtocolHeaderCodec::new());
-    let reader = reader.map_decoder(|_| ProtocolHeaderCodec::new());
-    let mut state = ConnectionState::Start;
-    Transport::negotiate_amqp_header(writer, reader, &mut state, None)
-        .await
-        .map_err(|e| HandshakeError::Sasl(format!("AMQP header after SASL: {e:?}")))
+    Ok(())
+}
+
+async fn send<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    frame: &sasl::Frame,
+) -> Result<(), HandshakeError> {
+    let mut out = BytesMut::new();
+    frames::encode_sasl(frame, &mut out).map_err(|e| HandshakeError::Sasl(e.to_string()))?;
+    writer.write_all(&out).await?;
+    Ok(())
 }
 
 /// The user name of a PLAIN initial response (`authzid NUL authcid NUL password`).
-fn plain_user(response: &Option<fe2o3_amqp::types::primitives::Binary>) -> Option<String> {
+fn plain_user(response: &Option<Binary>) -> Option<String> {
     let bytes = response.as_ref()?;
     let mut parts = bytes.split(|b| *b == 0);
     let _authzid = parts.next()?;

@@ -43,6 +43,9 @@ pub struct Outbox {
     pub frames: Vec<FrameBody>,
     /// Entity commands, in order.
     pub posts: Vec<(EntityHandle, Command)>,
+    /// Delivery bytes that left the session for the socket, per consumer: posted as
+    /// [`Command::Forwarded`] once the connection's write buffer took them.
+    pub forwarded: Vec<(EntityHandle, ConsumerId, u64)>,
 }
 
 /// A failure that ends more than one link.
@@ -64,6 +67,8 @@ pub struct Context<'a> {
     pub max_message_size: u64,
     /// Largest frame the client accepts.
     pub remote_max_frame: usize,
+    /// Message bytes a consumer may have on their way to the socket.
+    pub consumer_window: u64,
 }
 
 /// Per link: what to tell the entity, and the delivery ids with the outcomes to echo.
@@ -92,8 +97,9 @@ pub struct Session {
     by_id: HashMap<u64, u32>,
     /// Outgoing deliveries awaiting the client's settlement, by delivery id.
     unsettled: BTreeMap<u32, Unsettled>,
-    /// Transfer frames waiting for the client's incoming window.
-    pending: VecDeque<FrameBody>,
+    /// Transfer frames waiting for the client's incoming window; the last frame of a
+    /// delivery names its consumer and stored size, to report it forwarded when it leaves.
+    pending: VecDeque<(FrameBody, Option<(ConsumerId, u64)>)>,
     /// Settlements awaiting the entity's answer: delivery ids and the outcomes to echo.
     settling: HashMap<u64, Vec<(u32, DeliveryState)>>,
     next_request: u64,
@@ -229,6 +235,7 @@ impl Session {
                         consumer,
                         sub,
                         mode,
+                        window: ctx.consumer_window,
                         events: ctx.events.clone(),
                     },
                 ));
@@ -445,17 +452,29 @@ impl Session {
             self.on_request(&node, &whole, &partial, events, out);
             return Ok(());
         };
-        let messages = if partial.message_format == BATCH_MESSAGE_FORMAT {
+        let inspected = if partial.message_format == BATCH_MESSAGE_FORMAT {
             message::unpack_batch(&whole)
         } else {
             message::inspect(whole).map(|arrival| vec![arrival])
-        }
-        .map_err(|error| {
-            Fault::Connection(link::amqp_error(
-                AmqpError::DecodeError,
-                format!("delivery {}: {error}", partial.delivery_id),
-            ))
-        })?;
+        };
+        let messages = match inspected {
+            Ok(messages) => messages,
+            Err(error) => {
+                // One malformed message costs only itself: it is rejected and the link stays.
+                // A pre-settled one cannot be rejected, so its link is detached instead.
+                let error = link::amqp_error(
+                    AmqpError::DecodeError,
+                    format!("delivery {}: {error}", partial.delivery_id),
+                );
+                tracing::info!(description = ?error.description, "message refused");
+                if partial.settled {
+                    self.detach_with(remote_handle, error, out);
+                } else {
+                    out.frames.push(rejection(partial.delivery_id, error));
+                }
+                return Ok(());
+            }
+        };
         let reply = (!partial.settled).then(|| {
             let ticket = Ticket {
                 link: link_id,
@@ -612,7 +631,7 @@ impl Session {
                 batchable: false,
             };
             for frame in split_transfer(transfer, encoded, self.remote_max_frame) {
-                self.pending.push_back(frame);
+                self.pending.push_back((frame, None));
             }
             self.flush_pending(out);
         }
@@ -666,21 +685,23 @@ impl Session {
                 continue;
             };
             let (entity, consumer) = (outgoing.entity.clone(), outgoing.consumer);
-            let reply = (!disposition.settled).then(|| {
-                let request = self.next_request;
-                self.next_request += 1;
+            // Every settlement is answered, also those the client settled itself: the
+            // connection counts the answers, so that a later detach or close can wait for them.
+            let request = self.next_request;
+            self.next_request += 1;
+            if !disposition.settled {
                 self.settling.insert(request, echoes);
-                Ticket {
-                    link: link_id,
-                    request,
-                }
-            });
+            }
+            let ticket = Ticket {
+                link: link_id,
+                request,
+            };
             out.posts.push((
                 entity,
                 Command::Settle {
                     consumer,
                     items,
-                    reply: reply.map(|ticket| (ticket, events.clone())),
+                    reply: Some((ticket, events.clone())),
                 },
             ));
         }
@@ -743,10 +764,13 @@ impl Session {
         }
         outgoing.credit -= 1;
         outgoing.delivery_count = outgoing.delivery_count.wrapping_add(1);
+        let size = u64::from(delivery.record.size);
         let (prefix, tail) = match message::splice(&delivery.bytes, &delivery.stamp) {
             Ok(parts) => parts,
             Err(error) => {
                 tracing::error!(seq = delivery.seq, %error, "stored message does not splice");
+                out.forwarded
+                    .push((outgoing.entity.clone(), delivery.consumer, size));
                 return;
             }
         };
@@ -785,8 +809,11 @@ impl Session {
             aborted: false,
             batchable: false,
         };
-        for frame in split_transfer(first, payload.freeze(), ctx.remote_max_frame) {
-            self.pending.push_back(frame);
+        let frames = split_transfer(first, payload.freeze(), ctx.remote_max_frame);
+        let last = frames.len().saturating_sub(1);
+        for (index, frame) in frames.into_iter().enumerate() {
+            let forwarded = (index == last).then_some((delivery.consumer, size));
+            self.pending.push_back((frame, forwarded));
         }
         self.flush_pending(out);
     }
@@ -968,12 +995,18 @@ impl Session {
 
     fn flush_pending(&mut self, out: &mut Outbox) {
         while self.remote_incoming_window > 0 {
-            let Some(frame) = self.pending.pop_front() else {
+            let Some((frame, forwarded)) = self.pending.pop_front() else {
                 break;
             };
             self.remote_incoming_window -= 1;
             self.next_outgoing_id = self.next_outgoing_id.wrapping_add(1);
             out.frames.push(frame);
+            if let Some((consumer, bytes)) = forwarded {
+                if let Some(outgoing) = self.outgoing_by_id(consumer.0) {
+                    out.forwarded
+                        .push((outgoing.entity.clone(), consumer, bytes));
+                }
+            }
         }
     }
 

@@ -263,9 +263,10 @@ impl Actor {
                 consumer,
                 sub,
                 mode,
+                window,
                 events,
             } => {
-                self.queue(sub).subscribe(consumer, mode);
+                self.queue(sub).subscribe(consumer, mode, window);
                 self.consumers.insert(consumer, (sub, events));
             }
             Command::Credit { consumer, delta } => {
@@ -273,17 +274,13 @@ impl Actor {
                     queue.add_credit(consumer, delta);
                 }
             }
-            Command::Drain { consumer } => {
-                // Messages sent earlier in this batch count as there.
-                self.persist_and_publish();
-                let poisoned = self.poisoned.is_some();
-                let deliveries = match (poisoned, self.queue_of(consumer)) {
-                    (false, Some(queue)) => queue.drain(consumer, now),
-                    _ => Vec::new(),
-                };
-                self.hand_out(deliveries);
-                if let Some((_, events)) = self.consumers.get(&consumer) {
-                    let _ = events.send(EntityEvent::Drained { consumer });
+            Command::Drain { consumer } => self.drain(consumer, now),
+            Command::Forwarded { consumer, bytes } => {
+                let draining = self
+                    .queue_of(consumer)
+                    .is_some_and(|queue| queue.forwarded(consumer, bytes));
+                if draining {
+                    self.drain(consumer, now);
                 }
             }
             Command::Settle {
@@ -307,8 +304,12 @@ impl Actor {
                     consumer = delivery.consumer.0,
                     "delivery given back"
                 );
-                if let Some(queue) = self.queue_of(delivery.consumer) {
-                    queue.give_back(delivery);
+                let consumer = delivery.consumer;
+                let draining = self
+                    .queue_of(consumer)
+                    .is_some_and(|queue| queue.give_back(delivery));
+                if draining {
+                    self.drain(consumer, now);
                 }
             }
             Command::Manage {
@@ -537,6 +538,25 @@ impl Actor {
         let mut whole = prefix;
         whole.extend_from_slice(&tail);
         Ok(Value::Binary(Binary::from(whole)))
+    }
+
+    /// Delivers what the consumer's drain may take now; answers [`EntityEvent::Drained`]
+    /// once the drain is finished (a drain stopped by the consumer's window goes on as its
+    /// connection forwards bytes).
+    fn drain(&mut self, consumer: ConsumerId, now: i64) {
+        // Messages sent earlier in this batch count as there.
+        self.persist_and_publish();
+        let poisoned = self.poisoned.is_some();
+        let (deliveries, finished) = match (poisoned, self.queue_of(consumer)) {
+            (false, Some(queue)) => queue.drain(consumer, now),
+            _ => (Vec::new(), true),
+        };
+        self.hand_out(deliveries);
+        if finished {
+            if let Some((_, events)) = self.consumers.get(&consumer) {
+                let _ = events.send(EntityEvent::Drained { consumer });
+            }
+        }
     }
 
     fn queue(&mut self, sub: SubQueue) -> &mut QueueState {

@@ -32,6 +32,12 @@ pub struct Ticket {
 }
 
 /// Where an entity sends its answers for one connection.
+///
+/// Unbounded as a channel, because an entity never waits for a client (design.md D2); what
+/// it can hold is bounded all the same: deliveries by each consumer's window (the entity
+/// stops delivering until the connection reports them [`Command::Forwarded`], which it does
+/// only once its own bounded write buffer took them), and answers by the requests the
+/// connection posted, which it stops reading while its write buffer is full.
 pub type EventSink = mpsc::UnboundedSender<EntityEvent>;
 
 /// How a consumer takes messages.
@@ -127,6 +133,9 @@ pub enum Command {
         sub: SubQueue,
         /// Peek-lock or receive-and-delete.
         mode: ReceiveMode,
+        /// Message bytes the consumer may have in flight: delivered by the entity, not yet
+        /// reported [`Command::Forwarded`] by its connection.
+        window: u64,
         /// Where deliveries go.
         events: EventSink,
     },
@@ -142,6 +151,14 @@ pub enum Command {
     Drain {
         /// The consumer.
         consumer: ConsumerId,
+    },
+    /// The consumer's connection handed `bytes` of its deliveries (their stored sizes) to
+    /// the socket's buffer: that much of its window is free again.
+    Forwarded {
+        /// The consumer.
+        consumer: ConsumerId,
+        /// Stored bytes of the deliveries forwarded.
+        bytes: u64,
     },
     /// Settle locked messages.
     Settle {
@@ -200,6 +217,7 @@ impl Command {
             | Command::Manage { .. } => true,
             Command::Credit { delta, .. } => *delta > 0,
             Command::Subscribe { .. }
+            | Command::Forwarded { .. }
             | Command::GiveBack { .. }
             | Command::Unsubscribe { .. }
             | Command::ExpireDue { .. }
@@ -248,6 +266,7 @@ impl Command {
             | Command::Send { reply: None, .. }
             | Command::Settle { reply: None, .. }
             | Command::Credit { .. }
+            | Command::Forwarded { .. }
             | Command::GiveBack { .. }
             | Command::Unsubscribe { .. }
             | Command::ExpireDue { .. } => {}

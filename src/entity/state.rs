@@ -41,6 +41,21 @@ struct Consumer {
     demand: u32,
     /// Whether the consumer sits in the round-robin queue.
     ready: bool,
+    /// Message bytes handed out that its connection has not yet reported forwarded to the
+    /// socket. No message goes to the consumer while this is at `window` or above, so a
+    /// client that does not read holds at most a window of bodies in memory and leaves the
+    /// rest of the queue to other consumers.
+    in_flight: u64,
+    /// The most bytes in flight (one message always fits).
+    window: u64,
+    /// A drain stopped by the window: it goes on as bytes are forwarded.
+    draining: bool,
+}
+
+impl Consumer {
+    fn can_take(&self) -> bool {
+        self.demand > 0 && self.in_flight < self.window
+    }
 }
 
 /// The entity settings the rules apply.
@@ -427,14 +442,17 @@ impl QueueState {
         }
     }
 
-    /// Registers a consumer with no demand.
-    pub fn subscribe(&mut self, consumer: ConsumerId, mode: ReceiveMode) {
+    /// Registers a consumer with no demand that may have `window` message bytes in flight.
+    pub fn subscribe(&mut self, consumer: ConsumerId, mode: ReceiveMode, window: u64) {
         self.consumers.insert(
             consumer,
             Consumer {
                 mode,
                 demand: 0,
                 ready: false,
+                in_flight: 0,
+                window,
+                draining: false,
             },
         );
     }
@@ -462,9 +480,30 @@ impl QueueState {
         };
         let demand = (i64::from(state.demand) + delta).clamp(0, i64::from(u32::MAX));
         state.demand = u32::try_from(demand).unwrap_or(u32::MAX);
-        if state.demand > 0 && !state.ready {
-            state.ready = true;
-            self.ready.push_back(consumer);
+        self.make_ready(consumer);
+    }
+
+    /// The consumer's connection forwarded `bytes` of its deliveries to the socket: its
+    /// window has room again. Returns whether a drain waits to go on.
+    pub fn forwarded(&mut self, consumer: ConsumerId, bytes: u64) -> bool {
+        let Some(state) = self.consumers.get_mut(&consumer) else {
+            return false;
+        };
+        state.in_flight = state.in_flight.saturating_sub(bytes);
+        let draining = state.draining;
+        if !draining {
+            self.make_ready(consumer);
+        }
+        draining
+    }
+
+    /// Puts a consumer that can take a message into the round-robin queue.
+    fn make_ready(&mut self, consumer: ConsumerId) {
+        if let Some(state) = self.consumers.get_mut(&consumer) {
+            if state.can_take() && !state.ready && !state.draining {
+                state.ready = true;
+                self.ready.push_back(consumer);
+            }
         }
     }
 
@@ -478,39 +517,61 @@ impl QueueState {
             let Some(state) = self.consumers.get_mut(&consumer) else {
                 continue;
             };
-            if state.demand == 0 {
+            if !state.can_take() || state.draining {
                 state.ready = false;
                 continue;
             }
             state.demand -= 1;
             let mode = state.mode;
-            if state.demand > 0 {
+            if let Some(delivery) = self.deliver_next(consumer, mode, now_ms) {
+                out.push(delivery);
+            }
+            let Some(state) = self.consumers.get_mut(&consumer) else {
+                continue;
+            };
+            if state.can_take() {
                 self.ready.push_back(consumer);
             } else {
                 state.ready = false;
-            }
-            if let Some(delivery) = self.deliver_next(consumer, mode, now_ms) {
-                out.push(delivery);
             }
         }
         out
     }
 
     /// Delivers what is available to one consumer up to its demand, then zeroes the demand.
-    pub fn drain(&mut self, consumer: ConsumerId, now_ms: i64) -> Vec<Delivery> {
+    /// Returns the deliveries and whether the drain is finished; one stopped by the
+    /// consumer's window goes on when [`QueueState::forwarded`] says so.
+    pub fn drain(&mut self, consumer: ConsumerId, now_ms: i64) -> (Vec<Delivery>, bool) {
         let mut out = Vec::new();
-        let Some(state) = self.consumers.get_mut(&consumer) else {
-            return out;
+        let Some(mode) = self.consumers.get(&consumer).map(|state| state.mode) else {
+            return (out, true);
         };
-        let (mode, demand) = (state.mode, state.demand);
-        state.demand = 0;
-        for _ in 0..demand {
+        loop {
+            let deliverable = self.has_deliverable();
+            let Some(state) = self.consumers.get_mut(&consumer) else {
+                return (out, true);
+            };
+            if state.demand == 0 || !deliverable {
+                state.demand = 0;
+                state.draining = false;
+                return (out, true);
+            }
+            if !state.can_take() {
+                state.draining = true;
+                return (out, false);
+            }
+            state.demand -= 1;
             match self.deliver_next(consumer, mode, now_ms) {
                 Some(delivery) => out.push(delivery),
-                None => break,
+                None => {
+                    if let Some(state) = self.consumers.get_mut(&consumer) {
+                        state.demand = 0;
+                        state.draining = false;
+                    }
+                    return (out, true);
+                }
             }
         }
-        out
     }
 
     /// Applies one settlement from the consumer that holds the lock.
@@ -585,7 +646,9 @@ impl QueueState {
 
     /// Takes back a delivery that never reached the client: unlocked without counting, or
     /// (receive-and-delete) stored again under its own sequence number.
-    pub fn give_back(&mut self, delivery: Delivery) {
+    /// Returns whether a drain of the consumer waits to go on.
+    pub fn give_back(&mut self, delivery: Delivery) -> bool {
+        let draining = self.forwarded(delivery.consumer, u64::from(delivery.record.size));
         match delivery.lock_token {
             Some(token) => {
                 let held = self
@@ -605,6 +668,7 @@ impl QueueState {
                 self.insert(delivery.seq, record, delivery.bytes);
             }
         }
+        draining
     }
 
     /// Unlocks every message whose lock ran out by `now_ms`; each counts a delivery.
@@ -735,6 +799,9 @@ impl QueueState {
                 (entry.record, Some(lock))
             }
         };
+        if let Some(state) = self.consumers.get_mut(&consumer) {
+            state.in_flight += u64::from(record.size);
+        }
         Some(Delivery {
             consumer,
             seq,
@@ -911,7 +978,7 @@ mod tests {
         assert_eq!(q.enqueue(100, empties(2)), Ok(1));
         assert_eq!(q.enqueue(50, empties(1)), Ok(3));
         q.publish_up_to(q.next_seq());
-        q.subscribe(A, ReceiveMode::ReceiveAndDelete);
+        q.subscribe(A, ReceiveMode::ReceiveAndDelete, u64::MAX);
         q.add_credit(A, 10);
         let got = q.dispatch(0);
         assert_eq!(got.iter().map(|d| d.seq).collect::<Vec<_>>(), vec![1, 2, 3]);
@@ -926,8 +993,8 @@ mod tests {
     #[test]
     fn dispatch_respects_demand_and_alternates_consumers() {
         let mut q = queue_with(5);
-        q.subscribe(A, ReceiveMode::PeekLock);
-        q.subscribe(B, ReceiveMode::PeekLock);
+        q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
+        q.subscribe(B, ReceiveMode::PeekLock, u64::MAX);
         q.add_credit(A, 2);
         q.add_credit(B, 2);
         let got: Vec<(ConsumerId, i64)> =
@@ -940,7 +1007,7 @@ mod tests {
     #[test]
     fn settlements_complete_release_and_abandon() {
         let mut q = queue_with(3);
-        q.subscribe(A, ReceiveMode::PeekLock);
+        q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
         q.add_credit(A, 3);
         let got = q.dispatch(0);
         assert_eq!(q.settle(A, lock_of(&got[0]), &Settlement::Complete), Ok(()));
@@ -965,11 +1032,11 @@ mod tests {
     #[test]
     fn unsubscribe_and_lock_expiry_return_messages_with_a_counted_delivery() {
         let mut q = queue_with(2);
-        q.subscribe(A, ReceiveMode::PeekLock);
+        q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
         q.add_credit(A, 1);
         let first = q.dispatch(0).remove(0);
         q.unsubscribe(A);
-        q.subscribe(B, ReceiveMode::PeekLock);
+        q.subscribe(B, ReceiveMode::PeekLock, u64::MAX);
         q.add_credit(B, 1);
         let again = q.dispatch(0).remove(0);
         assert_eq!((again.seq, again.stamp.delivery_count), (first.seq, 1));
@@ -986,8 +1053,8 @@ mod tests {
     #[test]
     fn a_given_back_delivery_is_available_again_uncounted() {
         let mut q = queue_with(1);
-        q.subscribe(A, ReceiveMode::PeekLock);
-        q.subscribe(B, ReceiveMode::ReceiveAndDelete);
+        q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
+        q.subscribe(B, ReceiveMode::ReceiveAndDelete, u64::MAX);
         q.add_credit(A, 1);
         let locked = q.dispatch(0).remove(0);
         q.give_back(locked);
@@ -1009,7 +1076,7 @@ mod tests {
     #[test]
     fn messages_are_not_delivered_before_they_are_published() {
         let mut q = QueueState::new(RULES);
-        q.subscribe(A, ReceiveMode::PeekLock);
+        q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
         q.add_credit(A, 5);
         q.enqueue(0, empties(2)).expect("room");
         assert!(q.has_unpublished());
@@ -1036,7 +1103,7 @@ mod tests {
         q.enqueue(0, vec![plain(Bytes::from_static(b"m"))])
             .expect("room");
         q.publish_up_to(q.next_seq());
-        q.subscribe(A, ReceiveMode::PeekLock);
+        q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
         for count in 0..3 {
             q.add_credit(A, 1);
             let d = q.dispatch(0).remove(0);
@@ -1064,7 +1131,7 @@ mod tests {
         );
         let mut dlq = QueueState::new(Rules::dead_letter_queue(1_000));
         dlq.accept_dead_letter(dead[0].seq, dead[0].record, Bytes::from_static(b"m"));
-        dlq.subscribe(B, ReceiveMode::PeekLock);
+        dlq.subscribe(B, ReceiveMode::PeekLock, u64::MAX);
         dlq.add_credit(B, 1);
         let again = dlq.dispatch(0).remove(0);
         assert_eq!(
@@ -1086,7 +1153,7 @@ mod tests {
     #[test]
     fn deferred_messages_are_not_delivered_and_stay_deferred_after_recovery() {
         let mut q = queue_with(2);
-        q.subscribe(A, ReceiveMode::PeekLock);
+        q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
         q.add_credit(A, 1);
         let first = q.dispatch(0).remove(0);
         q.settle(A, lock_of(&first), &Settlement::Defer(Vec::new()))
@@ -1111,7 +1178,7 @@ mod tests {
                 records,
             },
         );
-        back.subscribe(B, ReceiveMode::PeekLock);
+        back.subscribe(B, ReceiveMode::PeekLock, u64::MAX);
         back.add_credit(B, 5);
         let seqs: Vec<i64> = back.dispatch(0).iter().map(|d| d.seq).collect();
         assert_eq!(seqs, vec![2], "still deferred after a restart");
@@ -1133,7 +1200,7 @@ mod tests {
                 (rng >> 33) % bound
             };
             let mut q = QueueState::new(RULES);
-            q.subscribe(A, ReceiveMode::PeekLock);
+            q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
             // The "disk": records as the journal leaves them.
             let mut stored: BTreeMap<i64, Record> = BTreeMap::new();
             let mut next_seq_on_disk = 1;
@@ -1209,7 +1276,7 @@ mod tests {
                                 records: stored.iter().map(|(s, r)| (*s, *r)).collect(),
                             },
                         );
-                        q.subscribe(A, ReceiveMode::PeekLock);
+                        q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
                         held.clear();
                         for entry in model.values_mut() {
                             entry.1 = false;
@@ -1240,7 +1307,7 @@ mod tests {
     #[test]
     fn a_scheduled_message_activates_under_a_new_number_and_counts_its_ttl_from_then() {
         let mut q = QueueState::new(RULES);
-        q.subscribe(A, ReceiveMode::PeekLock);
+        q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
         q.add_credit(A, 5);
         let scheduled = q.enqueue(100, vec![timed(Some(1_000), Some(5_000))]);
         assert_eq!(scheduled, Ok(1));
@@ -1320,7 +1387,7 @@ mod tests {
             "capped by the entity default"
         );
         assert_eq!(peeked[1].1.expires_ms, Some(3_000), "the default applies");
-        q.subscribe(A, ReceiveMode::PeekLock);
+        q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
         q.add_credit(A, 5);
         let got: Vec<i64> = q.dispatch(3_000).iter().map(|d| d.seq).collect();
         assert_eq!(
@@ -1340,7 +1407,7 @@ mod tests {
         q.enqueue(0, vec![timed(Some(100), None), timed(Some(100), None)])
             .expect("room");
         q.publish_up_to(q.next_seq());
-        q.subscribe(A, ReceiveMode::PeekLock);
+        q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
         q.add_credit(A, 2);
         let got = q.dispatch(10);
         assert_eq!(q.expire_due(500), 0, "both are locked");
@@ -1364,7 +1431,7 @@ mod tests {
         );
         let mut dlq = QueueState::new(Rules::dead_letter_queue(1_000));
         dlq.accept_dead_letter(dead[0].seq, dead[0].record, Bytes::from_static(b"t"));
-        dlq.subscribe(B, ReceiveMode::ReceiveAndDelete);
+        dlq.subscribe(B, ReceiveMode::ReceiveAndDelete, u64::MAX);
         dlq.add_credit(B, 1);
         assert_eq!(
             dlq.expire_due(i64::MAX - 1),
@@ -1450,7 +1517,7 @@ mod tests {
                 ..RULES
             };
             let mut q = QueueState::new(rules);
-            q.subscribe(A, ReceiveMode::PeekLock);
+            q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
             let mut now = 1_000i64;
             let mut model: BTreeMap<i64, Timed> = BTreeMap::new();
             let mut held: Vec<Delivery> = Vec::new();
@@ -1576,7 +1643,7 @@ mod tests {
                                 records: stored.clone(),
                             },
                         );
-                        q.subscribe(A, ReceiveMode::PeekLock);
+                        q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
                         held.clear();
                         model.values_mut().for_each(|m| m.locked = false);
                     }
@@ -1594,9 +1661,9 @@ mod tests {
     #[test]
     fn drain_delivers_what_is_there_and_zeroes_demand() {
         let mut q = queue_with(3);
-        q.subscribe(A, ReceiveMode::PeekLock);
+        q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
         q.add_credit(A, 10);
-        assert_eq!(q.drain(A, 0).len(), 3);
+        assert_eq!(q.drain(A, 0).0.len(), 3);
         q.enqueue(0, empties(1)).expect("room");
         q.publish_up_to(q.next_seq());
         assert!(q.dispatch(0).is_empty(), "drain consumed the demand");

@@ -7,6 +7,7 @@ use fe2o3_amqp::types::messaging::{AmqpValue, ApplicationProperties, MessageId, 
 use fe2o3_amqp::types::primitives::{Array, OrderedMap, SimpleValue, Symbol, Value};
 use uuid::Uuid;
 
+use crate::amqp::encoding;
 use crate::amqp::message::{self, Arrival, MessageError};
 use crate::entity::handle::{Properties as AppProperties, ReceiveMode, Settlement};
 use crate::node::wire;
@@ -20,6 +21,8 @@ pub struct Request {
     pub reply_to: Option<String>,
     /// Application property `operation`.
     pub operation: Option<String>,
+    /// The other application properties (CBS reads `type` and `name` from them).
+    pub application_properties: OrderedMap<String, SimpleValue>,
     /// The `amqp-value` body (a map for management requests).
     pub body: Value,
 }
@@ -33,6 +36,10 @@ impl Request {
         let mut request = Request::default();
         for section in message::scan_sections(bytes)? {
             let raw = &bytes[section.range.clone()];
+            if matches!(section.code, 0x73 | 0x74 | 0x77) {
+                // serde_amqp decodes these: every length and depth is checked first.
+                encoding::check_value(raw, 0)?;
+            }
             match section.code {
                 0x73 => {
                     let properties: Properties = serde_amqp::from_slice(raw)
@@ -46,6 +53,7 @@ impl Request {
                     if let Some(SimpleValue::String(operation)) = app.0.get("operation") {
                         request.operation = Some(operation.clone());
                     }
+                    request.application_properties = app.0;
                 }
                 0x77 => {
                     let value: AmqpValue<Value> = serde_amqp::from_slice(raw)
@@ -153,21 +161,75 @@ pub enum Style {
     Cbs,
 }
 
-/// The CBS answer to a request: any well-formed `put-token` is accepted (signatures are not
-/// checked in this version).
+/// Token types a `put-token` may carry (amqp-dialect.md §2.2).
+const TOKEN_TYPES: [&str; 2] = ["servicebus.windows.net:sastoken", "jwt"];
+
+/// The CBS answer to a request: a well-formed `put-token` is accepted (signatures are not
+/// checked in this version); one without a string token, a known token type or an audience is
+/// refused with 400 `com.microsoft:argument-error`, naming what is wrong.
 pub fn cbs(request: &Request) -> Response {
     match request.operation.as_deref() {
-        Some("put-token") => Response {
-            status: 202,
-            description: "Accepted".into(),
-            condition: None,
-            body: None,
+        Some("put-token") => match put_token_problem(request) {
+            None => Response {
+                status: 202,
+                description: "Accepted".into(),
+                condition: None,
+                body: None,
+            },
+            Some(problem) => Response::error(400, wire::condition::ARGUMENT_ERROR, problem),
         },
         other => Response::error(
             501,
             wire::condition::NOT_IMPLEMENTED,
             format!("CBS operation {other:?} is not supported; only put-token is"),
         ),
+    }
+}
+
+/// What is wrong with a `put-token` request, if anything.
+fn put_token_problem(request: &Request) -> Option<String> {
+    let text = |key: &str| match request.application_properties.get(key) {
+        Some(SimpleValue::String(value)) => Some(value.as_str()),
+        Some(SimpleValue::Symbol(value)) => Some(value.as_str()),
+        _ => None,
+    };
+    match text("type") {
+        Some(kind) if TOKEN_TYPES.contains(&kind) => {}
+        Some(kind) => {
+            return Some(format!(
+                "put-token: token type {kind:?} is not supported; expected one of {TOKEN_TYPES:?}"
+            ))
+        }
+        None => return Some("put-token: the application property type must be a string".into()),
+    }
+    if text("name").is_none_or(str::is_empty) {
+        return Some(
+            "put-token: the application property name (the audience) must be a non-empty string"
+                .into(),
+        );
+    }
+    match &request.body {
+        Value::String(token) if !token.is_empty() => None,
+        Value::Binary(token) if !token.is_empty() => None,
+        other => Some(format!(
+            "put-token: the body must be the token as a non-empty string, not {}",
+            value_kind(other)
+        )),
+    }
+}
+
+/// A value's AMQP type, for error descriptions.
+fn value_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::String(_) => "an empty string",
+        Value::Binary(_) => "an empty binary",
+        Value::Int(_) | Value::Long(_) | Value::Short(_) | Value::Byte(_) => "an integer",
+        Value::Uint(_) | Value::Ulong(_) | Value::Ushort(_) | Value::Ubyte(_) => "an integer",
+        Value::List(_) | Value::Array(_) => "a list",
+        Value::Map(_) => "a map",
+        Value::Symbol(_) => "a symbol",
+        _ => "another type",
     }
 }
 
@@ -390,6 +452,50 @@ mod tests {
             reply_to: None,
             operation: Some(operation.into()),
             body: string_map(body),
+            ..Request::default()
+        }
+    }
+
+    fn put_token(kind: Option<&str>, token: Value) -> Request {
+        let mut properties = OrderedMap::new();
+        if let Some(kind) = kind {
+            properties.insert("type".to_string(), SimpleValue::String(kind.into()));
+        }
+        properties.insert("name".to_string(), SimpleValue::String("sb://h/q".into()));
+        Request {
+            operation: Some("put-token".into()),
+            application_properties: properties,
+            body: token,
+            ..Request::default()
+        }
+    }
+
+    #[test]
+    fn cbs_accepts_well_formed_tokens_and_refuses_the_rest_with_argument_error() {
+        let token = || Value::String("SharedAccessSignature sr=x&sig=y".into());
+        for kind in ["jwt", "servicebus.windows.net:sastoken"] {
+            assert_eq!(cbs(&put_token(Some(kind), token())).status, 202, "{kind}");
+        }
+        for (request, says) in [
+            (put_token(Some("jwt"), Value::Int(7)), "an integer"),
+            (
+                put_token(Some("no-such-type"), token()),
+                "\"no-such-type\" is not supported",
+            ),
+            (put_token(None, token()), "type must be a string"),
+            (
+                put_token(Some("jwt"), Value::String(String::new())),
+                "non-empty string",
+            ),
+        ] {
+            let response = cbs(&request);
+            assert_eq!(response.status, 400, "{says}");
+            assert_eq!(response.condition, Some(wire::condition::ARGUMENT_ERROR));
+            assert!(
+                response.description.contains(says),
+                "{}",
+                response.description
+            );
         }
     }
 

@@ -18,6 +18,9 @@ type Waiter = oneshot::Sender<Result<(), StoreError>>;
 /// A handle to the database's flusher task.
 #[derive(Debug, Clone)]
 pub struct Flusher {
+    /// Unbounded as a channel, bounded in use: an entity asks for its next flush only after
+    /// its last one was answered, and `interval` mode's ticker likewise, so at most one
+    /// request per entity (plus the ticker's) waits here.
     requests: mpsc::UnboundedSender<Waiter>,
     /// The first flush failure; set once, never cleared.
     poisoned: Arc<OnceLock<StoreError>>,

@@ -103,6 +103,20 @@ impl ChildBroker {
         }
     }
 
+    /// The broker's resident memory now and at its peak (`VmRSS`, `VmHWM`), in KiB.
+    pub fn memory_kib(&self) -> (u64, u64) {
+        let pid = self.child.as_ref().expect("running").id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(name))
+                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+
     fn child_mut(&mut self) -> &mut Child {
         self.child.as_mut().expect("running")
     }

@@ -4,6 +4,8 @@
 //! and its `Sender` refuses an oversized message before the broker sees it. Here the test is
 //! the client, so every answer the broker owes is awaited (with a deadline) and checked.
 
+use std::net::SocketAddr;
+
 use bytes::{Bytes, BytesMut};
 use fe2o3_amqp::frames::amqp::{Frame, FrameBody};
 use fe2o3_amqp::transport::protocol_header::ProtocolHeader;
@@ -28,6 +30,8 @@ use tokio::time::{timeout, timeout_at, Instant};
 
 use crate::support::{config_with_queues, TestBroker, DEADLINE};
 
+mod hostile;
+
 /// The session window the test client grants: far more transfer frames than any test sends.
 const WINDOW: u32 = 1 << 20;
 
@@ -48,8 +52,8 @@ struct RawClient {
 
 impl RawClient {
     /// Protocol header and `open`, nothing more.
-    async fn open(broker: &TestBroker, max_frame: u32) -> Self {
-        let mut stream = timeout(DEADLINE, TcpStream::connect(broker.addr))
+    async fn open(addr: SocketAddr, max_frame: u32) -> Self {
+        let mut stream = timeout(DEADLINE, TcpStream::connect(addr))
             .await
             .expect("connect in time")
             .expect("connect");
@@ -96,8 +100,8 @@ impl RawClient {
     }
 
     /// `open` and `begin`: ready to attach links.
-    async fn connect(broker: &TestBroker, max_frame: u32) -> Self {
-        let mut client = Self::open(broker, max_frame).await;
+    async fn connect(addr: SocketAddr, max_frame: u32) -> Self {
+        let mut client = Self::open(addr, max_frame).await;
         client
             .send(FrameBody::Begin(Begin {
                 remote_channel: None,
@@ -478,7 +482,7 @@ async fn receive_one(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settle_second_confirms_accepted_released_and_modified() {
     let broker = broker(&["q"], |_| {}).await;
-    let mut client = RawClient::connect(&broker, 65536).await;
+    let mut client = RawClient::connect(broker.addr, 65536).await;
     let to_q = client.attach_sender(0, "q").await;
     for id in ["one", "two"] {
         let sent = client.send_message(to_q, message(id, 100)).await;
@@ -534,7 +538,7 @@ async fn settle_second_confirms_accepted_released_and_modified() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settle_second_confirms_a_dead_letter_with_a_bare_rejected() {
     let broker = broker(&["q"], |_| {}).await;
-    let mut client = RawClient::connect(&broker, 65536).await;
+    let mut client = RawClient::connect(broker.addr, 65536).await;
     let to_q = client.attach_sender(0, "q").await;
     let sent = client.send_message(to_q, message("doomed", 100)).await;
     let outcome = client.send_outcome(sent).await;
@@ -593,7 +597,7 @@ async fn settling_after_the_lock_expired_is_rejected_with_lock_lost() {
         config.queues[0].lock_duration = std::time::Duration::from_secs(1);
     })
     .await;
-    let mut client = RawClient::connect(&broker, 65536).await;
+    let mut client = RawClient::connect(broker.addr, 65536).await;
     let to_q = client.attach_sender(0, "q").await;
     let sent = client.send_message(to_q, message("locked", 100)).await;
     let outcome = client.send_outcome(sent).await;
@@ -653,7 +657,7 @@ async fn an_oversized_message_is_rejected_and_the_link_stays() {
         config.broker.max_frame_size = 512;
     })
     .await;
-    let mut client = RawClient::connect(&broker, 512).await;
+    let mut client = RawClient::connect(broker.addr, 512).await;
     assert_eq!(client.remote_max_frame, 512);
     let to_q = client.attach_sender(0, "q").await;
     let frames_before = client.next_outgoing_id;
@@ -698,7 +702,7 @@ async fn a_full_queue_rejects_with_resource_limit_exceeded_until_room_is_made() 
         config.queues[0].max_size_in_megabytes = 1;
     })
     .await;
-    let mut client = RawClient::connect(&broker, 65536).await;
+    let mut client = RawClient::connect(broker.addr, 65536).await;
     let to_q = client.attach_sender(0, "q").await;
     for i in 1..=3 {
         let sent = client
@@ -748,7 +752,7 @@ async fn a_full_queue_rejects_with_resource_limit_exceeded_until_room_is_made() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_on_an_empty_queue_is_echoed_with_the_credit_used_up() {
     let broker = broker(&["q"], |_| {}).await;
-    let mut client = RawClient::connect(&broker, 65536).await;
+    let mut client = RawClient::connect(broker.addr, 65536).await;
     let from_q = client
         .attach_receiver(0, "q", ReceiverSettleMode::Second)
         .await;
@@ -796,35 +800,45 @@ async fn malformed_frame_after_open(frame: Vec<u8>) {
         ErrorCondition::ConnectionError(ConnectionError::FramingError),
     ];
     let broker = broker(&["q"], |_| {}).await;
-    let client = RawClient::open(&broker, 65536).await;
+    let client = RawClient::open(broker.addr, 65536).await;
     let mut transport = write_raw(client, frame).await;
+    let error = close_error(&mut transport).await;
     let deadline = Instant::now() + DEADLINE;
-    let mut seen = Vec::new();
-    let error: Option<definitions::Error> = loop {
-        match timeout_at(deadline, transport.next()).await {
-            Err(_) => panic!("no close within {DEADLINE:?}; frames: {seen:#?}"),
-            Ok(Some(Ok(Frame {
-                body: FrameBody::Close(close),
-                ..
-            }))) => break close.error,
-            Ok(Some(Ok(frame))) => seen.push(format!("{:?}", frame.body)),
-            Ok(Some(Err(error))) => panic!("socket failed before a close: {error:?}; {seen:#?}"),
-            Ok(None) => panic!("socket closed without a close frame; frames: {seen:#?}"),
-        }
-    };
-    let error = error.expect("the close carries an error");
     assert!(
         conditions.contains(&error.condition),
         "close condition {:?} not one of {conditions:?}: {error:?}",
         error.condition
     );
     wait_for_socket_close(&mut transport, deadline).await;
-    let mut next = RawClient::connect(&broker, 65536).await;
+    let mut next = RawClient::connect(broker.addr, 65536).await;
     let to_q = next.attach_sender(0, "q").await;
     let sent = next.send_message(to_q, message("after", 10)).await;
     let outcome = next.send_outcome(sent).await;
     assert!(matches!(outcome, DeliveryState::Accepted(_)), "{outcome:?}");
     broker.stop().await;
+}
+
+/// Reads until the broker's `close` and returns its error; a close without one fails.
+async fn close_error(transport: &mut Transport<TcpStream, Frame>) -> definitions::Error {
+    let deadline = Instant::now() + DEADLINE;
+    let mut seen = Vec::new();
+    loop {
+        match timeout_at(deadline, transport.next()).await {
+            Err(_) => panic!("no close within {DEADLINE:?}; frames: {seen:#?}"),
+            Ok(Some(Ok(Frame {
+                body: FrameBody::Close(close),
+                ..
+            }))) => return close.error.expect("the close carries an error"),
+            Ok(Some(Ok(frame))) => seen.push(format!("{:?}", frame.body)),
+            Ok(Some(Err(error))) => panic!("socket failed before a close: {error:?}; {seen:#?}"),
+            Ok(None) => panic!("socket closed without a close frame; frames: {seen:#?}"),
+        }
+    }
+}
+
+/// A `close` without an error: the client's clean close.
+fn close_body() -> FrameBody {
+    FrameBody::Close(fe2o3_amqp::types::performatives::Close { error: None })
 }
 
 /// Reads until the broker closes the socket; a frame other than `close` is a failure.
@@ -889,7 +903,7 @@ async fn malformed_frame_releases_the_locks(frame: Vec<u8>) {
         config.queues[0].lock_duration = std::time::Duration::from_secs(300);
     })
     .await;
-    let mut doomed = RawClient::connect(&broker, 65536).await;
+    let mut doomed = RawClient::connect(broker.addr, 65536).await;
     let to_q = doomed.attach_sender(0, "q").await;
     let sent = doomed.send_message(to_q, message("held", 100)).await;
     let outcome = doomed.send_outcome(sent).await;
@@ -904,7 +918,7 @@ async fn malformed_frame_releases_the_locks(frame: Vec<u8>) {
     let mut transport = write_raw(doomed, frame).await;
     wait_for_socket_close(&mut transport, Instant::now() + DEADLINE).await;
 
-    let mut patient = RawClient::connect(&broker, 65536).await;
+    let mut patient = RawClient::connect(broker.addr, 65536).await;
     let link = patient
         .attach_receiver(0, "q", ReceiverSettleMode::Second)
         .await;

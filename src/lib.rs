@@ -8,7 +8,8 @@
 //! - [`node`]: what links attach to (the address router, Service Bus wire names).
 //! - [`entity`]: queues as actors (handle, pure state, task, registry).
 //! - [`store`]: the sled message log, versioned records and group commit.
-//! - [`sweeper`]: the TTL sweeper; [`reaper`]: auto-delete on idle (background ticks).
+//! - [`sweeper`]: the TTL sweeper; [`reaper`]: auto-delete on idle; [`trimmer`]: gives freed
+//!   heap memory back (background ticks).
 #![deny(missing_docs)]
 
 pub mod amqp;
@@ -20,6 +21,7 @@ pub mod server;
 pub mod shutdown;
 pub mod store;
 pub mod sweeper;
+pub mod trimmer;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -86,6 +88,7 @@ pub async fn run(
     tasks
         .tracker
         .spawn(reaper::run(registry.clone(), tasks.token.clone()));
+    tasks.tracker.spawn(trimmer::run(tasks.token.clone()));
     let shared = Arc::new(Shared {
         registry,
         max_frame_size: config.broker.max_frame_size,

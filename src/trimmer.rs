@@ -7,6 +7,8 @@
 //! little to return, so the cost is a walk over the arenas. Other allocators and platforms
 //! have nothing to call and the ticker does nothing.
 
+use std::collections::HashMap;
+use std::hash::Hash;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
@@ -30,6 +32,16 @@ pub async fn run(shutdown: CancellationToken) {
     }
 }
 
+/// Gives back the spare capacity of a map that has shrunk to a quarter of it: a map keeps
+/// its largest size otherwise (a drained queue's lock tokens or cached bodies, several MB
+/// after 100,000 messages). Rehashing costs O(len), and after it the map is full again, so
+/// calling this on every housekeeping tick costs nothing while the map does not shrink.
+pub fn shrink_if_sparse<K: Eq + Hash, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > 64 && map.len() < map.capacity() / 4 {
+        map.shrink_to_fit();
+    }
+}
+
 /// Returns free pages of every arena to the kernel; whether any were.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
@@ -43,4 +55,21 @@ fn trim() -> bool {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn trim() -> bool {
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_map_gives_back_its_capacity_once_mostly_empty() {
+        let mut map: HashMap<u64, u64> = (0..10_000).map(|k| (k, k)).collect();
+        let full = map.capacity();
+        shrink_if_sparse(&mut map);
+        assert_eq!(map.capacity(), full, "a full map keeps its capacity");
+        map.retain(|k, _| *k < 100);
+        shrink_if_sparse(&mut map);
+        assert!(map.capacity() < full / 10, "{} of {full}", map.capacity());
+        assert_eq!(map.len(), 100);
+    }
 }

@@ -333,6 +333,8 @@ impl Actor {
             Command::ExpireDue { now_ms } => {
                 self.main.expire_due(now_ms);
                 self.move_dead_letters();
+                self.main.release_spare_capacity();
+                self.dead_letters.release_spare_capacity();
                 // The sweeper's tick is also the log's housekeeping turn.
                 if let Err(error) = self.log.compact() {
                     self.poison(&error);

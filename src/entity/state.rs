@@ -442,6 +442,11 @@ impl QueueState {
         }
     }
 
+    /// Gives back the memory the queue's indexes kept from a larger backlog.
+    pub fn release_spare_capacity(&mut self) {
+        crate::trimmer::shrink_if_sparse(&mut self.tokens);
+    }
+
     /// Registers a consumer with no demand that may have `window` message bytes in flight.
     pub fn subscribe(&mut self, consumer: ConsumerId, mode: ReceiveMode, window: u64) {
         self.consumers.insert(

@@ -419,11 +419,13 @@ impl EntityLog {
     }
 
     /// Moves the messages of nearly empty, quiet chunks to their own keys and drops those
-    /// chunks (one atomic batch). Run now and then; cheap when there is nothing to do.
+    /// chunks (one atomic batch), and gives back the body cache's spare capacity. Run now and
+    /// then; cheap when there is nothing to do.
     ///
     /// # Errors
     /// A [`StoreError`] when a chunk cannot be read or the write fails.
     pub fn compact(&mut self) -> Result<(), StoreError> {
+        crate::trimmer::shrink_if_sparse(&mut self.cache.bodies);
         self.commit()?;
         let Some(tree) = self.tree.clone() else {
             return Ok(());

@@ -504,3 +504,49 @@ async fn an_integer_application_property_key_rejects_only_its_message() {
     let outcome = client.send_outcome(sent).await;
     assert!(matches!(outcome, DeliveryState::Accepted(_)), "{outcome:?}");
 }
+
+/// Defect 5: memory is given back. After 30,000 × 2 KB were queued and consumed, resident
+/// memory falls to at most idle + `cache_capacity` (64 MiB, the default) + 16 MiB. It used
+/// to stay near its peak: glibc keeps freed memory in its arenas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_is_given_back_after_a_drain() {
+    const MESSAGES: u32 = 30_000;
+    const CACHE_KIB: u64 = 64 * 1024;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ChildBroker::start(dir.path(), "[[queues]]\nname = \"q\"\n");
+    let (idle, _) = broker.memory_kib();
+    let mut client = RawClient::connect(broker.addr, 65536).await;
+    send_all(&mut client, MESSAGES, 2048).await;
+    let from_q = client
+        .attach_receiver(1, "q", ReceiverSettleMode::First)
+        .await;
+    client.flow(1, 0, MESSAGES, false).await;
+    for _ in 0..MESSAGES {
+        let (transfer, _) = client.delivery(from_q).await;
+        let id = transfer.delivery_id.expect("delivery id");
+        client
+            .send(FrameBody::Disposition(Disposition {
+                role: Role::Receiver,
+                first: id,
+                last: None,
+                settled: true,
+                state: Some(DeliveryState::Accepted(Accepted {})),
+                batchable: false,
+            }))
+            .await;
+    }
+    let (drained, peak) = broker.memory_kib();
+    let bound = idle + CACHE_KIB + 16 * 1024;
+    let started = Instant::now();
+    let mut now = drained;
+    while now > bound && started.elapsed() < DEADLINE {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        now = broker.memory_kib().0;
+    }
+    eprintln!(
+        "idle {idle} KiB, peak {peak} KiB, {drained} KiB right after the drain, {now} KiB \
+         after {:?} (bound {bound} KiB)",
+        started.elapsed()
+    );
+    assert!(now <= bound, "resident memory stayed at {now} KiB");
+}

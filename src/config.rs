@@ -86,6 +86,8 @@ pub struct BrokerConfig {
     /// Message bytes one consumer may have on their way from its entity to its socket; at
     /// least 1 (one message is always allowed).
     pub consumer_window: u64,
+    /// Most links one connection may hold at once; at least 1.
+    pub max_links_per_connection: usize,
 }
 
 /// One `[[queues]]` entry.
@@ -230,6 +232,7 @@ struct RawBroker {
     connection_buffer: Option<Spanned<ByteSize>>,
     write_timeout: Option<Spanned<HumanDuration>>,
     consumer_window: Option<Spanned<ByteSize>>,
+    max_links_per_connection: Option<Spanned<u64>>,
 }
 
 /// One `[[queues]]` entry as written. The planned keys are in [`UNSUPPORTED_QUEUE_KEYS`].
@@ -339,6 +342,12 @@ const CONSUMER_WINDOW: Limits<u64> = Limits {
     max: u64::MAX,
     allowed: "at least 1 byte",
 };
+const MAX_LINKS_PER_CONNECTION: Limits<usize> = Limits {
+    default: 4096,
+    min: 1,
+    max: usize::MAX,
+    allowed: "at least 1",
+};
 /// Five minutes is Service Bus's maximum lock duration.
 const LOCK_DURATION: Limits<Duration> = Limits {
     default: Duration::from_secs(60),
@@ -445,6 +454,11 @@ impl Source<'_> {
                 "broker.consumer_window",
                 raw.consumer_window,
                 &CONSUMER_WINDOW,
+            )?,
+            max_links_per_connection: self.bounded(
+                "broker.max_links_per_connection",
+                raw.max_links_per_connection,
+                &MAX_LINKS_PER_CONNECTION,
             )?,
         })
     }

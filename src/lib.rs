@@ -98,6 +98,7 @@ pub async fn run(
         connection_buffer: usize::try_from(config.broker.connection_buffer).unwrap_or(usize::MAX),
         write_timeout: config.broker.write_timeout,
         consumer_window: config.broker.consumer_window,
+        max_links_per_connection: config.broker.max_links_per_connection,
         next_link_id: AtomicU64::new(1),
     });
     let entities = shared.registry.len();

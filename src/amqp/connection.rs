@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::amqp::frames::{self, FrameError, FrameReader, Outbound};
 use crate::amqp::header;
-use crate::amqp::link::amqp_error;
+use crate::amqp::link::{amqp_error, ReassemblyBudget};
 use crate::amqp::session::{Context, Fault, Outbox, Session};
 use crate::entity::handle::{Command, ConsumerId, EntityEvent, EntityHandle, EventSink};
 use crate::entity::registry::Registry;
@@ -37,6 +37,8 @@ const WRITE_FRAME_CAP: u32 = 1024 * 1024;
 const EVENT_BATCH: usize = 256;
 /// Frames already received that are handled in one turn.
 const FRAME_BATCH: usize = 64;
+/// Unfinished multi-frame deliveries one connection may hold, in units of max_message_size.
+const REASSEMBLY_MESSAGES: u64 = 4;
 /// How long a `detach`, `end` or `close` waits for the settlements received before it.
 const SETTLE_BARRIER_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -59,6 +61,8 @@ pub struct Shared {
     pub write_timeout: Duration,
     /// Message bytes a consumer may have on their way from its entity to the socket.
     pub consumer_window: u64,
+    /// Most links one connection may hold; more attaches are refused.
+    pub max_links_per_connection: usize,
     /// Source of broker-wide unique link ids.
     pub next_link_id: AtomicU64,
 }
@@ -97,6 +101,8 @@ pub async fn serve(
     }
     let (outbound, writer) = Outbound::spawn(write, shared.connection_buffer);
     let (events, events_rx) = mpsc::unbounded_channel();
+    let reassembly =
+        ReassemblyBudget::new(shared.max_message_size.saturating_mul(REASSEMBLY_MESSAGES));
     let mut connection = Connection {
         shared,
         outbound,
@@ -106,6 +112,7 @@ pub async fn serve(
         sessions: HashMap::new(),
         link_sessions: HashMap::new(),
         ended_by_client: HashSet::new(),
+        reassembly,
         forwarded: HashMap::new(),
         unanswered_settlements: 0,
         held: None,
@@ -217,8 +224,16 @@ async fn read_frame(reader: &mut FrameReader<OwnedReadHalf>) -> Result<Option<Fr
 
 /// What a session needs from the connection (built from disjoint fields, so the connection
 /// can lend it while a session is borrowed).
-fn context<'a>(shared: &'a Shared, events: &'a EventSink, remote_max_frame: usize) -> Context<'a> {
+fn context<'a>(
+    shared: &'a Shared,
+    events: &'a EventSink,
+    remote_max_frame: usize,
+    reassembly: &'a ReassemblyBudget,
+    links: usize,
+) -> Context<'a> {
     Context {
+        reassembly,
+        links_full: links >= shared.max_links_per_connection,
         registry: &shared.registry,
         events,
         max_message_size: shared.max_message_size,
@@ -249,6 +264,8 @@ struct Connection {
     /// detaches links on a channel after ending its session; those late frames are dropped
     /// rather than treated as a protocol error.
     ended_by_client: HashSet<u16>,
+    /// What the connection's unfinished incoming deliveries may hold.
+    reassembly: ReassemblyBudget,
     /// Delivery bytes per consumer that left their sessions this turn, reported to the
     /// entities once the write buffer has taken the turn's frames.
     forwarded: HashMap<ConsumerId, (EntityHandle, u64)>,
@@ -457,7 +474,13 @@ impl Connection {
                     ));
                 };
                 let mut out = Outbox::default();
-                let ctx = context(&self.shared, &self.events, self.remote_max_frame);
+                let ctx = context(
+                    &self.shared,
+                    &self.events,
+                    self.remote_max_frame,
+                    &self.reassembly,
+                    self.link_sessions.len(),
+                );
                 let result = match body {
                     FrameBody::Attach(attach) => {
                         let id = self.shared.next_link_id.fetch_add(1, Ordering::Relaxed);
@@ -473,7 +496,7 @@ impl Connection {
                     FrameBody::Transfer {
                         performative,
                         payload,
-                    } => session.on_transfer(performative, payload, &mut out, &self.events),
+                    } => session.on_transfer(performative, payload, &mut out, &ctx),
                     FrameBody::Disposition(disposition) => {
                         session.on_disposition(disposition, &self.events, &mut out);
                         Ok(())
@@ -515,7 +538,13 @@ impl Connection {
             return;
         };
         let mut out = Outbox::default();
-        let ctx = context(&self.shared, &self.events, self.remote_max_frame);
+        let ctx = context(
+            &self.shared,
+            &self.events,
+            self.remote_max_frame,
+            &self.reassembly,
+            self.link_sessions.len(),
+        );
         match event {
             EntityEvent::Delivered(delivery) => session.on_delivery(delivery, &ctx, &mut out),
             EntityEvent::Drained { consumer } => session.on_drained(consumer, &mut out),

@@ -9,6 +9,8 @@ use fe2o3_amqp::types::performatives::{Attach, Detach};
 use fe2o3_amqp::types::primitives::Symbol;
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::entity::handle::{ConsumerId, EntityHandle, ReceiveMode};
 use crate::node::Node;
@@ -44,12 +46,67 @@ pub struct Partial {
     pub received: u64,
     /// The bytes so far.
     pub bytes: BytesMut,
+    /// The bytes' share of the connection's reassembly budget.
+    pub charge: Charge,
 }
 
-impl Partial {
-    /// The reassembled payload.
-    pub fn finish(self) -> Bytes {
-        self.bytes.freeze()
+/// What one connection may hold of deliveries whose frames are still arriving, over all its
+/// links: each link's delivery is bounded by `max_message_size`, and this bounds their sum.
+#[derive(Debug, Clone)]
+pub struct ReassemblyBudget {
+    held: Arc<AtomicU64>,
+    limit: u64,
+}
+
+impl ReassemblyBudget {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: u64) -> Self {
+        Self {
+            held: Arc::new(AtomicU64::new(0)),
+            limit,
+        }
+    }
+
+    /// The budget's size.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// An empty charge against this budget.
+    pub fn charge(&self) -> Charge {
+        Charge {
+            budget: self.clone(),
+            held: 0,
+        }
+    }
+}
+
+/// One partial delivery's share of its connection's [`ReassemblyBudget`], given back when it
+/// is released or dropped (the delivery finished, was aborted, or its link went).
+#[derive(Debug)]
+pub struct Charge {
+    budget: ReassemblyBudget,
+    held: u64,
+}
+
+impl Charge {
+    /// Takes `bytes` more; `false` when the connection's budget is exceeded.
+    pub fn add(&mut self, bytes: u64) -> bool {
+        self.held += bytes;
+        let total = self.budget.held.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        total <= self.budget.limit
+    }
+
+    /// Gives back everything held.
+    pub fn release(&mut self) {
+        self.budget.held.fetch_sub(self.held, Ordering::Relaxed);
+        self.held = 0;
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 

@@ -69,6 +69,10 @@ pub struct Context<'a> {
     pub remote_max_frame: usize,
     /// Message bytes a consumer may have on their way to the socket.
     pub consumer_window: u64,
+    /// What the connection may hold of unfinished incoming deliveries.
+    pub reassembly: &'a link::ReassemblyBudget,
+    /// Whether the connection holds as many links as it may: new attaches are refused.
+    pub links_full: bool,
 }
 
 /// Per link: what to tell the entity, and the delivery ids with the outcomes to echo.
@@ -175,7 +179,14 @@ impl Session {
                 format!("a session holds at most {} links", HANDLE_MAX + 1),
             ))
         })?;
-        let node = match resolve(&attach, ctx.registry) {
+        let found = match ctx.links_full {
+            true => Err(link::amqp_error(
+                AmqpError::ResourceLimitExceeded,
+                "the connection holds as many links as it may; detach one first",
+            )),
+            false => resolve(&attach, ctx.registry),
+        };
+        let node = match found {
             Ok(found) => found,
             Err(error) => {
                 tracing::debug!(link = %attach.name, condition = ?error.condition, "attach refused");
@@ -348,8 +359,9 @@ impl Session {
         transfer: Transfer,
         payload: Bytes,
         out: &mut Outbox,
-        events: &EventSink,
+        ctx: &Context<'_>,
     ) -> Result<(), Fault> {
+        let events = ctx.events;
         if self.incoming_remaining == 0 {
             return Err(Fault::Session(link::amqp_error(
                 SessionError::WindowViolation,
@@ -398,6 +410,7 @@ impl Session {
                 message_format: transfer.message_format.unwrap_or(0),
                 received: 0,
                 bytes: BytesMut::new(),
+                charge: ctx.reassembly.charge(),
             },
         };
         partial.settled |= transfer.settled.unwrap_or(false);
@@ -406,9 +419,19 @@ impl Session {
         if oversized {
             // Keep reading the delivery's frames, but stop keeping its bytes.
             partial.bytes = BytesMut::new();
+            partial.charge.release();
         }
         let whole = if transfer.more {
             if !oversized {
+                if !partial.charge.add(payload.len() as u64) {
+                    return Err(Fault::Connection(link::amqp_error(
+                        AmqpError::ResourceLimitExceeded,
+                        format!(
+                            "unfinished deliveries on this connection hold more than {} bytes",
+                            ctx.reassembly.limit()
+                        ),
+                    )));
+                }
                 partial.bytes.extend_from_slice(&payload);
             }
             incoming.partial = Some(partial);

@@ -550,3 +550,103 @@ async fn memory_is_given_back_after_a_drain() {
     );
     assert!(now <= bound, "resident memory stayed at {now} KiB");
 }
+
+/// Every buffer per connection is bounded: the unfinished multi-frame deliveries of one
+/// connection hold at most 4 × `max_message_size` over all its links.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfinished_deliveries_on_many_links_are_bounded_per_connection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ChildBroker::start(dir.path(), &config("max_message_size = 1000"));
+    let mut client = RawClient::connect(broker.addr, 65536).await;
+    let mut links = Vec::new();
+    for handle in 0..5 {
+        links.push(client.attach_sender(handle, "q").await);
+    }
+    // Each link starts a delivery of 900 bytes and never finishes it: 4,500 bytes > 4,000.
+    for (delivery_id, handle) in (0u32..).zip(0..5u32) {
+        client
+            .send(FrameBody::Transfer {
+                performative: fe2o3_amqp::types::performatives::Transfer {
+                    handle: Handle(handle),
+                    delivery_id: Some(delivery_id),
+                    delivery_tag: Some(vec![handle as u8].into()),
+                    message_format: Some(0),
+                    settled: Some(false),
+                    more: true,
+                    rcv_settle_mode: None,
+                    state: None,
+                    resume: false,
+                    aborted: false,
+                    batchable: false,
+                },
+                payload: Bytes::from(vec![0x40u8; 900]),
+            })
+            .await;
+    }
+    let _ = links;
+    let error = super::close_error(&mut client.transport).await;
+    assert_eq!(
+        error.condition,
+        ErrorCondition::AmqpError(AmqpError::ResourceLimitExceeded),
+        "{error:?}"
+    );
+    let description = error.description.unwrap_or_default();
+    assert!(description.contains("4000 bytes"), "{description}");
+}
+
+/// One connection holds at most `max_links_per_connection` links; the next attach is
+/// refused with `amqp:resource-limit-exceeded` and the connection goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_beyond_the_connection_limit_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ChildBroker::start(dir.path(), &config("max_links_per_connection = 3"));
+    let mut client = RawClient::connect(broker.addr, 65536).await;
+    for handle in 0..3 {
+        client.attach_sender(handle, "q").await;
+    }
+    client
+        .send(FrameBody::Attach(
+            fe2o3_amqp::types::performatives::Attach {
+                name: "one-too-many".into(),
+                handle: Handle(3),
+                role: Role::Sender,
+                snd_settle_mode: fe2o3_amqp::types::definitions::SenderSettleMode::Unsettled,
+                rcv_settle_mode: ReceiverSettleMode::First,
+                source: None,
+                target: Some(Box::new(
+                    fe2o3_amqp::types::messaging::TargetArchetype::Target(
+                        fe2o3_amqp::types::messaging::Target::builder()
+                            .address("q")
+                            .build(),
+                    ),
+                )),
+                unsettled: None,
+                incomplete_unsettled: false,
+                initial_delivery_count: Some(0),
+                max_message_size: None,
+                offered_capabilities: None,
+                desired_capabilities: None,
+                properties: None,
+            },
+        ))
+        .await;
+    let reply = client.attach_reply("one-too-many").await;
+    assert!(reply.target.is_none(), "refused: {reply:?}");
+    let detach = client
+        .expect(
+            "the refusal's detach",
+            |body| matches!(body, FrameBody::Detach(d) if d.handle == reply.handle),
+        )
+        .await;
+    let FrameBody::Detach(detach) = detach else {
+        unreachable!()
+    };
+    let error = detach.error.expect("detach error");
+    assert_eq!(
+        error.condition,
+        ErrorCondition::AmqpError(AmqpError::ResourceLimitExceeded)
+    );
+    let sent = client.send_message(0, message("still", 10)).await;
+    let outcome = client.send_outcome(sent).await;
+    assert!(matches!(outcome, DeliveryState::Accepted(_)), "{outcome:?}");
+}

@@ -183,11 +183,15 @@ impl Broker {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
-    /// Waits until the broker's memory figures stop changing (same for 1 s, at most 5 s).
+    /// The broker's memory once it has had the time to give freed memory back (one
+    /// trimmer interval and a second) and its figures stopped changing (same for 1 s).
     fn settled_memory(&self) -> String {
         let started = Instant::now();
+        let patience = tidebus::trimmer::TRIM_INTERVAL + Duration::from_secs(1);
+        let limit = patience + Duration::from_secs(5);
         let (mut last, mut since) = (self.memory(), Instant::now());
-        while since.elapsed() < Duration::from_secs(1) && started.elapsed() < Duration::from_secs(5)
+        while (started.elapsed() < patience || since.elapsed() < Duration::from_secs(1))
+            && started.elapsed() < limit
         {
             std::thread::sleep(Duration::from_millis(200));
             let now = self.memory();

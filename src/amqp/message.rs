@@ -11,7 +11,7 @@ use bytes::Bytes;
 use fe2o3_amqp::types::messaging::ApplicationProperties;
 use fe2o3_amqp::types::primitives::{SimpleValue, Value};
 
-use crate::amqp::encoding::{byte_at, read_u32, read_u64, value_len, EncodingError};
+use crate::amqp::encoding::{byte_at, check_value, read_u32, read_u64, value_len, EncodingError};
 
 /// Delivery annotation carrying the lock token (Service Bus `x-opt-lock-token`).
 const LOCK_TOKEN_KEY: &str = "x-opt-lock-token";
@@ -55,6 +55,12 @@ pub enum MessageError {
     /// An application-properties key that is not a string.
     #[error("application-properties keys must be strings; key {0} is not")]
     NonStringKey(usize),
+    /// An application-properties value that is a list, map, array or described value.
+    #[error("application-properties values must be simple types; value {0} is not")]
+    NotSimple(usize),
+    /// Sections out of the order AMQP gives them, or one that may appear once appears twice.
+    #[error("section at byte {0} is out of order (AMQP 1.0 §3.2: header, delivery-annotations, message-annotations, properties, application-properties, body, footer)")]
+    OutOfOrder(usize),
     /// A message without any section.
     #[error("empty message")]
     Empty,
@@ -94,6 +100,23 @@ pub fn scan_sections(bytes: &[u8]) -> Result<Vec<Section>, MessageError> {
     Ok(sections)
 }
 
+/// Sections must come in AMQP's order, each at most once, but for a body of several `data` or
+/// `amqp-sequence` sections (of one kind).
+fn check_order(sections: &[Section]) -> Result<(), MessageError> {
+    for pair in sections.windows(2) {
+        let (before, after) = (pair[0].code, pair[1].code);
+        let repeated_body = before == after && matches!(after, code::DATA | code::AMQP_SEQUENCE);
+        let body_kinds_mixed =
+            matches!(before, code::DATA | code::AMQP_SEQUENCE | code::AMQP_VALUE)
+                && matches!(after, code::DATA | code::AMQP_SEQUENCE | code::AMQP_VALUE)
+                && before != after;
+        if (after <= before && !repeated_body) || body_kinds_mixed {
+            return Err(MessageError::OutOfOrder(pair[1].range.start));
+        }
+    }
+    Ok(())
+}
+
 /// What the broker reads from a message as it arrives; the bytes themselves are kept as sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Arrival {
@@ -116,8 +139,18 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
         ttl_ms: None,
         scheduled_ms: None,
     };
-    for section in scan_sections(&arrival.bytes)? {
+    let sections = scan_sections(&arrival.bytes)?;
+    check_order(&sections)?;
+    for section in sections {
         let raw = &arrival.bytes[section.range.clone()];
+        if !matches!(
+            section.code,
+            code::DATA | code::AMQP_SEQUENCE | code::AMQP_VALUE
+        ) {
+            // Everything but the body is read again later (the splice, properties to modify,
+            // other clients): it must be well formed to every depth.
+            check_value(raw, 0)?;
+        }
         match section.code {
             code::HEADER => arrival.ttl_ms = read_header(raw)?.ttl,
             code::MESSAGE_ANNOTATIONS => {
@@ -131,13 +164,20 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
                 list_fields(raw, "properties")?;
             }
             code::APPLICATION_PROPERTIES => {
-                // Service Bus accepts only string keys here (AMQP 1.0 §3.2.5).
-                let entries = map_entries(raw, "application-properties")?;
-                if let Some(index) = entries
-                    .iter()
-                    .position(|(key, _)| !matches!(key[0], 0xa1 | 0xb1))
+                // String keys and simple values only (AMQP 1.0 §3.2.5), as Service Bus takes.
+                for (index, (key, value)) in map_entries(raw, "application-properties")?
+                    .into_iter()
+                    .enumerate()
                 {
-                    return Err(MessageError::NonStringKey(index));
+                    if !matches!(key[0], 0xa1 | 0xb1) {
+                        return Err(MessageError::NonStringKey(index));
+                    }
+                    if matches!(
+                        value[0],
+                        0x00 | 0x45 | 0xc0 | 0xc1 | 0xd0 | 0xd1 | 0xe0 | 0xf0
+                    ) {
+                        return Err(MessageError::NotSimple(index));
+                    }
                 }
             }
             _ => {}
@@ -494,7 +534,9 @@ pub fn set_application_properties(
         .find(|section| section.code == code::APPLICATION_PROPERTIES);
     let mut properties = match existing {
         Some(section) => {
-            serde_amqp::from_slice::<ApplicationProperties>(&stored[section.range.clone()])
+            let raw = &stored[section.range.clone()];
+            check_value(raw, 0)?;
+            serde_amqp::from_slice::<ApplicationProperties>(raw)
                 .map_err(|_| MessageError::Malformed("application-properties"))?
         }
         None => ApplicationProperties::default(),
@@ -743,9 +785,11 @@ mod tests {
         );
         let mut broken = serde_amqp::to_vec(&Header::default()).expect("h");
         broken.extend_from_slice(&[0x00, 0x53, 0x73, 0xc0, 0x02, 0x05, 0x40]);
-        assert_eq!(
-            inspect(Bytes::from(broken)),
-            Err(MessageError::Malformed("properties")),
+        assert!(
+            matches!(
+                inspect(Bytes::from(broken)),
+                Err(MessageError::Encoding(EncodingError::CountMismatch { .. }))
+            ),
             "a properties list whose count overruns it is refused on arrival"
         );
     }
@@ -892,6 +936,89 @@ mod tests {
         ];
         good.extend_from_slice(&[0x00, 0x53, 0x75, 0xa0, 0x01, b'x']);
         assert!(inspect(Bytes::from(good)).is_ok());
+    }
+
+    #[test]
+    fn inspect_refuses_sections_out_of_order_and_compound_application_property_values() {
+        // Data, then a header: a second header would reach the receiver.
+        let late_header = [0x00, 0x53, 0x75, 0xa0, 0x00, 0x00, 0x53, 0x70, 0x45];
+        assert_eq!(
+            inspect(Bytes::copy_from_slice(&late_header)),
+            Err(MessageError::OutOfOrder(5))
+        );
+        let two_bodies = [0x00, 0x53, 0x75, 0xa0, 0x00, 0x00, 0x53, 0x77, 0x40];
+        assert_eq!(
+            inspect(Bytes::copy_from_slice(&two_bodies)),
+            Err(MessageError::OutOfOrder(5))
+        );
+        let data_twice = [0x00, 0x53, 0x75, 0xa0, 0x00, 0x00, 0x53, 0x75, 0xa0, 0x00];
+        assert!(inspect(Bytes::copy_from_slice(&data_twice)).is_ok());
+        // application-properties {"k": []} (a list0 value).
+        let list_value = [0x00, 0x53, 0x74, 0xc1, 0x05, 0x02, 0xa1, 0x01, b'k', 0x45];
+        assert_eq!(
+            inspect(Bytes::copy_from_slice(&list_value)),
+            Err(MessageError::NotSimple(0))
+        );
+        // application-properties as a list0 rather than a map.
+        assert!(inspect(Bytes::copy_from_slice(&[0x00, 0x53, 0x74, 0x45])).is_err());
+    }
+
+    /// Postmortem of the first fuzz run of the message codec (`tests/fuzz`, target
+    /// `message`): `inspect` only measured the sections it did not read, so it accepted
+    /// application properties that `set_application_properties` then could not decode (a
+    /// list, an odd map, a str32 claiming 4 GiB that serde_amqp allocated), sections out of
+    /// order, and 74,724 nested descriptors that overflowed the stack. Every such input is now
+    /// refused on arrival, or gets through every later step.
+    #[test]
+    fn fuzz_findings_are_refused_or_get_through_every_later_step() {
+        let mut findings: Vec<Vec<u8>> = [
+            &[0x00, 0x53, 0x74, 0x45][..],
+            &[0x00, 0x53, 0x74, 0xc1, 0x01, 0x01],
+            &[
+                0x00, 0x53, 0x74, 0xc1, 0x07, 0x04, 0xa1, 0x00, 0xc1, 0x00, 0x40, 0x40,
+            ],
+            &[
+                0x00, 0x53, 0x74, 0xc1, 0x08, 0x02, 0xa1, 0x00, 0xb0, 0xff, 0xff, 0xff, 0xff,
+            ],
+            &[0x00, 0x53, 0x75, 0xa0, 0x00, 0x00, 0x53, 0x70, 0x45],
+            &[0x00, 0x53, 0x74, 0x53, 0x71],
+            &[
+                0x00, 0x53, 0x74, 0xc1, 0x1c, 0x08, 0xa1, 0x0e, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+                0x00, 0x1f, 0x79, 0x2d, 0x61, 0x6e, 0x6e, 0x6f, 0xc1, 0x00, 0x53, 0x70, 0x00, 0x00,
+                0x00, 0x00, 0x00, 0x00, 0x00,
+            ],
+            &[0x00, 0x53, 0x78, 0x53, 0x71, 0x00, 0x53, 0x71, 0x41],
+            &[
+                0x00, 0x53, 0x74, 0xc1, 0x11, 0x01, 0x00, 0x00, 0x00, 0x76, 0x6c, 0x61, 0x67, 0x38,
+                0x06, 0x55, 0x55, 0x55, 0x55, 0x55, 0x55, 0x55,
+            ],
+            &[
+                0x00, 0x53, 0x74, 0xc1, 0x24, 0x0f, 0xa1, 0x00, 0xf0, 0x53, 0x00, 0x77, 0xd2, 0x00,
+                0x00, 0x24, 0x07, 0xb1, 0x00, 0x00, 0x00, 0x00, 0xa3, 0x0f, 0x61, 0x6d, 0x71, 0x70,
+                0x3a, 0x66, 0x6f, 0x6f, 0x74, 0x65, 0x72, 0x3a, 0x6d, 0x61, 0x70, 0x61, 0x2d,
+            ],
+        ]
+        .iter()
+        .map(|bytes| bytes.to_vec())
+        .collect();
+        let mut deep = vec![0x00, 0x53, 0x75];
+        deep.resize(3 + 74_724, 0x00);
+        findings.push(deep);
+        let stamp = DeliveryStamp {
+            delivery_count: 1,
+            annotations: vec![("x-opt-sequence-number", Value::Long(1))],
+            lock_token: Some(uuid::Uuid::nil()),
+            ttl_ms: Some(1000),
+            expires_ms: Some(5),
+        };
+        for bytes in findings {
+            let bytes = Bytes::from(bytes);
+            if inspect(bytes.clone()).is_ok() {
+                splice(&bytes, &stamp).expect("what inspect accepts splices");
+                set_application_properties(&bytes, &[("k".into(), SimpleValue::Int(1))])
+                    .expect("what inspect accepts takes properties");
+            }
+        }
     }
 
     #[test]

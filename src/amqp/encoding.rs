@@ -76,7 +76,7 @@ pub fn check_frame_body(body: &[u8]) -> Result<usize, EncodingError> {
 /// # Errors
 /// The first problem found.
 pub fn check_value(bytes: &[u8], at: usize) -> Result<usize, EncodingError> {
-    walk_value(bytes, at, 0, Depth::Deep)
+    Walker::deep().value(bytes, at, 0)
 }
 
 /// The length of the value at `at` (its constructor included), checked to fit in `bytes`;
@@ -86,7 +86,20 @@ pub fn check_value(bytes: &[u8], at: usize) -> Result<usize, EncodingError> {
 /// The value runs past `bytes`, starts with an invalid type code, or its descriptors nest
 /// deeper than [`MAX_DEPTH`].
 pub fn value_len(bytes: &[u8], at: usize) -> Result<usize, EncodingError> {
-    walk_value(bytes, at, 0, Depth::Shallow)
+    Walker::shallow().value(bytes, at, 0)
+}
+
+/// Checks the value at `at` like [`check_value`] and returns the offsets of the map keys in
+/// it, at every depth, that are encoded as strings (`str8` or `str32`). A string and a symbol
+/// differ only in their format code, so a caller can turn such keys into symbols in place.
+///
+/// # Errors
+/// The first problem found.
+pub fn string_map_keys(bytes: &[u8], at: usize) -> Result<Vec<usize>, EncodingError> {
+    let mut walker = Walker::deep();
+    walker.string_keys = Some(Vec::new());
+    walker.value(bytes, at, 0)?;
+    Ok(walker.string_keys.unwrap_or_default())
 }
 
 /// The byte at `at`.
@@ -127,137 +140,162 @@ fn truncated(bytes: &[u8], at: usize) -> EncodingError {
     }
 }
 
-/// Whether the elements of compound values are walked.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Depth {
-    Deep,
-    Shallow,
+/// One walk over a value: whether it looks inside compound values, and where it notes the
+/// string-encoded map keys it meets (when asked to).
+struct Walker {
+    deep: bool,
+    string_keys: Option<Vec<usize>>,
 }
 
-/// A constructor (AMQP 1.0 §1.2): a format code, or `0x00`, a descriptor value and a
-/// constructor. Returns the format code and the constructor's length.
-fn walk_constructor(
-    bytes: &[u8],
-    at: usize,
-    depth: usize,
-    mode: Depth,
-) -> Result<(u8, usize), EncodingError> {
-    let mut len = 0;
-    let mut level = depth;
-    loop {
-        let code = byte_at(bytes, at + len)?;
-        if code != 0x00 {
-            return Ok((code, len + 1));
+impl Walker {
+    fn deep() -> Self {
+        Self {
+            deep: true,
+            string_keys: None,
         }
-        level += 1;
-        if level > MAX_DEPTH {
-            return Err(EncodingError::TooDeep(at + len));
-        }
-        len += 1 + walk_value(bytes, at + len + 1, level, mode)?;
     }
-}
 
-fn walk_value(bytes: &[u8], at: usize, depth: usize, mode: Depth) -> Result<usize, EncodingError> {
-    let (code, constructor) = walk_constructor(bytes, at, depth, mode)?;
-    let data_at = at + constructor;
-    let data = walk_data(code, bytes, data_at, depth, mode).map_err(|error| match error {
-        // This value's own format code is the byte before its data.
-        EncodingError::BadTypeCode { code: bad, at } if at == data_at && bad == code => {
-            EncodingError::BadTypeCode { code, at: at - 1 }
+    fn shallow() -> Self {
+        Self {
+            deep: false,
+            string_keys: None,
         }
-        other => other,
-    })?;
-    Ok(constructor + data)
-}
+    }
 
-/// The length of the data of a `code` value that starts at `at` (after its constructor).
-fn walk_data(
-    code: u8,
-    bytes: &[u8],
-    at: usize,
-    depth: usize,
-    mode: Depth,
-) -> Result<usize, EncodingError> {
-    let (header, size) = match code {
-        0x40..=0x45 => (0, 0),
-        0x50..=0x56 => (0, 1),
-        0x60 | 0x61 => (0, 2),
-        0x70..=0x74 => (0, 4),
-        0x80..=0x84 => (0, 8),
-        0x94 | 0x98 => (0, 16),
-        0xa0 | 0xa1 | 0xa3 | 0xc0 | 0xc1 | 0xe0 => (1, usize::from(byte_at(bytes, at)?)),
-        0xb0 | 0xb1 | 0xb3 | 0xd0 | 0xd1 | 0xf0 => (4, read_u32(bytes, at)? as usize),
-        _ => return Err(EncodingError::BadTypeCode { code, at }),
-    };
-    let len = header + size;
-    if at.checked_add(len).is_none_or(|end| end > bytes.len()) {
-        return Err(truncated(bytes, at));
+    /// A constructor (AMQP 1.0 §1.2): a format code, or `0x00`, a descriptor value and a
+    /// constructor. Returns the format code and the constructor's length.
+    fn constructor(
+        &mut self,
+        bytes: &[u8],
+        at: usize,
+        depth: usize,
+    ) -> Result<(u8, usize), EncodingError> {
+        let mut len = 0;
+        let mut level = depth;
+        loop {
+            let code = byte_at(bytes, at + len)?;
+            if code != 0x00 {
+                return Ok((code, len + 1));
+            }
+            level += 1;
+            if level > MAX_DEPTH {
+                return Err(EncodingError::TooDeep(at + len));
+            }
+            len += 1 + self.value(bytes, at + len + 1, level)?;
+        }
     }
-    if mode == Depth::Deep && matches!(code, 0xc0 | 0xc1 | 0xd0 | 0xd1 | 0xe0 | 0xf0) {
-        let content = &bytes[..at + len];
-        walk_compound(code, content, at, header, size, depth + 1)?;
-    }
-    Ok(len)
-}
 
-/// Walks the elements of a list, map or array whose `size` bytes (count included) start at
-/// `at + width`, where `width` is the size field's width. They must fill `size` exactly.
-fn walk_compound(
-    code: u8,
-    bytes: &[u8],
-    at: usize,
-    width: usize,
-    size: usize,
-    depth: usize,
-) -> Result<(), EncodingError> {
-    if depth > MAX_DEPTH {
-        return Err(EncodingError::TooDeep(at));
+    fn value(&mut self, bytes: &[u8], at: usize, depth: usize) -> Result<usize, EncodingError> {
+        let (code, constructor) = self.constructor(bytes, at, depth)?;
+        let data_at = at + constructor;
+        let data = self
+            .data(code, bytes, data_at, depth)
+            .map_err(|error| match error {
+                // This value's own format code is the byte before its data.
+                EncodingError::BadTypeCode { code: bad, at } if at == data_at && bad == code => {
+                    EncodingError::BadTypeCode { code, at: at - 1 }
+                }
+                other => other,
+            })?;
+        Ok(constructor + data)
     }
-    let kind = match code {
-        0xc0 | 0xd0 => "list",
-        0xc1 | 0xd1 => "map",
-        _ => "array",
-    };
-    let count_at = at + width;
-    let end = count_at + size;
-    let mismatch = |count| EncodingError::CountMismatch {
-        kind,
-        at,
-        count,
-        size,
-    };
-    if size < width {
-        return Err(mismatch(0));
-    }
-    let count = if width == 1 {
-        usize::from(byte_at(bytes, count_at)?)
-    } else {
-        read_u32(bytes, count_at)? as usize
-    };
-    // Every element takes at least one byte, but for arrays of zero-width values; those are
-    // bounded by the size all the same, so that the decoder's work stays linear in bytes.
-    if count > size || (kind == "map" && count % 2 != 0) {
-        return Err(mismatch(count));
-    }
-    let mut next = count_at + width;
-    if kind == "array" {
-        if count == 0 && next == end {
-            return Ok(());
+
+    /// The length of the data of a `code` value that starts at `at` (after its constructor).
+    fn data(
+        &mut self,
+        code: u8,
+        bytes: &[u8],
+        at: usize,
+        depth: usize,
+    ) -> Result<usize, EncodingError> {
+        let (header, size) = match code {
+            0x40..=0x45 => (0, 0),
+            0x50..=0x56 => (0, 1),
+            0x60 | 0x61 => (0, 2),
+            0x70..=0x74 => (0, 4),
+            0x80..=0x84 => (0, 8),
+            0x94 | 0x98 => (0, 16),
+            0xa0 | 0xa1 | 0xa3 | 0xc0 | 0xc1 | 0xe0 => (1, usize::from(byte_at(bytes, at)?)),
+            0xb0 | 0xb1 | 0xb3 | 0xd0 | 0xd1 | 0xf0 => (4, read_u32(bytes, at)? as usize),
+            _ => return Err(EncodingError::BadTypeCode { code, at }),
+        };
+        let len = header + size;
+        if at.checked_add(len).is_none_or(|end| end > bytes.len()) {
+            return Err(truncated(bytes, at));
         }
-        let (element, constructor) = walk_constructor(bytes, next, depth, Depth::Deep)?;
-        next += constructor;
-        for _ in 0..count {
-            next += walk_data(element, bytes, next, depth, Depth::Deep)?;
+        if self.deep && matches!(code, 0xc0 | 0xc1 | 0xd0 | 0xd1 | 0xe0 | 0xf0) {
+            let content = &bytes[..at + len];
+            self.compound(code, content, at, header, size, depth + 1)?;
         }
-    } else {
-        for _ in 0..count {
-            next += walk_value(bytes, next, depth, Depth::Deep)?;
+        Ok(len)
+    }
+
+    /// Walks the elements of a list, map or array whose `size` bytes (count included) start
+    /// at `at + width`, where `width` is the size field's width. They must fill `size`
+    /// exactly.
+    fn compound(
+        &mut self,
+        code: u8,
+        bytes: &[u8],
+        at: usize,
+        width: usize,
+        size: usize,
+        depth: usize,
+    ) -> Result<(), EncodingError> {
+        if depth > MAX_DEPTH {
+            return Err(EncodingError::TooDeep(at));
         }
+        let kind = match code {
+            0xc0 | 0xd0 => "list",
+            0xc1 | 0xd1 => "map",
+            _ => "array",
+        };
+        let count_at = at + width;
+        let end = count_at + size;
+        let mismatch = |count| EncodingError::CountMismatch {
+            kind,
+            at,
+            count,
+            size,
+        };
+        if size < width {
+            return Err(mismatch(0));
+        }
+        let count = if width == 1 {
+            usize::from(byte_at(bytes, count_at)?)
+        } else {
+            read_u32(bytes, count_at)? as usize
+        };
+        // Every element takes at least one byte, but for arrays of zero-width values; those
+        // are bounded by the size all the same, so that the decoder's work stays linear.
+        if count > size || (kind == "map" && count % 2 != 0) {
+            return Err(mismatch(count));
+        }
+        let mut next = count_at + width;
+        if kind == "array" {
+            if count == 0 && next == end {
+                return Ok(());
+            }
+            let (element, constructor) = self.constructor(bytes, next, depth)?;
+            next += constructor;
+            for _ in 0..count {
+                next += self.data(element, bytes, next, depth)?;
+            }
+        } else {
+            for index in 0..count {
+                if kind == "map" && index % 2 == 0 && matches!(bytes.get(next), Some(0xa1 | 0xb1)) {
+                    if let Some(keys) = &mut self.string_keys {
+                        keys.push(next);
+                    }
+                }
+                next += self.value(bytes, next, depth)?;
+            }
+        }
+        if next != end {
+            return Err(mismatch(count));
+        }
+        Ok(())
     }
-    if next != end {
-        return Err(mismatch(count));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -395,6 +433,21 @@ mod tests {
             }
         }
         assert!(matches!(deep(&arrays), Err(EncodingError::TooDeep(_))));
+    }
+
+    #[test]
+    fn string_map_keys_are_found_at_every_depth_and_only_in_key_position() {
+        // list[ map{str8 "a": str8 "v", sym8 "b": null}, map{str32 "c": null} ]
+        let first = [
+            0xc1, 0x0b, 0x04, 0xa1, 0x01, b'a', 0xa1, 0x01, b'v', 0xa3, 0x01, b'b', 0x40,
+        ];
+        let second = [0xc1, 0x08, 0x02, 0xb1, 0, 0, 0, 1, b'c', 0x40];
+        let mut list = vec![0xc0, (1 + first.len() + second.len()) as u8, 0x02];
+        list.extend_from_slice(&first);
+        list.extend_from_slice(&second);
+        assert_eq!(string_map_keys(&list, 0), Ok(vec![6, 19]));
+        assert_eq!(string_map_keys(&[0xa1, 0x01, b'x'], 0), Ok(vec![]));
+        assert!(string_map_keys(&[0xc1, 0x03, 0x02, 0xa1, 0x05], 0).is_err());
     }
 
     #[test]

@@ -190,8 +190,13 @@ pub fn decode_amqp(raw: RawFrame) -> Result<Frame, FrameError> {
         return Ok(Frame::new(raw.channel, FrameBody::Empty));
     }
     let length = encoding::check_frame_body(&raw.body)?;
-    let performative: Performative = serde_amqp::from_slice(&raw.body[..length])
-        .map_err(|error| FrameError::Decode(error.to_string()))?;
+    let encoded = &raw.body[..length];
+    let performative = match serde_amqp::from_slice::<Performative>(encoded) {
+        Ok(performative) => performative,
+        Err(strict) => {
+            lenient_performative(encoded).ok_or_else(|| FrameError::Decode(strict.to_string()))?
+        }
+    };
     let body = match performative {
         Performative::Open(open) => FrameBody::Open(open),
         Performative::Begin(begin) => FrameBody::Begin(begin),
@@ -207,6 +212,25 @@ pub fn decode_amqp(raw: RawFrame) -> Result<Frame, FrameError> {
         Performative::Close(close) => FrameBody::Close(close),
     };
     Ok(Frame::new(raw.channel, body))
+}
+
+/// A performative whose map keys are strings where AMQP's `fields` and annotation maps ask for
+/// symbols, read as if they were symbols: rhea (the JavaScript SDK's AMQP library) encodes a
+/// JavaScript object's keys as strings, e.g. the `info` of a dead-letter's `rejected` error
+/// and the `message-annotations` of an abandon's `modified` (amqp-dialect.md §17), and
+/// Service Bus accepts them. A string and a symbol differ only in their format code.
+fn lenient_performative(encoded: &[u8]) -> Option<Performative> {
+    let keys = encoding::string_map_keys(encoded, 0).ok()?;
+    if keys.is_empty() {
+        return None;
+    }
+    let mut symbols = encoded.to_vec();
+    for at in keys {
+        symbols[at] = if symbols[at] == 0xa1 { 0xa3 } else { 0xb3 };
+    }
+    let performative = serde_amqp::from_slice(&symbols).ok()?;
+    tracing::debug!("performative with string map keys read as symbols");
+    Some(performative)
 }
 
 /// Decodes a SASL frame; its body was not yet checked.
@@ -479,6 +503,75 @@ mod tests {
             decode_amqp(reader.frame().await.expect("read").expect("frame")).expect("decode");
         assert!(matches!(frame.body, FrameBody::Close(_)));
         assert!(reader.frame().await.expect("end").is_none());
+    }
+
+    /// What `@azure/service-bus` 7.9.5 sends for `deadLetterMessage` (through rhea): the
+    /// rejected error's `info` keyed by `str8` strings.
+    #[test]
+    fn a_dead_letter_with_string_keys_in_its_info_is_read_as_symbols() {
+        fn str8(text: &str) -> Vec<u8> {
+            let mut out = vec![0xa1, text.len() as u8];
+            out.extend_from_slice(text.as_bytes());
+            out
+        }
+        fn list8(items: &[Vec<u8>]) -> Vec<u8> {
+            let content: Vec<u8> = items.concat();
+            let mut out = vec![0xc0, content.len() as u8 + 1, items.len() as u8];
+            out.extend_from_slice(&content);
+            out
+        }
+        let mut info = vec![0xc1];
+        let entries = [
+            str8("DeadLetterReason"),
+            str8("why"),
+            str8("DeadLetterErrorDescription"),
+            str8("what"),
+        ]
+        .concat();
+        info.extend_from_slice(&[entries.len() as u8 + 1, 4]);
+        info.extend_from_slice(&entries);
+        let mut condition = vec![0xa3, 25];
+        condition.extend_from_slice(b"com.microsoft:dead-letter");
+        let error = [
+            vec![0x00, 0x53, 0x1d],
+            list8(&[condition, vec![0x40], info]),
+        ]
+        .concat();
+        let rejected = [vec![0x00, 0x53, 0x25], list8(&[error])].concat();
+        let disposition = [
+            vec![0x00, 0x53, 0x15],
+            list8(&[vec![0x41], vec![0x52, 7], vec![0x40], vec![0x42], rejected]),
+        ]
+        .concat();
+        assert!(
+            serde_amqp::from_slice::<Performative>(&disposition).is_err(),
+            "fe2o3's types refuse string keys in fields"
+        );
+        let raw = RawFrame {
+            frame_type: AMQP_FRAME,
+            channel: 1,
+            body: Bytes::from(disposition),
+        };
+        let frame = decode_amqp(raw).expect("read leniently");
+        let FrameBody::Disposition(disposition) = frame.body else {
+            panic!("not a disposition: {:?}", frame.body)
+        };
+        assert_eq!(disposition.first, 7);
+        let Some(fe2o3_amqp::types::messaging::DeliveryState::Rejected(rejected)) =
+            disposition.state
+        else {
+            panic!("not rejected")
+        };
+        let info = rejected.error.and_then(|e| e.info).expect("info");
+        let reason = info
+            .get(&fe2o3_amqp::types::primitives::Symbol::from(
+                "DeadLetterReason",
+            ))
+            .expect("reason");
+        assert_eq!(
+            reason,
+            &fe2o3_amqp::types::primitives::Value::String("why".into())
+        );
     }
 
     #[tokio::test]

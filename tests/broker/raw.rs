@@ -126,6 +126,19 @@ impl RawClient {
         client
     }
 
+    /// Writes a frame whose body (after the frame header) is `body`, as encoded by hand.
+    async fn send_raw(self, body: Vec<u8>) -> Self {
+        let (mut write, read) = self.transport.into_framed_codec();
+        timeout(DEADLINE, write.send(Bytes::from(frame_after_size(&body))))
+            .await
+            .expect("raw frame written in time")
+            .expect("raw frame written");
+        Self {
+            transport: Transport::bind_to_framed_codec(write, read, None),
+            ..self
+        }
+    }
+
     async fn send(&mut self, body: FrameBody) {
         if let FrameBody::Transfer { .. } = body {
             self.next_outgoing_id = self.next_outgoing_id.wrapping_add(1);
@@ -537,6 +550,22 @@ async fn settle_second_confirms_accepted_released_and_modified() {
 /// Broker bug: `Session::on_settled` echoes the client's state verbatim, error included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settle_second_confirms_a_dead_letter_with_a_bare_rejected() {
+    dead_letter_is_confirmed(false).await;
+}
+
+/// The JavaScript SDK (`@azure/service-bus` 7.9.5, through rhea) encodes the keys of the
+/// rejected error's `info` as strings, not the symbols AMQP's `fields` names; Service Bus
+/// takes them, and so does the broker: the message is dead-lettered with its reason and the
+/// connection goes on (it used to be closed with `amqp:decode-error`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_whose_info_keys_are_strings_is_taken_as_service_bus_does() {
+    dead_letter_is_confirmed(true).await;
+}
+
+/// Dead-letters a message with a reason and a description in settle mode second, the
+/// `info` keys encoded as symbols or (`string_keys`) as strings, and checks the bare
+/// `rejected` confirmation, the dead-letter queue, and that the connection still sends.
+async fn dead_letter_is_confirmed(string_keys: bool) {
     let broker = broker(&["q"], |_| {}).await;
     let mut client = RawClient::connect(broker.addr, 65536).await;
     let to_q = client.attach_sender(0, "q").await;
@@ -546,8 +575,8 @@ async fn settle_second_confirms_a_dead_letter_with_a_bare_rejected() {
     let from_q = client
         .attach_receiver(1, "q", ReceiverSettleMode::Second)
         .await;
-    let (id, message) = receive_one(&mut client, 1, from_q, &mut 0).await;
-    assert_eq!(message, ("doomed".to_string(), 0));
+    let (id, received) = receive_one(&mut client, 1, from_q, &mut 0).await;
+    assert_eq!(received, ("doomed".to_string(), 0));
     let mut info = definitions::Fields::new();
     info.insert(
         Symbol::from("DeadLetterReason"),
@@ -564,9 +593,32 @@ async fn settle_second_confirms_a_dead_letter_with_a_bare_rejected() {
             Some(info),
         )),
     };
-    let echo = client
-        .settle_second(id, DeliveryState::Rejected(proposal))
-        .await;
+    let echo = if string_keys {
+        let disposition = Disposition {
+            role: Role::Receiver,
+            first: id,
+            last: None,
+            settled: false,
+            state: Some(DeliveryState::Rejected(proposal)),
+            batchable: false,
+        };
+        let mut body = serde_amqp::to_vec(&disposition).expect("disposition");
+        for key in ["DeadLetterReason", "DeadLetterErrorDescription"] {
+            let mut symbol = vec![0xa3, key.len() as u8];
+            symbol.extend_from_slice(key.as_bytes());
+            let at = body
+                .windows(symbol.len())
+                .position(|window| window == symbol)
+                .expect("the key is in the frame");
+            body[at] = 0xa1;
+        }
+        client = client.send_raw(body).await;
+        client.settled_disposition(Role::Sender, id).await
+    } else {
+        client
+            .settle_second(id, DeliveryState::Rejected(proposal))
+            .await
+    };
 
     let from_dlq = client
         .attach_receiver(2, "q/$deadletterqueue", ReceiverSettleMode::Second)
@@ -585,6 +637,9 @@ async fn settle_second_confirms_a_dead_letter_with_a_bare_rejected() {
         matches!(&echo, DeliveryState::Rejected(Rejected { error: None })),
         "a successful dead-letter is confirmed by a bare rejected: {echo:?}"
     );
+    let sent = client.send_message(to_q, message("after", 10)).await;
+    let outcome = client.send_outcome(sent).await;
+    assert!(matches!(outcome, DeliveryState::Accepted(_)), "{outcome:?}");
     broker.stop().await;
 }
 

@@ -222,6 +222,9 @@ pub struct DeliveryStamp {
     pub annotations: Vec<(&'static str, Value)>,
     /// The lock token, written as delivery annotation `x-opt-lock-token` (peek-lock only).
     pub lock_token: Option<uuid::Uuid>,
+    /// A pre-settled (receive-and-delete) delivery: it carries an empty delivery-annotations
+    /// map, as Service Bus sends it.
+    pub presettled: bool,
     /// The effective time to live, written into `header.ttl` (absent: the header's is kept).
     pub ttl_ms: Option<u32>,
     /// When the message expires, written into `properties.absolute-expiry-time` (absent: the
@@ -263,6 +266,8 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<(Vec<u8>, Bytes),
         value.extend_from_slice(token.as_bytes());
         let entry = [(symbol(LOCK_TOKEN_KEY), value)];
         write_annotations(&mut prefix, code::DELIVERY_ANNOTATIONS, &entry, &[]);
+    } else if stamp.presettled {
+        write_annotations(&mut prefix, code::DELIVERY_ANNOTATIONS, &[], &[]);
     }
     let ours: Vec<(Vec<u8>, Vec<u8>)> = stamp
         .annotations
@@ -431,23 +436,12 @@ fn write_annotations(out: &mut Vec<u8>, section: u8, ours: &[(Vec<u8>, Vec<u8>)]
 }
 
 /// The fields of a message header the broker keeps (AMQP 1.0 §3.2.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 struct HeaderFields {
-    durable: bool,
-    priority: u8,
+    durable: Option<bool>,
+    priority: Option<u8>,
     ttl: Option<u32>,
-    first_acquirer: bool,
-}
-
-impl Default for HeaderFields {
-    fn default() -> Self {
-        HeaderFields {
-            durable: false,
-            priority: 4,
-            ttl: None,
-            first_acquirer: false,
-        }
-    }
+    first_acquirer: Option<bool>,
 }
 
 /// Reads a header section, field by field with the types AMQP gives them.
@@ -459,8 +453,9 @@ fn read_header(section: &[u8]) -> Result<HeaderFields, MessageError> {
     }
     let field = |index: usize| fields.get(index).copied().unwrap_or(&[0x40]);
     let boolean = |raw: &[u8]| match raw {
-        [0x40] | [0x42] | [0x56, 0x00] => Ok(false),
-        [0x41] | [0x56, 0x01] => Ok(true),
+        [0x40] => Ok(None),
+        [0x42] | [0x56, 0x00] => Ok(Some(false)),
+        [0x41] | [0x56, 0x01] => Ok(Some(true)),
         _ => Err(MessageError::Malformed("header")),
     };
     let uint = |raw: &[u8]| match raw {
@@ -471,8 +466,8 @@ fn read_header(section: &[u8]) -> Result<HeaderFields, MessageError> {
         _ => Err(MessageError::Malformed("header")),
     };
     let priority = match field(1) {
-        [0x40] => 4,
-        [0x50, priority] => *priority,
+        [0x40] => None,
+        [0x50, priority] => Some(*priority),
         _ => return Err(malformed),
     };
     uint(field(4))?;
@@ -567,22 +562,32 @@ pub fn set_application_properties(
 /// that hold their default, and the Python SDK then reports `delivery_count` as `None`
 /// instead of 0, so the broker writes all five itself.
 fn write_header(out: &mut Vec<u8>, header: &HeaderFields, delivery_count: u32) {
-    let boolean = |value: bool| if value { 0x41 } else { 0x42 };
-    let ttl_len = if header.ttl.is_some() { 5 } else { 1 };
-    // described(0x70) list8: size counts the count byte and the fields; 5 fields.
-    let size = 1 + 1 + 2 + ttl_len + 1 + 5;
-    out.extend_from_slice(&[0x00, 0x53, code::HEADER, 0xc0, size, 5]);
-    out.extend_from_slice(&[boolean(header.durable), 0x50, header.priority]);
+    // Fields the sender left out stay null, as Service Bus delivers them; the delivery count
+    // is always there.
+    let boolean = |value: Option<bool>| match value {
+        None => 0x40,
+        Some(true) => 0x41,
+        Some(false) => 0x42,
+    };
+    let mut fields = vec![boolean(header.durable)];
+    match header.priority {
+        Some(priority) => fields.extend_from_slice(&[0x50, priority]),
+        None => fields.push(0x40),
+    }
     match header.ttl {
         Some(ttl) => {
-            out.push(0x70);
-            out.extend_from_slice(&ttl.to_be_bytes());
+            fields.push(0x70);
+            fields.extend_from_slice(&ttl.to_be_bytes());
         }
-        None => out.push(0x40),
+        None => fields.push(0x40),
     }
-    out.push(boolean(header.first_acquirer));
-    out.push(0x70);
-    out.extend_from_slice(&delivery_count.to_be_bytes());
+    fields.push(boolean(header.first_acquirer));
+    fields.push(0x70);
+    fields.extend_from_slice(&delivery_count.to_be_bytes());
+    // described(0x70) list8: size counts the count byte and the fields; 5 fields.
+    let size = u8::try_from(fields.len() + 1).unwrap_or(u8::MAX);
+    out.extend_from_slice(&[0x00, 0x53, code::HEADER, 0xc0, size, 5]);
+    out.extend_from_slice(&fields);
 }
 
 /// The binary inside a `data` section, as a zero-copy slice.
@@ -708,6 +713,7 @@ mod tests {
                 ),
             ],
             lock_token: Some(uuid::Uuid::from_u128(7)),
+            presettled: false,
             ttl_ms: None,
             expires_ms: None,
         };
@@ -737,6 +743,7 @@ mod tests {
             delivery_count: 0,
             annotations: Vec::new(),
             lock_token: None,
+            presettled: false,
             ttl_ms: Some(2_000),
             expires_ms: Some(12_000),
         };
@@ -847,6 +854,54 @@ mod tests {
         assert_eq!(&encoded[encoded.len() - 5..], &[0x70, 0, 0, 0, 0]);
     }
 
+    /// Service Bus delivers the header fields a sender left out as null, not as their
+    /// defaults (the Python SDK's own tests measure the delivered message: 333 bytes).
+    #[test]
+    fn header_fields_the_sender_left_out_stay_null() {
+        let mut encoded = Vec::new();
+        write_header(&mut encoded, &HeaderFields::default(), 2);
+        assert_eq!(
+            encoded,
+            [0x00, 0x53, 0x70, 0xc0, 0x0a, 0x05, 0x40, 0x40, 0x40, 0x40, 0x70, 0, 0, 0, 2]
+        );
+        let sent = serde_amqp::to_vec(&Header {
+            durable: false,
+            priority: 4.into(),
+            ttl: None,
+            first_acquirer: false,
+            delivery_count: 0,
+        })
+        .expect("h");
+        let mut kept = Vec::new();
+        write_header(&mut kept, &read_header(&sent).expect("reads"), 0);
+        let header: Header = serde_amqp::from_slice(&kept).expect("decodes");
+        assert!(!header.durable);
+        assert_eq!(u8::from(header.priority), 4);
+    }
+
+    #[test]
+    fn a_presettled_delivery_carries_an_empty_delivery_annotations_map() {
+        let stored = Bytes::from(encode_message(b"x"));
+        let stamp = DeliveryStamp {
+            delivery_count: 0,
+            annotations: Vec::new(),
+            lock_token: None,
+            presettled: true,
+            ttl_ms: None,
+            expires_ms: None,
+        };
+        let (prefix, _) = splice(&stored, &stamp).expect("splice");
+        let sections = scan_sections(&prefix).expect("scan");
+        let annotations = sections
+            .iter()
+            .find(|section| section.code == code::DELIVERY_ANNOTATIONS)
+            .expect("delivery-annotations");
+        assert_eq!(
+            &prefix[annotations.range.clone()],
+            &[0x00, 0x53, 0x71, 0xc1, 0x01, 0x00]
+        );
+    }
+
     #[test]
     fn reads_every_header_field_as_serde_amqp_writes_it() {
         for header in [
@@ -897,6 +952,7 @@ mod tests {
                 ("x-opt-message-state", Value::Int(0)),
             ],
             lock_token: Some(uuid::Uuid::from_u128(7)),
+            presettled: false,
             ttl_ms: None,
             expires_ms: None,
         };
@@ -1008,6 +1064,7 @@ mod tests {
             delivery_count: 1,
             annotations: vec![("x-opt-sequence-number", Value::Long(1))],
             lock_token: Some(uuid::Uuid::nil()),
+            presettled: false,
             ttl_ms: Some(1000),
             expires_ms: Some(5),
         };

@@ -575,12 +575,10 @@ impl Actor {
         Some(self.queue(sub))
     }
 
-    /// Removes a consumer; its locks are lost (the queue may dead-letter what reached its
-    /// delivery limit).
+    /// Removes a consumer; its locks stay until they expire.
     fn unsubscribe(&mut self, consumer: ConsumerId) {
         if let Some((sub, _)) = self.consumers.remove(&consumer) {
             self.queue(sub).unsubscribe(consumer);
-            self.move_dead_letters();
         }
     }
 

@@ -185,8 +185,9 @@ pub enum Command {
         /// Where to answer.
         reply: (Ticket, EventSink),
     },
-    /// Remove a consumer; its locked messages become available again (a lost lock counts a
-    /// delivery, as in Service Bus).
+    /// Remove a consumer. Its locks stay until they expire, as in Service Bus: the messages
+    /// come back (with a counted delivery) only then, and can be settled by lock token until
+    /// then.
     Unsubscribe {
         /// The consumer.
         consumer: ConsumerId,

@@ -462,20 +462,11 @@ impl QueueState {
         );
     }
 
-    /// Removes a consumer. Its locks are lost: the messages become available again and the
-    /// loss counts as a delivery.
+    /// Removes a consumer. Its locks stay, as in Service Bus: nobody else receives those
+    /// messages until the locks expire (then they come back with a counted delivery), and
+    /// until then they can still be settled by lock token (`update-disposition`).
     pub fn unsubscribe(&mut self, consumer: ConsumerId) {
         self.consumers.remove(&consumer);
-        let held: Vec<(i64, i64)> = self
-            .lock_expiry
-            .iter()
-            .copied()
-            .filter(|(_, seq)| self.lock_holder(*seq) == Some(consumer))
-            .collect();
-        for (until, seq) in held {
-            self.lock_expiry.remove(&(until, seq));
-            self.unlock(seq, true);
-        }
     }
 
     /// Adds (or with a negative delta takes back) demand of a consumer.
@@ -813,7 +804,7 @@ impl QueueState {
             lock_token: lock.map(|lock| lock.token),
             record,
             bytes: Bytes::new(),
-            stamp: stamp(seq, &record, lock),
+            stamp: stamp(seq, &record, lock, false),
         })
     }
 
@@ -823,7 +814,7 @@ impl QueueState {
         self.messages
             .range(from..)
             .take(count)
-            .map(|(seq, entry)| (*seq, stamp(*seq, &entry.record, None)))
+            .map(|(seq, entry)| (*seq, stamp(*seq, &entry.record, None, true)))
             .collect()
     }
 
@@ -893,7 +884,7 @@ pub const MANAGEMENT: ConsumerId = ConsumerId(0);
 /// What a delivery of `record` says about it: zero-based delivery count, sequence number,
 /// enqueued time, state, the lock when there is one, and the effective time to live with the
 /// expiry it gives.
-fn stamp(seq: i64, record: &Record, lock: Option<Lock>) -> DeliveryStamp {
+fn stamp(seq: i64, record: &Record, lock: Option<Lock>, peek: bool) -> DeliveryStamp {
     let state = i32::from(record.state.code());
     let expires_ms = (record.expires_ms != NEVER).then_some(record.expires_ms);
     let mut annotations = vec![
@@ -902,8 +893,12 @@ fn stamp(seq: i64, record: &Record, lock: Option<Lock>) -> DeliveryStamp {
             wire::annotation::ENQUEUED_TIME,
             Value::Timestamp(Timestamp::from_milliseconds(record.enqueued_ms)),
         ),
-        (wire::annotation::MESSAGE_STATE, Value::Int(state)),
     ];
+    // Service Bus states a message's state on peek, and on delivery only when it is not
+    // active (a deferred message received by sequence number).
+    if peek || state != 0 {
+        annotations.push((wire::annotation::MESSAGE_STATE, Value::Int(state)));
+    }
     if let Some(lock) = lock {
         annotations.push((
             wire::annotation::LOCKED_UNTIL,
@@ -914,6 +909,7 @@ fn stamp(seq: i64, record: &Record, lock: Option<Lock>) -> DeliveryStamp {
         delivery_count: record.delivery_count,
         annotations,
         lock_token: lock.map(|lock| lock.token),
+        presettled: !peek && lock.is_none(),
         ttl_ms: expires_ms.and_then(|at| u32::try_from(at - record.enqueued_ms).ok()),
         expires_ms,
     }
@@ -1035,24 +1031,69 @@ mod tests {
     }
 
     #[test]
-    fn unsubscribe_and_lock_expiry_return_messages_with_a_counted_delivery() {
+    fn locks_outlive_their_consumer_and_return_the_message_counted_when_they_expire() {
         let mut q = queue_with(2);
         q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
         q.add_credit(A, 1);
         let first = q.dispatch(0).remove(0);
         q.unsubscribe(A);
         q.subscribe(B, ReceiveMode::PeekLock, u64::MAX);
-        q.add_credit(B, 1);
-        let again = q.dispatch(0).remove(0);
-        assert_eq!((again.seq, again.stamp.delivery_count), (first.seq, 1));
+        q.add_credit(B, 2);
+        let others: Vec<i64> = q.dispatch(0).iter().map(|d| d.seq).collect();
+        assert_eq!(
+            others,
+            vec![2],
+            "the locked message stays locked after its consumer left"
+        );
         assert_eq!(q.next_deadline_ms(), Some(1_000));
         assert_eq!(q.expire_locks(999), 0);
-        assert_eq!(q.expire_locks(1_000), 1);
+        assert_eq!(q.expire_locks(1_000), 2, "both locks ran out");
+        q.add_credit(B, 1);
+        let again = q.dispatch(1_000);
+        let first_again = again.iter().find(|d| d.seq == first.seq).expect("back");
         assert_eq!(
-            q.settle(B, lock_of(&again), &Settlement::Complete),
+            first_again.stamp.delivery_count, 1,
+            "the expiry counts a delivery"
+        );
+        assert_eq!(
+            q.settle(A, lock_of(&first), &Settlement::Complete),
             Err(EntityError::LockLost),
             "settling after the lock expired fails"
         );
+    }
+
+    #[test]
+    fn the_message_state_is_stated_on_peek_and_for_messages_that_are_not_active() {
+        let state_of = |stamp: &DeliveryStamp| {
+            stamp
+                .annotations
+                .iter()
+                .find(|(key, _)| *key == wire::annotation::MESSAGE_STATE)
+                .map(|(_, value)| value.clone())
+        };
+        let mut q = queue_with(1);
+        assert_eq!(state_of(&q.peek(0, 1)[0].1), Some(Value::Int(0)), "peek");
+        q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
+        q.add_credit(A, 1);
+        let delivered = q.dispatch(0).remove(0);
+        assert_eq!(
+            state_of(&delivered.stamp),
+            None,
+            "an active message's delivery"
+        );
+        assert!(!delivered.stamp.presettled);
+    }
+
+    #[test]
+    fn a_lock_whose_consumer_left_can_still_be_settled_by_token() {
+        let mut q = queue_with(1);
+        q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
+        q.add_credit(A, 1);
+        let delivered = q.dispatch(0).remove(0);
+        q.unsubscribe(A);
+        let token = delivered.lock_token.expect("peek-lock");
+        assert_eq!(q.settle_by_token(token, &Settlement::Complete), Ok(1));
+        assert!(q.is_empty());
     }
 
     #[test]

@@ -16,6 +16,13 @@ use tokio::task::JoinHandle;
 /// Generous deadline for anything a test waits on.
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
+/// Wall-clock milliseconds since the Unix epoch (the clock the broker stamps times with).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 /// The next delivery on `receiver`; panics if none comes within [`DEADLINE`].
 pub async fn next_delivery<T>(receiver: &mut Receiver) -> Delivery<T>
 where

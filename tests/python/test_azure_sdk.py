@@ -316,3 +316,67 @@ def test_oversized_message_raises_and_the_sender_still_works(client):
         message = receive_one(receiver)
         assert summary(message) == expected_summary("small", 0), "only the small message is stored"
         receiver.complete_message(message)
+
+
+@pytest.mark.broker(queues=[{"name": "q1", "lock_duration": "2s"}])
+def test_a_closed_receivers_lock_holds_until_it_expires(client):
+    # Service Bus keeps a lock when its receiver goes: nobody else gets the message before the
+    # lock expires, and then it comes back with one more delivery counted.
+    send(client, "q1", numbered("held", 0))
+    with client.get_queue_receiver("q1") as receiver:
+        first = receive_one(receiver)
+        locked_until = first.locked_until_utc
+    with client.get_queue_receiver("q1") as receiver:
+        again = receive_one(receiver)
+        received_at = now_utc()
+        assert received_at >= locked_until - CLOCK_SLACK / 10, (
+            f"received at {received_at}, before the lock ran out at {locked_until}"
+        )
+        assert summary(again) == expected_summary("held", 0)
+        assert again.delivery_count == 1
+        receiver.complete_message(again)
+
+
+def test_settle_through_the_management_link_after_the_receiver_link_broke(client):
+    # The SDK's own live test: with the receiver link gone, complete falls back to
+    # update-disposition by lock token on the management link; the lock is still valid.
+    send(client, "q1", numbered("orphan", 0))
+    with client.get_queue_receiver("q1") as receiver:
+        message = receive_one(receiver)
+        receiver._handler._link.detach()  # destroy the underlying receiver link
+        receiver.complete_message(message)
+    assert_only_marker_left(client, "q1")
+
+
+def test_delivered_messages_are_encoded_as_service_bus_sends_them(client):
+    # The SDK's backcompat tests measure what it decoded: no x-opt-message-state on an active
+    # message, header fields the sender left out still null, 333 bytes re-encoded.
+    outgoing = ServiceBusMessage(
+        body="hello",
+        application_properties={"prop": "test"},
+        session_id="id_session",
+        message_id="id_message",
+        time_to_live=timedelta(seconds=30),
+        content_type="content type",
+        correlation_id="correlation",
+        subject="github",
+        partition_key="id_session",
+        to="forward to",
+        reply_to="reply to",
+        reply_to_session_id="reply to session",
+    )
+    send(client, "q1", outgoing)
+    send(client, "q1", numbered("deleted", 0))
+    with client.get_queue_receiver("q1") as receiver:
+        incoming = receive_one(receiver)
+        legacy = incoming.message
+        assert len(legacy.annotations) == 4, legacy.annotations
+        assert str(legacy.header) == str(
+            {"delivery_count": 0, "time_to_live": 30000, "first_acquirer": None, "durable": None, "priority": None}
+        )
+        assert legacy.get_message_encoded_size() == 333
+        receiver.complete_message(incoming)
+    with client.get_queue_receiver("q1", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
+        deleted = receive_one(receiver)
+        assert summary(deleted) == expected_summary("deleted", 0)
+        assert deleted.message.delivery_annotations == {}, deleted.message.delivery_annotations

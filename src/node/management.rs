@@ -380,8 +380,11 @@ fn scheduled_messages(body: &OrderedMap<Value, Value>) -> Result<Vec<Arrival>, R
     Ok(messages)
 }
 
+/// A request body's field: keyed by a string as the SDKs send it, or by a symbol, which
+/// Service Bus takes too.
 fn field<'a>(map: &'a OrderedMap<Value, Value>, key: &str) -> Option<&'a Value> {
     map.get(&Value::String(key.to_string()))
+        .or_else(|| map.get(&Value::Symbol(key.into())))
 }
 
 fn long(map: &OrderedMap<Value, Value>, key: &str) -> Result<i64, Response> {
@@ -468,6 +471,19 @@ mod tests {
             body: token,
             ..Request::default()
         }
+    }
+
+    #[test]
+    fn body_fields_keyed_by_symbols_read_like_strings() {
+        let mut body = OrderedMap::new();
+        body.insert(Value::Symbol("from-sequence-number".into()), Value::Long(3));
+        body.insert(Value::Symbol("message-count".into()), Value::Int(2));
+        let request = Request {
+            operation: Some("com.microsoft:peek-message".into()),
+            body: Value::Map(body),
+            ..Request::default()
+        };
+        assert_eq!(parse(&request), Ok(Operation::Peek { from: 3, count: 2 }));
     }
 
     #[test]

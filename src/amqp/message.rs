@@ -17,6 +17,8 @@ use crate::amqp::encoding::{byte_at, check_value, read_u32, read_u64, value_len,
 const LOCK_TOKEN_KEY: &str = "x-opt-lock-token";
 /// Message annotation asking for a scheduled enqueue (a timestamp).
 const SCHEDULED_ENQUEUE_TIME_KEY: &str = "x-opt-scheduled-enqueue-time";
+/// Index of `message-id` in the properties list (AMQP 1.0 §3.2.4).
+const MESSAGE_ID_FIELD: usize = 0;
 /// Index of `absolute-expiry-time` in the properties list (AMQP 1.0 §3.2.4).
 const ABSOLUTE_EXPIRY_TIME_FIELD: usize = 8;
 
@@ -141,7 +143,7 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
     };
     let sections = scan_sections(&arrival.bytes)?;
     check_order(&sections)?;
-    for section in sections {
+    for section in &sections {
         let raw = &arrival.bytes[section.range.clone()];
         if !matches!(
             section.code,
@@ -182,6 +184,9 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
             }
             _ => {}
         }
+    }
+    if let Some(assigned) = with_assigned_message_id(&arrival.bytes, &sections)? {
+        arrival.bytes = assigned;
     }
     Ok(arrival)
 }
@@ -485,16 +490,26 @@ fn properties_with_expiry(
     section: Option<&[u8]>,
     expires_ms: i64,
 ) -> Result<Vec<u8>, MessageError> {
+    let mut timestamp = vec![0x83];
+    timestamp.extend_from_slice(&expires_ms.to_be_bytes());
+    properties_with(section, ABSOLUTE_EXPIRY_TIME_FIELD, &timestamp)
+}
+
+/// A properties section (the stored one, or an empty one) with field `index` set to the
+/// encoded `value`; every other field is kept byte for byte.
+fn properties_with(
+    section: Option<&[u8]>,
+    index: usize,
+    value: &[u8],
+) -> Result<Vec<u8>, MessageError> {
     let mut fields = match section {
         Some(raw) => list_fields(raw, "properties")?,
         None => Vec::new(),
     };
-    let mut timestamp = vec![0x83];
-    timestamp.extend_from_slice(&expires_ms.to_be_bytes());
-    if fields.len() <= ABSOLUTE_EXPIRY_TIME_FIELD {
-        fields.resize(ABSOLUTE_EXPIRY_TIME_FIELD + 1, &[0x40]);
+    if fields.len() <= index {
+        fields.resize(index + 1, &[0x40]);
     }
-    fields[ABSOLUTE_EXPIRY_TIME_FIELD] = &timestamp;
+    fields[index] = value;
     let length: usize = fields.iter().map(|field| field.len()).sum();
     let mut out = Vec::with_capacity(length + 12);
     out.extend_from_slice(&[0x00, 0x53, code::PROPERTIES, 0xd0]);
@@ -508,6 +523,44 @@ fn properties_with_expiry(
         out.extend_from_slice(field);
     }
     Ok(out)
+}
+
+/// The message with a `message-id` where the sender set none, as Service Bus assigns one (a
+/// GUID in 32 hex digits): the JavaScript SDK sends none, and keys its lock renewal by it.
+/// `None` when the message has one already.
+fn with_assigned_message_id(
+    bytes: &Bytes,
+    sections: &[Section],
+) -> Result<Option<Bytes>, MessageError> {
+    let properties = sections
+        .iter()
+        .find(|section| section.code == code::PROPERTIES);
+    let raw = properties.map(|section| &bytes[section.range.clone()]);
+    if let Some(raw) = raw {
+        if list_fields(raw, "properties")?
+            .first()
+            .is_some_and(|id| *id != [0x40])
+        {
+            return Ok(None);
+        }
+    }
+    let mut id = vec![0xa1, 32];
+    id.extend_from_slice(uuid::Uuid::new_v4().simple().to_string().as_bytes());
+    let replaced = match properties {
+        Some(section) => section.range.clone(),
+        None => {
+            let at = sections
+                .iter()
+                .find(|section| section.code > code::PROPERTIES)
+                .map_or(bytes.len(), |section| section.range.start);
+            at..at
+        }
+    };
+    let mut out = Vec::with_capacity(bytes.len() + 48);
+    out.extend_from_slice(&bytes[..replaced.start]);
+    out.extend_from_slice(&properties_with(raw, MESSAGE_ID_FIELD, &id)?);
+    out.extend_from_slice(&bytes[replaced.end..]);
+    Ok(Some(Bytes::from(out)))
 }
 
 /// Sets application properties of a stored message (Service Bus "properties to modify" and
@@ -1076,6 +1129,43 @@ mod tests {
                     .expect("what inspect accepts takes properties");
             }
         }
+    }
+
+    #[test]
+    fn a_message_without_a_message_id_is_given_one_and_one_with_an_id_is_kept() {
+        let message_id = |bytes: &Bytes| {
+            let sections = scan_sections(bytes).expect("scan");
+            let properties = sections
+                .iter()
+                .find(|section| section.code == code::PROPERTIES)
+                .expect("properties");
+            serde_amqp::from_slice::<Properties>(&bytes[properties.range.clone()])
+                .expect("properties decode")
+                .message_id
+        };
+        // No properties at all: a section is added before the body.
+        let bare = Bytes::from(serde_amqp::to_vec(&Data(Binary::from(b"x".to_vec()))).expect("d"));
+        let given = inspect(bare).expect("valid").bytes;
+        let Some(fe2o3_amqp::types::messaging::MessageId::String(id)) = message_id(&given) else {
+            panic!("no string id assigned")
+        };
+        assert_eq!(id.len(), 32);
+        assert!(id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+        // Properties without an id: the id is set, the other fields kept.
+        let mut partial = serde_amqp::to_vec(&Properties {
+            subject: Some("s".into()),
+            ..Properties::default()
+        })
+        .expect("p");
+        partial.extend(serde_amqp::to_vec(&Data(Binary::from(b"x".to_vec()))).expect("d"));
+        let given = inspect(Bytes::from(partial)).expect("valid").bytes;
+        assert!(matches!(
+            message_id(&given),
+            Some(fe2o3_amqp::types::messaging::MessageId::String(_))
+        ));
+        // An id set by the sender: the bytes are kept as sent.
+        let sent = Bytes::from(encode_message(b"x"));
+        assert_eq!(inspect(sent.clone()).expect("valid").bytes, sent);
     }
 
     #[test]

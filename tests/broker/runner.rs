@@ -1,0 +1,91 @@
+//! Runs an external test runner (pytest, `node --test`) against the real broker binary.
+//!
+//! The runner's output is echoed line by line as it comes (live with `cargo test --
+//! --nocapture`, shown by libtest when the test fails). Any non-zero exit fails the test.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How many trailing output lines the panic message repeats.
+const TAIL_LINES: usize = 40;
+
+/// Runs `command` with `TIDEBUS_BIN` set to the broker binary; panics unless it exits 0 within
+/// `deadline` (then it is killed). `meaning` names an exit code (`None`: killed by a signal) in
+/// the panic message, which starts with `label`.
+pub fn run(
+    label: &str,
+    command: &mut Command,
+    deadline: Duration,
+    meaning: fn(Option<i32>) -> &'static str,
+) {
+    command
+        .env("TIDEBUS_BIN", env!("CARGO_BIN_EXE_tidebus"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let shown = format!("{command:?}");
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {shown}: {e}"));
+
+    let (lines, received) = mpsc::channel();
+    let readers = [
+        child.stdout.take().map(|out| forward(out, lines.clone())),
+        child.stderr.take().map(|err| forward(err, lines.clone())),
+    ];
+    drop(lines);
+
+    let until = Instant::now() + deadline;
+    let mut output = Vec::new();
+    loop {
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{shown} did not finish within {deadline:?}; killed it");
+        }
+        match received.recv_timeout(Duration::from_secs(1)) {
+            Ok(line) => {
+                println!("{line}");
+                output.push(line);
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+    }
+    for reader in readers.into_iter().flatten() {
+        let _ = reader.join();
+    }
+    let status = child
+        .wait()
+        .unwrap_or_else(|e| panic!("waiting for {shown}: {e}"));
+    if status.success() {
+        return;
+    }
+    let tail = output[output.len().saturating_sub(TAIL_LINES)..].join("\n");
+    panic!(
+        "{label}: {} ({status})\n{shown}\n--- last lines ---\n{tail}",
+        meaning(status.code())
+    );
+}
+
+/// Sends each line of `stream` to `lines` from a new thread, until EOF. Reads on even if the
+/// receiver is gone, so the child never blocks on a full pipe.
+fn forward(
+    stream: impl Read + Send + 'static,
+    lines: mpsc::Sender<String>,
+) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let mut reader = BufReader::new(stream);
+        let mut line = Vec::new();
+        while matches!(reader.read_until(b'\n', &mut line), Ok(n) if n > 0) {
+            let text = String::from_utf8_lossy(&line)
+                .trim_end_matches(['\r', '\n'])
+                .to_string();
+            let _ = lines.send(text);
+            line.clear();
+        }
+    })
+}

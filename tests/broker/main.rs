@@ -3,6 +3,7 @@
 mod child;
 mod durability;
 mod fe2o3_client;
+mod js;
 mod lifetime;
 mod prepared;
 mod pyenv;

@@ -1,0 +1,88 @@
+//! Suites with the official Azure Service Bus SDK for JavaScript (`@azure/service-bus`), run by
+//! `node --test` against the real broker binary.
+//!
+//! The SDK comes from `tests/js/package-lock.json`: `<target>/js` receives `package.json` and
+//! the lock file, and `npm ci` installs `node_modules` there once per machine (the lock file's
+//! text is the stamp, see `prepared`). The test files stay in `tests/js` and find the SDK
+//! through `NODE_PATH`, so they are CommonJS (`require`; ESM `import` ignores `NODE_PATH`).
+//! Output and failure as in `runner`. `TIDEBUS_NODE_TEST_ARGS` appends arguments, e.g.
+//! `--test-name-pattern=dead`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::prepared::{self, crate_root};
+use crate::runner;
+
+/// Where `package.json` and `package-lock.json` live, relative to the crate root.
+const PACKAGE_DIR: &str = "tests/js";
+/// Written in `<target>/js` once `npm ci` succeeded.
+const STAMP: &str = "tidebus-package-lock.stamp";
+/// One `node --test` run is killed and failed after this long.
+const RUN_DEADLINE: Duration = Duration::from_secs(10 * 60);
+
+/// Send, receive and settle: batches, receive modes, complete / abandon / defer / dead-letter,
+/// the dead-letter queue, max delivery count, lock renewal, peek, and the errors the SDK maps
+/// (entity not found, message too large).
+#[test]
+fn azure_sdk_suite() {
+    run("tests/js/sdk.test.js");
+}
+
+/// Runs `node --test <file>` from the crate root; panics unless it exits 0.
+fn run(file: &str) {
+    let extra = std::env::var("TIDEBUS_NODE_TEST_ARGS").unwrap_or_default();
+    let mut command = Command::new("node");
+    command
+        .current_dir(crate_root())
+        .args(["--test", "--test-reporter=spec"])
+        .args(extra.split_whitespace())
+        .arg(file)
+        .env("NODE_PATH", node_modules());
+    runner::run(
+        &format!("node --test {file}"),
+        &mut command,
+        RUN_DEADLINE,
+        |code| match code {
+            Some(1) => "tests failed",
+            Some(_) => "node error",
+            None => "killed by a signal",
+        },
+    );
+}
+
+/// `<target>/js/node_modules`, installed from the lock file on first use.
+///
+/// Panics with the failing command's output if it cannot be installed.
+fn node_modules() -> &'static Path {
+    static MODULES: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match MODULES.get_or_init(|| install(&prepared::target_dir().join("js"))) {
+        Ok(dir) => dir,
+        Err(why) => panic!("cannot install the JavaScript packages: {why}"),
+    }
+}
+
+fn install(dir: &Path) -> Result<PathBuf, String> {
+    let source = crate_root().join(PACKAGE_DIR);
+    let read = |name: &str| {
+        let path = source.join(name);
+        std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))
+    };
+    let (manifest, lock) = (read("package.json")?, read("package-lock.json")?);
+    prepared::ensure(dir, STAMP, &lock, |dir| {
+        for (name, text) in [("package.json", &manifest), ("package-lock.json", &lock)] {
+            let path = dir.join(name);
+            std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        }
+        let npm = if cfg!(windows) { "npm.cmd" } else { "npm" };
+        prepared::run(
+            Command::new(npm)
+                .current_dir(dir)
+                .args(["ci", "--no-audit", "--no-fund"]),
+        )?;
+        Ok(())
+    })?;
+    Ok(dir.join("node_modules"))
+}

@@ -1,0 +1,184 @@
+"use strict";
+// The real broker binary ($TIDEBUS_BIN) as a child process on a free loopback port, with a
+// config written to a temporary directory (the JavaScript twin of tests/python/tidebus_broker.py).
+
+const { spawn } = require("node:child_process");
+const fs = require("node:fs");
+const os = require("node:os");
+const path = require("node:path");
+
+const START_DEADLINE_MS = 30_000;
+const STOP_DEADLINE_MS = 20_000;
+const POLL_MS = 50;
+
+// What every test broker runs with unless a test asks otherwise.
+const DEFAULT_SETTINGS = { durability: "memory", idle_timeout: "60s" };
+const DEFAULT_QUEUES = ["q1", "q2"];
+
+// Brokers still running: killed if the test process exits without stopping them.
+const running = new Set();
+process.on("exit", () => {
+  for (const child of running) child.kill("SIGKILL");
+});
+
+/** A str, integer or bool as a TOML value (all the config needs). */
+function tomlValue(value) {
+  if (typeof value === "boolean") return value ? "true" : "false";
+  if (Number.isInteger(value)) return String(value);
+  if (typeof value === "string") return JSON.stringify(value);
+  throw new TypeError(`no TOML encoding for ${value} (${typeof value})`);
+}
+
+/**
+ * The config file text: `[broker]` settings, then one `[[queues]]` table per queue. A queue is a
+ * name, or an object with `name` and any other `[[queues]]` keys.
+ */
+function renderConfig(settings, queues) {
+  const lines = ["[broker]"];
+  for (const [key, value] of Object.entries(settings)) lines.push(`${key} = ${tomlValue(value)}`);
+  for (const queue of queues) {
+    const table = typeof queue === "string" ? { name: queue } : queue;
+    lines.push("", "[[queues]]");
+    for (const [key, value] of Object.entries(table)) lines.push(`${key} = ${tomlValue(value)}`);
+  }
+  return lines.join("\n") + "\n";
+}
+
+function brokerBinary() {
+  const bin = process.env.TIDEBUS_BIN;
+  if (!bin) {
+    throw new Error(
+      "TIDEBUS_BIN is not set: run the suite through `cargo test`, or set it to a built broker, " +
+        "e.g. TIDEBUS_BIN=target/debug/tidebus",
+    );
+  }
+  fs.accessSync(bin, fs.constants.X_OK);
+  return bin;
+}
+
+/** `{ host, port }` once the ready file holds `host:port`, else null. */
+function parseReadyFile(file) {
+  let text;
+  try {
+    text = fs.readFileSync(file, "utf8").trim();
+  } catch {
+    return null;
+  }
+  const match = /^\[?(.+?)\]?:(\d+)$/.exec(text);
+  return match ? { host: match[1], port: Number(match[2]) } : null;
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** One running broker; `host` and `port` say where it listens. */
+class Broker {
+  /**
+   * Starts a broker with `settings` merged over DEFAULT_SETTINGS and `queues` (default
+   * DEFAULT_QUEUES) in a new temporary directory; resolves once it accepts connections.
+   */
+  static async start({ settings = {}, queues = DEFAULT_QUEUES } = {}) {
+    const broker = new Broker(fs.mkdtempSync(path.join(os.tmpdir(), "tidebus-js-")));
+    const config = renderConfig({ ...DEFAULT_SETTINGS, ...settings }, queues);
+    fs.writeFileSync(broker.configPath, config);
+    await broker.#spawn();
+    return broker;
+  }
+
+  constructor(workdir) {
+    this.workdir = workdir;
+    this.configPath = path.join(workdir, "tidebus.toml");
+    this.readyPath = path.join(workdir, "ready");
+    this.dataDir = path.join(workdir, "data");
+    this.logPath = path.join(workdir, "broker.log");
+    this.child = null;
+    this.exit = null;
+    this.host = null;
+    this.port = null;
+  }
+
+  async #spawn() {
+    const args = [
+      "--config", this.configPath,
+      "--listen", "127.0.0.1:0",
+      "--data-dir", this.dataDir,
+      "--ready-file", this.readyPath,
+    ];
+    const log = fs.openSync(this.logPath, "a");
+    const env = { RUST_LOG: "info,tidebus=debug", RUST_BACKTRACE: "1", ...process.env };
+    this.child = spawn(brokerBinary(), args, { stdio: ["ignore", log, log], env });
+    fs.closeSync(log);
+    running.add(this.child);
+    this.exit = new Promise((resolve) => {
+      this.child.once("exit", (code, signal) => {
+        running.delete(this.child);
+        resolve({ code, signal });
+      });
+    });
+    const deadline = Date.now() + START_DEADLINE_MS;
+    for (;;) {
+      if (this.child.exitCode !== null || this.child.signalCode !== null) {
+        throw new Error(`broker exited (${this.child.exitCode ?? this.child.signalCode}) ` +
+          `before writing ${this.readyPath}\n${this.readLog()}`);
+      }
+      const address = parseReadyFile(this.readyPath);
+      if (address) {
+        Object.assign(this, address);
+        return;
+      }
+      if (Date.now() > deadline) {
+        this.child.kill("SIGKILL");
+        throw new Error(`broker did not write ${this.readyPath} within ${START_DEADLINE_MS} ms`);
+      }
+      await sleep(POLL_MS);
+    }
+  }
+
+  /** The connection string of Microsoft's emulator, on this broker's port. */
+  get connectionString() {
+    return (
+      `Endpoint=sb://${this.host}:${this.port};` +
+      "SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;" +
+      "UseDevelopmentEmulator=true;"
+    );
+  }
+
+  readLog() {
+    try {
+      return fs.readFileSync(this.logPath, "utf8");
+    } catch {
+      return "(no broker log)";
+    }
+  }
+
+  /** SIGTERM, then wait for a graceful exit with code 0; rejects otherwise. */
+  async stop() {
+    if (this.child === null) return;
+    const child = this.child;
+    this.child = null;
+    if (child.exitCode !== null || child.signalCode !== null) {
+      throw new Error(`broker exited on its own (${child.exitCode ?? child.signalCode}) ` +
+        "before teardown");
+    }
+    child.kill("SIGTERM");
+    let timer;
+    const timeout = new Promise((resolve) => {
+      timer = setTimeout(() => resolve(null), STOP_DEADLINE_MS);
+    });
+    const exit = await Promise.race([this.exit, timeout]);
+    clearTimeout(timer);
+    if (exit === null) {
+      child.kill("SIGKILL");
+      throw new Error(`broker did not exit within ${STOP_DEADLINE_MS} ms of SIGTERM; killed it`);
+    }
+    if (exit.code !== 0) {
+      throw new Error(`broker exited with ${exit.code ?? exit.signal} after SIGTERM, expected 0`);
+    }
+  }
+
+  /** Deletes the working directory (config, data, log). */
+  remove() {
+    fs.rmSync(this.workdir, { recursive: true, force: true });
+  }
+}
+
+module.exports = { Broker, renderConfig };

@@ -31,6 +31,13 @@ fn azure_sdk_suite() {
     run("tests/js/sdk.test.js");
 }
 
+/// Locks running out: lock lost on a late complete or renew, and a closed receiver's locks
+/// holding until they expire.
+#[test]
+fn azure_sdk_locks_suite() {
+    run("tests/js/locks.test.js");
+}
+
 /// Runs `node --test <file>` from the crate root; panics unless it exits 0.
 fn run(file: &str) {
     let extra = std::env::var("TIDEBUS_NODE_TEST_ARGS").unwrap_or_default();

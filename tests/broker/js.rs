@@ -38,6 +38,13 @@ fn azure_sdk_locks_suite() {
     run("tests/js/locks.test.js");
 }
 
+/// Time: scheduled messages (schedule, cancel, peek) and time to live (the message's and the
+/// entity's default).
+#[test]
+fn azure_sdk_time_suite() {
+    run("tests/js/time.test.js");
+}
+
 /// Runs `node --test <file>` from the crate root; panics unless it exits 0.
 fn run(file: &str) {
     let extra = std::env::var("TIDEBUS_NODE_TEST_ARGS").unwrap_or_default();

@@ -126,6 +126,26 @@ brokerTest("complete removes the message", async ({ client }) => {
   await assertOnlyMarkerLeft(client, "q1");
 });
 
+brokerTest("a message sent without a messageId is given one", async ({ client }) => {
+  // The JavaScript SDK sends no message-id unless the application sets one (the Python SDK
+  // always sets a uuid), and Service Bus then assigns one. The SDK depends on it: its automatic
+  // lock renewal (on by default in peek-lock) keys on messageId, and completing a message without
+  // one, or closing its receiver, throws "Failed to stop auto lock renewal - no message ID".
+  await send(client, "q1", { body: "anonymous" });
+
+  await withReceiver(client, "q1", async (receiver) => {
+    const message = await receiveOne(receiver);
+    assert.equal(message.body, "anonymous");
+    assert.ok(
+      typeof message.messageId === "string" && message.messageId.length > 0,
+      `the broker assigned no messageId: ${message.messageId}`,
+    );
+    await receiver.completeMessage(message);
+  });
+
+  await assertOnlyMarkerLeft(client, "q1");
+});
+
 brokerTest(
   "abandon redelivers with deliveryCount + 1 and the properties to modify",
   async ({ client }) => {

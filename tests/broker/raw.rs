@@ -219,6 +219,22 @@ impl RawClient {
     /// Attaches a sender link (the broker receives) and waits for its credit; returns the
     /// broker's handle.
     async fn attach_sender(&mut self, handle: u32, address: &str) -> u32 {
+        let name = self.request_sender(handle, address).await;
+        let reply = self.attach_reply(&name).await;
+        assert_eq!(reply.role, Role::Receiver, "the broker receives on {name}");
+        assert!(reply.target.is_some(), "{name} refused: {reply:?}");
+        let local = reply.handle.0;
+        self.expect("credit for the sender", |body| {
+            matches!(body, FrameBody::Flow(flow)
+                if flow.handle == Some(Handle(local)) && flow.link_credit.unwrap_or(0) > 0)
+        })
+        .await;
+        local
+    }
+
+    /// Sends the attach of a sender link (the broker receives) and returns the link's name;
+    /// the reply is the caller's to read.
+    async fn request_sender(&mut self, handle: u32, address: &str) -> String {
         let name = format!("sender-{handle}");
         self.send(FrameBody::Attach(Attach {
             name: name.clone(),
@@ -239,16 +255,7 @@ impl RawClient {
             properties: None,
         }))
         .await;
-        let reply = self.attach_reply(&name).await;
-        assert_eq!(reply.role, Role::Receiver, "the broker receives on {name}");
-        assert!(reply.target.is_some(), "{name} refused: {reply:?}");
-        let local = reply.handle.0;
-        self.expect("credit for the sender", |body| {
-            matches!(body, FrameBody::Flow(flow)
-                if flow.handle == Some(Handle(local)) && flow.link_credit.unwrap_or(0) > 0)
-        })
-        .await;
-        local
+        name
     }
 
     async fn attach_reply(&mut self, name: &str) -> Attach {

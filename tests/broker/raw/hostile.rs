@@ -465,8 +465,13 @@ async fn a_sasl_frame_after_open_is_named_in_the_close() {
         ),
         "{error:?}"
     );
+    assert_says(error, "SASL frame");
+}
+
+/// The error's description says `what`.
+fn assert_says(error: fe2o3_amqp::types::definitions::Error, what: &str) {
     let description = error.description.unwrap_or_default();
-    assert!(description.contains("SASL frame"), "{description}");
+    assert!(description.contains(what), "{description}");
 }
 
 /// Defect 7: an application property keyed by an int (Service Bus takes only strings) gets
@@ -590,8 +595,7 @@ async fn unfinished_deliveries_on_many_links_are_bounded_per_connection() {
         ErrorCondition::AmqpError(AmqpError::ResourceLimitExceeded),
         "{error:?}"
     );
-    let description = error.description.unwrap_or_default();
-    assert!(description.contains("4000 bytes"), "{description}");
+    assert_says(error, "4000 bytes");
 }
 
 /// One connection holds at most `max_links_per_connection` links; the next attach is
@@ -604,33 +608,8 @@ async fn links_beyond_the_connection_limit_are_refused() {
     for handle in 0..3 {
         client.attach_sender(handle, "q").await;
     }
-    client
-        .send(FrameBody::Attach(
-            fe2o3_amqp::types::performatives::Attach {
-                name: "one-too-many".into(),
-                handle: Handle(3),
-                role: Role::Sender,
-                snd_settle_mode: fe2o3_amqp::types::definitions::SenderSettleMode::Unsettled,
-                rcv_settle_mode: ReceiverSettleMode::First,
-                source: None,
-                target: Some(Box::new(
-                    fe2o3_amqp::types::messaging::TargetArchetype::Target(
-                        fe2o3_amqp::types::messaging::Target::builder()
-                            .address("q")
-                            .build(),
-                    ),
-                )),
-                unsettled: None,
-                incomplete_unsettled: false,
-                initial_delivery_count: Some(0),
-                max_message_size: None,
-                offered_capabilities: None,
-                desired_capabilities: None,
-                properties: None,
-            },
-        ))
-        .await;
-    let reply = client.attach_reply("one-too-many").await;
+    let name = client.request_sender(3, "q").await;
+    let reply = client.attach_reply(&name).await;
     assert!(reply.target.is_none(), "refused: {reply:?}");
     let detach = client
         .expect(

@@ -1,5 +1,6 @@
 //! The one integration-test binary: a real broker, real clients. A module per area.
 
+mod azservicebus;
 mod child;
 mod durability;
 mod fe2o3_client;

@@ -525,13 +525,10 @@ impl Session {
                 DeliveryState::Accepted(Accepted {}),
             ));
         }
-        let request = match management::Request::decode(bytes) {
-            Ok(request) => request,
-            Err(error) => {
-                tracing::info!(%error, "undecodable request");
-                management::Request::default()
-            }
-        };
+        let request = management::Request::decode(bytes);
+        if let Some(why) = &request.malformed {
+            tracing::info!(%why, "undecodable request");
+        }
         let key = link::node_key(node);
         let Some(reply_link) = self.reply_link(&key, request.reply_to.as_deref()) else {
             tracing::info!(node = %key, reply_to = ?request.reply_to, "request without a reply link dropped");

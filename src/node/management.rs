@@ -25,15 +25,23 @@ pub struct Request {
     pub application_properties: OrderedMap<String, SimpleValue>,
     /// The `amqp-value` body (a map for management requests).
     pub body: Value,
+    /// Why part of the request did not decode, if it did not.
+    pub malformed: Option<String>,
 }
 
 impl Request {
-    /// Decodes the sections a request needs, skipping the others.
-    ///
-    /// # Errors
-    /// A [`MessageError`] when a needed section does not decode.
-    pub fn decode(bytes: &Bytes) -> Result<Request, MessageError> {
+    /// Decodes the sections a request needs, skipping the others. What does not decode is
+    /// noted in [`Request::malformed`] and the rest is kept, so that the answer can still
+    /// carry the request's `message-id` and say what was wrong.
+    pub fn decode(bytes: &Bytes) -> Request {
         let mut request = Request::default();
+        if let Err(error) = request.read_sections(bytes) {
+            request.malformed = Some(error.to_string());
+        }
+        request
+    }
+
+    fn read_sections(&mut self, bytes: &Bytes) -> Result<(), MessageError> {
         for section in message::scan_sections(bytes)? {
             let raw = &bytes[section.range.clone()];
             if matches!(section.code, 0x73 | 0x74 | 0x77) {
@@ -44,26 +52,37 @@ impl Request {
                 0x73 => {
                     let properties: Properties = serde_amqp::from_slice(raw)
                         .map_err(|_| MessageError::Malformed("properties"))?;
-                    request.message_id = properties.message_id;
-                    request.reply_to = properties.reply_to;
+                    self.message_id = properties.message_id;
+                    self.reply_to = properties.reply_to;
                 }
                 0x74 => {
                     let app: ApplicationProperties = serde_amqp::from_slice(raw)
                         .map_err(|_| MessageError::Malformed("application-properties"))?;
                     if let Some(SimpleValue::String(operation)) = app.0.get("operation") {
-                        request.operation = Some(operation.clone());
+                        self.operation = Some(operation.clone());
                     }
-                    request.application_properties = app.0;
+                    self.application_properties = app.0;
                 }
                 0x77 => {
                     let value: AmqpValue<Value> = serde_amqp::from_slice(raw)
                         .map_err(|_| MessageError::Malformed("amqp-value"))?;
-                    request.body = value.0;
+                    self.body = value.0;
                 }
                 _ => {}
             }
         }
-        Ok(request)
+        Ok(())
+    }
+
+    /// The 400 answer to a request that did not decode.
+    fn refusal(&self) -> Option<Response> {
+        self.malformed.as_ref().map(|why| {
+            Response::error(
+                400,
+                wire::condition::ARGUMENT_ERROR,
+                format!("the request does not decode: {why}"),
+            )
+        })
     }
 }
 
@@ -168,6 +187,9 @@ const TOKEN_TYPES: [&str; 2] = ["servicebus.windows.net:sastoken", "jwt"];
 /// checked in this version); one without a string token, a known token type or an audience is
 /// refused with 400 `com.microsoft:argument-error`, naming what is wrong.
 pub fn cbs(request: &Request) -> Response {
+    if let Some(refusal) = request.refusal() {
+        return refusal;
+    }
     match request.operation.as_deref() {
         Some("put-token") => match put_token_problem(request) {
             None => Response {
@@ -279,6 +301,9 @@ pub enum Operation {
 /// # Errors
 /// 501 for an operation this version does not implement, 400 for a malformed request.
 pub fn parse(request: &Request) -> Result<Operation, Response> {
+    if let Some(refusal) = request.refusal() {
+        return Err(refusal);
+    }
     let operation = request.operation.as_deref().unwrap_or_default();
     let body = match &request.body {
         Value::Map(map) => map,
@@ -474,6 +499,23 @@ mod tests {
     }
 
     #[test]
+    fn a_request_that_does_not_decode_is_answered_400_with_its_message_id() {
+        let mut bytes = serde_amqp::to_vec(&Properties {
+            message_id: Some(MessageId::String("m7".into())),
+            ..Properties::default()
+        })
+        .expect("properties");
+        // application-properties that are a list, not a map.
+        bytes.extend_from_slice(&[0x00, 0x53, 0x74, 0xc0, 0x01, 0x00]);
+        let request = Request::decode(&Bytes::from(bytes));
+        assert_eq!(request.message_id, Some(MessageId::String("m7".into())));
+        let refused = parse(&request).expect_err("refused");
+        assert_eq!(refused.status, 400);
+        assert_eq!(refused.condition, Some(wire::condition::ARGUMENT_ERROR));
+        assert_eq!(cbs(&request).status, 400);
+    }
+
+    #[test]
     fn body_fields_keyed_by_symbols_read_like_strings() {
         let mut body = OrderedMap::new();
         body.insert(Value::Symbol("from-sequence-number".into()), Value::Long(3));
@@ -565,7 +607,8 @@ mod tests {
     fn encodes_the_status_with_the_types_the_sdks_check() {
         let bytes = Response::error(410, "com.microsoft:message-lock-lost", "gone")
             .encode(Some(MessageId::Ulong(7)), Style::Management);
-        let request = Request::decode(&bytes).expect("decodes");
+        let request = Request::decode(&bytes);
+        assert_eq!(request.malformed, None);
         assert_eq!(request.body, Value::Null);
         let sections = message::scan_sections(&bytes).expect("scan");
         let app: ApplicationProperties =

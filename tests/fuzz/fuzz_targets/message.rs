@@ -1,0 +1,403 @@
+//! # Fuzz target `message`: the message codec, `tidebus::amqp::message`
+//!
+//! Every input is taken as the bytes of a message a client sent (the codec reads messages
+//! without decoding their bodies; `src/amqp/message.rs`). What the target checks:
+//!
+//! - `scan_sections`, `inspect` and `unpack_batch` never panic, whatever the bytes (nor
+//!   overflow the stack: the value scanner recurses on described values, `0x00` …).
+//! - Whatever `inspect` accepts, and every message `unpack_batch` unpacks from a batch,
+//!   goes through `splice` without error, with a bare `DeliveryStamp` and with a full one
+//!   (lock token, ttl, expiry time, broker annotations, one of them a key clients set too).
+//! - The spliced message (prefix, then tail) is accepted by `scan_sections` and by
+//!   `inspect`; the prefix is the broker's own sections (header, delivery-annotations when
+//!   there is a lock token, message-annotations, properties when there is an expiry time);
+//!   the header carries the stamp's delivery count and ttl; the tail is the stored bytes
+//!   from the first section that is not a header or annotations on, byte for byte (from the
+//!   one after it when that one is the properties the expiry time replaced).
+//! - `set_application_properties`, on what `inspect` accepts: without entries it returns
+//!   the bytes untouched; with entries it succeeds (its doc: "fails only on bytes that
+//!   `inspect` would have refused"), its output is accepted by `inspect`, holds the entries
+//!   in an application-properties section where AMQP puts one, and every other section is
+//!   kept byte for byte.
+//!
+//! A violation panics, so libFuzzer reports it as a crash and saves the input under
+//! `tests/fuzz/artifacts/message/`.
+//!
+//! ## Running (from the repository root, stable toolchain)
+//!
+//! cargo-fuzz passes `-Z` flags to rustc, which stable only takes with `RUSTC_BOOTSTRAP=1`:
+//!
+//! ```sh
+//! cargo install cargo-fuzz
+//! RUSTC_BOOTSTRAP=1 cargo fuzz run --fuzz-dir tests/fuzz message \
+//!     tests/fuzz/corpus/message tests/fuzz/seeds/message -- \
+//!     -max_len=4096 -runs=10000000 -dict=tests/fuzz/message.dict
+//! # past the known findings below (they end a run within seconds otherwise):
+//! TIDEBUS_FUZZ_ALLOW=set-app-props,serde-overflow,app-props-decode,section-order \
+//!     RUSTC_BOOTSTRAP=1 cargo fuzz run --fuzz-dir tests/fuzz message \
+//!     tests/fuzz/corpus/message tests/fuzz/seeds/message -- \
+//!     -max_len=4096 -runs=10000000 -dict=tests/fuzz/message.dict -malloc_limit_mb=4500
+//! # a crash, shrunk (same TIDEBUS_FUZZ_ALLOW as the run that found it):
+//! RUSTC_BOOTSTRAP=1 cargo fuzz tmin --fuzz-dir tests/fuzz message tests/fuzz/artifacts/message/crash-…
+//! # line coverage of the corpus (needs `rustup component add llvm-tools`):
+//! TIDEBUS_FUZZ_ALLOW=… RUSTC_BOOTSTRAP=1 cargo fuzz coverage --fuzz-dir tests/fuzz \
+//!     --target-dir tests/fuzz/target/coverage message -- -malloc_limit_mb=4500
+//! ```
+//!
+//! The first corpus directory is where libFuzzer adds what it finds (git-ignored, like
+//! `artifacts/`, `coverage/` and `target/`); `seeds/message/` holds a few well-formed
+//! messages (every section kind, numeric, ulong and symbolic descriptors, list32/map32
+//! forms, a batch) so that runs start past the framing. `message.dict` gives libFuzzer the
+//! section descriptors (it does not find `amqp:header:list` and the like by itself) and the
+//! annotation keys the codec reads. AddressSanitizer (the default `--sanitizer address`)
+//! works on stable this way; `--sanitizer none` builds and runs faster without it. Without
+//! `-O`, cargo-fuzz builds with debug assertions and overflow checks on (in dependencies
+//! too), which is how the `serde-overflow` finding shows.
+//!
+//! ## Known findings
+//!
+//! Set `TIDEBUS_FUZZ_ALLOW` to a comma-separated list to stop a known finding from ending
+//! every run, so the fuzzer can look past it:
+//!
+//! - `set-app-props`: `set_application_properties` refuses an application-properties
+//!   section that `inspect` accepted (`inspect` only measures that section; the setter
+//!   decodes it as a map of string to simple values), e.g. `00 53 74 45`.
+//! - `serde-overflow`: serde_amqp 0.18.0, which `set_application_properties` decodes the
+//!   section with, subtracts without checking: a map with an odd count
+//!   (`00 53 74 c1 01 01`, `de.rs:1578`), a map8 or list8 of size 0 inside a value
+//!   (`00 53 74 c1 07 04 a1 00 c1 00 40 40`, `de.rs:1070`; `… c0 00 …`, `de.rs:961`).
+//!   `inspect` accepts these. Where overflow checks are on (this target's default build,
+//!   debug builds of the broker) serde_amqp panics ("attempt to subtract with overflow");
+//!   release builds wrap and get an error (the `set-app-props` finding). With
+//!   `serde-overflow`, a panic from inside serde_amqp is caught and the input skipped.
+//! - `app-props-decode`: `set_application_properties` succeeds but writes a section that
+//!   serde_amqp cannot decode ("Invalid format code"): serde_amqp 0.18.0 reads an array of
+//!   zero-width elements (nulls) at odds with the array's size, so a value that decoded at
+//!   the end of the client's map misreads the entries written after it, e.g.
+//!   `00 53 74 c1 0c 02 a1 01 61 00 53 73 e0 03 02 40 40` (key "a", a described array of two
+//!   nulls whose size claims one byte more).
+//! - `section-order`: `inspect` accepts sections in any order, so a header or annotations
+//!   sent after the body (or properties after application-properties) pass through in the
+//!   tail, and the delivered message holds the client's besides the broker's, e.g.
+//!   `00 53 75 a0 00 00 53 70 45` (data, then a header).
+//!
+//! One more known finding is an out-of-memory report rather than a panic, so it has no
+//! name here: serde_amqp 0.18.0 allocates the length a binary or string claims before it
+//! reads it (`read/mod.rs:51`, `vec![0u8; n]`), and application-properties that `inspect`
+//! accepts can claim 4 GiB in 13 bytes, `00 53 74 c1 08 02 a1 00 b0 ff ff ff ff`
+//! (libFuzzer: "out-of-memory (malloc(4294967295))"; a release build of the broker gets an
+//! error where the allocation succeeds and aborts where it does not, e.g. under `ulimit -v`).
+//! To look past it, raise the malloc limit above the 4 GiB a 32-bit length can claim:
+//! `-malloc_limit_mb=4500` (the RSS limit stays at its 2 GiB default; AddressSanitizer does
+//! not touch the pages of a large calloc, so such runs stay fast).
+//!
+//! Stack overflows cannot be allowed away. The value scanner (`value_len`) recurses once per
+//! described-value constructor (`0x00`), so `00 53 75` (a data section) followed by a run of
+//! `00` bytes overflows any stack: in this target's build, about 75 000 of them on
+//! libFuzzer's 8 MiB main thread and about 450 on a 64 KiB one; in a release build on a
+//! tokio worker's 2 MiB stack, about 26 000 (the broker's default max message size is 1 MiB;
+//! a debug build of the broker aborts on a 2.9 KB message). With `-max_len=4096` and
+//! the default 8 MiB stack the fuzzer cannot reach that depth; to let it look for recursion
+//! that deep, shrink the stack of the fuzzing process (not of cargo); with 64 KiB it found
+//! the `value_len` overflow in about 290 000 executions:
+//!
+//! ```sh
+//! RUSTC_BOOTSTRAP=1 cargo fuzz build --fuzz-dir tests/fuzz message
+//! (ulimit -s 64; tests/fuzz/target/x86_64-unknown-linux-gnu/release/message \
+//!     -max_len=4096 -dict=tests/fuzz/message.dict tests/fuzz/corpus/message tests/fuzz/seeds/message)
+//! ```
+
+#![no_main]
+
+use std::cell::RefCell;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+use fe2o3_amqp::types::messaging::{ApplicationProperties, Header};
+use fe2o3_amqp::types::primitives::{SimpleValue, Timestamp, Value};
+use libfuzzer_sys::fuzz_target;
+use tidebus::amqp::message::{self, DeliveryStamp, Section};
+
+const HEADER: u8 = 0x70;
+const DELIVERY_ANNOTATIONS: u8 = 0x71;
+const MESSAGE_ANNOTATIONS: u8 = 0x72;
+const PROPERTIES: u8 = 0x73;
+const APPLICATION_PROPERTIES: u8 = 0x74;
+
+/// Whether `TIDEBUS_FUZZ_ALLOW` names the known finding `name`.
+fn allowed(name: &str) -> bool {
+    static ALLOW: OnceLock<Vec<String>> = OnceLock::new();
+    ALLOW
+        .get_or_init(|| {
+            std::env::var("TIDEBUS_FUZZ_ALLOW")
+                .unwrap_or_default()
+                .split(',')
+                .map(|item| item.trim().to_string())
+                .filter(|item| !item.is_empty())
+                .collect()
+        })
+        .iter()
+        .any(|item| item == name)
+}
+
+/// A stamp that changes nothing it may leave alone, and one that sets everything.
+fn stamps() -> [DeliveryStamp; 2] {
+    [
+        DeliveryStamp {
+            delivery_count: 0,
+            annotations: Vec::new(),
+            lock_token: None,
+            ttl_ms: None,
+            expires_ms: None,
+        },
+        DeliveryStamp {
+            delivery_count: 0xfffe_ffff,
+            // What the broker writes (src/entity/state.rs, `stamp`), and more.
+            annotations: vec![
+                ("x-opt-sequence-number", Value::Long(42)),
+                (
+                    "x-opt-enqueued-time",
+                    Value::Timestamp(Timestamp::from_milliseconds(5)),
+                ),
+                ("x-opt-message-state", Value::Int(0)),
+                (
+                    "x-opt-locked-until",
+                    Value::Timestamp(Timestamp::from_milliseconds(i64::MAX)),
+                ),
+                // A key clients send too: theirs must give way to the broker's.
+                (
+                    "x-opt-scheduled-enqueue-time",
+                    Value::Timestamp(Timestamp::from_milliseconds(-1)),
+                ),
+                // Encoded through serde_amqp rather than by hand.
+                ("x-opt-partition-key", Value::String("p".into())),
+            ],
+            lock_token: Some(uuid::Uuid::from_u128(0x0123_4567_89ab_cdef)),
+            ttl_ms: Some(2_000),
+            expires_ms: Some(i64::MIN),
+        },
+    ]
+}
+
+fn codes(sections: &[Section]) -> Vec<u8> {
+    sections.iter().map(|section| section.code).collect()
+}
+
+/// The bytes of every section, in order.
+fn section_bytes<'a>(bytes: &'a [u8], sections: &[Section]) -> Vec<&'a [u8]> {
+    sections
+        .iter()
+        .map(|section| &bytes[section.range.clone()])
+        .collect()
+}
+
+/// Splices `stored` (accepted by `inspect`, scanned into `sections`) and checks the result.
+fn check_splice(stored: &Bytes, sections: &[Section], stamp: &DeliveryStamp) {
+    let (prefix, tail) = message::splice(stored, stamp)
+        .unwrap_or_else(|error| panic!("splice refused a message inspect accepted: {error}"));
+
+    // The tail: the stored bytes from the first section other than header and annotations.
+    let first_other = sections
+        .iter()
+        .position(|s| !matches!(s.code, HEADER | DELIVERY_ANNOTATIONS | MESSAGE_ANNOTATIONS))
+        .unwrap_or(sections.len());
+    let mut kept_from = first_other;
+    if stamp.expires_ms.is_some() && sections.get(first_other).map(|s| s.code) == Some(PROPERTIES) {
+        kept_from += 1;
+    }
+    let tail_start = sections
+        .get(kept_from)
+        .map_or(stored.len(), |s| s.range.start);
+    assert!(
+        tail[..] == stored[tail_start..],
+        "the tail is not the stored bytes from byte {tail_start} on"
+    );
+
+    // The prefix: the broker's own sections.
+    let prefix_sections = message::scan_sections(&prefix)
+        .unwrap_or_else(|error| panic!("the spliced prefix does not scan: {error}"));
+    let mut expected = vec![HEADER];
+    if stamp.lock_token.is_some() {
+        expected.push(DELIVERY_ANNOTATIONS);
+    }
+    expected.push(MESSAGE_ANNOTATIONS);
+    if stamp.expires_ms.is_some() {
+        expected.push(PROPERTIES);
+    }
+    assert_eq!(codes(&prefix_sections), expected, "prefix sections");
+    let header: Header = serde_amqp::from_slice(&prefix[prefix_sections[0].range.clone()])
+        .unwrap_or_else(|error| panic!("the broker's header does not decode: {error}"));
+    assert_eq!(
+        header.delivery_count, stamp.delivery_count,
+        "delivery count"
+    );
+    if let Some(ttl) = stamp.ttl_ms {
+        assert_eq!(header.ttl, Some(ttl), "header ttl");
+    }
+
+    // The whole: prefix then tail, the tail's sections unchanged.
+    let mut whole = prefix.clone();
+    whole.extend_from_slice(&tail);
+    let whole_sections = message::scan_sections(&whole)
+        .unwrap_or_else(|error| panic!("the spliced message does not scan: {error}"));
+    assert_eq!(
+        section_bytes(&whole, &whole_sections),
+        [
+            section_bytes(&prefix, &prefix_sections),
+            section_bytes(stored, &sections[kept_from..]),
+        ]
+        .concat(),
+        "spliced sections"
+    );
+    if let Err(error) = message::inspect(Bytes::from(whole)) {
+        panic!("inspect refuses the spliced message: {error}");
+    }
+
+    // The broker's header and annotations (and properties, when it sets the expiry time) are
+    // the only ones delivered: none of the client's come through in the tail.
+    if !allowed("section-order") {
+        for section in &sections[kept_from..] {
+            let ours = matches!(
+                section.code,
+                HEADER | DELIVERY_ANNOTATIONS | MESSAGE_ANNOTATIONS
+            ) || (section.code == PROPERTIES && stamp.expires_ms.is_some());
+            assert!(
+                !ours,
+                "the client's section 0x{:02x} at byte {} is delivered after the broker's own",
+                section.code, section.range.start
+            );
+        }
+    }
+}
+
+/// Runs `f`. With the known finding `serde-overflow` allowed, a panic raised inside
+/// serde_amqp is caught and comes back as `None`; any other panic still ends the run.
+/// (libfuzzer-sys's panic hook aborts at once, so it is set aside while `f` runs.)
+fn unless_serde_amqp_panics<T>(f: impl FnOnce() -> T) -> Option<T> {
+    if !allowed("serde-overflow") {
+        return Some(f());
+    }
+    thread_local! {
+        static PANIC: RefCell<Option<(String, String)>> = const { RefCell::new(None) };
+    }
+    let hook = panic::take_hook();
+    panic::set_hook(Box::new(|info| {
+        let location = info.location().map_or(String::new(), |l| l.to_string());
+        let message = info.payload_as_str().unwrap_or("").to_string();
+        PANIC.with(|panic| *panic.borrow_mut() = Some((location, message)));
+    }));
+    let result = panic::catch_unwind(AssertUnwindSafe(f));
+    panic::set_hook(hook);
+    match result {
+        Ok(value) => Some(value),
+        Err(_) => {
+            let (location, message) = PANIC
+                .with(|panic| panic.borrow_mut().take())
+                .unwrap_or_default();
+            if location.contains("/serde_amqp-") {
+                None
+            } else {
+                panic!("{message} (at {location})")
+            }
+        }
+    }
+}
+
+/// Sets application properties on `stored` (accepted by `inspect`) and checks the result.
+fn check_set_application_properties(stored: &Bytes, sections: &[Section]) {
+    let unchanged = message::set_application_properties(stored, &[])
+        .unwrap_or_else(|error| panic!("setting no properties failed: {error}"));
+    assert_eq!(
+        unchanged, *stored,
+        "setting no properties changed the message"
+    );
+
+    let entries = [
+        (
+            "DeadLetterReason".to_string(),
+            SimpleValue::String("fuzz".into()),
+        ),
+        ("k".to_string(), SimpleValue::Long(2)),
+    ];
+    let Some(result) =
+        unless_serde_amqp_panics(|| message::set_application_properties(stored, &entries))
+    else {
+        return;
+    };
+    let changed = match result {
+        Ok(changed) => changed,
+        Err(_) if allowed("set-app-props") => return,
+        Err(error) => {
+            panic!("set_application_properties refused a message inspect accepted: {error}")
+        }
+    };
+    if let Err(error) = message::inspect(changed.clone()) {
+        panic!("inspect refuses the message with properties set: {error}");
+    }
+    let changed_sections = message::scan_sections(&changed).expect("inspect scanned it");
+    // The first application-properties section is replaced; without one, one is inserted
+    // before the first section that AMQP puts after it.
+    let (at, replaced) = match sections
+        .iter()
+        .position(|s| s.code == APPLICATION_PROPERTIES)
+    {
+        Some(at) => (at, 1),
+        None => (
+            sections
+                .iter()
+                .position(|s| s.code > APPLICATION_PROPERTIES)
+                .unwrap_or(sections.len()),
+            0,
+        ),
+    };
+    assert_eq!(
+        changed_sections.len(),
+        sections.len() + 1 - replaced,
+        "section count"
+    );
+    let new = &changed_sections[at];
+    assert_eq!(new.code, APPLICATION_PROPERTIES, "section {at}");
+    match serde_amqp::from_slice::<ApplicationProperties>(&changed[new.range.clone()]) {
+        Ok(properties) => {
+            for (key, value) in &entries {
+                assert_eq!(properties.0.get(key), Some(value), "property {key}");
+            }
+        }
+        Err(_) if allowed("app-props-decode") => {}
+        Err(error) => panic!("the new application-properties do not decode: {error}"),
+    }
+    let mut before = section_bytes(stored, sections);
+    before.drain(at..at + replaced);
+    let mut after = section_bytes(&changed, &changed_sections);
+    after.remove(at);
+    assert!(
+        before == after,
+        "the other sections are not kept byte for byte"
+    );
+}
+
+/// Every check for a message `inspect` accepted.
+fn check_accepted(stored: &Bytes) {
+    let sections = message::scan_sections(stored)
+        .unwrap_or_else(|error| panic!("inspect accepted what scan_sections refuses: {error}"));
+    for stamp in &stamps() {
+        check_splice(stored, &sections, stamp);
+    }
+    check_set_application_properties(stored, &sections);
+}
+
+fuzz_target!(|data: &[u8]| {
+    let bytes = Bytes::copy_from_slice(data);
+    let _ = message::scan_sections(data);
+    if let Ok(arrival) = message::inspect(bytes.clone()) {
+        assert_eq!(arrival.bytes, bytes, "inspect keeps the bytes as sent");
+        check_accepted(&bytes);
+    }
+    if let Ok(messages) = message::unpack_batch(&bytes) {
+        assert!(!messages.is_empty(), "a batch of no messages");
+        for arrival in &messages {
+            check_accepted(&arrival.bytes);
+        }
+    }
+});

@@ -57,6 +57,9 @@ pub enum MessageError {
     /// An application-properties key that is not a string.
     #[error("application-properties keys must be strings; key {0} is not")]
     NonStringKey(usize),
+    /// An application-properties key or value whose string or symbol is not UTF-8.
+    #[error("application-properties entry {0} holds a string that is not UTF-8")]
+    NotUtf8(usize),
     /// An application-properties value that is a list, map, array or described value.
     #[error("application-properties values must be simple types; value {0} is not")]
     NotSimple(usize),
@@ -173,6 +176,9 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
                 {
                     if !matches!(key[0], 0xa1 | 0xb1) {
                         return Err(MessageError::NonStringKey(index));
+                    }
+                    if !is_utf8_if_text(key) || !is_utf8_if_text(value) {
+                        return Err(MessageError::NotUtf8(index));
                     }
                     if matches!(
                         value[0],
@@ -369,6 +375,17 @@ fn compound_items<'a>(
         return Err(malformed);
     }
     Ok(items)
+}
+
+/// Whether an encoded value, if it is a string or a symbol, holds valid UTF-8 (what decoding
+/// it later needs); other values pass.
+fn is_utf8_if_text(encoded: &[u8]) -> bool {
+    let text = match encoded.first() {
+        Some(0xa1 | 0xa3) => encoded.get(2..),
+        Some(0xb1 | 0xb3) => encoded.get(5..),
+        _ => return true,
+    };
+    text.is_some_and(|text| std::str::from_utf8(text).is_ok())
 }
 
 /// The name of an encoded symbol; `None` for anything else.
@@ -1110,6 +1127,11 @@ mod tests {
         .iter()
         .map(|bytes| bytes.to_vec())
         .collect();
+        // The second run: an application-properties key that is not UTF-8.
+        findings.push(vec![
+            0x00, 0x53, 0x74, 0xc1, 0x07, 0x02, 0xa1, 0x01, 0x87, 0xa1, 0x01, b'v', 0x00, 0x53,
+            0x75, 0xa0, 0x01, b'x',
+        ]);
         let mut deep = vec![0x00, 0x53, 0x75];
         deep.resize(3 + 74_724, 0x00);
         findings.push(deep);

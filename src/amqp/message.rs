@@ -57,8 +57,8 @@ pub enum MessageError {
     /// An application-properties key that is not a string.
     #[error("application-properties keys must be strings; key {0} is not")]
     NonStringKey(usize),
-    /// An application-properties key or value whose string or symbol is not UTF-8.
-    #[error("application-properties entry {0} holds a string that is not UTF-8")]
+    /// An application-properties key or value whose text is not valid Unicode.
+    #[error("application-properties entry {0} holds text that is not valid Unicode")]
     NotUtf8(usize),
     /// An application-properties value that is a list, map, array or described value.
     #[error("application-properties values must be simple types; value {0} is not")]
@@ -177,7 +177,7 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
                     if !matches!(key[0], 0xa1 | 0xb1) {
                         return Err(MessageError::NonStringKey(index));
                     }
-                    if !is_utf8_if_text(key) || !is_utf8_if_text(value) {
+                    if !is_valid_text(key) || !is_valid_text(value) {
                         return Err(MessageError::NotUtf8(index));
                     }
                     if matches!(
@@ -377,12 +377,13 @@ fn compound_items<'a>(
     Ok(items)
 }
 
-/// Whether an encoded value, if it is a string or a symbol, holds valid UTF-8 (what decoding
-/// it later needs); other values pass.
-fn is_utf8_if_text(encoded: &[u8]) -> bool {
+/// Whether an encoded value, if it is text (a string, a symbol or a char), holds valid
+/// Unicode, which decoding it later needs; other values pass.
+fn is_valid_text(encoded: &[u8]) -> bool {
     let text = match encoded.first() {
         Some(0xa1 | 0xa3) => encoded.get(2..),
         Some(0xb1 | 0xb3) => encoded.get(5..),
+        Some(0x73) => return read_u32(encoded, 1).ok().and_then(char::from_u32).is_some(),
         _ => return true,
     };
     text.is_some_and(|text| std::str::from_utf8(text).is_ok())
@@ -1127,10 +1128,27 @@ mod tests {
         .iter()
         .map(|bytes| bytes.to_vec())
         .collect();
+        // A described array of nulls as a property value: set_application_properties wrote
+        // it back as an array serde_amqp cannot read.
+        findings.push(vec![
+            0x00, 0x53, 0x74, 0xc1, 0x0b, 0x02, 0xa1, 0x01, 0x61, 0x00, 0x53, 0x00, 0xe0, 0x02,
+            0x02, 0x40,
+        ]);
+        // Delivery-annotations after the body (a forged x-opt-lock-token would pass through),
+        // and properties after application-properties.
+        findings.push(vec![0x00, 0x53, 0x75, 0xa0, 0x00, 0x00, 0x53, 0x71, 0x40]);
+        findings.push(vec![
+            0x00, 0x53, 0x74, 0xc1, 0x01, 0x00, 0x00, 0x53, 0x73, 0x45,
+        ]);
         // The second run: an application-properties key that is not UTF-8.
         findings.push(vec![
             0x00, 0x53, 0x74, 0xc1, 0x07, 0x02, 0xa1, 0x01, 0x87, 0xa1, 0x01, b'v', 0x00, 0x53,
             0x75, 0xa0, 0x01, b'x',
+        ]);
+        // The third run: a char value that is no Unicode scalar (0x03a17472).
+        findings.push(vec![
+            0x00, 0x53, 0x74, 0xc1, 0x09, 0x02, 0xa1, 0x01, b'b', 0x73, 0x03, 0xa1, 0x74, 0x72,
+            0x00, 0x53, 0x77, 0x40,
         ]);
         let mut deep = vec![0x00, 0x53, 0x75];
         deep.resize(3 + 74_724, 0x00);

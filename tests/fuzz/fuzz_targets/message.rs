@@ -32,16 +32,8 @@
 //! RUSTC_BOOTSTRAP=1 cargo fuzz run --fuzz-dir tests/fuzz message \
 //!     tests/fuzz/corpus/message tests/fuzz/seeds/message -- \
 //!     -max_len=4096 -runs=10000000 -dict=tests/fuzz/message.dict
-//! # past the known findings below (they end a run within seconds otherwise):
-//! TIDEBUS_FUZZ_ALLOW=set-app-props,serde-overflow,app-props-decode,section-order \
-//!     RUSTC_BOOTSTRAP=1 cargo fuzz run --fuzz-dir tests/fuzz message \
-//!     tests/fuzz/corpus/message tests/fuzz/seeds/message -- \
-//!     -max_len=4096 -runs=10000000 -dict=tests/fuzz/message.dict -malloc_limit_mb=4500
-//! # a crash, shrunk (same TIDEBUS_FUZZ_ALLOW as the run that found it):
+//! # a crash, shrunk:
 //! RUSTC_BOOTSTRAP=1 cargo fuzz tmin --fuzz-dir tests/fuzz message tests/fuzz/artifacts/message/crash-…
-//! # line coverage of the corpus (needs `rustup component add llvm-tools`):
-//! TIDEBUS_FUZZ_ALLOW=… RUSTC_BOOTSTRAP=1 cargo fuzz coverage --fuzz-dir tests/fuzz \
-//!     --target-dir tests/fuzz/target/coverage message -- -malloc_limit_mb=4500
 //! ```
 //!
 //! The first corpus directory is where libFuzzer adds what it finds (git-ignored, like
@@ -52,66 +44,22 @@
 //! annotation keys the codec reads. AddressSanitizer (the default `--sanitizer address`)
 //! works on stable this way; `--sanitizer none` builds and runs faster without it. Without
 //! `-O`, cargo-fuzz builds with debug assertions and overflow checks on (in dependencies
-//! too), which is how the `serde-overflow` finding shows.
+//! too), so an arithmetic overflow in serde_amqp shows as a crash.
 //!
-//! ## Known findings
+//! ## Findings
 //!
-//! Set `TIDEBUS_FUZZ_ALLOW` to a comma-separated list to stop a known finding from ending
-//! every run, so the fuzzer can look past it:
-//!
-//! - `set-app-props`: `set_application_properties` refuses an application-properties
-//!   section that `inspect` accepted (`inspect` only measures that section; the setter
-//!   decodes it as a map of string to simple values), e.g. `00 53 74 45`.
-//! - `serde-overflow`: serde_amqp 0.18.0, which `set_application_properties` decodes the
-//!   section with, subtracts without checking: a map with an odd count
-//!   (`00 53 74 c1 01 01`, `de.rs:1578`), a map8 or list8 of size 0 inside a value
-//!   (`00 53 74 c1 07 04 a1 00 c1 00 40 40`, `de.rs:1070`; `… c0 00 …`, `de.rs:961`).
-//!   `inspect` accepts these. Where overflow checks are on (this target's default build,
-//!   debug builds of the broker) serde_amqp panics ("attempt to subtract with overflow");
-//!   release builds wrap and get an error (the `set-app-props` finding). With
-//!   `serde-overflow`, a panic from inside serde_amqp is caught and the input skipped.
-//! - `app-props-decode`: `set_application_properties` succeeds but writes a section that
-//!   serde_amqp cannot decode ("Invalid format code"): serde_amqp 0.18.0 reads an array of
-//!   zero-width elements (nulls) at odds with the array's size, so a value that decoded at
-//!   the end of the client's map misreads the entries written after it, e.g.
-//!   `00 53 74 c1 0c 02 a1 01 61 00 53 73 e0 03 02 40 40` (key "a", a described array of two
-//!   nulls whose size claims one byte more).
-//! - `section-order`: `inspect` accepts sections in any order, so a header or annotations
-//!   sent after the body (or properties after application-properties) pass through in the
-//!   tail, and the delivered message holds the client's besides the broker's, e.g.
-//!   `00 53 75 a0 00 00 53 70 45` (data, then a header).
-//!
-//! One more known finding is an out-of-memory report rather than a panic, so it has no
-//! name here: serde_amqp 0.18.0 allocates the length a binary or string claims before it
-//! reads it (`read/mod.rs:51`, `vec![0u8; n]`), and application-properties that `inspect`
-//! accepts can claim 4 GiB in 13 bytes, `00 53 74 c1 08 02 a1 00 b0 ff ff ff ff`
-//! (libFuzzer: "out-of-memory (malloc(4294967295))"; a release build of the broker gets an
-//! error where the allocation succeeds and aborts where it does not, e.g. under `ulimit -v`).
-//! To look past it, raise the malloc limit above the 4 GiB a 32-bit length can claim:
-//! `-malloc_limit_mb=4500` (the RSS limit stays at its 2 GiB default; AddressSanitizer does
-//! not touch the pages of a large calloc, so such runs stay fast).
-//!
-//! Stack overflows cannot be allowed away. The value scanner (`value_len`) recurses once per
-//! described-value constructor (`0x00`), so `00 53 75` (a data section) followed by a run of
-//! `00` bytes overflows any stack: in this target's build, about 75 000 of them on
-//! libFuzzer's 8 MiB main thread and about 450 on a 64 KiB one; in a release build on a
-//! tokio worker's 2 MiB stack, about 26 000 (the broker's default max message size is 1 MiB;
-//! a debug build of the broker aborts on a 2.9 KB message). With `-max_len=4096` and
-//! the default 8 MiB stack the fuzzer cannot reach that depth; to let it look for recursion
-//! that deep, shrink the stack of the fuzzing process (not of cargo); with 64 KiB it found
-//! the `value_len` overflow in about 290 000 executions:
-//!
-//! ```sh
-//! RUSTC_BOOTSTRAP=1 cargo fuzz build --fuzz-dir tests/fuzz message
-//! (ulimit -s 64; tests/fuzz/target/x86_64-unknown-linux-gnu/release/message \
-//!     -max_len=4096 -dict=tests/fuzz/message.dict tests/fuzz/corpus/message tests/fuzz/seeds/message)
-//! ```
+//! The first run (10 million executions, against the codec before issue 12's fixes) found
+//! that `inspect` accepted what later steps could not handle: application properties that
+//! `set_application_properties` could not decode (`00 53 74 45`, a list; `00 53 74 c1 01
+//! 01`, an odd map; `00 53 74 c1 08 02 a1 00 b0 ff ff ff ff`, a `vbin32` claiming 4 GiB that
+//! serde_amqp allocated), sections out of order (`00 53 75 a0 00 00 53 70 45`, a header after
+//! the body, delivered as a second header), and 74,724 nested descriptors after `00 53 75`
+//! (a stack overflow). The second run, on the fixed codec, found application properties with
+//! a key that is not UTF-8 (`a1 01 87`), which serde_amqp refuses when properties are set.
+//! Each is fixed and is a named test in `src/amqp/message.rs`
+//! (`fuzz_findings_are_refused_or_get_through_every_later_step`).
 
 #![no_main]
-
-use std::cell::RefCell;
-use std::panic::{self, AssertUnwindSafe};
-use std::sync::OnceLock;
 
 use bytes::Bytes;
 use fe2o3_amqp::types::messaging::{ApplicationProperties, Header};
@@ -125,29 +73,22 @@ const MESSAGE_ANNOTATIONS: u8 = 0x72;
 const PROPERTIES: u8 = 0x73;
 const APPLICATION_PROPERTIES: u8 = 0x74;
 
-/// Whether `TIDEBUS_FUZZ_ALLOW` names the known finding `name`.
-fn allowed(name: &str) -> bool {
-    static ALLOW: OnceLock<Vec<String>> = OnceLock::new();
-    ALLOW
-        .get_or_init(|| {
-            std::env::var("TIDEBUS_FUZZ_ALLOW")
-                .unwrap_or_default()
-                .split(',')
-                .map(|item| item.trim().to_string())
-                .filter(|item| !item.is_empty())
-                .collect()
-        })
-        .iter()
-        .any(|item| item == name)
-}
-
 /// A stamp that changes nothing it may leave alone, and one that sets everything.
-fn stamps() -> [DeliveryStamp; 2] {
+fn stamps() -> [DeliveryStamp; 3] {
     [
         DeliveryStamp {
             delivery_count: 0,
             annotations: Vec::new(),
             lock_token: None,
+            presettled: false,
+            ttl_ms: None,
+            expires_ms: None,
+        },
+        DeliveryStamp {
+            delivery_count: 1,
+            annotations: Vec::new(),
+            lock_token: None,
+            presettled: true,
             ttl_ms: None,
             expires_ms: None,
         },
@@ -174,6 +115,7 @@ fn stamps() -> [DeliveryStamp; 2] {
                 ("x-opt-partition-key", Value::String("p".into())),
             ],
             lock_token: Some(uuid::Uuid::from_u128(0x0123_4567_89ab_cdef)),
+            presettled: false,
             ttl_ms: Some(2_000),
             expires_ms: Some(i64::MIN),
         },
@@ -218,7 +160,7 @@ fn check_splice(stored: &Bytes, sections: &[Section], stamp: &DeliveryStamp) {
     let prefix_sections = message::scan_sections(&prefix)
         .unwrap_or_else(|error| panic!("the spliced prefix does not scan: {error}"));
     let mut expected = vec![HEADER];
-    if stamp.lock_token.is_some() {
+    if stamp.lock_token.is_some() || stamp.presettled {
         expected.push(DELIVERY_ANNOTATIONS);
     }
     expected.push(MESSAGE_ANNOTATIONS);
@@ -256,51 +198,16 @@ fn check_splice(stored: &Bytes, sections: &[Section], stamp: &DeliveryStamp) {
 
     // The broker's header and annotations (and properties, when it sets the expiry time) are
     // the only ones delivered: none of the client's come through in the tail.
-    if !allowed("section-order") {
-        for section in &sections[kept_from..] {
-            let ours = matches!(
-                section.code,
-                HEADER | DELIVERY_ANNOTATIONS | MESSAGE_ANNOTATIONS
-            ) || (section.code == PROPERTIES && stamp.expires_ms.is_some());
-            assert!(
-                !ours,
-                "the client's section 0x{:02x} at byte {} is delivered after the broker's own",
-                section.code, section.range.start
-            );
-        }
-    }
-}
-
-/// Runs `f`. With the known finding `serde-overflow` allowed, a panic raised inside
-/// serde_amqp is caught and comes back as `None`; any other panic still ends the run.
-/// (libfuzzer-sys's panic hook aborts at once, so it is set aside while `f` runs.)
-fn unless_serde_amqp_panics<T>(f: impl FnOnce() -> T) -> Option<T> {
-    if !allowed("serde-overflow") {
-        return Some(f());
-    }
-    thread_local! {
-        static PANIC: RefCell<Option<(String, String)>> = const { RefCell::new(None) };
-    }
-    let hook = panic::take_hook();
-    panic::set_hook(Box::new(|info| {
-        let location = info.location().map_or(String::new(), |l| l.to_string());
-        let message = info.payload_as_str().unwrap_or("").to_string();
-        PANIC.with(|panic| *panic.borrow_mut() = Some((location, message)));
-    }));
-    let result = panic::catch_unwind(AssertUnwindSafe(f));
-    panic::set_hook(hook);
-    match result {
-        Ok(value) => Some(value),
-        Err(_) => {
-            let (location, message) = PANIC
-                .with(|panic| panic.borrow_mut().take())
-                .unwrap_or_default();
-            if location.contains("/serde_amqp-") {
-                None
-            } else {
-                panic!("{message} (at {location})")
-            }
-        }
+    for section in &sections[kept_from..] {
+        let ours = matches!(
+            section.code,
+            HEADER | DELIVERY_ANNOTATIONS | MESSAGE_ANNOTATIONS
+        ) || (section.code == PROPERTIES && stamp.expires_ms.is_some());
+        assert!(
+            !ours,
+            "the client's section 0x{:02x} at byte {} is delivered after the broker's own",
+            section.code, section.range.start
+        );
     }
 }
 
@@ -320,18 +227,9 @@ fn check_set_application_properties(stored: &Bytes, sections: &[Section]) {
         ),
         ("k".to_string(), SimpleValue::Long(2)),
     ];
-    let Some(result) =
-        unless_serde_amqp_panics(|| message::set_application_properties(stored, &entries))
-    else {
-        return;
-    };
-    let changed = match result {
-        Ok(changed) => changed,
-        Err(_) if allowed("set-app-props") => return,
-        Err(error) => {
-            panic!("set_application_properties refused a message inspect accepted: {error}")
-        }
-    };
+    let changed = message::set_application_properties(stored, &entries).unwrap_or_else(|error| {
+        panic!("set_application_properties refused a message inspect accepted: {error}")
+    });
     if let Err(error) = message::inspect(changed.clone()) {
         panic!("inspect refuses the message with properties set: {error}");
     }
@@ -364,7 +262,6 @@ fn check_set_application_properties(stored: &Bytes, sections: &[Section]) {
                 assert_eq!(properties.0.get(key), Some(value), "property {key}");
             }
         }
-        Err(_) if allowed("app-props-decode") => {}
         Err(error) => panic!("the new application-properties do not decode: {error}"),
     }
     let mut before = section_bytes(stored, sections);
@@ -391,8 +288,15 @@ fuzz_target!(|data: &[u8]| {
     let bytes = Bytes::copy_from_slice(data);
     let _ = message::scan_sections(data);
     if let Ok(arrival) = message::inspect(bytes.clone()) {
-        assert_eq!(arrival.bytes, bytes, "inspect keeps the bytes as sent");
-        check_accepted(&bytes);
+        // The bytes are kept as sent, but for a message-id the broker assigns; what it stores
+        // passes inspect again unchanged.
+        let again = message::inspect(arrival.bytes.clone())
+            .unwrap_or_else(|error| panic!("inspect refuses what it stored: {error}"));
+        assert_eq!(
+            again.bytes, arrival.bytes,
+            "a second inspect changed the bytes"
+        );
+        check_accepted(&arrival.bytes);
     }
     if let Ok(messages) = message::unpack_batch(&bytes) {
         assert!(!messages.is_empty(), "a batch of no messages");

@@ -602,8 +602,13 @@ pub fn set_application_properties(
         Some(section) => {
             let raw = &stored[section.range.clone()];
             check_value(raw, 0)?;
-            serde_amqp::from_slice::<ApplicationProperties>(raw)
-                .map_err(|_| MessageError::Malformed("application-properties"))?
+            if map_entries(raw, "application-properties")?.is_empty() {
+                // Also a section whose value is null, which serde_amqp does not read as a map.
+                ApplicationProperties::default()
+            } else {
+                serde_amqp::from_slice::<ApplicationProperties>(raw)
+                    .map_err(|_| MessageError::Malformed("application-properties"))?
+            }
         }
         None => ApplicationProperties::default(),
     };
@@ -1150,6 +1155,8 @@ mod tests {
             0x00, 0x53, 0x74, 0xc1, 0x09, 0x02, 0xa1, 0x01, b'b', 0x73, 0x03, 0xa1, 0x74, 0x72,
             0x00, 0x53, 0x77, 0x40,
         ]);
+        // The fourth run: application properties whose value is null.
+        findings.push(vec![0x00, 0x53, 0x74, 0x40, 0x00, 0x53, 0x77, 0x40]);
         let mut deep = vec![0x00, 0x53, 0x75];
         deep.resize(3 + 74_724, 0x00);
         findings.push(deep);

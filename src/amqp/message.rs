@@ -8,7 +8,6 @@
 use std::ops::Range;
 
 use bytes::Bytes;
-use fe2o3_amqp::types::messaging::ApplicationProperties;
 use fe2o3_amqp::types::primitives::{SimpleValue, Value};
 
 use crate::amqp::encoding::{byte_at, check_value, read_u32, read_u64, value_len, EncodingError};
@@ -400,16 +399,35 @@ fn symbol_name(encoded: &[u8]) -> Option<&[u8]> {
 
 /// `name` encoded as a symbol.
 fn symbol(name: &str) -> Vec<u8> {
+    text(SYMBOL_CODES, name)
+}
+
+/// The format codes of symbols (short, long).
+const SYMBOL_CODES: (u8, u8) = (0xa3, 0xb3);
+/// The format codes of strings (short, long).
+const STRING_CODES: (u8, u8) = (0xa1, 0xb1);
+
+/// `name` encoded as a symbol or a string, by `codes`.
+fn text((short, long): (u8, u8), name: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(name.len() + 5);
     match u8::try_from(name.len()) {
-        Ok(len) => out.extend_from_slice(&[0xa3, len]),
+        Ok(len) => out.extend_from_slice(&[short, len]),
         Err(_) => {
-            out.push(0xb3);
+            out.push(long);
             out.extend_from_slice(&u32::try_from(name.len()).unwrap_or(u32::MAX).to_be_bytes());
         }
     }
     out.extend_from_slice(name.as_bytes());
     out
+}
+
+/// The text of an encoded string; `None` for anything else.
+fn string_text(encoded: &[u8]) -> Option<&[u8]> {
+    match encoded.first()? {
+        0xa1 => encoded.get(2..),
+        0xb1 => encoded.get(5..),
+        _ => None,
+    }
 }
 
 /// A broker annotation value encoded (the common kinds by hand, others through serde_amqp).
@@ -598,25 +616,28 @@ pub fn set_application_properties(
     let existing = sections
         .iter()
         .find(|section| section.code == code::APPLICATION_PROPERTIES);
-    let mut properties = match existing {
-        Some(section) => {
-            let raw = &stored[section.range.clone()];
-            check_value(raw, 0)?;
-            if map_entries(raw, "application-properties")?.is_empty() {
-                // Also a section whose value is null, which serde_amqp does not read as a map.
-                ApplicationProperties::default()
-            } else {
-                serde_amqp::from_slice::<ApplicationProperties>(raw)
-                    .map_err(|_| MessageError::Malformed("application-properties"))?
-            }
-        }
-        None => ApplicationProperties::default(),
+    // The client's entries are kept byte for byte (never decoded), but for the keys set here.
+    let mut kept = match existing {
+        Some(section) => map_entries(&stored[section.range.clone()], "application-properties")?,
+        None => Vec::new(),
     };
-    for (key, value) in entries {
-        properties.0.insert(key.clone(), value.clone());
-    }
-    let encoded = serde_amqp::to_vec(&properties)
-        .map_err(|_| MessageError::Malformed("application-properties"))?;
+    kept.retain(|(key, _)| {
+        let name = string_text(key);
+        !entries
+            .iter()
+            .any(|(ours, _)| name == Some(ours.as_bytes()))
+    });
+    let ours: Vec<(Vec<u8>, Vec<u8>)> = entries
+        .iter()
+        .map(|(key, value)| {
+            Ok((
+                text(STRING_CODES, key),
+                encode_value(&Value::from(value.clone()))?,
+            ))
+        })
+        .collect::<Result<_, MessageError>>()?;
+    let mut encoded = Vec::new();
+    write_annotations(&mut encoded, code::APPLICATION_PROPERTIES, &ours, &kept);
     let (start, end) = match existing {
         Some(section) => (section.range.start, section.range.end),
         None => {
@@ -1154,6 +1175,12 @@ mod tests {
         findings.push(vec![
             0x00, 0x53, 0x74, 0xc1, 0x09, 0x02, 0xa1, 0x01, b'b', 0x73, 0x03, 0xa1, 0x74, 0x72,
             0x00, 0x53, 0x77, 0x40,
+        ]);
+        // The fifth: a boolean byte of 5, which serde_amqp refuses; the client's entries are no
+        // longer decoded when properties are set.
+        findings.push(vec![
+            0x00, 0x53, 0x74, 0xc1, 0x06, 0x02, 0xa1, 0x01, b'l', 0x56, 0x05, 0x00, 0x53, 0x77,
+            0x40,
         ]);
         // The fourth run: application properties whose value is null.
         findings.push(vec![0x00, 0x53, 0x74, 0x40, 0x00, 0x53, 0x77, 0x40]);

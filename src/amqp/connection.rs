@@ -659,10 +659,10 @@ impl Connection {
                 tracing::error!(%error, "a frame did not encode");
             }
             if closing {
+                // Nothing follows a close; dropping the drain drops the rest.
                 break;
             }
         }
-        self.pending.clear();
         if closing {
             self.outbound.send_unbudgeted(bytes.freeze());
             return Running::Stop;

@@ -12,7 +12,7 @@ use fe2o3_amqp::frames::amqp::FrameBody;
 use fe2o3_amqp::types::definitions::{AmqpError, ConnectionError, ErrorCondition, Handle};
 use fe2o3_amqp::types::definitions::{ReceiverSettleMode, Role};
 use fe2o3_amqp::types::messaging::{Accepted, Body, DeliveryState};
-use fe2o3_amqp::types::performatives::{Disposition, Flow};
+use fe2o3_amqp::types::performatives::Flow;
 use fe2o3_amqp::types::primitives::Value;
 use fe2o3_amqp::{Receiver, Sender};
 use futures_util::SinkExt;
@@ -405,14 +405,7 @@ async fn a_clean_close_is_answered_after_its_settlements_are_durable() {
     // One settled disposition per message (as proton sends them), then close at once.
     for id in ids {
         client
-            .send(FrameBody::Disposition(Disposition {
-                role: Role::Receiver,
-                first: id,
-                last: None,
-                settled: true,
-                state: Some(DeliveryState::Accepted(Accepted {})),
-                batchable: false,
-            }))
+            .dispose(id, true, DeliveryState::Accepted(Accepted {}))
             .await;
     }
     client.send(super::close_body()).await;
@@ -530,14 +523,7 @@ async fn memory_is_given_back_after_a_drain() {
         let (transfer, _) = client.delivery(from_q).await;
         let id = transfer.delivery_id.expect("delivery id");
         client
-            .send(FrameBody::Disposition(Disposition {
-                role: Role::Receiver,
-                first: id,
-                last: None,
-                settled: true,
-                state: Some(DeliveryState::Accepted(Accepted {})),
-                batchable: false,
-            }))
+            .dispose(id, true, DeliveryState::Accepted(Accepted {}))
             .await;
     }
     let (drained, peak) = broker.memory_kib();

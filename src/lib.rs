@@ -4,7 +4,10 @@
 //! - [`config`]: the TOML schema, the embedded default and validation.
 //! - [`server`]: the accept loop; [`shutdown`]: one signal and a task tracker.
 //! - [`amqp`]: our own AMQP 1.0 engine over fe2o3-amqp frames: protocol header and SASL,
-//!   connections, sessions, links, and the message splice.
+//!   connections, sessions and links.
+//! - [`message`]: the message codec (inspect on arrival, the header/annotation splice on the
+//!   way out); [`encoding`]: the bounded check of AMQP encodings every client byte passes.
+//! - [`clock`]: wall-clock milliseconds.
 //! - [`node`]: what links attach to (the address router, Service Bus wire names).
 //! - [`entity`]: queues as actors (handle, pure state, task, registry).
 //! - [`store`]: the sled message log, versioned records and group commit.
@@ -13,8 +16,11 @@
 #![deny(missing_docs)]
 
 pub mod amqp;
+pub mod clock;
 pub mod config;
+pub mod encoding;
 pub mod entity;
+pub mod message;
 pub mod node;
 pub mod reaper;
 pub mod server;

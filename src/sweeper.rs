@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::entity::actor::now_ms;
+use crate::clock::now_ms;
 use crate::entity::handle::Command;
 use crate::entity::registry::Registry;
 

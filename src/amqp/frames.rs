@@ -18,7 +18,7 @@ use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Semaphore};
 
-use crate::amqp::encoding::{self, EncodingError};
+use crate::encoding::{self, EncodingError};
 
 /// The frame size every connection starts with, until `open` negotiates another (§2.4.1).
 pub const MIN_MAX_FRAME_SIZE: usize = 512;

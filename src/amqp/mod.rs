@@ -2,10 +2,8 @@
 //! frames we read and write ourselves, with fe2o3-amqp's types (design.md D1).
 
 pub mod connection;
-pub mod encoding;
 pub mod frames;
 pub mod header;
 pub mod link;
-pub mod message;
 pub mod sasl;
 pub mod session;

@@ -21,12 +21,12 @@ use fe2o3_amqp::types::primitives::{SimpleValue, Symbol, Value};
 use crate::amqp::link::{
     self, Incoming, Link, LinkKind, Outgoing, Partial, Replies, SENDER_CREDIT,
 };
-use crate::amqp::message::{self, BATCH_MESSAGE_FORMAT};
 use crate::entity::handle::{
     Command, ConsumerId, Delivery, EntityError, EntityHandle, EventSink, LockRef, Properties,
     Settlement, SubQueue, Ticket,
 };
 use crate::entity::registry::Registry;
+use crate::message::{self, BATCH_MESSAGE_FORMAT};
 use crate::node::management::{self, Style};
 use crate::node::wire;
 use crate::node::{router, Node};

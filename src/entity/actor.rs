@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use fe2o3_amqp::types::primitives::{Array, Binary, Timestamp, Value};
 use tokio::sync::{mpsc, oneshot};
@@ -19,14 +19,15 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::amqp::message;
-use crate::amqp::message::{Arrival, DeliveryStamp};
+use crate::clock::{millis, now_ms};
 use crate::config::QueueConfig;
 use crate::entity::handle::{
     Command, ConsumerId, Delivery, EntityError, EntityEvent, EntityHandle, EventSink, LockRef,
     Properties, Settlement, SubQueue,
 };
 use crate::entity::state::{QueueState, Rules};
+use crate::message;
+use crate::message::{Arrival, DeliveryStamp};
 use crate::node::management::{string_map, Operation, Response};
 use crate::node::wire;
 use crate::store::record::NEVER;
@@ -116,19 +117,6 @@ fn error_response(error: &EntityError) -> Response {
         }
         _ => Response::error(500, wire::condition::INTERNAL_ERROR, error.to_string()),
     }
-}
-
-/// A duration in whole milliseconds, saturating.
-fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// Wall-clock milliseconds since the Unix epoch (Service Bus times are UTC).
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 /// An answer held back until its changes are durable.

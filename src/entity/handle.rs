@@ -11,7 +11,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use crate::amqp::message::{Arrival, DeliveryStamp};
+use crate::message::{Arrival, DeliveryStamp};
 use crate::node::management::{Operation, Response};
 use crate::node::wire;
 use crate::store::record::Record;

@@ -11,10 +11,10 @@ use bytes::Bytes;
 use fe2o3_amqp::types::primitives::{SimpleValue, Timestamp, Value};
 use uuid::Uuid;
 
-use crate::amqp::message::{Arrival, DeliveryStamp};
 use crate::entity::handle::{
     ConsumerId, Delivery, EntityError, LockRef, Properties, ReceiveMode, Settlement,
 };
+use crate::message::{Arrival, DeliveryStamp};
 use crate::node::wire;
 use crate::store::record::{MessageState, Record, NEVER};
 use crate::store::{Change, Recovered};

@@ -7,9 +7,9 @@ use fe2o3_amqp::types::messaging::{AmqpValue, ApplicationProperties, MessageId, 
 use fe2o3_amqp::types::primitives::{Array, OrderedMap, SimpleValue, Symbol, Value};
 use uuid::Uuid;
 
-use crate::amqp::encoding;
-use crate::amqp::message::{self, Arrival, MessageError};
+use crate::encoding;
 use crate::entity::handle::{Properties as AppProperties, ReceiveMode, Settlement};
+use crate::message::{self, Arrival, MessageError};
 use crate::node::wire;
 
 /// What a request message says, decoded once.

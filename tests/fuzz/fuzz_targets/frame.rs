@@ -3,7 +3,7 @@
 //! Every input is taken as the bytes a client writes after its protocol header: the frames
 //! go through `tidebus::amqp::frames::FrameReader` (the size checked against the max frame
 //! size before anything is buffered), each frame's body through `decode_amqp` and
-//! `decode_sasl` (the encoding pre-check of `tidebus::amqp::encoding`, then fe2o3's types
+//! `decode_sasl` (the encoding pre-check of `tidebus::encoding`, then fe2o3's types
 //! from the bounded slice, then the string-key leniency), and the input as a whole through
 //! the pre-checks themselves and a management request's decode. What it checks:
 //!
@@ -26,7 +26,8 @@
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use tidebus::amqp::{encoding, frames};
+use tidebus::amqp::frames;
+use tidebus::encoding;
 use tidebus::node::management::Request;
 
 /// The frame size the reader accepts here (the broker's default).

@@ -1,4 +1,4 @@
-//! # Fuzz target `message`: the message codec, `tidebus::amqp::message`
+//! # Fuzz target `message`: the message codec, `tidebus::message`
 //!
 //! Every input is taken as the bytes of a message a client sent (the codec reads messages
 //! without decoding their bodies; `src/amqp/message.rs`). What the target checks:
@@ -68,7 +68,7 @@ use bytes::Bytes;
 use fe2o3_amqp::types::messaging::{ApplicationProperties, Header};
 use fe2o3_amqp::types::primitives::{SimpleValue, Timestamp, Value};
 use libfuzzer_sys::fuzz_target;
-use tidebus::amqp::message::{self, DeliveryStamp, Section};
+use tidebus::message::{self, DeliveryStamp, Section};
 
 const HEADER: u8 = 0x70;
 const DELIVERY_ANNOTATIONS: u8 = 0x71;

@@ -10,7 +10,7 @@ use std::ops::Range;
 use bytes::Bytes;
 use fe2o3_amqp::types::primitives::{SimpleValue, Value};
 
-use crate::amqp::encoding::{byte_at, check_value, read_u32, read_u64, value_len, EncodingError};
+use crate::encoding::{byte_at, check_value, read_u32, read_u64, value_len, EncodingError};
 
 /// Delivery annotation carrying the lock token (Service Bus `x-opt-lock-token`).
 const LOCK_TOKEN_KEY: &str = "x-opt-lock-token";

@@ -552,9 +552,7 @@ impl Connection {
                 session.on_entity_gone(consumer.0, &error, &mut out)
             }
             EntityEvent::Sent { ticket, result } => session.on_sent(ticket, result, &mut out),
-            EntityEvent::Managed { ticket, response } => {
-                session.on_managed(ticket, response, &mut out)
-            }
+            EntityEvent::Managed { ticket, result } => session.on_managed(ticket, result, &mut out),
             EntityEvent::Settled { ticket, results } => {
                 session.on_settled(ticket, results, &mut out)
             }

@@ -25,9 +25,11 @@ use crate::entity::handle::{
     Command, ConsumerId, Delivery, EntityError, EntityHandle, EventSink, LockRef, Properties,
     Settlement, SubQueue, Ticket,
 };
+use crate::entity::operation::Answer;
 use crate::entity::registry::Registry;
 use crate::message::{self, BATCH_MESSAGE_FORMAT};
-use crate::node::management::{self, Style};
+use crate::node::management;
+use crate::node::response::{self, Style};
 use crate::node::wire;
 use crate::node::{router, Node};
 
@@ -568,7 +570,13 @@ impl Session {
     }
 
     /// The entity answered a management request: send the response.
-    pub fn on_managed(&mut self, ticket: Ticket, response: management::Response, out: &mut Outbox) {
+    pub fn on_managed(
+        &mut self,
+        ticket: Ticket,
+        result: Result<Answer, EntityError>,
+        out: &mut Outbox,
+    ) {
+        let response = management::respond(result);
         let correlation = self.correlations.remove(&ticket.request).flatten();
         let encoded = response.encode(correlation, Style::Management);
         self.send_reply(ticket.link, encoded, out);
@@ -1223,22 +1231,8 @@ fn settled_disposition(delivery_id: u32, state: DeliveryState) -> FrameBody {
 
 /// The AMQP error a client sees for an entity's refusal.
 fn entity_error(error: &EntityError) -> definitions::Error {
-    match error {
-        EntityError::LockLost => {
-            link::custom_error(wire::condition::MESSAGE_LOCK_LOST, error.to_string())
-        }
-        EntityError::Unavailable | EntityError::Storage(_) => {
-            link::amqp_error(AmqpError::InternalError, error.to_string())
-        }
-        EntityError::QuotaExceeded { .. } => {
-            link::amqp_error(AmqpError::ResourceLimitExceeded, error.to_string())
-        }
-        EntityError::NotAllowed(_) => link::amqp_error(AmqpError::NotAllowed, error.to_string()),
-        EntityError::MessageNotFound(..) => {
-            link::custom_error(wire::condition::MESSAGE_NOT_FOUND, error.to_string())
-        }
-        EntityError::Deleted => link::amqp_error(AmqpError::NotFound, error.to_string()),
-    }
+    let (_, condition) = response::status_of(error);
+    link::custom_error(condition, error.to_string())
 }
 
 fn unattached(remote_handle: u32) -> Fault {

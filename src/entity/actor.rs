@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fe2o3_amqp::types::primitives::{Array, Binary, Timestamp, Value};
+use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -25,11 +25,10 @@ use crate::entity::handle::{
     Command, ConsumerId, Delivery, EntityError, EntityEvent, EntityHandle, EventSink, LockRef,
     Properties, Settlement, SubQueue,
 };
+use crate::entity::operation::{Answer, Operation};
 use crate::entity::state::{QueueState, Rules};
 use crate::message;
 use crate::message::{Arrival, DeliveryStamp};
-use crate::node::management::{string_map, Operation, Response};
-use crate::node::wire;
 use crate::store::record::NEVER;
 use crate::store::{Change, EntityLog, Flusher, StoreError};
 
@@ -98,35 +97,14 @@ pub fn spawn(
     Ok(EntityHandle::new(config.name.clone(), tx, deleted))
 }
 
-/// The management response of an entity's refusal (amqp-dialect.md §7.3, §11).
-fn error_response(error: &EntityError) -> Response {
-    match error {
-        EntityError::LockLost => {
-            Response::error(410, wire::condition::MESSAGE_LOCK_LOST, error.to_string())
-        }
-        EntityError::MessageNotFound(..) => {
-            Response::error(404, wire::condition::MESSAGE_NOT_FOUND, error.to_string())
-        }
-        EntityError::QuotaExceeded { .. } => Response::error(
-            403,
-            wire::condition::RESOURCE_LIMIT_EXCEEDED,
-            error.to_string(),
-        ),
-        EntityError::NotAllowed(_) => {
-            Response::error(400, wire::condition::NOT_ALLOWED, error.to_string())
-        }
-        _ => Response::error(500, wire::condition::INTERNAL_ERROR, error.to_string()),
-    }
-}
-
 /// An answer held back until its changes are durable.
-type Answer = (EventSink, EntityEvent);
+type HeldReply = (EventSink, EntityEvent);
 
 /// A flush in flight and what waits for it.
 struct Flushing {
     done: oneshot::Receiver<FlushResult>,
     /// Answers to send once it completes.
-    answers: Vec<Answer>,
+    answers: Vec<HeldReply>,
     /// Messages numbered below this become deliverable once it completes.
     covers_next_seq: i64,
 }
@@ -145,9 +123,9 @@ struct Actor {
     /// Set by the first storage failure; from then on nothing is acknowledged.
     poisoned: Option<String>,
     /// Answers of the batch being applied.
-    answers: Vec<Answer>,
+    answers: Vec<HeldReply>,
     /// Answers whose changes are written but not yet covered by a requested flush.
-    unflushed: Vec<Answer>,
+    unflushed: Vec<HeldReply>,
     /// `auto_delete_on_idle` in ms, if the entity has it.
     auto_delete_ms: Option<i64>,
     /// Shared with every handle: set once the entity is deleted, so that commands it can no
@@ -305,16 +283,12 @@ impl Actor {
                 operation,
                 reply: (ticket, events),
             } => {
-                let response = match &self.poisoned {
-                    Some(error) => Response::error(
-                        500,
-                        wire::condition::INTERNAL_ERROR,
-                        format!("the entity's storage failed: {error}"),
-                    ),
+                let result = match &self.poisoned {
+                    Some(error) => Err(EntityError::Storage(error.clone())),
                     None => self.manage(sub, operation, now),
                 };
                 self.answers
-                    .push((events, EntityEvent::Managed { ticket, response }));
+                    .push((events, EntityEvent::Managed { ticket, result }));
             }
             Command::Unsubscribe { consumer } => self.unsubscribe(consumer),
             Command::ExpireDue { .. } if self.poisoned.is_some() => {}
@@ -427,107 +401,84 @@ impl Actor {
     }
 
     /// Performs a management operation (amqp-dialect.md §7.3).
-    fn manage(&mut self, sub: SubQueue, operation: Operation, now: i64) -> Response {
+    fn manage(
+        &mut self,
+        sub: SubQueue,
+        operation: Operation,
+        now: i64,
+    ) -> Result<Answer, EntityError> {
         match operation {
             Operation::Peek { from, count } => {
                 let peeked = self.queue(sub).peek(from, count);
-                if peeked.is_empty() {
-                    return Response::no_content();
-                }
                 let mut messages = Vec::with_capacity(peeked.len());
                 for (seq, stamp) in peeked {
-                    match self.encoded(sub, seq, &stamp) {
-                        Ok(bytes) => messages.push(string_map(vec![("message", bytes)])),
-                        Err(response) => return response,
-                    }
+                    messages.push(self.encoded(sub, seq, &stamp)?);
                 }
-                Response::ok(vec![("messages", Value::List(messages))])
+                Ok(Answer::Peeked(messages))
             }
             Operation::RenewLock { tokens } => {
-                let mut expirations = Vec::with_capacity(tokens.len());
-                for token in tokens {
-                    match self.queue(sub).renew_lock(token, now) {
-                        Ok(until) => {
-                            expirations.push(Value::Timestamp(Timestamp::from_milliseconds(until)))
-                        }
-                        Err(error) => return error_response(&error),
-                    }
-                }
-                Response::ok(vec![("expirations", Value::Array(Array(expirations)))])
+                let queue = self.queue(sub);
+                let expirations = tokens
+                    .into_iter()
+                    .map(|token| queue.renew_lock(token, now))
+                    .collect::<Result<_, _>>()?;
+                Ok(Answer::Renewed(expirations))
             }
             Operation::ReceiveBySequence { seqs, mode } => {
                 let mut messages = Vec::with_capacity(seqs.len());
                 for seq in seqs {
-                    let delivery = match self.queue(sub).receive_deferred(seq, mode, now) {
-                        Ok(delivery) => delivery,
-                        Err(error) => return error_response(&error),
-                    };
-                    let bytes = match self.encoded(sub, seq, &delivery.stamp) {
-                        Ok(bytes) => bytes,
-                        Err(response) => return response,
-                    };
-                    let token = delivery.lock_token.unwrap_or_default();
-                    messages.push(string_map(vec![
-                        ("lock-token", Value::Uuid(token.into_bytes().into())),
-                        ("message", bytes),
-                    ]));
+                    let delivery = self.queue(sub).receive_deferred(seq, mode, now)?;
+                    let bytes = self.encoded(sub, seq, &delivery.stamp)?;
+                    messages.push((delivery.lock_token.unwrap_or_default(), bytes));
                 }
-                Response::ok(vec![("messages", Value::List(messages))])
+                Ok(Answer::Received(messages))
             }
             Operation::Schedule { messages } => {
                 if sub == SubQueue::DeadLetter {
-                    return error_response(&EntityError::NotAllowed(
+                    return Err(EntityError::NotAllowed(
                         "messages cannot be scheduled on a dead-letter queue",
                     ));
                 }
                 let count = i64::try_from(messages.len()).unwrap_or(i64::MAX);
-                match self.main.enqueue(now, messages) {
-                    Ok(first) => {
-                        let seqs = (first..first + count).map(Value::Long).collect();
-                        Response::ok(vec![("sequence-numbers", Value::Array(Array(seqs)))])
-                    }
-                    Err(error) => error_response(&error),
-                }
+                let first = self.main.enqueue(now, messages)?;
+                Ok(Answer::Scheduled((first..first + count).collect()))
             }
-            Operation::CancelScheduled { seqs } => match self.queue(sub).cancel_scheduled(&seqs) {
-                Ok(()) => Response::ok(Vec::new()),
-                Err(error) => error_response(&error),
-            },
+            Operation::CancelScheduled { seqs } => {
+                self.queue(sub).cancel_scheduled(&seqs)?;
+                Ok(Answer::Done)
+            }
             Operation::UpdateDisposition { tokens, settlement } => {
                 for token in tokens {
-                    let settled = self.queue(sub).settle_by_token(token, &settlement);
-                    match (settled, &settlement) {
-                        (
-                            Ok(seq),
-                            Settlement::Abandon(properties) | Settlement::Defer(properties),
-                        ) => self.set_properties(sub, seq, properties),
-                        (Ok(_), _) => {}
-                        (Err(error), _) => return error_response(&error),
+                    let seq = self.queue(sub).settle_by_token(token, &settlement)?;
+                    if let Settlement::Abandon(properties) | Settlement::Defer(properties) =
+                        &settlement
+                    {
+                        self.set_properties(sub, seq, properties);
                     }
                 }
                 self.move_dead_letters();
-                Response::ok(Vec::new())
+                Ok(Answer::Done)
             }
         }
     }
 
     /// A stored message as the SDKs expect it in management responses: the whole encoded
-    /// message, with the broker's header and annotations, as a binary.
+    /// message, with the broker's header and annotations.
     fn encoded(
         &mut self,
         sub: SubQueue,
         seq: i64,
         stamp: &DeliveryStamp,
-    ) -> Result<Value, Response> {
-        let internal = |error: String| Response::error(500, wire::condition::INTERNAL_ERROR, error);
+    ) -> Result<Bytes, EntityError> {
         let body = self
             .log
             .body(sub, seq)
-            .map_err(|e| internal(e.to_string()))?;
-        let (prefix, tail) = message::splice(&body, stamp).map_err(|e| internal(e.to_string()))?;
+            .map_err(|e| EntityError::Storage(e.to_string()))?;
+        let (prefix, tail) =
+            message::splice(&body, stamp).map_err(|e| EntityError::Storage(e.to_string()))?;
         let mut whole = prefix;
         whole.extend_from_slice(&tail);
-        Ok(Value::Binary(Binary::from(whole)))
+        Ok(Bytes::from(whole))
     }
 
     /// Delivers what the consumer's drain may take now; answers [`EntityEvent::Drained`]

@@ -11,9 +11,8 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
+use crate::entity::operation::{Answer, Operation};
 use crate::message::{Arrival, DeliveryStamp};
-use crate::node::management::{Operation, Response};
-use crate::node::wire;
 use crate::store::record::Record;
 pub use crate::store::SubQueue;
 use fe2o3_amqp::types::primitives::SimpleValue;
@@ -252,8 +251,8 @@ impl Command {
                 reply: (ticket, events),
                 ..
             } => {
-                let response = Response::error(404, wire::condition::NOT_FOUND, error.to_string());
-                let _ = events.send(EntityEvent::Managed { ticket, response });
+                let result = Err(error.clone());
+                let _ = events.send(EntityEvent::Managed { ticket, result });
             }
             Command::Subscribe {
                 consumer, events, ..
@@ -319,12 +318,12 @@ pub enum EntityEvent {
         /// Why ([`EntityError::Deleted`]: `amqp:not-found`).
         error: EntityError,
     },
-    /// A management operation's response.
+    /// A management operation's answer.
     Managed {
         /// The ticket of the request.
         ticket: Ticket,
-        /// The response.
-        response: Response,
+        /// What the entity answers, or why it refused.
+        result: Result<Answer, EntityError>,
     },
     /// A settlement was applied: one result per item, in order.
     Settled {

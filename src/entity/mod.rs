@@ -2,5 +2,6 @@
 
 pub mod actor;
 pub mod handle;
+pub mod operation;
 pub mod registry;
 pub mod state;

@@ -4,12 +4,14 @@
 
 use bytes::Bytes;
 use fe2o3_amqp::types::messaging::{AmqpValue, ApplicationProperties, MessageId, Properties};
-use fe2o3_amqp::types::primitives::{Array, OrderedMap, SimpleValue, Symbol, Value};
+use fe2o3_amqp::types::primitives::{Array, Binary, OrderedMap, SimpleValue, Timestamp, Value};
 use uuid::Uuid;
 
 use crate::encoding;
-use crate::entity::handle::{Properties as AppProperties, ReceiveMode, Settlement};
+use crate::entity::handle::{EntityError, Properties as AppProperties, ReceiveMode, Settlement};
+use crate::entity::operation::{Answer, Operation};
 use crate::message::{self, Arrival, MessageError};
+use crate::node::response::{string_map, Response};
 use crate::node::wire;
 
 /// What a request message says, decoded once.
@@ -84,100 +86,6 @@ impl Request {
             )
         })
     }
-}
-
-/// A response: a status, its description, an error condition on failure, and a body.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Response {
-    /// HTTP-like status code.
-    pub status: i32,
-    /// Human-readable status.
-    pub description: String,
-    /// Error condition symbol, on failures.
-    pub condition: Option<&'static str>,
-    /// The `amqp-value` body, if any.
-    pub body: Option<Value>,
-}
-
-impl Response {
-    /// 200 with a body map.
-    pub fn ok(body: Vec<(&str, Value)>) -> Response {
-        Response {
-            status: 200,
-            description: "OK".into(),
-            condition: None,
-            body: Some(string_map(body)),
-        }
-    }
-
-    /// 204: nothing to return (an empty peek).
-    pub fn no_content() -> Response {
-        Response {
-            status: 204,
-            description: "No Content".into(),
-            condition: None,
-            body: None,
-        }
-    }
-
-    /// A failure with its status, condition and description.
-    pub fn error(status: i32, condition: &'static str, description: impl Into<String>) -> Response {
-        Response {
-            status,
-            description: description.into(),
-            condition: Some(condition),
-            body: None,
-        }
-    }
-
-    /// 400 with `com.microsoft:argument-error`.
-    pub fn bad_request(description: impl Into<String>) -> Response {
-        Response::error(400, wire::condition::ARGUMENT_ERROR, description)
-    }
-
-    /// The encoded response message. Management uses `statusCode`, CBS `status-code`.
-    pub fn encode(&self, correlation: Option<MessageId>, style: Style) -> Bytes {
-        let (code_key, description_key) = match style {
-            Style::Management => ("statusCode", "statusDescription"),
-            Style::Cbs => ("status-code", "status-description"),
-        };
-        let properties = Properties {
-            correlation_id: correlation,
-            ..Properties::default()
-        };
-        let mut app = ApplicationProperties::default();
-        app.0.insert(code_key.into(), SimpleValue::Int(self.status));
-        app.0.insert(
-            description_key.into(),
-            SimpleValue::String(self.description.clone()),
-        );
-        if let Some(condition) = self.condition {
-            app.0.insert(
-                "errorCondition".into(),
-                SimpleValue::Symbol(Symbol::from(condition)),
-            );
-        }
-        let body = AmqpValue(self.body.clone().unwrap_or(Value::Null));
-        let mut out = Vec::new();
-        for part in [
-            serde_amqp::to_vec(&properties),
-            serde_amqp::to_vec(&app),
-            serde_amqp::to_vec(&body),
-        ] {
-            // Encoding values the broker built itself cannot fail.
-            out.extend(part.unwrap_or_default());
-        }
-        Bytes::from(out)
-    }
-}
-
-/// Which application-property names a response uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Style {
-    /// `$management`: `statusCode`, `statusDescription`.
-    Management,
-    /// `$cbs`: `status-code`, `status-description`.
-    Cbs,
 }
 
 /// Token types a `put-token` may carry (amqp-dialect.md §2.2).
@@ -255,45 +163,44 @@ fn value_kind(value: &Value) -> &'static str {
     }
 }
 
-/// A management operation the entity performs.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Operation {
-    /// `peek-message`.
-    Peek {
-        /// First sequence number to look at.
-        from: i64,
-        /// How many messages at most.
-        count: usize,
-    },
-    /// `renew-lock`.
-    RenewLock {
-        /// The locks to extend.
-        tokens: Vec<Uuid>,
-    },
-    /// `receive-by-sequence-number` (deferred messages).
-    ReceiveBySequence {
-        /// The deferred messages to take.
-        seqs: Vec<i64>,
-        /// Locked, or deleted on receipt.
-        mode: ReceiveMode,
-    },
-    /// `schedule-message`: store messages until their `x-opt-scheduled-enqueue-time`.
-    Schedule {
-        /// The messages, each carrying its scheduled enqueue time.
-        messages: Vec<Arrival>,
-    },
-    /// `cancel-scheduled-message`.
-    CancelScheduled {
-        /// The scheduled messages to delete.
-        seqs: Vec<i64>,
-    },
-    /// `update-disposition`.
-    UpdateDisposition {
-        /// The locks to settle.
-        tokens: Vec<Uuid>,
-        /// What to do with them.
-        settlement: Settlement,
-    },
+/// The response to an operation the entity performed (amqp-dialect.md §7.3), or refused.
+pub fn respond(result: Result<Answer, EntityError>) -> Response {
+    let binary = |bytes: Bytes| Value::Binary(Binary::from(bytes.to_vec()));
+    match result {
+        Err(error) => Response::refusal(&error),
+        Ok(Answer::Peeked(messages)) if messages.is_empty() => Response::no_content(),
+        Ok(Answer::Peeked(messages)) => {
+            let messages = messages
+                .into_iter()
+                .map(|message| string_map(vec![("message", binary(message))]))
+                .collect();
+            Response::ok(vec![("messages", Value::List(messages))])
+        }
+        Ok(Answer::Renewed(expirations)) => {
+            let expirations = expirations
+                .into_iter()
+                .map(|until| Value::Timestamp(Timestamp::from_milliseconds(until)))
+                .collect();
+            Response::ok(vec![("expirations", Value::Array(Array(expirations)))])
+        }
+        Ok(Answer::Received(messages)) => {
+            let messages = messages
+                .into_iter()
+                .map(|(token, message)| {
+                    string_map(vec![
+                        ("lock-token", Value::Uuid(token.into_bytes().into())),
+                        ("message", binary(message)),
+                    ])
+                })
+                .collect();
+            Response::ok(vec![("messages", Value::List(messages))])
+        }
+        Ok(Answer::Scheduled(seqs)) => {
+            let seqs = seqs.into_iter().map(Value::Long).collect();
+            Response::ok(vec![("sequence-numbers", Value::Array(Array(seqs)))])
+        }
+        Ok(Answer::Done) => Response::ok(Vec::new()),
+    }
 }
 
 /// Reads a management request into an [`Operation`], or the response that refuses it.
@@ -461,18 +368,11 @@ fn missing(key: &str, what: &str) -> Response {
     Response::bad_request(format!("the request needs '{key}' as {what}"))
 }
 
-/// A map with string keys, as the SDKs require in responses.
-pub fn string_map(entries: Vec<(&str, Value)>) -> Value {
-    let mut map = OrderedMap::new();
-    for (key, value) in entries {
-        map.insert(Value::String(key.to_string()), value);
-    }
-    Value::Map(map)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::node::response::Style;
+    use fe2o3_amqp::types::primitives::Symbol;
 
     fn request(operation: &str, body: Vec<(&str, Value)>) -> Request {
         Request {

@@ -2,6 +2,7 @@
 //! `<entity>/$management`) and the Service Bus wire names.
 
 pub mod management;
+pub mod response;
 pub mod router;
 pub mod wire;
 

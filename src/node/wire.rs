@@ -46,6 +46,8 @@ pub mod condition {
     pub const MESSAGE_NOT_FOUND: &str = "com.microsoft:message-not-found";
     /// The entity is full.
     pub const RESOURCE_LIMIT_EXCEEDED: &str = "amqp:resource-limit-exceeded";
+    /// The broker cannot serve the request now (it is stopping); clients retry.
+    pub const SERVER_BUSY: &str = "com.microsoft:server-busy";
     /// The entity does not exist (any more).
     pub const NOT_FOUND: &str = "amqp:not-found";
 }

@@ -1,0 +1,67 @@
+//! What an entity does for a management request (amqp-dialect.md §7.3) and what it answers,
+//! as entity-level values: the node layer reads requests into an [`Operation`] and writes an
+//! [`Answer`] (or an [`EntityError`](crate::entity::handle::EntityError)) back onto the wire.
+
+use bytes::Bytes;
+use uuid::Uuid;
+
+use crate::entity::handle::{ReceiveMode, Settlement};
+use crate::message::Arrival;
+
+/// A management operation the entity performs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Operation {
+    /// `peek-message`.
+    Peek {
+        /// First sequence number to look at.
+        from: i64,
+        /// How many messages at most.
+        count: usize,
+    },
+    /// `renew-lock`.
+    RenewLock {
+        /// The locks to extend.
+        tokens: Vec<Uuid>,
+    },
+    /// `receive-by-sequence-number` (deferred messages).
+    ReceiveBySequence {
+        /// The deferred messages to take.
+        seqs: Vec<i64>,
+        /// Locked, or deleted on receipt.
+        mode: ReceiveMode,
+    },
+    /// `schedule-message`: store messages until their `x-opt-scheduled-enqueue-time`.
+    Schedule {
+        /// The messages, each carrying its scheduled enqueue time.
+        messages: Vec<Arrival>,
+    },
+    /// `cancel-scheduled-message`.
+    CancelScheduled {
+        /// The scheduled messages to delete.
+        seqs: Vec<i64>,
+    },
+    /// `update-disposition`.
+    UpdateDisposition {
+        /// The locks to settle.
+        tokens: Vec<Uuid>,
+        /// What to do with them.
+        settlement: Settlement,
+    },
+}
+
+/// What an entity answers a successful [`Operation`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// Peeked messages, each whole and encoded as a delivery would carry it (none: nothing
+    /// from that sequence number on).
+    Peeked(Vec<Bytes>),
+    /// The new lock expiries (ms since the Unix epoch), in the order of the tokens.
+    Renewed(Vec<i64>),
+    /// Deferred messages taken: each lock token (nil in receive-and-delete) and the whole
+    /// encoded message.
+    Received(Vec<(Uuid, Bytes)>),
+    /// The sequence numbers of the scheduled messages, in order.
+    Scheduled(Vec<i64>),
+    /// Done; nothing to return.
+    Done,
+}

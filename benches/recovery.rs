@@ -8,7 +8,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use tidebus::config::{Config, Durability};
 use tidebus::store::record::{MessageState, Record, NEVER};
-use tidebus::store::{Change, Store, SubQueue};
+use tidebus::store::{Change, LaneId, Store};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -36,7 +36,7 @@ fn main() -> Result<(), BoxError> {
         let mut seq = 1;
         while seq <= messages {
             let end = (seq + 1000).min(messages + 1);
-            let mut changes: Vec<(SubQueue, Change)> = (seq..end)
+            let mut changes: Vec<(LaneId, Change)> = (seq..end)
                 .map(|s| {
                     let put = Change::Put {
                         seq: s,
@@ -50,10 +50,10 @@ fn main() -> Result<(), BoxError> {
                         },
                         body: body.clone(),
                     };
-                    (SubQueue::Main, put)
+                    (LaneId::MAIN, put)
                 })
                 .collect();
-            changes.push((SubQueue::Main, Change::NextSeq(end)));
+            changes.push((LaneId::MAIN, Change::NextSeq(end)));
             log.write(changes)?;
             seq = end;
         }
@@ -65,7 +65,7 @@ fn main() -> Result<(), BoxError> {
     );
     let started = Instant::now();
     let store = Store::open(&config)?;
-    let recovered = store.log("bench")?.recover(SubQueue::Main)?;
+    let recovered = store.log("bench")?.recover(LaneId::MAIN)?;
     let elapsed = started.elapsed();
     println!(
         "recovery: {} messages, next sequence number {}, in {elapsed:.2?}",

@@ -22,8 +22,8 @@ use crate::amqp::link::{
     self, Incoming, Link, LinkKind, Outgoing, Partial, Replies, SENDER_CREDIT,
 };
 use crate::entity::handle::{
-    Command, ConsumerId, Delivery, EntityError, EntityHandle, EventSink, LockRef, Properties,
-    Settlement, SubQueue, Ticket,
+    Command, ConsumerId, Delivery, EntityError, EntityHandle, EventSink, LaneId, LockRef,
+    Properties, Settlement, Ticket,
 };
 use crate::entity::operation::Answer;
 use crate::entity::registry::Registry;
@@ -239,14 +239,14 @@ impl Session {
                     waiting: VecDeque::new(),
                 })
             }
-            (Role::Receiver, Node::Entity(entity, sub)) => {
+            (Role::Receiver, Node::Entity(entity, lane)) => {
                 let consumer = ConsumerId(link_id);
                 let mode = link::receive_mode(&attach);
                 out.posts.push((
                     entity.clone(),
-                    Command::Subscribe {
+                    Command::AddConsumer {
                         consumer,
-                        sub,
+                        lane,
                         mode,
                         window: ctx.consumer_window,
                         events: ctx.events.clone(),
@@ -542,7 +542,7 @@ impl Session {
                 let encoded = response.encode(request.message_id, Style::Cbs);
                 self.send_reply(reply_link, encoded, out);
             }
-            Node::Management(entity, sub) => match management::parse(&request) {
+            Node::Management(entity, lane) => match management::parse(&request) {
                 Ok(operation) => {
                     let number = self.next_request;
                     self.next_request += 1;
@@ -554,7 +554,7 @@ impl Session {
                     out.posts.push((
                         entity.clone(),
                         Command::Manage {
-                            sub: *sub,
+                            lane: *lane,
                             operation,
                             reply: (ticket, events.clone()),
                         },
@@ -997,7 +997,7 @@ impl Session {
                 .retain(|_, unsettled| unsettled.link_id != link_id);
             out.posts.push((
                 outgoing.entity,
-                Command::Unsubscribe {
+                Command::RemoveConsumer {
                     consumer: outgoing.consumer,
                 },
             ));
@@ -1092,7 +1092,7 @@ fn resolve(attach: &Attach, registry: &Registry) -> Result<Node, definitions::Er
     let address = address
         .ok_or_else(|| link::amqp_error(AmqpError::InvalidField, "the attach names no address"))?;
     let node = router::route(registry, &address).ok_or_else(|| link::not_found(&address))?;
-    if let (Role::Sender, Node::Entity(_, SubQueue::DeadLetter)) = (&attach.role, &node) {
+    if let (Role::Sender, Node::Entity(_, LaneId::DEAD_LETTER)) = (&attach.role, &node) {
         return Err(link::amqp_error(
             AmqpError::NotAllowed,
             format!(

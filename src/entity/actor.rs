@@ -1,4 +1,4 @@
-//! The entity task: owns a [`QueueState`] and its log, drains its mailbox in batches, writes
+//! The entity task: owns an [`EntityCore`] and its log, drains its mailbox in batches, writes
 //! each batch's changes at once, and answers senders only after the durability point
 //! (design.md D2, D4, D5). Its clock work (lock expiry, scheduled activation, expiry) runs on
 //! every turn; the sweeper's and the reaper's ticks only wake it.
@@ -21,16 +21,17 @@ use tracing::Instrument;
 
 use crate::clock::{millis, now_ms};
 use crate::config::QueueConfig;
+use crate::entity::core::EntityCore;
 use crate::entity::handle::{
-    Command, ConsumerId, Delivery, EntityError, EntityEvent, EntityHandle, EventSink, LockRef,
-    Properties, Settlement, SubQueue,
+    Command, ConsumerId, Delivery, EntityError, EntityEvent, EntityHandle, EventSink, LaneId,
+    LockRef, Properties, Settlement,
 };
 use crate::entity::operation::{Answer, Operation};
-use crate::entity::state::{QueueState, Rules};
+use crate::entity::queue::Rules;
 use crate::message;
 use crate::message::{Arrival, DeliveryStamp};
 use crate::store::record::NEVER;
-use crate::store::{Change, EntityLog, Flusher, StoreError};
+use crate::store::{EntityLog, Flusher, StoreError};
 
 /// Mailbox capacity: senders wait (backpressure) when this many commands are queued.
 const MAILBOX: usize = 4096;
@@ -66,21 +67,20 @@ pub fn spawn(
     let lock_duration_ms = millis(config.lock_duration);
     let rules = Rules {
         lock_duration_ms,
-        max_size_bytes: config.max_size_in_megabytes.saturating_mul(1024 * 1024),
         max_delivery_count: config.max_delivery_count,
         dead_letter_allowed: true,
         default_ttl_ms: config.default_message_time_to_live.map_or(NEVER, millis),
         expires: true,
         dead_letter_on_expiry: config.dead_lettering_on_message_expiration,
     };
-    let main = QueueState::recover(rules, log.recover(SubQueue::Main)?);
-    let dead_letters = QueueState::recover(
-        Rules::dead_letter_queue(lock_duration_ms),
-        log.recover(SubQueue::DeadLetter)?,
+    let core = EntityCore::queue(
+        rules,
+        config.max_size_in_megabytes.saturating_mul(1024 * 1024),
+        log.recover(LaneId::MAIN)?,
+        log.recover(LaneId::DEAD_LETTER)?,
     );
     let actor = Actor {
-        main,
-        dead_letters,
+        core,
         log,
         commit,
         consumers: HashMap::new(),
@@ -111,15 +111,14 @@ struct Flushing {
 
 type FlushResult = Result<(), StoreError>;
 
-/// One entity: the queue and its dead-letter queue, owned together so that dead-lettering a
-/// message (delete here, store there) is one atomic write of one tree.
+/// One entity: all its lanes owned together, so that dead-lettering a message (delete here,
+/// store there) is one atomic write of one tree.
 struct Actor {
-    main: QueueState,
-    dead_letters: QueueState,
+    core: EntityCore,
     log: EntityLog,
     commit: Commit,
-    /// Which queue each consumer reads and where its deliveries go.
-    consumers: HashMap<ConsumerId, (SubQueue, EventSink)>,
+    /// Where each consumer's deliveries go (the core knows its lane).
+    consumers: HashMap<ConsumerId, EventSink>,
     /// Set by the first storage failure; from then on nothing is acknowledged.
     poisoned: Option<String>,
     /// Answers of the batch being applied.
@@ -143,11 +142,7 @@ impl Actor {
         let mut batch = Vec::with_capacity(BATCH);
         let mut flushing: Option<Flushing> = None;
         loop {
-            let next = [
-                self.main.next_deadline_ms(),
-                self.dead_letters.next_deadline_ms(),
-            ];
-            let deadline = next.into_iter().flatten().min().map(|at| {
+            let deadline = self.core.next_deadline_ms().map(|at| {
                 let wait = u64::try_from(at.saturating_sub(now_ms())).unwrap_or(0);
                 Instant::now() + Duration::from_millis(wait)
             });
@@ -179,17 +174,16 @@ impl Actor {
                 let _ = reply.send(false);
             }
             // Write before dispatching, so the bytes of messages just sent can be read back.
-            self.persist_and_publish();
+            self.persist_and_reveal();
             if self.poisoned.is_none() {
                 let now = now_ms();
-                let mut deliveries = self.main.dispatch(now);
-                deliveries.extend(self.dead_letters.dispatch(now));
+                let deliveries = self.core.dispatch(now);
                 self.hand_out(deliveries);
                 self.persist();
             }
             self.release_answers();
             let waiting =
-                !self.unflushed.is_empty() || self.main.has_unpublished() || self.log.has_staged();
+                !self.unflushed.is_empty() || self.core.has_unrevealed() || self.log.has_staged();
             if flushing.is_none() && waiting && matches!(self.commit, Commit::AfterFlush(_)) {
                 self.commit_log();
                 flushing = self.request_flush();
@@ -203,11 +197,7 @@ impl Actor {
                 .unwrap_or_else(|_| Err(flusher_gone()));
             self.on_flushed(result, pending);
         }
-        tracing::debug!(
-            messages = self.main.len(),
-            dead_letters = self.dead_letters.len(),
-            "entity stopped"
-        );
+        tracing::debug!(messages = self.core.len(), "entity stopped");
     }
 
     fn apply(&mut self, command: Command, now: i64) {
@@ -218,32 +208,37 @@ impl Actor {
             Command::Send { messages, reply } => {
                 let result = match &self.poisoned {
                     Some(error) => Err(EntityError::Storage(error.clone())),
-                    None => self.main.enqueue(now, messages).map(|_| ()),
+                    None => self.core.enqueue(now, messages).map(|_| ()),
                 };
                 if let Some((ticket, events)) = reply {
                     self.answers
                         .push((events, EntityEvent::Sent { ticket, result }));
                 }
             }
-            Command::Subscribe {
+            Command::AddConsumer {
                 consumer,
-                sub,
+                lane,
                 mode,
                 window,
                 events,
-            } => {
-                self.queue(sub).subscribe(consumer, mode, window);
-                self.consumers.insert(consumer, (sub, events));
-            }
+            } => match self.core.add_consumer(consumer, lane, mode, window) {
+                Ok(()) => {
+                    self.consumers.insert(consumer, events);
+                }
+                Err(error) => {
+                    let _ = events.send(EntityEvent::Gone { consumer, error });
+                }
+            },
             Command::Credit { consumer, delta } => {
-                if let Some(queue) = self.queue_of(consumer) {
+                if let Some(queue) = self.core.lane_of(consumer) {
                     queue.add_credit(consumer, delta);
                 }
             }
             Command::Drain { consumer } => self.drain(consumer, now),
             Command::Forwarded { consumer, bytes } => {
                 let draining = self
-                    .queue_of(consumer)
+                    .core
+                    .lane_of(consumer)
                     .is_some_and(|queue| queue.forwarded(consumer, bytes));
                 if draining {
                     self.drain(consumer, now);
@@ -272,31 +267,31 @@ impl Actor {
                 );
                 let consumer = delivery.consumer;
                 let draining = self
-                    .queue_of(consumer)
+                    .core
+                    .lane_of(consumer)
                     .is_some_and(|queue| queue.give_back(delivery));
                 if draining {
                     self.drain(consumer, now);
                 }
             }
             Command::Manage {
-                sub,
+                lane,
                 operation,
                 reply: (ticket, events),
             } => {
                 let result = match &self.poisoned {
                     Some(error) => Err(EntityError::Storage(error.clone())),
-                    None => self.manage(sub, operation, now),
+                    None => self.manage(lane, operation, now),
                 };
                 self.answers
                     .push((events, EntityEvent::Managed { ticket, result }));
             }
-            Command::Unsubscribe { consumer } => self.unsubscribe(consumer),
+            Command::RemoveConsumer { consumer } => self.unsubscribe(consumer),
             Command::ExpireDue { .. } if self.poisoned.is_some() => {}
             Command::ExpireDue { now_ms } => {
-                self.main.expire_due(now_ms);
+                self.core.expire_due(now_ms);
                 self.move_dead_letters();
-                self.main.release_spare_capacity();
-                self.dead_letters.release_spare_capacity();
+                self.core.release_spare_capacity();
                 // The sweeper's tick is also the log's housekeeping turn.
                 if let Err(error) = self.log.compact() {
                     self.poison(&error);
@@ -317,23 +312,22 @@ impl Actor {
         if self.poisoned.is_some() {
             return;
         }
-        self.main.expire_locks(now);
-        self.dead_letters.expire_locks(now);
+        self.core.expire_locks(now);
         self.activate_due(now);
-        self.main.expire_due(now);
+        self.core.expire_due(now);
         self.move_dead_letters();
     }
 
     /// Activates the scheduled messages that are due, a bounded number per turn; each keeps
     /// its bytes and its own time to live, counted from now.
     fn activate_due(&mut self, now: i64) {
-        let due = self.main.due_scheduled(now, ACTIVATIONS_PER_TURN);
+        let due = self.core.due_scheduled(now, ACTIVATIONS_PER_TURN);
         if due.is_empty() {
             return;
         }
         let mut activated = Vec::with_capacity(due.len());
         for seq in due {
-            let bytes = match self.log.body(SubQueue::Main, seq) {
+            let bytes = match self.log.body(LaneId::MAIN, seq) {
                 Ok(bytes) => bytes,
                 Err(error) => return self.poison(&error),
             };
@@ -345,7 +339,7 @@ impl Actor {
             activated.push((seq, arrival));
         }
         tracing::debug!(count = activated.len(), "scheduled messages activated");
-        self.main.activate(now, activated);
+        self.core.activate(now, activated);
     }
 
     /// Whether the entity may be deleted for idleness: it has `auto_delete_on_idle`, nothing
@@ -354,9 +348,8 @@ impl Actor {
     fn is_idle(&self, now: i64) -> bool {
         self.auto_delete_ms.is_some_and(|idle| {
             now.saturating_sub(self.last_active_ms) >= idle
-                && !self.main.has_scheduled()
-                && !self.main.has_waiting_consumer()
-                && !self.dead_letters.has_waiting_consumer()
+                && !self.core.has_scheduled()
+                && !self.core.has_waiting_consumer()
         })
     }
 
@@ -383,7 +376,7 @@ impl Actor {
         while let Ok(command) = mailbox.try_recv() {
             command.refuse(&EntityError::Deleted);
         }
-        for (consumer, (_, events)) in self.consumers.drain() {
+        for (consumer, events) in self.consumers.drain() {
             let _ = events.send(EntityEvent::Gone {
                 consumer,
                 error: EntityError::Deleted,
@@ -391,8 +384,7 @@ impl Actor {
         }
         match self.log.destroy() {
             Ok(()) => tracing::info!(
-                messages = self.main.len(),
-                dead_letters = self.dead_letters.len(),
+                messages = self.core.len(),
                 "deleted after being idle (auto_delete_on_idle)"
             ),
             Err(error) => tracing::error!(%error, "deleted, but its messages could not be dropped"),
@@ -403,21 +395,21 @@ impl Actor {
     /// Performs a management operation (amqp-dialect.md §7.3).
     fn manage(
         &mut self,
-        sub: SubQueue,
+        lane: LaneId,
         operation: Operation,
         now: i64,
     ) -> Result<Answer, EntityError> {
         match operation {
             Operation::Peek { from, count } => {
-                let peeked = self.queue(sub).peek(from, count);
+                let peeked = self.core.lane(lane)?.peek(from, count);
                 let mut messages = Vec::with_capacity(peeked.len());
                 for (seq, stamp) in peeked {
-                    messages.push(self.encoded(sub, seq, &stamp)?);
+                    messages.push(self.encoded(lane, seq, &stamp)?);
                 }
                 Ok(Answer::Peeked(messages))
             }
             Operation::RenewLock { tokens } => {
-                let queue = self.queue(sub);
+                let queue = self.core.lane(lane)?;
                 let expirations = tokens
                     .into_iter()
                     .map(|token| queue.renew_lock(token, now))
@@ -427,33 +419,33 @@ impl Actor {
             Operation::ReceiveBySequence { seqs, mode } => {
                 let mut messages = Vec::with_capacity(seqs.len());
                 for seq in seqs {
-                    let delivery = self.queue(sub).receive_deferred(seq, mode, now)?;
-                    let bytes = self.encoded(sub, seq, &delivery.stamp)?;
+                    let delivery = self.core.lane(lane)?.receive_deferred(seq, mode, now)?;
+                    let bytes = self.encoded(lane, seq, &delivery.stamp)?;
                     messages.push((delivery.lock_token.unwrap_or_default(), bytes));
                 }
                 Ok(Answer::Received(messages))
             }
             Operation::Schedule { messages } => {
-                if sub == SubQueue::DeadLetter {
+                if lane == LaneId::DEAD_LETTER {
                     return Err(EntityError::NotAllowed(
                         "messages cannot be scheduled on a dead-letter queue",
                     ));
                 }
                 let count = i64::try_from(messages.len()).unwrap_or(i64::MAX);
-                let first = self.main.enqueue(now, messages)?;
+                let first = self.core.enqueue(now, messages)?;
                 Ok(Answer::Scheduled((first..first + count).collect()))
             }
             Operation::CancelScheduled { seqs } => {
-                self.queue(sub).cancel_scheduled(&seqs)?;
+                self.core.cancel_scheduled(&seqs)?;
                 Ok(Answer::Done)
             }
             Operation::UpdateDisposition { tokens, settlement } => {
                 for token in tokens {
-                    let seq = self.queue(sub).settle_by_token(token, &settlement)?;
+                    let seq = self.core.lane(lane)?.settle_by_token(token, &settlement)?;
                     if let Settlement::Abandon(properties) | Settlement::Defer(properties) =
                         &settlement
                     {
-                        self.set_properties(sub, seq, properties);
+                        self.set_properties(lane, seq, properties);
                     }
                 }
                 self.move_dead_letters();
@@ -466,13 +458,13 @@ impl Actor {
     /// message, with the broker's header and annotations.
     fn encoded(
         &mut self,
-        sub: SubQueue,
+        lane: LaneId,
         seq: i64,
         stamp: &DeliveryStamp,
     ) -> Result<Bytes, EntityError> {
         let body = self
             .log
-            .body(sub, seq)
+            .body(lane, seq)
             .map_err(|e| EntityError::Storage(e.to_string()))?;
         let (prefix, tail) =
             message::splice(&body, stamp).map_err(|e| EntityError::Storage(e.to_string()))?;
@@ -486,39 +478,24 @@ impl Actor {
     /// connection forwards bytes).
     fn drain(&mut self, consumer: ConsumerId, now: i64) {
         // Messages sent earlier in this batch count as there.
-        self.persist_and_publish();
+        self.persist_and_reveal();
         let poisoned = self.poisoned.is_some();
-        let (deliveries, finished) = match (poisoned, self.queue_of(consumer)) {
+        let (deliveries, finished) = match (poisoned, self.core.lane_of(consumer)) {
             (false, Some(queue)) => queue.drain(consumer, now),
             _ => (Vec::new(), true),
         };
         self.hand_out(deliveries);
         if finished {
-            if let Some((_, events)) = self.consumers.get(&consumer) {
+            if let Some(events) = self.consumers.get(&consumer) {
                 let _ = events.send(EntityEvent::Drained { consumer });
             }
         }
     }
 
-    fn queue(&mut self, sub: SubQueue) -> &mut QueueState {
-        match sub {
-            SubQueue::Main => &mut self.main,
-            SubQueue::DeadLetter => &mut self.dead_letters,
-        }
-    }
-
-    /// The queue a consumer reads, if it is subscribed.
-    fn queue_of(&mut self, consumer: ConsumerId) -> Option<&mut QueueState> {
-        let (sub, _) = self.consumers.get(&consumer)?;
-        let sub = *sub;
-        Some(self.queue(sub))
-    }
-
     /// Removes a consumer; its locks stay until they expire.
     fn unsubscribe(&mut self, consumer: ConsumerId) {
-        if let Some((sub, _)) = self.consumers.remove(&consumer) {
-            self.queue(sub).unsubscribe(consumer);
-        }
+        self.consumers.remove(&consumer);
+        self.core.remove_consumer(consumer);
     }
 
     /// Applies one settlement; properties to modify rewrite the message's bytes.
@@ -531,44 +508,47 @@ impl Actor {
         if let Some(error) = &self.poisoned {
             return Err(EntityError::Storage(error.clone()));
         }
-        let sub = self
-            .consumers
-            .get(&consumer)
-            .map(|(sub, _)| *sub)
-            .ok_or(EntityError::LockLost)?;
-        let result = self.queue(sub).settle(consumer, lock, settlement);
+        let result = self.core.settle(consumer, lock, settlement);
         match (&result, settlement) {
-            (Ok(()), Settlement::Abandon(properties) | Settlement::Defer(properties)) => {
-                self.set_properties(sub, lock.seq, properties);
+            (Ok(lane), Settlement::Abandon(properties) | Settlement::Defer(properties)) => {
+                self.set_properties(*lane, lock.seq, properties);
             }
             (Err(error), _) => {
                 tracing::debug!(consumer = consumer.0, seq = lock.seq, %error, "settlement refused");
             }
             _ => {}
         }
-        result
+        result.map(|_| ())
     }
 
     /// Rewrites a stored message with new application properties.
-    fn set_properties(&mut self, sub: SubQueue, seq: i64, properties: &Properties) {
+    fn set_properties(&mut self, lane: LaneId, seq: i64, properties: &Properties) {
         if properties.is_empty() {
             return;
         }
-        let body = match self.log.body(sub, seq) {
+        let body = match self.log.body(lane, seq) {
             Ok(body) => body,
             Err(error) => return self.poison(&error),
         };
         match message::set_application_properties(&body, properties) {
-            Ok(changed) => self.queue(sub).replace_body(seq, changed),
+            Ok(changed) => {
+                if let Ok(lane) = self.core.lane(lane) {
+                    lane.replace_body(seq, changed);
+                }
+            }
             Err(error) => tracing::warn!(seq, %error, "properties to modify not applied"),
         }
     }
 
-    /// Moves the messages the queue dead-lettered into the dead-letter queue, stamped with
+    /// Moves the messages the lanes dead-lettered into their dead-letter lanes, stamped with
     /// their reason; written in the same batch as their removal.
     fn move_dead_letters(&mut self) {
-        for dead in self.main.take_dead_letters() {
-            let body = match self.log.body(SubQueue::Main, dead.seq) {
+        for (to, dead) in self.core.take_dead_letters() {
+            let from = LaneId {
+                dead_letter: false,
+                ..to
+            };
+            let body = match self.log.body(from, dead.seq) {
                 Ok(body) => body,
                 Err(error) => return self.poison(&error),
             };
@@ -579,8 +559,8 @@ impl Actor {
                 },
             );
             tracing::debug!(seq = dead.seq, "dead-lettered");
-            self.dead_letters
-                .accept_dead_letter(dead.seq, dead.record, body);
+            self.core
+                .accept_dead_letter(to, dead.seq, dead.record, body);
         }
     }
 
@@ -592,10 +572,13 @@ impl Actor {
         }
         for mut delivery in deliveries {
             let consumer = delivery.consumer;
-            let Some((sub, events)) = self.consumers.get(&consumer) else {
+            let (Some(lane), Some(events)) = (
+                self.core.lane_id_of(consumer),
+                self.consumers.get(&consumer),
+            ) else {
                 continue;
             };
-            match self.log.body(*sub, delivery.seq) {
+            match self.log.body(lane, delivery.seq) {
                 Ok(bytes) => delivery.bytes = bytes,
                 Err(error) => return self.poison(&error),
             }
@@ -608,20 +591,7 @@ impl Actor {
     /// Stages the turn's changes in the log; `sync` entities write them just before asking
     /// for a flush, the others at once. A failure poisons the entity.
     fn persist(&mut self) {
-        let moves = self.main.journal_moves() || self.dead_letters.journal_moves();
-        let mut changes: Vec<(SubQueue, Change)> = Vec::new();
-        changes.extend(
-            self.main
-                .take_changes()
-                .into_iter()
-                .map(|c| (SubQueue::Main, c)),
-        );
-        changes.extend(
-            self.dead_letters
-                .take_changes()
-                .into_iter()
-                .map(|c| (SubQueue::DeadLetter, c)),
-        );
+        let (changes, moves) = self.core.take_changes();
         if changes.is_empty() || self.poisoned.is_some() {
             return;
         }
@@ -638,7 +608,7 @@ impl Actor {
             (Commit::AfterFlush(flusher), None) => Some(Flushing {
                 done: flusher.request(),
                 answers: std::mem::take(&mut self.unflushed),
-                covers_next_seq: self.main.next_seq(),
+                covers_next_seq: self.core.next_seq(),
             }),
             _ => {
                 self.release_answers();
@@ -658,10 +628,10 @@ impl Actor {
     }
 
     /// Writes the journal; without a flush to wait for, what is written may be delivered.
-    fn persist_and_publish(&mut self) {
+    fn persist_and_reveal(&mut self) {
         self.persist();
         if let (Commit::AfterWrite(_), None) = (&self.commit, &self.poisoned) {
-            self.main.publish_up_to(self.main.next_seq());
+            self.core.reveal_up_to(self.core.next_seq());
         }
     }
 
@@ -686,7 +656,7 @@ impl Actor {
 
     fn on_flushed(&mut self, result: FlushResult, flushed: Flushing) {
         match result {
-            Ok(()) => self.main.publish_up_to(flushed.covers_next_seq),
+            Ok(()) => self.core.reveal_up_to(flushed.covers_next_seq),
             Err(error) => self.poison(&error),
         }
         for (sink, event) in flushed.answers {

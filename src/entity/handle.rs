@@ -14,7 +14,7 @@ use uuid::Uuid;
 use crate::entity::operation::{Answer, Operation};
 use crate::message::{Arrival, DeliveryStamp};
 use crate::store::record::Record;
-pub use crate::store::SubQueue;
+pub use crate::store::LaneId;
 use fe2o3_amqp::types::primitives::SimpleValue;
 
 /// Identifies one consumer (a client receiver link) across the whole broker.
@@ -125,11 +125,11 @@ pub enum Command {
         reply: Option<(Ticket, EventSink)>,
     },
     /// Register a consumer with no credit.
-    Subscribe {
+    AddConsumer {
         /// The consumer's id.
         consumer: ConsumerId,
         /// The queue itself or its dead-letter queue.
-        sub: SubQueue,
+        lane: LaneId,
         /// Peek-lock or receive-and-delete.
         mode: ReceiveMode,
         /// Message bytes the consumer may have in flight: delivered by the entity, not yet
@@ -178,7 +178,7 @@ pub enum Command {
     /// [`EntityEvent::Managed`].
     Manage {
         /// Which queue.
-        sub: SubQueue,
+        lane: LaneId,
         /// The operation.
         operation: Operation,
         /// Where to answer.
@@ -187,7 +187,7 @@ pub enum Command {
     /// Remove a consumer. Its locks stay until they expire, as in Service Bus: the messages
     /// come back (with a counted delivery) only then, and can be settled by lock token until
     /// then.
-    Unsubscribe {
+    RemoveConsumer {
         /// The consumer.
         consumer: ConsumerId,
     },
@@ -216,10 +216,10 @@ impl Command {
             | Command::Settle { .. }
             | Command::Manage { .. } => true,
             Command::Credit { delta, .. } => *delta > 0,
-            Command::Subscribe { .. }
+            Command::AddConsumer { .. }
             | Command::Forwarded { .. }
             | Command::GiveBack { .. }
-            | Command::Unsubscribe { .. }
+            | Command::RemoveConsumer { .. }
             | Command::ExpireDue { .. }
             | Command::ReapIfIdle { .. } => false,
         }
@@ -254,7 +254,7 @@ impl Command {
                 let result = Err(error.clone());
                 let _ = events.send(EntityEvent::Managed { ticket, result });
             }
-            Command::Subscribe {
+            Command::AddConsumer {
                 consumer, events, ..
             } => {
                 let _ = events.send(EntityEvent::Gone {
@@ -268,7 +268,7 @@ impl Command {
             | Command::Credit { .. }
             | Command::Forwarded { .. }
             | Command::GiveBack { .. }
-            | Command::Unsubscribe { .. }
+            | Command::RemoveConsumer { .. }
             | Command::ExpireDue { .. } => {}
             Command::ReapIfIdle { reply } => {
                 let _ = reply.send(false);

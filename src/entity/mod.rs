@@ -1,7 +1,11 @@
-//! Entities (queues) as actors: the typed handle, the pure rules, the task and the registry.
+//! Entities (queues) as actors: the typed handle, the pure core (intake, schedule, lanes), the
+//! task and the registry.
 
 pub mod actor;
+pub mod core;
 pub mod handle;
+pub mod intake;
 pub mod operation;
+pub mod queue;
 pub mod registry;
-pub mod state;
+pub mod schedule;

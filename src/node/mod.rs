@@ -6,15 +6,15 @@ pub mod response;
 pub mod router;
 pub mod wire;
 
-use crate::entity::handle::{EntityHandle, SubQueue};
+use crate::entity::handle::{EntityHandle, LaneId};
 
 /// What an address names.
 #[derive(Debug, Clone)]
 pub enum Node {
     /// A queue or its dead-letter queue: messages flow.
-    Entity(EntityHandle, SubQueue),
+    Entity(EntityHandle, LaneId),
     /// `$cbs`: token requests.
     Cbs,
     /// `<entity>/$management`: management requests for that queue (or dead-letter queue).
-    Management(EntityHandle, SubQueue),
+    Management(EntityHandle, LaneId),
 }

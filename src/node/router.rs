@@ -1,7 +1,7 @@
 //! Addresses to nodes: strips the forms clients use (`amqps://host/queue`, `/queue`) down to
 //! the entity path and finds the entity (amqp-dialect.md §3).
 
-use crate::entity::handle::{EntityHandle, SubQueue};
+use crate::entity::handle::{EntityHandle, LaneId};
 use crate::entity::registry::Registry;
 use crate::node::Node;
 
@@ -32,23 +32,23 @@ pub fn route(registry: &Registry, address: &str) -> Option<Node> {
     }
     match strip_suffix(path, MANAGEMENT_SUFFIX) {
         Some(entity) => {
-            let (handle, sub) = entity_of(registry, entity)?;
-            Some(Node::Management(handle, sub))
+            let (handle, lane) = entity_of(registry, entity)?;
+            Some(Node::Management(handle, lane))
         }
         None => {
-            let (handle, sub) = entity_of(registry, path)?;
-            Some(Node::Entity(handle, sub))
+            let (handle, lane) = entity_of(registry, path)?;
+            Some(Node::Entity(handle, lane))
         }
     }
 }
 
 /// A queue or its dead-letter queue by path.
-fn entity_of(registry: &Registry, path: &str) -> Option<(EntityHandle, SubQueue)> {
-    let (name, sub) = match strip_suffix(path, DEAD_LETTER_SUFFIX) {
-        Some(name) => (name, SubQueue::DeadLetter),
-        None => (path, SubQueue::Main),
+fn entity_of(registry: &Registry, path: &str) -> Option<(EntityHandle, LaneId)> {
+    let (name, lane) = match strip_suffix(path, DEAD_LETTER_SUFFIX) {
+        Some(name) => (name, LaneId::DEAD_LETTER),
+        None => (path, LaneId::MAIN),
     };
-    registry.lookup(name).map(|entity| (entity, sub))
+    registry.lookup(name).map(|entity| (entity, lane))
 }
 
 /// `path` without `suffix`, compared ignoring ASCII case.

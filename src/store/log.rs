@@ -19,7 +19,7 @@ use bytes::Bytes;
 
 use crate::store::chunk::{self, Departures};
 use crate::store::record::{MessageState, Record, RECORD_LEN};
-use crate::store::{Change, Recovered, StoreError, SubQueue};
+use crate::store::{Change, LaneId, Recovered, StoreError};
 
 const NEXT_SEQ_KEY: &[u8] = b"h";
 const CHUNK_PREFIX: u8 = b'c';
@@ -94,13 +94,13 @@ impl FreshChunk {
 /// within a budget otherwise, so that a queue that keeps up never reads its own writes back.
 #[derive(Debug)]
 struct BodyCache {
-    bodies: HashMap<(SubQueue, i64), Bytes>,
+    bodies: HashMap<(LaneId, i64), Bytes>,
     bytes: usize,
     budget: usize,
 }
 
 impl BodyCache {
-    fn apply(&mut self, sub: SubQueue, change: &Change) {
+    fn apply(&mut self, sub: LaneId, change: &Change) {
         match change {
             Change::Put { seq, body, .. } => {
                 self.remove(sub, *seq);
@@ -114,7 +114,7 @@ impl BodyCache {
         }
     }
 
-    fn remove(&mut self, sub: SubQueue, seq: i64) {
+    fn remove(&mut self, sub: LaneId, seq: i64) {
         if let Some(old) = self.bodies.remove(&(sub, seq)) {
             self.bytes -= old.len();
         }
@@ -143,9 +143,9 @@ pub struct EntityLog {
     /// The chunk value read last (deliveries read a chunk's messages one after another).
     last_read: Option<(i64, sled::IVec)>,
     /// Changes staged for the next [`EntityLog::commit`], in order.
-    staged: Vec<(SubQueue, Change)>,
+    staged: Vec<(LaneId, Change)>,
     /// The bytes of the staged puts, readable before they are written.
-    staged_bodies: HashMap<(SubQueue, i64), Bytes>,
+    staged_bodies: HashMap<(LaneId, i64), Bytes>,
     /// Some staged change moves a message (see [`EntityLog::stage`]).
     staged_moves: bool,
 }
@@ -182,7 +182,7 @@ impl EntityLog {
     ///
     /// # Errors
     /// A [`StoreError`] for unreadable data; the entity then does not start.
-    pub fn recover(&mut self, sub: SubQueue) -> Result<Recovered, StoreError> {
+    pub fn recover(&mut self, sub: LaneId) -> Result<Recovered, StoreError> {
         let Some(tree) = self.tree.clone() else {
             return Ok(Recovered {
                 next_seq: 1,
@@ -195,7 +195,7 @@ impl EntityLog {
             _ => 1,
         };
         let mut records = Vec::new();
-        if sub == SubQueue::Main {
+        if sub == LaneId::MAIN {
             self.recover_chunks(&tree, &mut records)?;
         }
         for item in tree.scan_prefix([sub.prefix()]) {
@@ -273,7 +273,7 @@ impl EntityLog {
     ///
     /// # Errors
     /// A [`StoreError`] when the write fails (or a message to rewrite cannot be read).
-    pub fn write(&mut self, changes: Vec<(SubQueue, Change)>) -> Result<(), StoreError> {
+    pub fn write(&mut self, changes: Vec<(LaneId, Change)>) -> Result<(), StoreError> {
         self.stage(changes, true);
         self.commit()
     }
@@ -285,7 +285,7 @@ impl EntityLog {
     /// Every sled batch costs two writes of its own to the log file (sled 0.34 seals its
     /// buffer before and after a batch's manifest), so a `sync` entity stages the changes of
     /// all its turns and commits them once, just before it asks for a flush.
-    pub fn stage(&mut self, changes: Vec<(SubQueue, Change)>, moves: bool) {
+    pub fn stage(&mut self, changes: Vec<(LaneId, Change)>, moves: bool) {
         for (sub, change) in &changes {
             self.cache.apply(*sub, change);
         }
@@ -328,7 +328,7 @@ impl EntityLog {
 
     fn write_staged(
         &mut self,
-        changes: Vec<(SubQueue, Change)>,
+        changes: Vec<(LaneId, Change)>,
         moves: bool,
     ) -> Result<(), StoreError> {
         let Some(tree) = self.tree.clone() else {
@@ -342,7 +342,7 @@ impl EntityLog {
 
     /// The sled operations that write `changes`; the log's own bookkeeping (chunks and their
     /// departures) is updated as if they were applied.
-    fn plan(&mut self, changes: Vec<(SubQueue, Change)>, moves: bool) -> Result<Ops, StoreError> {
+    fn plan(&mut self, changes: Vec<(LaneId, Change)>, moves: bool) -> Result<Ops, StoreError> {
         let mut batch = Ops {
             atomic: moves,
             ..Ops::default()
@@ -350,9 +350,9 @@ impl EntityLog {
         let mut next_seq = None;
         let mut fresh: Vec<FreshChunk> = Vec::new();
         // Messages given their own key in this batch, which a later update must start from.
-        let mut own: HashMap<(SubQueue, i64), Bytes> = HashMap::new();
+        let mut own: HashMap<(LaneId, i64), Bytes> = HashMap::new();
         for (sub, change) in changes {
-            let main = sub == SubQueue::Main;
+            let main = sub == LaneId::MAIN;
             match change {
                 Change::Put { seq, record, body } if main && seq >= self.fresh_from => {
                     self.fresh_from = seq + 1;
@@ -450,7 +450,7 @@ impl EntityLog {
                     if chunk.departures.mark(index as u32) {
                         let seq = first + index as i64;
                         let own = own_value(&record, &value[range]);
-                        batch.insert_moved(&key(SubQueue::Main.prefix(), seq), own);
+                        batch.insert_moved(&key(LaneId::MAIN.prefix(), seq), own);
                     }
                 }
             }
@@ -571,7 +571,7 @@ impl EntityLog {
     ///
     /// # Errors
     /// [`StoreError::MissingBody`] when the message has no bytes, or a sled error.
-    pub fn body(&mut self, sub: SubQueue, seq: i64) -> Result<Bytes, StoreError> {
+    pub fn body(&mut self, sub: LaneId, seq: i64) -> Result<Bytes, StoreError> {
         if let Some(body) = self
             .cache
             .bodies
@@ -588,8 +588,8 @@ impl EntityLog {
     }
 
     /// The bytes of a message on disk, in its chunk or under its own key.
-    fn stored_body(&mut self, sub: SubQueue, seq: i64) -> Result<Option<Bytes>, StoreError> {
-        if sub == SubQueue::Main {
+    fn stored_body(&mut self, sub: LaneId, seq: i64) -> Result<Option<Bytes>, StoreError> {
+        if sub == LaneId::MAIN {
             if let Some((first, index)) = self.chunk_of(seq) {
                 let value = self.chunk_value(first)?;
                 let entries = self.decode_chunk(first, &value)?;
@@ -766,15 +766,15 @@ mod tests {
 
     type Model = BTreeMap<(u8, i64), (Record, Bytes)>;
 
-    fn tag(sub: SubQueue) -> u8 {
+    fn tag(sub: LaneId) -> u8 {
         sub.prefix()
     }
 
-    fn sub_of(prefix: u8) -> SubQueue {
+    fn sub_of(prefix: u8) -> LaneId {
         if prefix == b'm' {
-            SubQueue::Main
+            LaneId::MAIN
         } else {
-            SubQueue::DeadLetter
+            LaneId::DEAD_LETTER
         }
     }
 
@@ -790,12 +790,12 @@ mod tests {
                 record: record(0, body.len()),
                 body,
             };
-            (SubQueue::Main, change)
+            (LaneId::MAIN, change)
         };
-        let delete = |seq: i64| (SubQueue::Main, Change::Delete { seq });
-        let next = |seq: i64| (SubQueue::Main, Change::NextSeq(seq));
+        let delete = |seq: i64| (LaneId::MAIN, Change::Delete { seq });
+        let next = |seq: i64| (LaneId::MAIN, Change::NextSeq(seq));
         // Earlier writes: chunks of three or four messages, some of them gone already.
-        let history: Vec<Vec<(SubQueue, Change)>> = vec![
+        let history: Vec<Vec<(LaneId, Change)>> = vec![
             (1..=8).map(put).chain([next(9)]).collect(),
             vec![delete(1), delete(2), delete(5)],
             (9..=12).map(put).chain([next(13)]).collect(),
@@ -803,13 +803,13 @@ mod tests {
         let before: Vec<i64> = vec![3, 4, 6, 7, 8, 9, 10, 11, 12];
         // The write: two new chunks, the newest earlier message and a first chunk's last
         // messages completed (that chunk goes), one of another chunk's.
-        let write: Vec<(SubQueue, Change)> = (13..=20)
+        let write: Vec<(LaneId, Change)> = (13..=20)
             .map(put)
             .chain([next(21), delete(3), delete(4), delete(12), delete(7)])
             .collect();
         let prepare = |dir: &std::path::Path| {
             let mut log = open(dir);
-            log.recover(SubQueue::Main).expect("recover");
+            log.recover(LaneId::MAIN).expect("recover");
             for changes in history.clone() {
                 log.write(changes).expect("write");
             }
@@ -826,7 +826,7 @@ mod tests {
             ops.apply(log.tree.as_ref().expect("tree")).expect("apply");
             drop(log);
             let mut log = open(dir.path());
-            let recovered = log.recover(SubQueue::Main).expect("recover");
+            let recovered = log.recover(LaneId::MAIN).expect("recover");
             let seqs: Vec<i64> = recovered.records.iter().map(|(seq, _)| *seq).collect();
             let mut unique = seqs.clone();
             unique.sort_unstable();
@@ -848,7 +848,7 @@ mod tests {
                 "prefix {kept}"
             );
             for seq in &seqs {
-                let body = log.body(SubQueue::Main, *seq).expect("body");
+                let body = log.body(LaneId::MAIN, *seq).expect("body");
                 assert_eq!(body[0], *seq as u8, "prefix {kept}: body of {seq}");
             }
             let orphans = log
@@ -898,10 +898,10 @@ mod tests {
                                 body: body.clone(),
                             };
                             model.insert((b'm', next_seq), (record(0, body.len()), body));
-                            changes.push((SubQueue::Main, put));
+                            changes.push((LaneId::MAIN, put));
                             next_seq += 1;
                         }
-                        changes.push((SubQueue::Main, Change::NextSeq(next_seq)));
+                        changes.push((LaneId::MAIN, Change::NextSeq(next_seq)));
                     }
                     3 | 4 if !live.is_empty() => {
                         let (prefix, seq) = pick(next(1 << 30));
@@ -941,9 +941,9 @@ mod tests {
                         if prefix == b'm' {
                             let (record, body) = model.remove(&(b'm', seq)).expect("live");
                             model.insert((b'd', seq), (record, body.clone()));
-                            changes.push((SubQueue::Main, Change::Delete { seq }));
+                            changes.push((LaneId::MAIN, Change::Delete { seq }));
                             let put = Change::Put { seq, record, body };
-                            changes.push((SubQueue::DeadLetter, put));
+                            changes.push((LaneId::DEAD_LETTER, put));
                         }
                     }
                     _ => {}
@@ -969,7 +969,7 @@ mod tests {
                 log.commit().expect("commit");
                 drop(log);
                 log = open(dir.path());
-                for sub in [SubQueue::Main, SubQueue::DeadLetter] {
+                for sub in [LaneId::MAIN, LaneId::DEAD_LETTER] {
                     let recovered = log.recover(sub).expect("recover");
                     assert_eq!(recovered.next_seq, next_seq);
                     let mut got = recovered.records;

@@ -83,22 +83,43 @@ fn segment_size(data_dir: &std::path::Path) -> usize {
         .unwrap_or(SEGMENT_SIZE)
 }
 
-/// The two queues an entity's tree holds: the entity's own messages and its dead-letter queue.
-/// Owning both in one tree (and one actor) makes dead-lettering one atomic batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SubQueue {
-    /// The queue itself.
-    Main,
-    /// `<queue>/$deadletterqueue`.
-    DeadLetter,
+/// One lane of an entity's tree (design.md D7): a queue's own messages or its dead-letter
+/// queue; a topic's subscriptions and theirs. Owning every lane of an entity in one tree (and
+/// one actor) makes dead-lettering, and a topic's fan-out, one atomic batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LaneId {
+    /// 0: the queue itself; a topic's subscriptions are numbered from 1.
+    pub subscription: u32,
+    /// Whether this is the dead-letter queue of that lane.
+    pub dead_letter: bool,
 }
 
-impl SubQueue {
-    /// The key prefix of the queue's messages stored under their own keys.
+impl LaneId {
+    /// A queue's own messages.
+    pub const MAIN: LaneId = LaneId {
+        subscription: 0,
+        dead_letter: false,
+    };
+    /// `<queue>/$deadletterqueue`.
+    pub const DEAD_LETTER: LaneId = LaneId {
+        subscription: 0,
+        dead_letter: true,
+    };
+
+    /// The dead-letter lane of this lane.
+    pub fn dead_letter_lane(self) -> LaneId {
+        LaneId {
+            dead_letter: true,
+            ..self
+        }
+    }
+
+    /// The key prefix of the lane's messages stored under their own keys.
     fn prefix(self) -> u8 {
-        match self {
-            SubQueue::Main => b'm',
-            SubQueue::DeadLetter => b'd',
+        if self.dead_letter {
+            b'd'
+        } else {
+            b'm'
         }
     }
 }

@@ -1,0 +1,378 @@
+//! The pure rules of one entity (design.md D5, D7): its [`Intake`], its [`Schedule`] and its
+//! lanes, composed. A queue is one intake, its own lane and its dead-letter lane. Everything
+//! the actor asks of the entity goes through here; time comes in as `now_ms`.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bytes::Bytes;
+
+use crate::entity::handle::{
+    ConsumerId, Delivery, EntityError, LaneId, LockRef, ReceiveMode, Settlement,
+};
+use crate::entity::intake::{self, Intake};
+use crate::entity::queue::{DeadLetter, QueueCore, Rules};
+use crate::entity::schedule::Schedule;
+use crate::message::Arrival;
+use crate::store::record::{MessageState, Record, NEVER};
+use crate::store::{Change, Recovered};
+
+/// An entity's state: everything its actor owns, minus the I/O.
+#[derive(Debug)]
+pub struct EntityCore {
+    intake: Intake,
+    schedule: Schedule,
+    lanes: BTreeMap<LaneId, QueueCore>,
+    /// The lane each consumer reads.
+    consumers: HashMap<ConsumerId, LaneId>,
+    /// Changes of the intake itself (its counter), not yet written.
+    journal: Vec<(LaneId, Change)>,
+    /// See [`EntityCore::take_changes`].
+    moves: bool,
+}
+
+impl EntityCore {
+    /// A queue rebuilt from its log: `main` and `dead_letter` are what recovery found for its
+    /// two lanes; messages over `max_size_bytes` are refused.
+    pub fn queue(
+        rules: Rules,
+        max_size_bytes: u64,
+        main: Recovered,
+        dead_letter: Recovered,
+    ) -> Self {
+        let next_seq = main.next_seq.max(dead_letter.next_seq);
+        let records = main.records.iter().chain(&dead_letter.records);
+        let highest = records.clone().map(|(seq, _)| *seq + 1).max().unwrap_or(1);
+        let last_enqueued = records.map(|(_, r)| r.enqueued_ms).max().unwrap_or(0);
+        let lock_duration_ms = rules.lock_duration_ms;
+        let mut lanes = BTreeMap::new();
+        lanes.insert(LaneId::MAIN, QueueCore::new(rules, main.records));
+        lanes.insert(
+            LaneId::DEAD_LETTER,
+            QueueCore::new(
+                Rules::dead_letter_queue(lock_duration_ms),
+                dead_letter.records,
+            ),
+        );
+        let mut core = EntityCore {
+            intake: Intake::new(next_seq.max(highest), last_enqueued, max_size_bytes, NEVER),
+            schedule: Schedule::default(),
+            lanes,
+            consumers: HashMap::new(),
+            journal: Vec::new(),
+            moves: false,
+        };
+        for lane in core.lanes.values() {
+            for (due, seq) in lane.scheduled() {
+                core.schedule.add(due, seq);
+            }
+        }
+        core.reveal_up_to(core.intake.next_seq());
+        core
+    }
+
+    /// The sequence number the next message gets.
+    pub fn next_seq(&self) -> i64 {
+        self.intake.next_seq()
+    }
+
+    /// Makes messages numbered below `next_seq` deliverable: their writes are durable.
+    pub fn reveal_up_to(&mut self, next_seq: i64) {
+        self.intake.reveal_up_to(next_seq);
+        for lane in self.lanes.values_mut() {
+            lane.reveal_up_to(next_seq);
+        }
+    }
+
+    /// Whether stored messages wait for their durability point before they can be delivered.
+    pub fn has_unrevealed(&self) -> bool {
+        self.intake.has_unrevealed()
+    }
+
+    /// A lane, for the operations addressed to it.
+    ///
+    /// # Errors
+    /// [`EntityError::Deleted`] when the entity has no such lane.
+    pub fn lane(&mut self, lane: LaneId) -> Result<&mut QueueCore, EntityError> {
+        self.lanes.get_mut(&lane).ok_or(EntityError::Deleted)
+    }
+
+    /// Every lane, by id.
+    pub fn lanes(&self) -> impl Iterator<Item = (&LaneId, &QueueCore)> {
+        self.lanes.iter()
+    }
+
+    /// The lane scheduled messages are stored in until they are due.
+    fn holder(&mut self) -> &mut QueueCore {
+        self.lanes
+            .get_mut(&LaneId::MAIN)
+            .expect("every entity has its main lane")
+    }
+
+    /// Stores messages with consecutive sequence numbers and one enqueued time that never goes
+    /// backwards. A message whose scheduled enqueue time is still ahead is stored scheduled.
+    /// Returns the first sequence number.
+    ///
+    /// # Errors
+    /// [`EntityError::QuotaExceeded`] when the messages would take the entity past its size
+    /// limit; nothing is stored then.
+    pub fn enqueue(&mut self, now_ms: i64, messages: Vec<Arrival>) -> Result<i64, EntityError> {
+        let held = self
+            .lanes
+            .iter()
+            .filter(|(id, _)| !id.dead_letter)
+            .map(|(_, lane)| lane.size_bytes())
+            .sum();
+        let adding = messages.iter().map(|m| m.bytes.len() as u64).sum();
+        self.intake.admit(held, adding)?;
+        let first = self.intake.next_seq();
+        let enqueued_ms = self.intake.enqueued_time(now_ms);
+        for arrival in messages {
+            let due = arrival.scheduled_ms.filter(|due| *due > now_ms);
+            self.append(enqueued_ms, arrival, due);
+        }
+        self.note_next_seq();
+        Ok(first)
+    }
+
+    /// Records the intake's counter in the journal.
+    fn note_next_seq(&mut self) {
+        let next = self.intake.next_seq();
+        self.journal.push((LaneId::MAIN, Change::NextSeq(next)));
+    }
+
+    /// Stores one message under the next sequence number: scheduled when `due` is set, else
+    /// active in each lane that takes it, its expiry computed from `enqueued_ms`.
+    fn append(&mut self, enqueued_ms: i64, arrival: Arrival, due: Option<i64>) {
+        let seq = self.intake.number();
+        let size = u32::try_from(arrival.bytes.len()).unwrap_or(u32::MAX);
+        let record = Record {
+            state: MessageState::Active,
+            delivery_count: 0,
+            enqueued_ms,
+            size,
+            expires_ms: NEVER,
+            scheduled_ms: 0,
+        };
+        if let Some(due) = due {
+            let scheduled = Record {
+                state: MessageState::Scheduled,
+                scheduled_ms: due,
+                ..record
+            };
+            self.holder().insert(seq, scheduled, arrival.bytes);
+            self.schedule.add(due, seq);
+            return;
+        }
+        let ttl_ms = self.intake.ttl_ms(arrival.ttl_ms);
+        let lane = self.holder();
+        let ttl_ms = ttl_ms.min(lane.rules().default_ttl_ms);
+        let record = Record {
+            expires_ms: intake::expiry(enqueued_ms, ttl_ms),
+            ..record
+        };
+        lane.insert(seq, record, arrival.bytes);
+    }
+
+    /// Sequence numbers of the scheduled messages due by `now_ms`, earliest first, at most
+    /// `limit` of them.
+    pub fn due_scheduled(&self, now_ms: i64, limit: usize) -> Vec<i64> {
+        self.schedule
+            .due(now_ms, limit)
+            .into_iter()
+            .map(|(_, seq)| seq)
+            .collect()
+    }
+
+    /// Activates scheduled messages (their bytes given back by the caller): each leaves the
+    /// schedule and is enqueued again as if sent now, under a new sequence number and
+    /// enqueued time, its time to live counting from now. Numbers no longer scheduled are
+    /// skipped.
+    pub fn activate(&mut self, now_ms: i64, due: Vec<(i64, Arrival)>) {
+        let enqueued_ms = self.intake.enqueued_time(now_ms);
+        for (seq, arrival) in due {
+            let Some(due_ms) = self.scheduled_due(seq) else {
+                continue;
+            };
+            self.holder().remove(seq);
+            self.schedule.remove(due_ms, seq);
+            self.append(enqueued_ms, arrival, None);
+            self.moves = true;
+        }
+        self.note_next_seq();
+    }
+
+    /// When a scheduled message is due, if `seq` is one.
+    fn scheduled_due(&mut self, seq: i64) -> Option<i64> {
+        self.holder()
+            .record(seq)
+            .filter(|record| record.state == MessageState::Scheduled)
+            .map(|record| record.scheduled_ms)
+    }
+
+    /// Deletes scheduled messages (`cancel-scheduled-message`), all or none.
+    ///
+    /// # Errors
+    /// [`EntityError::MessageNotFound`] when a number is not a scheduled message (it may have
+    /// been activated already: activation wins over a cancel); nothing is deleted then.
+    pub fn cancel_scheduled(&mut self, seqs: &[i64]) -> Result<(), EntityError> {
+        if let Some(seq) = seqs.iter().find(|seq| self.scheduled_due(**seq).is_none()) {
+            return Err(EntityError::MessageNotFound(*seq, "scheduled"));
+        }
+        for seq in seqs {
+            if let Some(due_ms) = self.scheduled_due(*seq) {
+                self.holder().remove(*seq);
+                self.schedule.remove(due_ms, *seq);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether scheduled messages wait for their time.
+    pub fn has_scheduled(&self) -> bool {
+        !self.schedule.is_empty()
+    }
+
+    /// Whether a consumer waits for messages (holds credit): auto-delete counts it as activity.
+    pub fn has_waiting_consumer(&self) -> bool {
+        self.lanes.values().any(QueueCore::has_waiting_consumer)
+    }
+
+    /// Registers a consumer of `lane` with no demand that may have `window` message bytes in
+    /// flight.
+    ///
+    /// # Errors
+    /// [`EntityError::Deleted`] when the entity has no such lane.
+    pub fn add_consumer(
+        &mut self,
+        consumer: ConsumerId,
+        lane: LaneId,
+        mode: ReceiveMode,
+        window: u64,
+    ) -> Result<(), EntityError> {
+        self.lane(lane)?.subscribe(consumer, mode, window);
+        self.consumers.insert(consumer, lane);
+        Ok(())
+    }
+
+    /// Removes a consumer. Its locks stay, as in Service Bus (see [`QueueCore::unsubscribe`]).
+    pub fn remove_consumer(&mut self, consumer: ConsumerId) {
+        if let Some(lane) = self.consumers.remove(&consumer) {
+            if let Some(lane) = self.lanes.get_mut(&lane) {
+                lane.unsubscribe(consumer);
+            }
+        }
+    }
+
+    /// The lane of a consumer, if it is registered.
+    pub fn lane_of(&mut self, consumer: ConsumerId) -> Option<&mut QueueCore> {
+        let lane = self.consumers.get(&consumer)?;
+        self.lanes.get_mut(lane)
+    }
+
+    /// The id of a consumer's lane, if it is registered.
+    pub fn lane_id_of(&self, consumer: ConsumerId) -> Option<LaneId> {
+        self.consumers.get(&consumer).copied()
+    }
+
+    /// Hands available messages to consumers with demand, lane by lane.
+    pub fn dispatch(&mut self, now_ms: i64) -> Vec<Delivery> {
+        let mut out = Vec::new();
+        for lane in self.lanes.values_mut() {
+            out.extend(lane.dispatch(now_ms));
+        }
+        out
+    }
+
+    /// Applies one settlement from the consumer that holds the lock; returns its lane.
+    ///
+    /// # Errors
+    /// [`EntityError::LockLost`] when the consumer is unknown or the lock is gone, and the
+    /// lane's own refusals.
+    pub fn settle(
+        &mut self,
+        consumer: ConsumerId,
+        lock: LockRef,
+        settlement: &Settlement,
+    ) -> Result<LaneId, EntityError> {
+        let lane = self.lane_id_of(consumer).ok_or(EntityError::LockLost)?;
+        self.lane(lane)?.settle(consumer, lock, settlement)?;
+        Ok(lane)
+    }
+
+    /// Unlocks every message whose lock ran out by `now_ms`, in every lane; returns how many.
+    pub fn expire_locks(&mut self, now_ms: i64) -> usize {
+        self.lanes
+            .values_mut()
+            .map(|lane| lane.expire_locks(now_ms))
+            .sum()
+    }
+
+    /// Removes (or dead-letters) every unlocked message whose time to live ran out by
+    /// `now_ms`, in every lane; returns how many.
+    pub fn expire_due(&mut self, now_ms: i64) -> usize {
+        self.lanes
+            .values_mut()
+            .map(|lane| lane.expire_due(now_ms))
+            .sum()
+    }
+
+    /// Gives back the memory the lanes' indexes kept from a larger backlog.
+    pub fn release_spare_capacity(&mut self) {
+        for lane in self.lanes.values_mut() {
+            lane.release_spare_capacity();
+        }
+    }
+
+    /// The next instant (ms) at which something happens without a command: a lock ends or a
+    /// scheduled message is due.
+    pub fn next_deadline_ms(&self) -> Option<i64> {
+        self.lanes
+            .values()
+            .filter_map(QueueCore::next_lock_expiry_ms)
+            .chain(self.schedule.next_due_ms())
+            .min()
+    }
+
+    /// The changes made since the last call, by lane, to be written to the log, and whether
+    /// they delete a message and store it again under a new number (a scheduled message's
+    /// activation), which only an atomic write may do.
+    pub fn take_changes(&mut self) -> (Vec<(LaneId, Change)>, bool) {
+        let mut changes = std::mem::take(&mut self.journal);
+        for (id, lane) in &mut self.lanes {
+            changes.extend(lane.take_changes().into_iter().map(|c| (*id, c)));
+        }
+        (changes, std::mem::take(&mut self.moves))
+    }
+
+    /// Messages the lanes removed for dead-lettering since the last call, each with the lane
+    /// it goes to.
+    pub fn take_dead_letters(&mut self) -> Vec<(LaneId, DeadLetter)> {
+        let mut out = Vec::new();
+        for (id, lane) in &mut self.lanes {
+            let to = id.dead_letter_lane();
+            out.extend(lane.take_dead_letters().into_iter().map(|d| (to, d)));
+        }
+        out
+    }
+
+    /// Stores a dead-lettered message (its bytes with the reason written in) in the
+    /// dead-letter lane `lane`, under its own sequence number, receivable at once.
+    pub fn accept_dead_letter(&mut self, lane: LaneId, seq: i64, record: Record, body: Bytes) {
+        if let Some(lane) = self.lanes.get_mut(&lane) {
+            lane.accept_dead_letter(seq, record, body);
+        }
+    }
+
+    /// Messages stored, in every lane.
+    pub fn len(&self) -> usize {
+        self.lanes.values().map(QueueCore::len).sum()
+    }
+
+    /// Whether no lane holds a message.
+    pub fn is_empty(&self) -> bool {
+        self.lanes.values().all(QueueCore::is_empty)
+    }
+}
+
+#[cfg(test)]
+mod tests;

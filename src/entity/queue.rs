@@ -1,0 +1,788 @@
+//! One lane (design.md D5, D7 and §4): a queue, a subscription, or the dead-letter queue of
+//! either. Its records, the ready index, consumers' demand, locks and settlement, deferral,
+//! time to live, and the hand-off of dead-lettered messages. Time comes in as `now_ms`;
+//! nothing here awaits or sleeps. Numbering and scheduling belong to the entity's
+//! [`Intake`](crate::entity::intake::Intake) and [`Schedule`](crate::entity::schedule::Schedule).
+//!
+//! The lane holds per-message records only; message bytes live in the entity's log. Every
+//! change that must be stored is appended to a journal the actor writes after each batch.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use bytes::Bytes;
+use fe2o3_amqp::types::primitives::{SimpleValue, Timestamp, Value};
+use uuid::Uuid;
+
+use crate::entity::handle::{
+    ConsumerId, Delivery, EntityError, LockRef, Properties, ReceiveMode, Settlement,
+};
+use crate::message::DeliveryStamp;
+use crate::node::wire;
+use crate::store::record::{MessageState, Record, NEVER};
+use crate::store::Change;
+
+/// One stored message: its broker record and, while delivered, its lock.
+#[derive(Debug)]
+struct Entry {
+    /// `delivery_count` is the deliveries counted so far, written zero-based into
+    /// `header.delivery-count`.
+    record: Record,
+    lock: Option<Lock>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Lock {
+    token: Uuid,
+    consumer: ConsumerId,
+    until_ms: i64,
+}
+
+#[derive(Debug)]
+struct Consumer {
+    mode: ReceiveMode,
+    demand: u32,
+    /// Whether the consumer sits in the round-robin queue.
+    ready: bool,
+    /// Message bytes handed out that its connection has not yet reported forwarded to the
+    /// socket. No message goes to the consumer while this is at `window` or above, so a
+    /// client that does not read holds at most a window of bodies in memory and leaves the
+    /// rest of the queue to other consumers.
+    in_flight: u64,
+    /// The most bytes in flight (one message always fits).
+    window: u64,
+    /// A drain stopped by the window: it goes on as bytes are forwarded.
+    draining: bool,
+}
+
+impl Consumer {
+    fn can_take(&self) -> bool {
+        self.demand > 0 && self.in_flight < self.window
+    }
+}
+
+/// The entity settings the rules apply.
+#[derive(Debug, Clone, Copy)]
+pub struct Rules {
+    /// How long a peek-lock delivery holds its message.
+    pub lock_duration_ms: i64,
+    /// A message counted this many deliveries is dead-lettered instead of delivered again.
+    pub max_delivery_count: u32,
+    /// Whether messages may be dead-lettered (not from a dead-letter queue).
+    pub dead_letter_allowed: bool,
+    /// Time to live of a message that sets none, and the most one may set, in ms; [`NEVER`]:
+    /// unlimited.
+    pub default_ttl_ms: i64,
+    /// Whether messages expire here (dead-letter queues observe no time to live).
+    pub expires: bool,
+    /// Whether an expired message is dead-lettered (else deleted).
+    pub dead_letter_on_expiry: bool,
+}
+
+impl Rules {
+    /// The rules of a dead-letter queue: no delivery limit, no dead-lettering, no expiry.
+    pub fn dead_letter_queue(lock_duration_ms: i64) -> Rules {
+        Rules {
+            lock_duration_ms,
+            max_delivery_count: u32::MAX,
+            dead_letter_allowed: false,
+            default_ttl_ms: NEVER,
+            expires: false,
+            dead_letter_on_expiry: false,
+        }
+    }
+}
+
+/// A message leaving the queue for its dead-letter queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetter {
+    /// Its sequence number (kept in the dead-letter queue).
+    pub seq: i64,
+    /// Its record.
+    pub record: Record,
+    /// Application properties to set: `DeadLetterReason`, `DeadLetterErrorDescription` and
+    /// any properties to modify.
+    pub properties: Properties,
+}
+
+/// One lane's state: everything the actor owns for it, minus the I/O.
+#[derive(Debug)]
+pub struct QueueCore {
+    rules: Rules,
+    size_bytes: u64,
+    /// Messages numbered from here on are not durable yet and must not be delivered (see
+    /// [`Intake::visible_below`](crate::entity::intake::Intake::visible_below)).
+    visible_below: i64,
+    /// Every message of the lane, scheduled ones included (a queue's lane stores them so
+    /// that peek shows them; the entity's schedule says when they are due).
+    messages: BTreeMap<i64, Entry>,
+    /// Sequence numbers of unlocked active messages, in delivery order.
+    available: BTreeSet<i64>,
+    /// (expiry, sequence number) of every unlocked, unscheduled message that expires.
+    expiry: BTreeSet<(i64, i64)>,
+    /// (lock expiry, sequence number) of every locked message.
+    lock_expiry: BTreeSet<(i64, i64)>,
+    /// Sequence number of each live lock token (for renew-lock and update-disposition).
+    tokens: HashMap<Uuid, i64>,
+    consumers: HashMap<ConsumerId, Consumer>,
+    /// Consumers with demand, in round-robin order.
+    ready: VecDeque<ConsumerId>,
+    /// Changes not yet written to the log.
+    journal: Vec<Change>,
+    /// Messages removed for dead-lettering, not yet handed to the dead-letter queue.
+    dead_letters: Vec<DeadLetter>,
+}
+
+impl QueueCore {
+    /// A lane holding `records` (recovered from its log), nothing deliverable until
+    /// [`QueueCore::reveal_up_to`]. Locks are volatile: every message is available again
+    /// (deferred ones stay deferred, scheduled ones scheduled).
+    pub fn new(rules: Rules, records: Vec<(i64, Record)>) -> Self {
+        let mut lane = Self {
+            rules,
+            size_bytes: 0,
+            visible_below: 0,
+            messages: BTreeMap::new(),
+            available: BTreeSet::new(),
+            expiry: BTreeSet::new(),
+            lock_expiry: BTreeSet::new(),
+            tokens: HashMap::new(),
+            consumers: HashMap::new(),
+            ready: VecDeque::new(),
+            journal: Vec::new(),
+            dead_letters: Vec::new(),
+        };
+        for (seq, record) in records {
+            lane.size_bytes += u64::from(record.size);
+            lane.messages.insert(seq, Entry { record, lock: None });
+            lane.index(seq, &record);
+        }
+        lane
+    }
+
+    /// The lane's rules.
+    pub fn rules(&self) -> &Rules {
+        &self.rules
+    }
+
+    /// Makes messages numbered below `next_seq` deliverable: their writes are durable.
+    pub fn reveal_up_to(&mut self, next_seq: i64) {
+        self.visible_below = self.visible_below.max(next_seq);
+    }
+
+    /// Bytes of the messages the lane holds.
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    /// A message's record.
+    pub fn record(&self, seq: i64) -> Option<&Record> {
+        self.messages.get(&seq).map(|entry| &entry.record)
+    }
+
+    /// (due time, sequence number) of each scheduled message the lane stores.
+    pub fn scheduled(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        self.messages
+            .iter()
+            .filter(|(_, entry)| entry.record.state == MessageState::Scheduled)
+            .map(|(seq, entry)| (entry.record.scheduled_ms, *seq))
+    }
+
+    /// The changes made since the last call, to be written to the log.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        std::mem::take(&mut self.journal)
+    }
+
+    /// Messages removed for dead-lettering since the last call.
+    pub fn take_dead_letters(&mut self) -> Vec<DeadLetter> {
+        std::mem::take(&mut self.dead_letters)
+    }
+
+    /// Stores a message dead-lettered by the parent queue under its own sequence number,
+    /// receivable at once.
+    pub fn accept_dead_letter(&mut self, seq: i64, record: Record, body: Bytes) {
+        let record = Record {
+            state: MessageState::Active,
+            size: u32::try_from(body.len()).unwrap_or(u32::MAX),
+            ..record
+        };
+        self.visible_below = self.visible_below.max(seq + 1);
+        self.insert(seq, record, body);
+    }
+
+    /// Replaces a message's bytes (its application properties changed); its record stays.
+    pub fn replace_body(&mut self, seq: i64, body: Bytes) {
+        if let Some(entry) = self.messages.get_mut(&seq) {
+            let size = u32::try_from(body.len()).unwrap_or(u32::MAX);
+            self.size_bytes = self.size_bytes - u64::from(entry.record.size) + u64::from(size);
+            entry.record.size = size;
+            self.journal.push(Change::Put {
+                seq,
+                record: entry.record,
+                body,
+            });
+        }
+    }
+
+    /// Number of stored messages (locked or not).
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Whether the queue holds no message.
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// Whether a consumer waits for messages (holds credit): auto-delete counts it as activity.
+    pub fn has_waiting_consumer(&self) -> bool {
+        self.consumers.values().any(|consumer| consumer.demand > 0)
+    }
+
+    /// Removes (or dead-letters) every unlocked message whose time to live ran out by
+    /// `now_ms`. Returns how many expired.
+    pub fn expire_due(&mut self, now_ms: i64) -> usize {
+        let mut expired = 0;
+        while self.expiry.first().is_some_and(|(at, _)| *at <= now_ms) {
+            if let Some((_, seq)) = self.expiry.pop_first() {
+                self.expire(seq);
+                expired += 1;
+            }
+        }
+        expired
+    }
+
+    /// Stores a message under `seq` (its number from the intake, or its own when given back).
+    pub fn insert(&mut self, seq: i64, record: Record, body: Bytes) {
+        self.size_bytes += u64::from(record.size);
+        self.messages.insert(seq, Entry { record, lock: None });
+        self.index(seq, &record);
+        self.journal.push(Change::Put { seq, record, body });
+    }
+
+    /// Files an unlocked message in the indexes its state calls for.
+    fn index(&mut self, seq: i64, record: &Record) {
+        match record.state {
+            MessageState::Active => {
+                self.available.insert(seq);
+            }
+            MessageState::Deferred => {}
+            MessageState::Scheduled => return,
+        }
+        if self.rules.expires && record.expires_ms != NEVER {
+            self.expiry.insert((record.expires_ms, seq));
+        }
+    }
+
+    /// Takes a message out of every index.
+    fn unindex(&mut self, seq: i64, record: &Record) {
+        self.available.remove(&seq);
+        self.expiry.remove(&(record.expires_ms, seq));
+    }
+
+    /// Deletes a message (a scheduled one cancelled or activated, through the entity).
+    pub fn remove(&mut self, seq: i64) {
+        if let Some(entry) = self.messages.remove(&seq) {
+            if let Some(lock) = entry.lock {
+                self.tokens.remove(&lock.token);
+                self.lock_expiry.remove(&(lock.until_ms, seq));
+            }
+            self.unindex(seq, &entry.record);
+            self.size_bytes -= u64::from(entry.record.size);
+            self.journal.push(Change::Delete { seq });
+        }
+    }
+
+    /// An expired message leaves: to the dead-letter queue with reason `TTLExpiredException`
+    /// when the entity says so, else deleted.
+    fn expire(&mut self, seq: i64) {
+        if self.rules.dead_letter_on_expiry && self.rules.dead_letter_allowed {
+            let properties = dead_letter_properties(
+                Some(wire::dead_letter::TTL_EXPIRED.to_string()),
+                Some(wire::dead_letter::TTL_EXPIRED_DESCRIPTION.to_string()),
+            );
+            self.dead_letter(seq, properties);
+        } else {
+            self.remove(seq);
+        }
+    }
+
+    /// Gives back the memory the queue's indexes kept from a larger backlog.
+    pub fn release_spare_capacity(&mut self) {
+        crate::trimmer::shrink_if_sparse(&mut self.tokens);
+    }
+
+    /// Registers a consumer with no demand that may have `window` message bytes in flight.
+    pub fn subscribe(&mut self, consumer: ConsumerId, mode: ReceiveMode, window: u64) {
+        self.consumers.insert(
+            consumer,
+            Consumer {
+                mode,
+                demand: 0,
+                ready: false,
+                in_flight: 0,
+                window,
+                draining: false,
+            },
+        );
+    }
+
+    /// Removes a consumer. Its locks stay, as in Service Bus: nobody else receives those
+    /// messages until the locks expire (then they come back with a counted delivery), and
+    /// until then they can still be settled by lock token (`update-disposition`).
+    pub fn unsubscribe(&mut self, consumer: ConsumerId) {
+        self.consumers.remove(&consumer);
+    }
+
+    /// Adds (or with a negative delta takes back) demand of a consumer.
+    pub fn add_credit(&mut self, consumer: ConsumerId, delta: i64) {
+        let Some(state) = self.consumers.get_mut(&consumer) else {
+            return;
+        };
+        let demand = (i64::from(state.demand) + delta).clamp(0, i64::from(u32::MAX));
+        state.demand = u32::try_from(demand).unwrap_or(u32::MAX);
+        self.make_ready(consumer);
+    }
+
+    /// The consumer's connection forwarded `bytes` of its deliveries to the socket: its
+    /// window has room again. Returns whether a drain waits to go on.
+    pub fn forwarded(&mut self, consumer: ConsumerId, bytes: u64) -> bool {
+        let Some(state) = self.consumers.get_mut(&consumer) else {
+            return false;
+        };
+        state.in_flight = state.in_flight.saturating_sub(bytes);
+        let draining = state.draining;
+        if !draining {
+            self.make_ready(consumer);
+        }
+        draining
+    }
+
+    /// Puts a consumer that can take a message into the round-robin queue.
+    fn make_ready(&mut self, consumer: ConsumerId) {
+        if let Some(state) = self.consumers.get_mut(&consumer) {
+            if state.can_take() && !state.ready && !state.draining {
+                state.ready = true;
+                self.ready.push_back(consumer);
+            }
+        }
+    }
+
+    /// Hands available messages to consumers with demand, one each in turn.
+    pub fn dispatch(&mut self, now_ms: i64) -> Vec<Delivery> {
+        let mut out = Vec::new();
+        while self.has_deliverable() {
+            let Some(consumer) = self.ready.pop_front() else {
+                break;
+            };
+            let Some(state) = self.consumers.get_mut(&consumer) else {
+                continue;
+            };
+            if !state.can_take() || state.draining {
+                state.ready = false;
+                continue;
+            }
+            state.demand -= 1;
+            let mode = state.mode;
+            if let Some(delivery) = self.deliver_next(consumer, mode, now_ms) {
+                out.push(delivery);
+            }
+            let Some(state) = self.consumers.get_mut(&consumer) else {
+                continue;
+            };
+            if state.can_take() {
+                self.ready.push_back(consumer);
+            } else {
+                state.ready = false;
+            }
+        }
+        out
+    }
+
+    /// Delivers what is available to one consumer up to its demand, then zeroes the demand.
+    /// Returns the deliveries and whether the drain is finished; one stopped by the
+    /// consumer's window goes on when [`QueueCore::forwarded`] says so.
+    pub fn drain(&mut self, consumer: ConsumerId, now_ms: i64) -> (Vec<Delivery>, bool) {
+        let mut out = Vec::new();
+        let Some(mode) = self.consumers.get(&consumer).map(|state| state.mode) else {
+            return (out, true);
+        };
+        loop {
+            let deliverable = self.has_deliverable();
+            let Some(state) = self.consumers.get_mut(&consumer) else {
+                return (out, true);
+            };
+            if state.demand == 0 || !deliverable {
+                state.demand = 0;
+                state.draining = false;
+                return (out, true);
+            }
+            if !state.can_take() {
+                state.draining = true;
+                return (out, false);
+            }
+            state.demand -= 1;
+            match self.deliver_next(consumer, mode, now_ms) {
+                Some(delivery) => out.push(delivery),
+                None => {
+                    if let Some(state) = self.consumers.get_mut(&consumer) {
+                        state.demand = 0;
+                        state.draining = false;
+                    }
+                    return (out, true);
+                }
+            }
+        }
+    }
+
+    /// Applies one settlement from the consumer that holds the lock.
+    ///
+    /// # Errors
+    /// [`EntityError::LockLost`] when the message is gone, not locked, or locked under
+    /// another token (its lock expired and it was delivered again).
+    pub fn settle(
+        &mut self,
+        consumer: ConsumerId,
+        lock: LockRef,
+        settlement: &Settlement,
+    ) -> Result<(), EntityError> {
+        let held = self
+            .messages
+            .get(&lock.seq)
+            .and_then(|entry| entry.lock)
+            .filter(|held| held.token == lock.token && held.consumer == consumer)
+            .ok_or(EntityError::LockLost)?;
+        if let Settlement::DeadLetter { .. } = settlement {
+            if !self.rules.dead_letter_allowed {
+                return Err(EntityError::NotAllowed(
+                    "a message in a dead-letter queue cannot be dead-lettered again",
+                ));
+            }
+        }
+        self.lock_expiry.remove(&(held.until_ms, lock.seq));
+        match settlement {
+            Settlement::Complete => self.remove(lock.seq),
+            Settlement::Release => self.unlock(lock.seq, false),
+            Settlement::Abandon(_) => self.unlock(lock.seq, true),
+            Settlement::Defer(_) => self.defer(lock.seq),
+            Settlement::DeadLetter {
+                reason,
+                description,
+                properties,
+            } => {
+                let mut all = dead_letter_properties(reason.clone(), description.clone());
+                all.extend(properties.iter().cloned());
+                self.dead_letter(lock.seq, all);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets a locked message aside: unlocked, out of the ready index, counted as delivered.
+    fn defer(&mut self, seq: i64) {
+        if let Some(entry) = self.messages.get_mut(&seq) {
+            if let Some(lock) = entry.lock.take() {
+                self.tokens.remove(&lock.token);
+            }
+            entry.record.state = MessageState::Deferred;
+            entry.record.delivery_count = entry.record.delivery_count.saturating_add(1);
+            let record = entry.record;
+            self.journal.push(Change::Update { seq, record });
+            self.index(seq, &record);
+        }
+    }
+
+    /// Removes a message for the dead-letter queue.
+    fn dead_letter(&mut self, seq: i64, properties: Properties) {
+        if let Some(entry) = self.messages.get(&seq) {
+            let record = entry.record;
+            self.remove(seq);
+            self.dead_letters.push(DeadLetter {
+                seq,
+                record,
+                properties,
+            });
+        }
+    }
+
+    /// Takes back a delivery that never reached the client: unlocked without counting, or
+    /// (receive-and-delete) stored again under its own sequence number.
+    /// Returns whether a drain of the consumer waits to go on.
+    pub fn give_back(&mut self, delivery: Delivery) -> bool {
+        let draining = self.forwarded(delivery.consumer, u64::from(delivery.record.size));
+        match delivery.lock_token {
+            Some(token) => {
+                let held = self
+                    .messages
+                    .get(&delivery.seq)
+                    .and_then(|entry| entry.lock);
+                if let Some(lock) = held.filter(|lock| lock.token == token) {
+                    self.lock_expiry.remove(&(lock.until_ms, delivery.seq));
+                    self.unlock(delivery.seq, false);
+                }
+            }
+            None => {
+                let record = Record {
+                    size: u32::try_from(delivery.bytes.len()).unwrap_or(u32::MAX),
+                    ..delivery.record
+                };
+                self.insert(delivery.seq, record, delivery.bytes);
+            }
+        }
+        draining
+    }
+
+    /// Unlocks every message whose lock ran out by `now_ms`; each counts a delivery.
+    /// Returns how many expired.
+    pub fn expire_locks(&mut self, now_ms: i64) -> usize {
+        let mut expired = 0;
+        while let Some(&(until, seq)) = self.lock_expiry.first() {
+            if until > now_ms {
+                break;
+            }
+            self.lock_expiry.remove(&(until, seq));
+            self.unlock(seq, true);
+            expired += 1;
+        }
+        expired
+    }
+
+    /// When the next lock ends. (Expiry needs no deadline: the sweeper asks for it.)
+    pub fn next_lock_expiry_ms(&self) -> Option<i64> {
+        self.lock_expiry.first().map(|(until, _)| *until)
+    }
+
+    /// Whether a message can be delivered now. `available` is ordered: if its first message
+    /// is not durable yet, none is.
+    fn has_deliverable(&self) -> bool {
+        self.available
+            .first()
+            .is_some_and(|seq| *seq < self.visible_below)
+    }
+
+    fn lock_holder(&self, seq: i64) -> Option<ConsumerId> {
+        self.messages
+            .get(&seq)
+            .and_then(|entry| entry.lock)
+            .map(|lock| lock.consumer)
+    }
+
+    /// Makes a message available again; a counted delivery that reaches the entity's
+    /// `max_delivery_count` dead-letters it instead.
+    fn unlock(&mut self, seq: i64, count_delivery: bool) {
+        let Some(entry) = self.messages.get_mut(&seq) else {
+            return;
+        };
+        if let Some(lock) = entry.lock.take() {
+            self.tokens.remove(&lock.token);
+        }
+        // A deferred message stays deferred whatever happens to its lock.
+        if !count_delivery {
+            let record = entry.record;
+            self.index(seq, &record);
+            return;
+        }
+        entry.record.delivery_count = entry.record.delivery_count.saturating_add(1);
+        let count = entry.record.delivery_count;
+        if count >= self.rules.max_delivery_count && self.rules.dead_letter_allowed {
+            let properties = dead_letter_properties(
+                Some(wire::dead_letter::MAX_DELIVERY_COUNT_EXCEEDED.to_string()),
+                Some(format!(
+                    "Message could not be consumed after {count} delivery attempts."
+                )),
+            );
+            self.dead_letter(seq, properties);
+            return;
+        }
+        let record = entry.record;
+        self.journal.push(Change::Update { seq, record });
+        self.index(seq, &record);
+    }
+
+    /// Takes the first available message for `consumer`: locked in peek-lock, removed in
+    /// receive-and-delete. The delivery's bytes are left empty for the actor to read from the
+    /// log.
+    fn deliver_next(
+        &mut self,
+        consumer: ConsumerId,
+        mode: ReceiveMode,
+        now_ms: i64,
+    ) -> Option<Delivery> {
+        while self.has_deliverable() {
+            let seq = self.available.pop_first()?;
+            if self.has_expired(seq, now_ms) {
+                self.expire(seq);
+                continue;
+            }
+            return self.take(seq, consumer, mode, now_ms);
+        }
+        None
+    }
+
+    /// Whether a message's time to live ran out (never in a queue where nothing expires).
+    fn has_expired(&self, seq: i64, now_ms: i64) -> bool {
+        self.rules.expires
+            && self
+                .messages
+                .get(&seq)
+                .is_some_and(|entry| entry.record.expires_ms <= now_ms)
+    }
+
+    /// Hands out one unlocked message: locked under a new token in peek-lock, removed in
+    /// receive-and-delete.
+    fn take(
+        &mut self,
+        seq: i64,
+        consumer: ConsumerId,
+        mode: ReceiveMode,
+        now_ms: i64,
+    ) -> Option<Delivery> {
+        let (record, lock) = match mode {
+            ReceiveMode::ReceiveAndDelete => {
+                let record = self.messages.get(&seq)?.record;
+                self.remove(seq);
+                (record, None)
+            }
+            ReceiveMode::PeekLock => {
+                let lock = Lock {
+                    token: Uuid::new_v4(),
+                    consumer,
+                    until_ms: now_ms.saturating_add(self.rules.lock_duration_ms),
+                };
+                let entry = self.messages.get_mut(&seq)?;
+                entry.lock = Some(lock);
+                self.expiry.remove(&(entry.record.expires_ms, seq));
+                self.lock_expiry.insert((lock.until_ms, seq));
+                self.tokens.insert(lock.token, seq);
+                (entry.record, Some(lock))
+            }
+        };
+        if let Some(state) = self.consumers.get_mut(&consumer) {
+            state.in_flight += u64::from(record.size);
+        }
+        Some(Delivery {
+            consumer,
+            seq,
+            lock_token: lock.map(|lock| lock.token),
+            record,
+            bytes: Bytes::new(),
+            stamp: stamp(seq, &record, lock, false),
+        })
+    }
+
+    /// Up to `count` messages from sequence number `from` on, in any state, locked or not,
+    /// with the stamp a delivery would carry; nothing changes.
+    pub fn peek(&self, from: i64, count: usize) -> Vec<(i64, DeliveryStamp)> {
+        self.messages
+            .range(from..)
+            .take(count)
+            .map(|(seq, entry)| (*seq, stamp(*seq, &entry.record, None, true)))
+            .collect()
+    }
+
+    /// Extends the lock of a message by the entity's lock duration; returns the new expiry.
+    ///
+    /// # Errors
+    /// [`EntityError::LockLost`] when the token holds no lock.
+    pub fn renew_lock(&mut self, token: Uuid, now_ms: i64) -> Result<i64, EntityError> {
+        let seq = *self.tokens.get(&token).ok_or(EntityError::LockLost)?;
+        let entry = self.messages.get_mut(&seq).ok_or(EntityError::LockLost)?;
+        let lock = entry
+            .lock
+            .as_mut()
+            .filter(|lock| lock.token == token)
+            .ok_or(EntityError::LockLost)?;
+        self.lock_expiry.remove(&(lock.until_ms, seq));
+        lock.until_ms = now_ms.saturating_add(self.rules.lock_duration_ms);
+        self.lock_expiry.insert((lock.until_ms, seq));
+        Ok(lock.until_ms)
+    }
+
+    /// Takes a deferred message by sequence number (`receive-by-sequence-number`): locked
+    /// under a management lock, or removed in receive-and-delete. It stays deferred.
+    ///
+    /// # Errors
+    /// [`EntityError::MessageNotFound`] when no unlocked deferred message has that number
+    /// (an expired one leaves the queue then).
+    pub fn receive_deferred(
+        &mut self,
+        seq: i64,
+        mode: ReceiveMode,
+        now_ms: i64,
+    ) -> Result<Delivery, EntityError> {
+        let not_found = EntityError::MessageNotFound(seq, "deferred");
+        let deferred = self.messages.get(&seq).is_some_and(|entry| {
+            entry.record.state == MessageState::Deferred && entry.lock.is_none()
+        });
+        if !deferred {
+            return Err(not_found);
+        }
+        if self.has_expired(seq, now_ms) {
+            self.expire(seq);
+            return Err(not_found);
+        }
+        self.take(seq, MANAGEMENT, mode, now_ms).ok_or(not_found)
+    }
+
+    /// Settles a locked message by its token, whoever holds the lock (`update-disposition`).
+    ///
+    /// # Errors
+    /// As [`QueueCore::settle`].
+    pub fn settle_by_token(
+        &mut self,
+        token: Uuid,
+        settlement: &Settlement,
+    ) -> Result<i64, EntityError> {
+        let seq = *self.tokens.get(&token).ok_or(EntityError::LockLost)?;
+        let holder = self.lock_holder(seq).ok_or(EntityError::LockLost)?;
+        self.settle(holder, LockRef { seq, token }, settlement)?;
+        Ok(seq)
+    }
+}
+
+/// The consumer id of locks taken through the management node (no link holds them).
+pub const MANAGEMENT: ConsumerId = ConsumerId(0);
+
+/// What a delivery of `record` says about it: zero-based delivery count, sequence number,
+/// enqueued time, state, the lock when there is one, and the effective time to live with the
+/// expiry it gives.
+fn stamp(seq: i64, record: &Record, lock: Option<Lock>, peek: bool) -> DeliveryStamp {
+    let state = i32::from(record.state.code());
+    let expires_ms = (record.expires_ms != NEVER).then_some(record.expires_ms);
+    let mut annotations = vec![
+        (wire::annotation::SEQUENCE_NUMBER, Value::Long(seq)),
+        (
+            wire::annotation::ENQUEUED_TIME,
+            Value::Timestamp(Timestamp::from_milliseconds(record.enqueued_ms)),
+        ),
+    ];
+    // Service Bus states a message's state on peek, and on delivery only when it is not
+    // active (a deferred message received by sequence number).
+    if peek || state != 0 {
+        annotations.push((wire::annotation::MESSAGE_STATE, Value::Int(state)));
+    }
+    if let Some(lock) = lock {
+        annotations.push((
+            wire::annotation::LOCKED_UNTIL,
+            Value::Timestamp(Timestamp::from_milliseconds(lock.until_ms)),
+        ));
+    }
+    DeliveryStamp {
+        delivery_count: record.delivery_count,
+        annotations,
+        lock_token: lock.map(|lock| lock.token),
+        presettled: !peek && lock.is_none(),
+        ttl_ms: expires_ms.and_then(|at| u32::try_from(at - record.enqueued_ms).ok()),
+        expires_ms,
+    }
+}
+
+/// The dead-letter application properties (strings, as Service Bus writes them).
+fn dead_letter_properties(reason: Option<String>, description: Option<String>) -> Properties {
+    [
+        (wire::dead_letter::REASON, reason),
+        (wire::dead_letter::DESCRIPTION, description),
+    ]
+    .into_iter()
+    .filter_map(|(key, value)| value.map(|v| (key.to_string(), SimpleValue::String(v))))
+    .collect()
+}

@@ -1,13 +1,16 @@
 //! One entity's log: its sled tree (none in `memory` mode) and the bytes of recent messages.
 //!
-//! Keys in an entity's tree (sequence numbers big-endian):
-//! - `h`: the next sequence number (the high-water mark);
-//! - `c` + first: a chunk (see [`crate::store::chunk`]): the queue's messages that one write
+//! Keys in an entity's tree (sequence numbers big-endian), per lane (see [`LaneId`]):
+//! - `h`: the next sequence number (the high-water mark), one for the whole entity;
+//! - `c` + first: a chunk (see [`crate::store::chunk`]): the lane's messages that one write
 //!   stored under fresh, consecutive sequence numbers;
 //! - `g` + first: which messages have left that chunk, once any has;
-//! - `m` + seq / `d` + seq: one message of the queue / of its dead-letter queue under its own
+//! - `m` + seq / `d` + seq: one message of the lane / of its dead-letter lane under its own
 //!   key (record, then bytes): a message stored again (new bytes or record) leaves its chunk
 //!   for its own key, and dead-lettered messages always have one.
+//!
+//! A queue's lanes (subscription 0) use these keys as they are; a topic subscription's lanes
+//! use the same letters upper-cased, followed by the subscription's number (u32 big-endian).
 //!
 //! A write is either single operations in a crash-safe order or one atomic sled batch (see
 //! `Ops`): no crash leaves a message without the counter that numbered it, or in two places.
@@ -22,8 +25,6 @@ use crate::store::record::{MessageState, Record, RECORD_LEN};
 use crate::store::{Change, LaneId, Recovered, StoreError};
 
 const NEXT_SEQ_KEY: &[u8] = b"h";
-const CHUNK_PREFIX: u8 = b'c';
-const DEPARTURES_PREFIX: u8 = b'g';
 /// Most message bytes in one chunk: a write with more stores several. sled splits a leaf only
 /// past 16 keys and rewrites whole leaves, so big chunks make big leaves: 1 MiB chunks were
 /// 10% faster than 16 KiB ones but took the broker's RSS with a 100k backlog from 130 MB to
@@ -34,17 +35,72 @@ const CHUNK_MAX_BYTES: usize = 16 * 1024;
 /// long-lived messages (deferred ones, say) never pin many dead ones on disk.
 const COMPACT_BELOW_ONE_IN: u32 = 4;
 
-/// The key of `seq` under `prefix`.
-fn key(prefix: u8, seq: i64) -> [u8; 9] {
-    let mut key = [0u8; 9];
-    key[0] = prefix;
-    key[1..].copy_from_slice(&seq.to_be_bytes());
+/// What a key of a lane holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A chunk of messages.
+    Chunk,
+    /// The departures of a chunk.
+    Departures,
+    /// One message under its own key.
+    Own,
+}
+
+/// A key of the tree: a letter, the subscription number for a topic's lanes, a sequence
+/// number.
+#[derive(Debug, Clone, Copy)]
+struct Key {
+    bytes: [u8; 13],
+    len: usize,
+}
+
+impl std::ops::Deref for Key {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+impl AsRef<[u8]> for Key {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+/// The prefix of every key of `kind` in `lane`.
+fn prefix(kind: Kind, lane: LaneId) -> Key {
+    let letter = match (kind, lane.dead_letter) {
+        (Kind::Chunk, _) => b'c',
+        (Kind::Departures, _) => b'g',
+        (Kind::Own, false) => b'm',
+        (Kind::Own, true) => b'd',
+    };
+    let mut key = Key {
+        bytes: [0u8; 13],
+        len: 1,
+    };
+    if lane.subscription == 0 {
+        key.bytes[0] = letter;
+    } else {
+        key.bytes[0] = letter.to_ascii_uppercase();
+        key.bytes[1..5].copy_from_slice(&lane.subscription.to_be_bytes());
+        key.len = 5;
+    }
     key
 }
 
-/// The sequence number in a key made by [`key`].
+/// The key of `seq` under `kind` in `lane`.
+fn key(kind: Kind, lane: LaneId, seq: i64) -> Key {
+    let mut key = prefix(kind, lane);
+    key.bytes[key.len..key.len + 8].copy_from_slice(&seq.to_be_bytes());
+    key.len += 8;
+    key
+}
+
+/// The sequence number in a key made by [`key`]: its last eight bytes.
 fn seq_of(key: &[u8]) -> i64 {
-    be_i64(&key[1..9])
+    be_i64(&key[key.len() - 8..])
 }
 
 /// A big-endian i64 from exactly 8 bytes.
@@ -90,6 +146,29 @@ impl FreshChunk {
     }
 }
 
+/// A lane's chunks on disk and what the current write does to them. Only lanes that take
+/// sends (not dead-letter lanes) store chunks.
+#[derive(Debug)]
+struct LaneChunks {
+    /// The chunks, by first sequence number.
+    stored: BTreeMap<i64, StoredChunk>,
+    /// Chunks some message left during the current write.
+    touched: Vec<i64>,
+    /// Sequence numbers from here on were never stored in this lane: a write's puts of them
+    /// form chunks.
+    fresh_from: i64,
+}
+
+impl Default for LaneChunks {
+    fn default() -> Self {
+        LaneChunks {
+            stored: BTreeMap::new(),
+            touched: Vec::new(),
+            fresh_from: 1,
+        }
+    }
+}
+
 /// Bytes of messages kept in memory: every message in `memory` mode, the most recent ones
 /// within a budget otherwise, so that a queue that keeps up never reads its own writes back.
 #[derive(Debug)]
@@ -100,22 +179,22 @@ struct BodyCache {
 }
 
 impl BodyCache {
-    fn apply(&mut self, sub: LaneId, change: &Change) {
+    fn apply(&mut self, lane: LaneId, change: &Change) {
         match change {
             Change::Put { seq, body, .. } => {
-                self.remove(sub, *seq);
+                self.remove(lane, *seq);
                 if self.bytes + body.len() <= self.budget {
                     self.bytes += body.len();
-                    self.bodies.insert((sub, *seq), body.clone());
+                    self.bodies.insert((lane, *seq), body.clone());
                 }
             }
-            Change::Delete { seq } => self.remove(sub, *seq),
+            Change::Delete { seq } => self.remove(lane, *seq),
             Change::Update { .. } | Change::NextSeq(_) => {}
         }
     }
 
-    fn remove(&mut self, sub: LaneId, seq: i64) {
-        if let Some(old) = self.bodies.remove(&(sub, seq)) {
+    fn remove(&mut self, lane: LaneId, seq: i64) {
+        if let Some(old) = self.bodies.remove(&(lane, seq)) {
             self.bytes -= old.len();
         }
     }
@@ -134,14 +213,10 @@ pub struct EntityLog {
     /// The entity's (lower-cased) name, for errors.
     entity: String,
     cache: BodyCache,
-    /// The queue's chunks on disk, by first sequence number.
-    chunks: BTreeMap<i64, StoredChunk>,
-    /// Chunks some message left during the current write.
-    touched: Vec<i64>,
-    /// Sequence numbers from here on were never stored: a write's puts of them form chunks.
-    fresh_from: i64,
+    /// The chunks of each lane that stores them.
+    chunks: HashMap<LaneId, LaneChunks>,
     /// The chunk value read last (deliveries read a chunk's messages one after another).
-    last_read: Option<(i64, sled::IVec)>,
+    last_read: Option<(LaneId, i64, sled::IVec)>,
     /// Changes staged for the next [`EntityLog::commit`], in order.
     staged: Vec<(LaneId, Change)>,
     /// The bytes of the staged puts, readable before they are written.
@@ -168,9 +243,7 @@ impl EntityLog {
                 bytes: 0,
                 budget: cache_budget,
             },
-            chunks: BTreeMap::new(),
-            touched: Vec::new(),
-            fresh_from: 1,
+            chunks: HashMap::new(),
             last_read: None,
             staged: Vec::new(),
             staged_bodies: HashMap::new(),
@@ -178,11 +251,11 @@ impl EntityLog {
         }
     }
 
-    /// Reads every record of one queue back (sled modes) and logs how long it took.
+    /// Reads every record of one lane back (sled modes) and logs how long it took.
     ///
     /// # Errors
     /// A [`StoreError`] for unreadable data; the entity then does not start.
-    pub fn recover(&mut self, sub: LaneId) -> Result<Recovered, StoreError> {
+    pub fn recover(&mut self, lane: LaneId) -> Result<Recovered, StoreError> {
         let Some(tree) = self.tree.clone() else {
             return Ok(Recovered {
                 next_seq: 1,
@@ -195,10 +268,10 @@ impl EntityLog {
             _ => 1,
         };
         let mut records = Vec::new();
-        if sub == LaneId::MAIN {
-            self.recover_chunks(&tree, &mut records)?;
+        if !lane.dead_letter {
+            self.recover_chunks(&tree, lane, &mut records)?;
         }
-        for item in tree.scan_prefix([sub.prefix()]) {
+        for item in tree.scan_prefix(prefix(Kind::Own, lane)) {
             let (key, value) = item?;
             let seq = seq_of(&key);
             let (record, _) = Record::decode(&value).map_err(|error| StoreError::Record {
@@ -209,10 +282,13 @@ impl EntityLog {
             records.push((seq, record));
         }
         let highest = records.iter().map(|(seq, _)| *seq).max().unwrap_or(0);
-        self.fresh_from = self.fresh_from.max(next_seq).max(highest + 1);
+        if !lane.dead_letter {
+            let chunks = self.chunks.entry(lane).or_default();
+            chunks.fresh_from = chunks.fresh_from.max(next_seq).max(highest + 1);
+        }
         tracing::info!(
             entity = %self.entity,
-            queue = ?sub,
+            ?lane,
             messages = records.len(),
             next_seq,
             elapsed = ?started.elapsed(),
@@ -221,23 +297,26 @@ impl EntityLog {
         Ok(Recovered { next_seq, records })
     }
 
-    /// Reads the queue's chunks and their departures; the messages still in them join
+    /// Reads a lane's chunks and their departures; the messages still in them join
     /// `records`.
     fn recover_chunks(
         &mut self,
         tree: &sled::Tree,
+        lane: LaneId,
         records: &mut Vec<(i64, Record)>,
     ) -> Result<(), StoreError> {
+        let entity = self.entity.clone();
+        let chunks = self.chunks.entry(lane).or_default();
         let mut departures = HashMap::new();
-        for item in tree.scan_prefix([DEPARTURES_PREFIX]) {
+        for item in tree.scan_prefix(prefix(Kind::Departures, lane)) {
             let (key, value) = item?;
             departures.insert(seq_of(&key), value);
         }
-        for item in tree.scan_prefix([CHUNK_PREFIX]) {
+        for item in tree.scan_prefix(prefix(Kind::Chunk, lane)) {
             let (key, value) = item?;
             let first = seq_of(&key);
             let entries = chunk::decode(&value).map_err(|error| StoreError::Chunk {
-                entity: self.entity.clone(),
+                entity: entity.clone(),
                 first,
                 error,
             })?;
@@ -252,7 +331,7 @@ impl EntityLog {
                     records.push((first + index as i64, record));
                 }
             }
-            self.chunks.insert(
+            chunks.stored.insert(
                 first,
                 StoredChunk {
                     departures: gone,
@@ -263,7 +342,7 @@ impl EntityLog {
         }
         // Departures whose chunk is gone: a crash came between removing the two keys.
         for first in departures.into_keys() {
-            tree.remove(key(DEPARTURES_PREFIX, first))?;
+            tree.remove(key(Kind::Departures, lane, first))?;
         }
         Ok(())
     }
@@ -348,60 +427,63 @@ impl EntityLog {
             ..Ops::default()
         };
         let mut next_seq = None;
-        let mut fresh: Vec<FreshChunk> = Vec::new();
+        let mut fresh: BTreeMap<LaneId, Vec<FreshChunk>> = BTreeMap::new();
         // Messages given their own key in this batch, which a later update must start from.
         let mut own: HashMap<(LaneId, i64), Bytes> = HashMap::new();
-        for (sub, change) in changes {
-            let main = sub == LaneId::MAIN;
+        for (lane, change) in changes {
+            let chunked = !lane.dead_letter;
+            let lane_fresh = fresh.entry(lane).or_default();
             match change {
-                Change::Put { seq, record, body } if main && seq >= self.fresh_from => {
-                    self.fresh_from = seq + 1;
-                    add_fresh(&mut fresh, seq, record, body);
+                Change::Put { seq, record, body } if chunked && self.is_fresh(lane, seq) => {
+                    self.chunks.entry(lane).or_default().fresh_from = seq + 1;
+                    add_fresh(lane_fresh, seq, record, body);
                 }
                 Change::Put { seq, record, body } => {
-                    if main {
-                        if let Some(slot) = FreshChunk::slot(&mut fresh, seq) {
+                    if chunked {
+                        if let Some(slot) = FreshChunk::slot(lane_fresh, seq) {
                             *slot = Some((record, body));
                             continue;
                         }
-                        self.leave_chunk(seq);
+                        self.leave_chunk(lane, seq);
                     }
-                    batch.insert_moved(&key(sub.prefix(), seq), own_value(&record, &body));
-                    own.insert((sub, seq), body);
+                    let value = own_value(&record, &body);
+                    batch.insert_moved(&key(Kind::Own, lane, seq), value);
+                    own.insert((lane, seq), body);
                 }
                 Change::Update { seq, record } => {
-                    if main {
-                        if let Some(slot) = FreshChunk::slot(&mut fresh, seq) {
+                    if chunked {
+                        if let Some(slot) = FreshChunk::slot(lane_fresh, seq) {
                             if let Some((stored, _)) = slot {
                                 *stored = record;
                             }
                             continue;
                         }
                     }
-                    let body = match own.get(&(sub, seq)) {
+                    let body = match own.get(&(lane, seq)) {
                         Some(body) => Some(body.clone()),
-                        None => self.stored_body(sub, seq)?,
+                        None => self.stored_body(lane, seq)?,
                     };
                     if let Some(body) = body {
-                        if main {
-                            self.leave_chunk(seq);
+                        if chunked {
+                            self.leave_chunk(lane, seq);
                         }
-                        batch.insert_moved(&key(sub.prefix(), seq), own_value(&record, &body));
-                        own.insert((sub, seq), body);
+                        let value = own_value(&record, &body);
+                        batch.insert_moved(&key(Kind::Own, lane, seq), value);
+                        own.insert((lane, seq), body);
                     }
                 }
                 Change::Delete { seq } => {
-                    if main {
-                        if let Some(slot) = FreshChunk::slot(&mut fresh, seq) {
+                    if chunked {
+                        if let Some(slot) = FreshChunk::slot(lane_fresh, seq) {
                             *slot = None;
                             continue;
                         }
-                        if self.leave_chunk(seq) {
+                        if self.leave_chunk(lane, seq) {
                             continue;
                         }
                     }
-                    own.remove(&(sub, seq));
-                    batch.remove(&key(sub.prefix(), seq));
+                    own.remove(&(lane, seq));
+                    batch.remove(&key(Kind::Own, lane, seq));
                 }
                 Change::NextSeq(next) => next_seq = Some(next),
             }
@@ -411,11 +493,20 @@ impl EntityLog {
             let value = sled::IVec::from(&next.to_be_bytes()[..]);
             batch.list.insert(0, (NEXT_SEQ_KEY.into(), Some(value)));
         }
-        for chunk in fresh {
-            self.store_fresh(chunk, &mut batch);
+        for (lane, chunks) in fresh {
+            for chunk in chunks {
+                self.store_fresh(lane, chunk, &mut batch);
+            }
         }
         self.store_departures(&mut batch);
         Ok(batch)
+    }
+
+    /// Whether `seq` was never stored in `lane`, so that a put of it may start a chunk.
+    fn is_fresh(&self, lane: LaneId, seq: i64) -> bool {
+        self.chunks
+            .get(&lane)
+            .is_none_or(|chunks| seq >= chunks.fresh_from)
     }
 
     /// Moves the messages of nearly empty, quiet chunks to their own keys and drops those
@@ -431,39 +522,48 @@ impl EntityLog {
             return Ok(());
         };
         let mut due = Vec::new();
-        for (first, chunk) in &mut self.chunks {
-            let sparse = chunk.departures.live() * COMPACT_BELOW_ONE_IN <= chunk.departures.count();
-            if chunk.quiet && sparse {
-                due.push(*first);
+        for (lane, chunks) in &mut self.chunks {
+            for (first, chunk) in &mut chunks.stored {
+                let live = chunk.departures.live();
+                let sparse = live * COMPACT_BELOW_ONE_IN <= chunk.departures.count();
+                if chunk.quiet && sparse {
+                    due.push((*lane, *first));
+                }
+                chunk.quiet = true;
             }
-            chunk.quiet = true;
         }
         if due.is_empty() {
             return Ok(());
         }
         let mut batch = Ops::default();
-        for first in &due {
-            let value = self.chunk_value(*first)?;
+        for (lane, first) in &due {
+            let value = self.chunk_value(*lane, *first)?;
             let entries = self.decode_chunk(*first, &value)?;
-            if let Some(chunk) = self.chunks.get_mut(first) {
+            let Some(chunks) = self.chunks.get_mut(lane) else {
+                continue;
+            };
+            if let Some(chunk) = chunks.stored.get_mut(first) {
                 for (index, (record, range)) in entries.into_iter().enumerate() {
                     if chunk.departures.mark(index as u32) {
                         let seq = first + index as i64;
                         let own = own_value(&record, &value[range]);
-                        batch.insert_moved(&key(LaneId::MAIN.prefix(), seq), own);
+                        batch.insert_moved(&key(Kind::Own, *lane, seq), own);
                     }
                 }
             }
-            self.touched.push(*first);
+            chunks.touched.push(*first);
         }
         self.store_departures(&mut batch);
         tracing::debug!(chunks = due.len(), "compacted");
         batch.apply(&tree)
     }
 
-    /// Marks `seq` as gone from the chunk holding it; returns whether it was in one.
-    fn leave_chunk(&mut self, seq: i64) -> bool {
-        let Some((first, chunk)) = self.chunks.range_mut(..=seq).next_back() else {
+    /// Marks `seq` as gone from the chunk of `lane` holding it; returns whether it was in one.
+    fn leave_chunk(&mut self, lane: LaneId, seq: i64) -> bool {
+        let Some(chunks) = self.chunks.get_mut(&lane) else {
+            return false;
+        };
+        let Some((first, chunk)) = chunks.stored.range_mut(..=seq).next_back() else {
             return false;
         };
         let Ok(index) = u32::try_from(seq - first) else {
@@ -472,15 +572,15 @@ impl EntityLog {
         if !chunk.departures.mark(index) {
             return false;
         }
-        if !self.touched.contains(first) {
-            self.touched.push(*first);
+        if !chunks.touched.contains(first) {
+            chunks.touched.push(*first);
         }
         chunk.quiet = false;
         true
     }
 
     /// Writes a chunk built by this write, with its departures if some of it is gone already.
-    fn store_fresh(&mut self, fresh: FreshChunk, batch: &mut Ops) {
+    fn store_fresh(&mut self, lane: LaneId, fresh: FreshChunk, batch: &mut Ops) {
         let count = u32::try_from(fresh.entries.len()).unwrap_or(u32::MAX);
         let mut departures = Departures::none(count);
         let placeholder = (
@@ -509,12 +609,15 @@ impl EntityLog {
             return;
         }
         let value = chunk::encode(entries.iter().map(|(record, body)| (record, &body[..])));
-        batch.insert(&key(CHUNK_PREFIX, fresh.first), value);
+        batch.insert(&key(Kind::Chunk, lane, fresh.first), value);
         let departures_stored = departures.live() < count;
         if departures_stored {
-            batch.insert(&key(DEPARTURES_PREFIX, fresh.first), departures.encode());
+            batch.insert(
+                &key(Kind::Departures, lane, fresh.first),
+                departures.encode(),
+            );
         }
-        self.chunks.insert(
+        self.chunks.entry(lane).or_default().stored.insert(
             fresh.first,
             StoredChunk {
                 departures,
@@ -526,26 +629,29 @@ impl EntityLog {
 
     /// Writes the departures of the chunks messages left; an emptied chunk goes.
     fn store_departures(&mut self, batch: &mut Ops) {
-        for first in std::mem::take(&mut self.touched) {
-            let Some(chunk) = self.chunks.get_mut(&first) else {
-                continue;
-            };
-            if chunk.departures.live() > 0 {
-                batch.insert(&key(DEPARTURES_PREFIX, first), chunk.departures.encode());
-                chunk.departures_stored = true;
-                continue;
-            }
-            batch.remove(&key(CHUNK_PREFIX, first));
-            if chunk.departures_stored {
-                batch.remove(&key(DEPARTURES_PREFIX, first));
-            }
-            self.chunks.remove(&first);
-            if self
-                .last_read
-                .as_ref()
-                .is_some_and(|(read, _)| *read == first)
-            {
-                self.last_read = None;
+        for (lane, chunks) in &mut self.chunks {
+            for first in std::mem::take(&mut chunks.touched) {
+                let Some(chunk) = chunks.stored.get_mut(&first) else {
+                    continue;
+                };
+                if chunk.departures.live() > 0 {
+                    let departures = chunk.departures.encode();
+                    batch.insert(&key(Kind::Departures, *lane, first), departures);
+                    chunk.departures_stored = true;
+                    continue;
+                }
+                batch.remove(&key(Kind::Chunk, *lane, first));
+                if chunk.departures_stored {
+                    batch.remove(&key(Kind::Departures, *lane, first));
+                }
+                chunks.stored.remove(&first);
+                if self
+                    .last_read
+                    .as_ref()
+                    .is_some_and(|(read_lane, read, _)| read_lane == lane && *read == first)
+                {
+                    self.last_read = None;
+                }
             }
         }
     }
@@ -571,16 +677,16 @@ impl EntityLog {
     ///
     /// # Errors
     /// [`StoreError::MissingBody`] when the message has no bytes, or a sled error.
-    pub fn body(&mut self, sub: LaneId, seq: i64) -> Result<Bytes, StoreError> {
+    pub fn body(&mut self, lane: LaneId, seq: i64) -> Result<Bytes, StoreError> {
         if let Some(body) = self
             .cache
             .bodies
-            .get(&(sub, seq))
-            .or_else(|| self.staged_bodies.get(&(sub, seq)))
+            .get(&(lane, seq))
+            .or_else(|| self.staged_bodies.get(&(lane, seq)))
         {
             return Ok(body.clone());
         }
-        self.stored_body(sub, seq)?
+        self.stored_body(lane, seq)?
             .ok_or_else(|| StoreError::MissingBody {
                 entity: self.entity.clone(),
                 seq,
@@ -588,10 +694,10 @@ impl EntityLog {
     }
 
     /// The bytes of a message on disk, in its chunk or under its own key.
-    fn stored_body(&mut self, sub: LaneId, seq: i64) -> Result<Option<Bytes>, StoreError> {
-        if sub == LaneId::MAIN {
-            if let Some((first, index)) = self.chunk_of(seq) {
-                let value = self.chunk_value(first)?;
+    fn stored_body(&mut self, lane: LaneId, seq: i64) -> Result<Option<Bytes>, StoreError> {
+        if !lane.dead_letter {
+            if let Some((first, index)) = self.chunk_of(lane, seq) {
+                let value = self.chunk_value(lane, first)?;
                 let entries = self.decode_chunk(first, &value)?;
                 return Ok(entries
                     .get(index)
@@ -601,7 +707,7 @@ impl EntityLog {
         let Some(tree) = &self.tree else {
             return Ok(None);
         };
-        match tree.get(key(sub.prefix(), seq))? {
+        match tree.get(key(Kind::Own, lane, seq))? {
             Some(value) => {
                 let (_, at) = Record::decode(&value).map_err(|error| StoreError::Record {
                     entity: self.entity.clone(),
@@ -614,25 +720,25 @@ impl EntityLog {
         }
     }
 
-    /// The chunk still holding `seq`, and its index there.
-    fn chunk_of(&self, seq: i64) -> Option<(i64, usize)> {
-        let (first, chunk) = self.chunks.range(..=seq).next_back()?;
+    /// The chunk of `lane` still holding `seq`, and its index there.
+    fn chunk_of(&self, lane: LaneId, seq: i64) -> Option<(i64, usize)> {
+        let (first, chunk) = self.chunks.get(&lane)?.stored.range(..=seq).next_back()?;
         let index = u32::try_from(seq - first).ok()?;
         (!chunk.departures.has_left(index)).then_some((*first, index as usize))
     }
 
     /// A chunk's stored value (the last one read is kept).
-    fn chunk_value(&mut self, first: i64) -> Result<sled::IVec, StoreError> {
-        if let Some((read, value)) = &self.last_read {
-            if *read == first {
+    fn chunk_value(&mut self, lane: LaneId, first: i64) -> Result<sled::IVec, StoreError> {
+        if let Some((read_lane, read, value)) = &self.last_read {
+            if *read_lane == lane && *read == first {
                 return Ok(value.clone());
             }
         }
         let tree = self.tree.as_ref().ok_or_else(|| self.missing(first))?;
         let value = tree
-            .get(key(CHUNK_PREFIX, first))?
+            .get(key(Kind::Chunk, lane, first))?
             .ok_or_else(|| self.missing(first))?;
-        self.last_read = Some((first, value.clone()));
+        self.last_read = Some((lane, first, value.clone()));
         Ok(value)
     }
 
@@ -766,8 +872,12 @@ mod tests {
 
     type Model = BTreeMap<(u8, i64), (Record, Bytes)>;
 
-    fn tag(sub: LaneId) -> u8 {
-        sub.prefix()
+    fn tag(lane: LaneId) -> u8 {
+        if lane.dead_letter {
+            b'd'
+        } else {
+            b'm'
+        }
     }
 
     fn sub_of(prefix: u8) -> LaneId {
@@ -781,6 +891,63 @@ mod tests {
     /// A write of new messages and completions goes as single operations: a crash after any
     /// prefix of them recovers every message the earlier writes left, none twice, nothing
     /// the write did not know, and a counter above every number ever handed out.
+    #[test]
+    fn lanes_of_one_tree_keep_their_copies_of_a_number_apart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let eu = LaneId {
+            subscription: 1,
+            dead_letter: false,
+        };
+        let us = LaneId {
+            subscription: 2,
+            dead_letter: false,
+        };
+        let put = |lane: LaneId, seq: i64, tag: u8| {
+            let body = Bytes::from(vec![tag; 3]);
+            let record = record(0, body.len());
+            (lane, Change::Put { seq, record, body })
+        };
+        {
+            let mut log = open(dir.path());
+            let mut first = vec![(LaneId::MAIN, Change::NextSeq(4))];
+            for seq in 1..4 {
+                first.extend([put(eu, seq, 1), put(us, seq, 2), put(LaneId::MAIN, seq, 0)]);
+            }
+            log.stage(first, false);
+            log.commit().expect("write");
+            // The copy of 2 leaves one subscription and is dead-lettered from the other.
+            log.stage(
+                vec![
+                    (eu, Change::Delete { seq: 2 }),
+                    (us, Change::Delete { seq: 2 }),
+                    put(us.dead_letter_lane(), 2, 9),
+                ],
+                true,
+            );
+            log.commit().expect("write");
+        }
+        let mut log = open(dir.path());
+        let seqs = |log: &mut EntityLog, lane| {
+            let recovered = log.recover(lane).expect("recover");
+            let mut seqs: Vec<i64> = recovered.records.iter().map(|(seq, _)| *seq).collect();
+            seqs.sort_unstable();
+            seqs
+        };
+        assert_eq!(seqs(&mut log, eu), vec![1, 3]);
+        assert_eq!(seqs(&mut log, us), vec![1, 3]);
+        assert_eq!(seqs(&mut log, us.dead_letter_lane()), vec![2]);
+        assert_eq!(seqs(&mut log, eu.dead_letter_lane()), Vec::<i64>::new());
+        assert_eq!(
+            seqs(&mut log, LaneId::MAIN),
+            vec![1, 2, 3],
+            "the queue's own keys"
+        );
+        assert_eq!(log.body(eu, 3).expect("body")[0], 1);
+        assert_eq!(log.body(us, 3).expect("body")[0], 2);
+        assert_eq!(log.body(us.dead_letter_lane(), 2).expect("body")[0], 9);
+        assert_eq!(log.body(LaneId::MAIN, 2).expect("body")[0], 0);
+    }
+
     #[test]
     fn every_prefix_of_an_unbatched_write_recovers_a_consistent_queue() {
         let put = |seq: i64| {
@@ -844,7 +1011,7 @@ mod tests {
                 "prefix {kept}: {seqs:?}"
             );
             assert!(
-                recovered.next_seq.max(log.fresh_from) >= 13,
+                recovered.next_seq.max(log.chunks[&LaneId::MAIN].fresh_from) >= 13,
                 "prefix {kept}"
             );
             for seq in &seqs {
@@ -855,9 +1022,9 @@ mod tests {
                 .tree
                 .as_ref()
                 .expect("tree")
-                .scan_prefix([DEPARTURES_PREFIX])
+                .scan_prefix(prefix(Kind::Departures, LaneId::MAIN))
                 .filter_map(Result::ok)
-                .filter(|(key, _)| !log.chunks.contains_key(&seq_of(key)))
+                .filter(|(key, _)| !log.chunks[&LaneId::MAIN].stored.contains_key(&seq_of(key)))
                 .count();
             assert_eq!(
                 orphans, 0,
@@ -986,7 +1153,7 @@ mod tests {
         // Two passes: the first finds every chunk quiet, the second compacts the sparse ones.
         log.compact().expect("compact");
         log.compact().expect("compact");
-        for (first, chunk) in &log.chunks {
+        for (first, chunk) in &log.chunks[&LaneId::MAIN].stored {
             let (live, count) = (chunk.departures.live(), chunk.departures.count());
             assert!(
                 live * COMPACT_BELOW_ONE_IN > count,

@@ -113,15 +113,6 @@ impl LaneId {
             ..self
         }
     }
-
-    /// The key prefix of the lane's messages stored under their own keys.
-    fn prefix(self) -> u8 {
-        if self.dead_letter {
-            b'd'
-        } else {
-            b'm'
-        }
-    }
 }
 
 /// One change to an entity's stored state.

@@ -7,6 +7,7 @@
 //!   connections, sessions, links, and the message splice.
 //! - [`node`]: what links attach to (the address router, Service Bus wire names).
 //! - [`entity`]: queues as actors (handle, pure state, task, registry).
+//! - [`filter`]: the subscription rule language (correlation and SQL filters, SQL actions).
 //! - [`store`]: the sled message log, versioned records and group commit.
 //! - [`sweeper`]: the TTL sweeper; [`reaper`]: auto-delete on idle; [`trimmer`]: gives freed
 //!   heap memory back (background ticks).
@@ -15,6 +16,7 @@
 pub mod amqp;
 pub mod config;
 pub mod entity;
+pub mod filter;
 pub mod node;
 pub mod reaper;
 pub mod server;

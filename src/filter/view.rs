@@ -83,6 +83,40 @@ pub enum SystemProperty {
     ContentType,
 }
 
+/// The supported system properties under their Service Bus names (matched case-insensitively).
+const SUPPORTED: [(&str, SystemProperty); 9] = [
+    ("MessageId", SystemProperty::MessageId),
+    ("CorrelationId", SystemProperty::CorrelationId),
+    ("To", SystemProperty::To),
+    ("ReplyTo", SystemProperty::ReplyTo),
+    ("Label", SystemProperty::Subject),
+    ("Subject", SystemProperty::Subject),
+    ("SessionId", SystemProperty::SessionId),
+    ("ReplyToSessionId", SystemProperty::ReplyToSessionId),
+    ("ContentType", SystemProperty::ContentType),
+];
+
+/// Service Bus message properties ("Messages, payloads, and serialization") this broker does
+/// not offer to filters and actions: they are not strings, or not known when a message is
+/// routed to its subscriptions.
+const UNSUPPORTED: [&str; 15] = [
+    "DeadLetterSource",
+    "DeliveryCount",
+    "EnqueuedSequenceNumber",
+    "EnqueuedTimeUtc",
+    "ExpiresAtUtc",
+    "ForcePersistence",
+    "LockedUntilUtc",
+    "LockToken",
+    "PartitionKey",
+    "ScheduledEnqueueTimeUtc",
+    "SequenceNumber",
+    "Size",
+    "State",
+    "TimeToLive",
+    "ViaPartitionKey",
+];
+
 impl SystemProperty {
     /// The Service Bus name, as written after `sys.`.
     #[must_use]
@@ -96,6 +130,24 @@ impl SystemProperty {
             SystemProperty::SessionId => "SessionId",
             SystemProperty::ReplyToSessionId => "ReplyToSessionId",
             SystemProperty::ContentType => "ContentType",
+        }
+    }
+
+    /// The system property written `sys.{name}`, or why there is none.
+    pub(super) fn resolve(name: &str) -> Result<SystemProperty, String> {
+        if let Some((_, property)) = SUPPORTED.iter().find(|(known, _)| names_equal(known, name)) {
+            return Ok(*property);
+        }
+        let supported = "sys.MessageId, sys.CorrelationId, sys.To, sys.ReplyTo, sys.Label, \
+                         sys.SessionId, sys.ReplyToSessionId and sys.ContentType";
+        if let Some(known) = UNSUPPORTED.iter().find(|known| names_equal(known, name)) {
+            Err(format!(
+                "system property sys.{known} is not supported by this broker (only {supported})"
+            ))
+        } else {
+            Err(format!(
+                "unknown system property sys.{name} (supported: {supported})"
+            ))
         }
     }
 }
@@ -149,5 +201,32 @@ mod tests {
             Some("Color")
         );
         assert_eq!(view.application_property("size"), None);
+    }
+
+    #[test]
+    fn system_names_resolve_case_insensitively_with_label_and_subject() {
+        assert_eq!(
+            SystemProperty::resolve("label"),
+            Ok(SystemProperty::Subject)
+        );
+        assert_eq!(
+            SystemProperty::resolve("SUBJECT"),
+            Ok(SystemProperty::Subject)
+        );
+        assert_eq!(
+            SystemProperty::resolve("messageid"),
+            Ok(SystemProperty::MessageId)
+        );
+        for property in SUPPORTED.map(|(_, property)| property) {
+            assert_eq!(SystemProperty::resolve(property.name()), Ok(property));
+        }
+    }
+
+    #[test]
+    fn unsupported_and_unknown_system_names_say_so() {
+        let unsupported = SystemProperty::resolve("deliverycount").unwrap_err();
+        assert!(unsupported.starts_with("system property sys.DeliveryCount is not supported"));
+        let unknown = SystemProperty::resolve("Colour").unwrap_err();
+        assert!(unknown.starts_with("unknown system property sys.Colour"));
     }
 }

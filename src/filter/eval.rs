@@ -31,7 +31,8 @@ use super::syntax::{Arithmetic, Comparison, Condition, Operand, Pattern, Propert
 use super::value::Value;
 use super::view::{MessageView, SystemProperty};
 
-/// What conditions and values read a message through.
+/// What conditions and values read a message through: the message itself, or the message
+/// with an action's earlier statements applied.
 pub(super) trait Scope {
     /// The system property, `None` when the message has none.
     fn system(&self, property: SystemProperty) -> Option<&str>;
@@ -51,7 +52,7 @@ impl Scope for MessageView {
 
 /// A value during evaluation, borrowing from the message or the rule where it can.
 #[derive(Debug, Clone, PartialEq)]
-enum Scalar<'a> {
+pub(super) enum Scalar<'a> {
     /// NULL, or unknown (a missing property): they behave alike in every operator.
     Null,
     Bool(bool),
@@ -78,8 +79,22 @@ impl<'a> Scalar<'a> {
         }
     }
 
+    /// The owned value (unknown becomes NULL).
+    pub(super) fn into_value(self) -> Value {
+        match self {
+            Scalar::Null => Value::Null,
+            Scalar::Bool(flag) => Value::Bool(flag),
+            Scalar::Int(n) => Value::Int(n),
+            Scalar::Float(n) => Value::Float(n),
+            Scalar::Text(text) => Value::String(text.into_owned()),
+            Scalar::Timestamp(ms) => Value::Timestamp(ms),
+            Scalar::Uuid(id) => Value::Uuid(id),
+            Scalar::Other(other) => Value::Other(other.clone()),
+        }
+    }
+
     /// The type's name for error messages.
-    fn kind(&self) -> &'static str {
+    pub(super) fn kind(&self) -> &'static str {
         match self {
             Scalar::Null => "NULL",
             Scalar::Bool(_) => "boolean",
@@ -229,7 +244,10 @@ fn computed_pattern<S: Scope>(
 }
 
 /// The value of `operand` for the message `scope` reads.
-fn operand<'a, S: Scope>(operand: &'a Operand, scope: &'a S) -> Result<Scalar<'a>, EvalError> {
+pub(super) fn operand<'a, S: Scope>(
+    operand: &'a Operand,
+    scope: &'a S,
+) -> Result<Scalar<'a>, EvalError> {
     match operand {
         Operand::Literal(value) => Ok(Scalar::of(value)),
         Operand::Property(property) => Ok(property_value(property, scope)),

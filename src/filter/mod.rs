@@ -2,13 +2,15 @@
 //! when a rule is created and evaluated for each message a topic routes.
 //!
 //! A rule's [`Filter`] is `True`, `False`, a [`CorrelationFilter`] (equality on named
-//! properties) or a [`SqlFilter`]. Filters read a message through a [`MessageView`] the
-//! connection task extracts once per message.
+//! properties) or a [`SqlFilter`]; a rule may also have a [`SqlAction`] that edits the
+//! subscription's copy of a selected message ([`Edit`]). Both read a message through a
+//! [`MessageView`] the connection task extracts once per message.
 //!
 //! Sources, all Microsoft Learn (learn.microsoft.com/azure/service-bus-messaging/...):
-//! "Subscription Rule SQL Filter Syntax" (`service-bus-messaging-sql-filter`), "Topic filters
-//! and actions" (`topic-filters`), "Messages, payloads, and serialization" (the system
-//! property names) and "Service Bus quotas" (the limits).
+//! "Subscription Rule SQL Filter Syntax" (`service-bus-messaging-sql-filter`), "Subscription
+//! Rule SQL Action Syntax" (`service-bus-messaging-sql-rule-action`), "Topic filters and
+//! actions" (`topic-filters`), "Messages, payloads, and serialization" (the system property
+//! names) and "Service Bus quotas" (the limits).
 //!
 //! # The SQL language
 //!
@@ -44,12 +46,14 @@
 //!   lists no fixed value.)
 //! * `1=1` and `1=0`, which the SDKs send for the True and False filters, are folded into
 //!   constants when parsed.
-//! * Limits (quotas): 1024 characters per filter; this broker also caps nesting at 64
-//!   levels. Syntax errors ([`SqlError`]) carry the byte offset where the problem is.
+//! * Limits (quotas): 1024 characters per filter or action, 32 statements per action; this
+//!   broker also caps nesting at 64 levels. Syntax errors ([`SqlError`]) carry the byte
+//!   offset where the problem is.
 //!
 //! Not supported: filter parameters (`@name`, an SDK feature), the JMS selector dialect, and
 //! the system properties listed above as unsupported.
 
+mod action;
 mod correlation;
 mod error;
 mod eval;
@@ -61,6 +65,7 @@ mod syntax;
 mod value;
 mod view;
 
+pub use action::{Edit, SqlAction};
 pub use correlation::{CorrelationFilter, EmptyCorrelationFilter};
 pub use error::{EvalError, SqlError};
 pub use sql::SqlFilter;

@@ -1,4 +1,4 @@
-//! Recursive-descent parser for SQL filter conditions.
+//! Recursive-descent parser for SQL filter conditions and SQL action statements.
 //!
 //! Precedence, loosest first: `OR`, `AND`, `NOT`, the comparisons (`= <> != < <= > >=`,
 //! `IS [NOT] NULL`, `[NOT] IN`, `[NOT] LIKE`), `+ -`, `* / %`, unary `+ -`. Conditions and
@@ -6,8 +6,8 @@
 //! wants conditions, `+` wants values, and a filter as a whole must be a condition.
 //!
 //! Limits (Service Bus quotas, "Size of SQL filters or actions"): an expression is at most
-//! 1024 characters. Nesting (parentheses, `NOT`, unary signs) is capped at 64 levels so that
-//! no expression can exhaust the stack.
+//! 1024 characters and an action at most 32 statements. Nesting (parentheses, `NOT`, unary
+//! signs) is capped at 64 levels so that no expression can exhaust the stack.
 
 use std::borrow::Cow;
 
@@ -15,13 +15,18 @@ use super::error::SqlError;
 use super::eval;
 use super::lexer::{Keyword, Lexer, Symbol, Token, TokenKind};
 use super::like::LikePattern;
-use super::syntax::{Arithmetic, Comparison, Condition, Operand, Pattern, Property, Sign};
+use super::syntax::{
+    Arithmetic, Comparison, Condition, Operand, Pattern, Property, Sign, Statement,
+};
 use super::value::Value;
 use super::view::{names_equal, SystemProperty};
 
 /// Longest expression, in characters (Service Bus: "Maximum length of filter condition
-/// string: 1,024").
+/// string: 1,024", and the same for rule actions).
 const MAX_LENGTH: usize = 1024;
+/// Most statements in one action (Service Bus: "Maximum number of expressions per rule
+/// action: 32").
+const MAX_STATEMENTS: usize = 32;
 /// Deepest nesting of parentheses, `NOT` and unary signs.
 const MAX_NESTING: usize = 64;
 
@@ -33,6 +38,42 @@ pub(super) fn parse_condition(source: &str) -> Result<Condition, SqlError> {
         return Err(parser.unexpected("AND, OR or the end of the filter"));
     }
     Ok(condition)
+}
+
+/// Parses a SQL action: `SET property = value` and `REMOVE property` statements, each
+/// optionally ended by `;`.
+pub(super) fn parse_statements(source: &str) -> Result<Vec<Statement>, SqlError> {
+    let mut parser = Parser::new(source)?;
+    let mut statements = Vec::new();
+    loop {
+        let offset = parser.token.offset;
+        match parser.token.kind {
+            TokenKind::End if !statements.is_empty() => return Ok(statements),
+            TokenKind::Keyword(Keyword::Set | Keyword::Remove)
+                if statements.len() == MAX_STATEMENTS =>
+            {
+                return Err(SqlError::new(
+                    offset,
+                    format!("an action can hold at most {MAX_STATEMENTS} statements"),
+                ));
+            }
+            TokenKind::Keyword(Keyword::Set) => {
+                parser.advance()?;
+                let target = parser.property()?;
+                parser.expect(Symbol::Equal, "after the property of SET")?;
+                let value = parser.operand()?;
+                statements.push(Statement::Set { target, value });
+            }
+            TokenKind::Keyword(Keyword::Remove) => {
+                parser.advance()?;
+                statements.push(Statement::Remove(parser.property()?));
+            }
+            _ => return Err(parser.unexpected("SET or REMOVE")),
+        }
+        if parser.token.kind == TokenKind::Symbol(Symbol::Semicolon) {
+            parser.advance()?;
+        }
+    }
 }
 
 /// A parsed piece that is either a condition or a value, and where it starts.

@@ -1,4 +1,4 @@
-//! The parsed form of SQL filters: conditions (three-valued) and values.
+//! The parsed form of SQL filters and actions: conditions (three-valued) and values.
 
 use super::like::LikePattern;
 use super::value::Value;
@@ -79,6 +79,15 @@ pub(super) enum Pattern {
         pattern: Box<Operand>,
         escape: Option<Box<Operand>>,
     },
+}
+
+/// One statement of a SQL action.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Statement {
+    /// `SET target = value`.
+    Set { target: Property, value: Operand },
+    /// `REMOVE target`.
+    Remove(Property),
 }
 
 /// A three-valued truth.

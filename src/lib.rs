@@ -9,7 +9,8 @@
 //!   way out); [`encoding`]: the bounded check of AMQP encodings every client byte passes.
 //! - [`clock`]: wall-clock milliseconds.
 //! - [`node`]: what links attach to (the address router, Service Bus wire names).
-//! - [`entity`]: queues as actors (handle, pure state, task, registry).
+//! - [`entity`]: queues and topics as actors (handle, the pure core, task, setup, registry).
+//! - [`filter`]: the subscription rule language (correlation and SQL filters, SQL actions).
 //! - [`store`]: the sled message log, versioned records and group commit.
 //! - [`sweeper`]: the TTL sweeper; [`reaper`]: auto-delete on idle; [`trimmer`]: gives freed
 //!   heap memory back (background ticks).
@@ -20,6 +21,7 @@ pub mod clock;
 pub mod config;
 pub mod encoding;
 pub mod entity;
+pub mod filter;
 pub mod message;
 pub mod node;
 pub mod reaper;

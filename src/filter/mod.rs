@@ -1,0 +1,128 @@
+//! Topic subscription rules: the filter and action language of Azure Service Bus, parsed once
+//! when a rule is created and evaluated for each message a topic routes.
+//!
+//! A rule's [`Filter`] is `True`, `False`, a [`CorrelationFilter`] (equality on named
+//! properties) or a [`SqlFilter`]; a rule may also have a [`SqlAction`] that edits the
+//! subscription's copy of a selected message ([`Edit`]). Both read a message through a
+//! [`MessageView`] the connection task extracts once per message.
+//!
+//! Sources, all Microsoft Learn (learn.microsoft.com/azure/service-bus-messaging/...):
+//! "Subscription Rule SQL Filter Syntax" (`service-bus-messaging-sql-filter`), "Subscription
+//! Rule SQL Action Syntax" (`service-bus-messaging-sql-rule-action`), "Topic filters and
+//! actions" (`topic-filters`), "Messages, payloads, and serialization" (the system property
+//! names) and "Service Bus quotas" (the limits).
+//!
+//! # The SQL language
+//!
+//! * Properties: `sys.Name` is a system property ([`SystemProperty`]: `MessageId`,
+//!   `CorrelationId`, `To`, `ReplyTo`, `Label` or `Subject`, `SessionId`, `ReplyToSessionId`,
+//!   `ContentType`); `user.name` or a bare `name` is an application property. Names are
+//!   case-insensitive. A regular name is a letter followed by letters, digits or `_`; any
+//!   other name is written `[delimited]` (`]]` for `]`) or `"quoted"` (`""` for `"`).
+//!   Keywords (`AND OR NOT IN LIKE ESCAPE IS NULL EXISTS TRUE FALSE SET REMOVE`, any case)
+//!   are reserved and must be delimited to be used as names.
+//! * An unknown `sys.` name, or one this broker does not support (the non-string and
+//!   read-only ones, e.g. `sys.DeliveryCount`, `sys.TimeToLive`), is a syntax error: Service
+//!   Bus says accessing a non-existent system property is an error. A missing application
+//!   property is unknown.
+//! * Constants: `'strings'` (`''` for `'`), integers (64-bit), decimals (`2.0`) and
+//!   approximate numbers (`101.5E5`) as doubles, `TRUE`, `FALSE`, `NULL`.
+//! * Conditions: `= <> != < <= > >=`, `AND OR NOT`, `[NOT] IN (...)`, `[NOT] LIKE pattern
+//!   [ESCAPE 'c']` (`%` any run, `_` one character), `IS [NOT] NULL` (true for a missing or a
+//!   null property), `EXISTS(property)`, parentheses. Values: `+ - * / %`, unary `+ -`,
+//!   `newid()`, `property(name)` and `p(name)` (`name` a string such as `'sys.Label'`).
+//! * Three-valued logic: NULL and missing properties are unknown in comparisons, arithmetic,
+//!   `LIKE` and on the left of `IN`; `AND`/`OR` follow the documented truth tables and `NOT`
+//!   unknown is unknown. Only true selects a message.
+//! * Types: the page says operators "follow the same semantics as the C# operator binding in
+//!   data type promotions and implicit conversions". So integers and doubles mix (the integer
+//!   is promoted); strings, booleans and uuids support `=` and `<>` only, with ordinal,
+//!   case-sensitive string equality; `+` also concatenates two strings. Anything C# would not
+//!   bind (a string compared with or added to a number, `'a' < 'b'`), integer overflow and
+//!   integer division by zero are evaluation errors ([`EvalError`]), not false: Service Bus
+//!   reports them as filter evaluation exceptions, which a subscription can dead-letter.
+//!   (Dead-letter queue overview, 2017 revision: the broker sets `DeadLetterReason` to the
+//!   exception's type name and `DeadLetterErrorDescription` to its message; the current page
+//!   lists no fixed value.)
+//! * `1=1` and `1=0`, which the SDKs send for the True and False filters, are folded into
+//!   constants when parsed.
+//! * Limits (quotas): 1024 characters per filter or action, 32 statements per action; this
+//!   broker also caps nesting at 64 levels. Syntax errors ([`SqlError`]) carry the byte
+//!   offset where the problem is.
+//!
+//! Not supported: filter parameters (`@name`, an SDK feature), the JMS selector dialect, and
+//! the system properties listed above as unsupported.
+
+mod action;
+mod correlation;
+mod error;
+mod eval;
+mod lexer;
+mod like;
+mod parser;
+mod sql;
+mod syntax;
+mod value;
+mod view;
+
+pub use action::{Edit, SqlAction};
+pub use correlation::{CorrelationFilter, EmptyCorrelationFilter};
+pub use error::{EvalError, SqlError};
+pub use sql::SqlFilter;
+pub use value::Value;
+pub use view::{MessageView, SystemProperty};
+
+/// A subscription rule's filter.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Filter {
+    /// Selects every message (the `$Default` rule's filter).
+    True,
+    /// Selects no message.
+    False,
+    /// A SQL condition.
+    Sql(SqlFilter),
+    /// Equality on named properties.
+    Correlation(CorrelationFilter),
+}
+
+impl Filter {
+    /// Whether the filter selects `view`.
+    ///
+    /// # Errors
+    /// An [`EvalError`] when a SQL filter throws for this message.
+    pub fn matches(&self, view: &MessageView) -> Result<bool, EvalError> {
+        match self {
+            Filter::True => Ok(true),
+            Filter::False => Ok(false),
+            Filter::Sql(filter) => filter.matches(view),
+            Filter::Correlation(filter) => Ok(filter.matches(view)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_of_filter_decides_by_its_own_rule() {
+        let view = MessageView {
+            subject: Some("red".into()),
+            ..MessageView::default()
+        };
+        assert_eq!(Filter::True.matches(&view), Ok(true));
+        assert_eq!(Filter::False.matches(&view), Ok(false));
+        let sql = |expression| Filter::Sql(SqlFilter::parse(expression).expect("parses"));
+        assert_eq!(sql("sys.Label = 'red'").matches(&view), Ok(true));
+        assert_eq!(sql("sys.Label = 'blue'").matches(&view), Ok(false));
+        assert!(sql("sys.Label = 1").matches(&view).is_err());
+        let correlation = |subject: &str| {
+            Filter::Correlation(CorrelationFilter {
+                subject: Some(subject.into()),
+                ..CorrelationFilter::default()
+            })
+        };
+        assert_eq!(correlation("red").matches(&view), Ok(true));
+        assert_eq!(correlation("blue").matches(&view), Ok(false));
+    }
+}

@@ -1,0 +1,206 @@
+//! Broker configuration: the TOML schema, the embedded default and validation.
+//!
+//! Parsing happens in two steps. Serde reads the text into the private `Raw*` structs of
+//! `raw` that reject unknown keys and wrong types and keep the byte span of every value.
+//! [`Config::parse`] then validates those values (`validate`: ranges from `limits`, names, keys
+//! not supported yet) into the public [`Config`]. Every [`ConfigError`] names the key path, the
+//! file, the line and the column. A serde error only carries a byte span, so `key_path` reads
+//! the file a second, lenient time to map that span back to the key path. `units` reads
+//! durations and sizes.
+
+mod key_path;
+mod limits;
+mod raw;
+#[cfg(test)]
+mod tests;
+mod units;
+mod validate;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use self::raw::RawConfig;
+use self::validate::Source;
+
+/// The embedded default configuration (`config/default.toml`).
+pub const DEFAULT_CONFIG_TOML: &str = include_str!("../../config/default.toml");
+
+/// The origin [`Config::embedded_default`] reports in errors.
+const EMBEDDED_ORIGIN: &str = "<embedded default>";
+
+/// The whole broker configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Broker-wide settings (`[broker]`).
+    pub broker: BrokerConfig,
+    /// Declared queues (`[[queues]]`), in file order; names are unique ignoring case.
+    pub queues: Vec<QueueConfig>,
+}
+
+/// How much of an acknowledged change survives a crash (`[broker] durability`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// Acknowledge after fsync: nothing acknowledged is lost.
+    Sync,
+    /// Acknowledge after the write; fsync every `flush_interval`: a crash loses at most that
+    /// window.
+    Interval,
+    /// Keep nothing on disk: a restart loses every message.
+    Memory,
+}
+
+/// Settings of `[broker]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerConfig {
+    /// Address the AMQP listener binds.
+    pub listen: SocketAddr,
+    /// Directory of the message store.
+    pub data_dir: PathBuf,
+    /// Durability mode.
+    pub durability: Durability,
+    /// Flush period in `interval` mode; at least 1 ms.
+    pub flush_interval: Duration,
+    /// Largest accepted message, in bytes; at least 1.
+    pub max_message_size: u64,
+    /// Bytes of sled's page cache; at least 1 MiB.
+    pub cache_capacity: u64,
+    /// Most concurrent client connections; at least 1.
+    pub max_connections: usize,
+    /// Idle timeout the broker advertises in its `open`; from 1 s to `u32::MAX` milliseconds.
+    pub idle_timeout: Duration,
+    /// Largest frame the broker accepts; from 512 bytes to 4 MiB.
+    pub max_frame_size: u32,
+    /// How long a graceful shutdown waits for connections and entities.
+    pub shutdown_timeout: Duration,
+    /// How long a client may take from TCP connect to its `open`; from 100 ms to 5 min.
+    pub handshake_timeout: Duration,
+    /// Bytes the broker queues toward one connection before it stops reading that
+    /// connection; from 64 KiB to 1 GiB.
+    pub connection_buffer: u64,
+    /// How long a connection's buffer may stay full before the connection is closed with
+    /// `amqp:resource-limit-exceeded`; from 100 ms to 1 h.
+    pub write_timeout: Duration,
+    /// Message bytes one consumer may have on their way from its entity to its socket; at
+    /// least 1 (one message is always allowed).
+    pub consumer_window: u64,
+    /// Most links one connection may hold at once; at least 1.
+    pub max_links_per_connection: usize,
+}
+
+/// One `[[queues]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueConfig {
+    /// Entity name, compared case-insensitively.
+    pub name: String,
+    /// How long a peek-lock delivery stays locked; from 1 s to 5 min.
+    pub lock_duration: Duration,
+    /// Deliveries after which a message is dead-lettered; at least 1.
+    pub max_delivery_count: u32,
+    /// Most bytes of messages the queue holds; sends beyond are refused. At least 1.
+    pub max_size_in_megabytes: u64,
+    /// Time to live of messages that set none, and the cap of those that do; `None`:
+    /// unlimited.
+    pub default_message_time_to_live: Option<Duration>,
+    /// Whether expired messages move to the dead-letter queue (else they are deleted).
+    pub dead_lettering_on_message_expiration: bool,
+    /// The queue, its messages and its dead-letter queue are deleted after this long without
+    /// activity; `None`: never.
+    pub auto_delete_on_idle: Option<Duration>,
+}
+
+/// A position in a config file, shown as `origin:line:column` (both 1-based; the column counts
+/// characters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// Where the text came from: a file path or `<embedded default>`.
+    pub origin: String,
+    /// Line number, from 1.
+    pub line: usize,
+    /// Column number in characters, from 1.
+    pub column: usize,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", self.origin, self.line, self.column)
+    }
+}
+
+/// Why a configuration was refused. Each message fits on one line and names the key, where it
+/// is and what is allowed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("{}: cannot read config file: {source}", path.display())]
+    Read {
+        /// The file that was asked for.
+        path: PathBuf,
+        /// The underlying I/O error.
+        source: std::io::Error,
+    },
+    /// The text is not valid TOML.
+    #[error("{at}: invalid TOML: {message}")]
+    Syntax {
+        /// Where the parser stopped.
+        at: Location,
+        /// The parser's description.
+        message: String,
+    },
+    /// A key is unknown, or its value has the wrong type or is not allowed.
+    #[error("{key} ({at}): {message}")]
+    Invalid {
+        /// Key path such as `broker.idle_timeout` or `queues[0].lock_duration`.
+        key: String,
+        /// Position of the offending key or value.
+        at: Location,
+        /// The offending value and what is allowed.
+        message: String,
+    },
+    /// A key or table this version parses but does not implement yet.
+    #[error("{key} ({at}): not supported yet by this version of Tidebus")]
+    Unsupported {
+        /// Key path such as `queues[1].requires_session` or `topics`.
+        key: String,
+        /// Position of its value.
+        at: Location,
+    },
+}
+
+impl Config {
+    /// The embedded default configuration ([`DEFAULT_CONFIG_TOML`]).
+    pub fn embedded_default() -> Config {
+        Config::parse(DEFAULT_CONFIG_TOML, EMBEDDED_ORIGIN)
+            .expect("config/default.toml is valid; the unit tests parse it")
+    }
+
+    /// Parses and validates a TOML config. `origin` names the text in errors (a path, or
+    /// `<embedded default>`).
+    ///
+    /// # Errors
+    ///
+    /// Any [`ConfigError`] but [`ConfigError::Read`].
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let source = Source { text, origin };
+        let raw: RawConfig = toml::from_str(text).map_err(|e| source.deserialize_error(&e))?;
+        source.validate(raw)
+    }
+
+    /// Reads and validates the config file at `path`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Read`] naming the path when the file cannot be read, otherwise as
+    /// [`Config::parse`].
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::parse(&text, &path.display().to_string())
+    }
+}

@@ -1,0 +1,437 @@
+//! Behaviour of [`Config::parse`] and [`Config::load`]: what is read, what is refused and how
+//! the refusal reads.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::units::SIZE_FORMS;
+use super::validate::{check_queue_name, Source, UNSUPPORTED_QUEUE_KEYS};
+use super::*;
+
+fn parse(text: &str) -> Config {
+    Config::parse(text, "t.toml").expect("config should be valid")
+}
+
+fn refuse(text: &str) -> ConfigError {
+    Config::parse(text, "t.toml").expect_err("config should be refused")
+}
+
+fn at(line: usize, column: usize) -> Location {
+    Location {
+        origin: "t.toml".to_owned(),
+        line,
+        column,
+    }
+}
+
+fn secs(seconds: u64) -> Duration {
+    Duration::from_secs(seconds)
+}
+
+#[test]
+fn embedded_default_parses_with_three_queues() {
+    let config = Config::embedded_default();
+    let broker = &config.broker;
+    assert_eq!(broker.listen, "127.0.0.1:5672".parse().expect("address"));
+    assert_eq!(broker.data_dir, PathBuf::from("tidebus-data"));
+    assert_eq!(broker.durability, Durability::Sync);
+    assert_eq!(broker.flush_interval, Duration::from_millis(100));
+    assert_eq!(broker.max_message_size, 1_048_576);
+    assert_eq!(broker.max_connections, 1024);
+    assert_eq!(broker.idle_timeout, secs(60));
+    assert_eq!(broker.max_frame_size, 65536);
+    assert_eq!(broker.shutdown_timeout, secs(10));
+    let names: Vec<&str> = config.queues.iter().map(|q| q.name.as_str()).collect();
+    assert_eq!(names, ["queue.1", "queue.2", "queue.3"]);
+    for queue in &config.queues {
+        assert_eq!(queue.lock_duration, secs(60));
+        assert_eq!(queue.max_delivery_count, 10);
+    }
+}
+
+#[test]
+fn absent_keys_take_the_same_defaults_as_the_embedded_file() {
+    let config = parse("[[queues]]\nname = \"queue.1\"\n");
+    let default = Config::embedded_default();
+    assert_eq!(config.broker, default.broker);
+    assert_eq!(config.queues[0], default.queues[0]);
+    assert!(parse("").queues.is_empty());
+}
+
+#[test]
+fn every_broker_key_is_read() {
+    let config = parse(
+        "[broker]\nlisten = \"0.0.0.0:5673\"\ndata_dir = \"/var/lib/tb\"\n\
+         durability = \"interval\"\nflush_interval = \"PT0.25S\"\n\
+         max_message_size = \"256KB\"\nmax_connections = 7\nidle_timeout = \"2m\"\n\
+         max_frame_size = \"4MiB\"\nshutdown_timeout = \"0s\"\n",
+    );
+    let broker = config.broker;
+    assert_eq!(broker.listen, "0.0.0.0:5673".parse().expect("address"));
+    assert_eq!(broker.data_dir, PathBuf::from("/var/lib/tb"));
+    assert_eq!(broker.durability, Durability::Interval);
+    assert_eq!(broker.flush_interval, Duration::from_millis(250));
+    assert_eq!(broker.max_message_size, 256_000);
+    assert_eq!(broker.max_connections, 7);
+    assert_eq!(broker.idle_timeout, secs(120));
+    assert_eq!(broker.max_frame_size, 4 * 1024 * 1024);
+    assert_eq!(broker.shutdown_timeout, Duration::ZERO);
+}
+
+#[test]
+fn unknown_broker_key_is_named_with_its_position() {
+    let error = refuse("[broker]\nlisten = \"127.0.0.1:5672\"\ncolour = \"red\"\n");
+    assert!(
+        matches!(&error, ConfigError::Invalid { key, at: position, .. }
+            if key == "broker.colour" && *position == at(3, 1)),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().starts_with(
+            "broker.colour (t.toml:3:1): unknown field `colour`, expected one of `listen`"
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn unknown_queue_key_is_named_with_its_queue_index_and_position() {
+    let error =
+        refuse("[[queues]]\nname = \"a\"\n\n[[queues]]\nname = \"b\"\n  lock_duraton = \"1m\"\n");
+    assert!(
+        error
+            .to_string()
+            .starts_with("queues[1].lock_duraton (t.toml:6:3): unknown field `lock_duraton`"),
+        "{error}"
+    );
+}
+
+#[test]
+fn unknown_top_level_table_is_named() {
+    let error = refuse("[broker]\n[brokr]\nlisten = \"127.0.0.1:1\"\n");
+    assert!(
+        error
+            .to_string()
+            .starts_with("brokr (t.toml:2:2): unknown field `brokr`"),
+        "{error}"
+    );
+}
+
+#[test]
+fn toml_syntax_error_has_a_position() {
+    let error = refuse("[broker]\nlisten = \"127.0.0.1:5672\nmax_connections = 1\n");
+    assert!(
+        matches!(&error, ConfigError::Syntax { at: position, .. } if position.line == 2),
+        "{error:?}"
+    );
+    assert!(error.to_string().starts_with("t.toml:2:"), "{error}");
+    assert!(!error.to_string().contains('\n'), "{error}");
+}
+
+#[test]
+fn wrong_type_names_the_key_and_the_value_position() {
+    let error = refuse("[broker]\nmax_connections = \"many\"\n");
+    assert_eq!(
+        error.to_string(),
+        "broker.max_connections (t.toml:2:19): invalid type: string \"many\", expected u64"
+    );
+}
+
+#[test]
+fn missing_queue_name_names_the_queue() {
+    let error = refuse("[[queues]]\nname = \"a\"\n[[queues]]\nlock_duration = \"1m\"\n");
+    assert_eq!(
+        error.to_string(),
+        "queues[1] (t.toml:3:1): missing field `name`"
+    );
+}
+
+#[test]
+fn bad_duration_names_key_value_and_allowed_forms() {
+    let error = refuse("[broker]\nidle_timeout = \"5 parsecs\"\n");
+    assert_eq!(
+        error.to_string(),
+        "broker.idle_timeout (t.toml:2:16): invalid duration \"5 parsecs\" (unknown time \
+         unit \"parsecs\", supported units: ns, us/µs, ms, sec, min, hours, days, weeks, \
+         months, years (and few variations)); expected humantime such as \"30s\", \"5m\", \
+         \"1h 30m\", \"14d\" or ISO 8601 such as \"PT30S\", \"P1DT2H\""
+    );
+    let error = refuse("[broker]\nidle_timeout = 60\n");
+    assert_eq!(
+        error.to_string(),
+        "broker.idle_timeout (t.toml:2:16): invalid type: integer `60`, expected a string"
+    );
+}
+
+#[test]
+fn bad_size_names_key_value_and_allowed_forms() {
+    let error = refuse("[broker]\nmax_message_size = \"12 bananas\"\n");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "broker.max_message_size (t.toml:2:20): invalid size \"12 bananas\"; \
+             expected {SIZE_FORMS}"
+        )
+    );
+    let error = refuse("[broker]\nmax_message_size = -1\n");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "broker.max_message_size (t.toml:2:20): invalid value: integer `-1`, \
+             expected {SIZE_FORMS}"
+        )
+    );
+    assert_eq!(
+        parse("[broker]\nmax_message_size = 2048\n")
+            .broker
+            .max_message_size,
+        2048
+    );
+}
+
+#[test]
+fn max_frame_size_is_bounded() {
+    assert_eq!(
+        parse("[broker]\nmax_frame_size = 512\n")
+            .broker
+            .max_frame_size,
+        512
+    );
+    for (value, column) in [("511", 18), ("\"5MiB\"", 18), ("\"8GiB\"", 18)] {
+        let error = refuse(&format!("[broker]\nmax_frame_size = {value}\n"));
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "broker.max_frame_size (t.toml:2:{column}): {value} is out of range; \
+                 allowed: 512 bytes to 4MiB"
+            )
+        );
+    }
+}
+
+#[test]
+fn idle_timeout_below_one_second_is_refused() {
+    for value in ["\"0s\"", "\"0\"", "\"PT0.5S\""] {
+        let error = refuse(&format!("[broker]\nidle_timeout = {value}\n"));
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "broker.idle_timeout (t.toml:2:16): {value} is out of range; allowed: 1s to \
+                 4294967295ms (about 49 days; AMQP sends it as u32 milliseconds)"
+            )
+        );
+    }
+    assert_eq!(
+        parse("[broker]\nidle_timeout = \"1s\"\n")
+            .broker
+            .idle_timeout,
+        secs(1)
+    );
+}
+
+#[test]
+fn lock_duration_over_five_minutes_is_refused() {
+    let error = refuse("[[queues]]\nname = \"q\"\nlock_duration = \"5m 1s\"\n");
+    assert_eq!(
+        error.to_string(),
+        "queues[0].lock_duration (t.toml:3:17): \"5m 1s\" is out of range; allowed: 1s to 5m"
+    );
+    let config = parse("[[queues]]\nname = \"q\"\nlock_duration = \"PT5M\"\n");
+    assert_eq!(config.queues[0].lock_duration, secs(300));
+}
+
+#[test]
+fn max_delivery_count_zero_is_refused() {
+    let error = refuse("[[queues]]\nname = \"q\"\nmax_delivery_count = 0\n");
+    assert_eq!(
+        error.to_string(),
+        "queues[0].max_delivery_count (t.toml:3:22): 0 is out of range; allowed: 1 to \
+         4294967295"
+    );
+}
+
+#[test]
+fn durability_names_the_allowed_modes() {
+    let error = refuse("[broker]\ndurability = \"fast\"\n");
+    assert_eq!(
+        error.to_string(),
+        "broker.durability (t.toml:2:14): unknown variant `fast`, expected one of `sync`, \
+         `interval`, `memory`"
+    );
+    let memory = parse("[broker]\ndurability = \"memory\"\n");
+    assert_eq!(memory.broker.durability, Durability::Memory);
+}
+
+#[test]
+fn listen_must_be_a_socket_address() {
+    let error = refuse("[broker]\nlisten = \"localhost:5672\"\n");
+    assert_eq!(
+        error.to_string(),
+        "broker.listen (t.toml:2:10): \"localhost:5672\" is not a socket address; expected \
+         IP:port such as \"127.0.0.1:5672\" or \"[::]:5672\" (host names are not resolved)"
+    );
+}
+
+#[test]
+fn empty_data_dir_is_refused() {
+    let error = refuse("[broker]\ndata_dir = \"\"\n");
+    assert_eq!(
+        error.to_string(),
+        "broker.data_dir (t.toml:2:12): must not be empty; expected a directory path"
+    );
+}
+
+#[test]
+fn duplicate_queue_names_ignoring_case_name_both() {
+    let error = refuse(
+        "[[queues]]\nname = \"queue.1\"\n[[queues]]\nname = \"other\"\n\
+         [[queues]]\nname = \"Queue.1\"\n",
+    );
+    assert_eq!(
+        error.to_string(),
+        "queues[2].name (t.toml:6:8): queue name \"Queue.1\" is already used by \
+         queues[0].name = \"queue.1\" (t.toml:2:8); queue names are compared \
+         case-insensitively"
+    );
+}
+
+#[test]
+fn queue_names_follow_the_service_bus_rules() {
+    assert_eq!(check_queue_name("orders/eu-west_1.v2"), Ok(()));
+    assert_eq!(check_queue_name(&"a".repeat(260)), Ok(()));
+    let reason = |name: &str| check_queue_name(name).expect_err("should be refused");
+    assert_eq!(reason(""), "it is empty");
+    assert_eq!(
+        reason(&"a".repeat(261)),
+        "it has 261 characters; at most 260 are allowed"
+    );
+    assert_eq!(
+        reason("a b"),
+        "' ' is not allowed; use letters, digits, '.', '_', '-' and '/'"
+    );
+    assert_eq!(reason("/a"), "'/' is not allowed first or last");
+    assert_eq!(reason("a/"), "'/' is not allowed first or last");
+    let error = refuse("[[queues]]\nname = \"a$b\"\n");
+    assert_eq!(
+        error.to_string(),
+        "queues[0].name (t.toml:2:8): \"a$b\" is not a valid queue name: '$' is not \
+         allowed; use letters, digits, '.', '_', '-' and '/'"
+    );
+}
+
+#[test]
+fn unsupported_queue_keys_are_refused_by_name() {
+    let samples = [("requires_session", "false")];
+    assert_eq!(samples.map(|(key, _)| key), UNSUPPORTED_QUEUE_KEYS);
+    for (key, value) in samples {
+        let error = refuse(&format!(
+            "[[queues]]\nname = \"a\"\n[[queues]]\nname = \"b\"\n{key} = {value}\n"
+        ));
+        let column = key.len() + 4;
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "queues[1].{key} (t.toml:5:{column}): not supported yet by this version of \
+                 Tidebus"
+            )
+        );
+    }
+}
+
+#[test]
+fn time_keys_are_read_and_bounded() {
+    let config = Config::parse(
+        "[[queues]]\nname = \"a\"\ndefault_message_time_to_live = \"2s\"\n\
+         dead_lettering_on_message_expiration = true\nauto_delete_on_idle = \"PT1H\"\n\
+         [[queues]]\nname = \"b\"\n",
+        "t.toml",
+    )
+    .expect("valid");
+    let (a, b) = (&config.queues[0], &config.queues[1]);
+    assert_eq!(a.default_message_time_to_live, Some(Duration::from_secs(2)));
+    assert!(a.dead_lettering_on_message_expiration);
+    assert_eq!(a.auto_delete_on_idle, Some(Duration::from_secs(3600)));
+    assert_eq!(
+        (
+            b.default_message_time_to_live,
+            b.dead_lettering_on_message_expiration,
+            b.auto_delete_on_idle
+        ),
+        (None, false, None),
+        "absent: unlimited, delete expired messages, never auto-delete"
+    );
+    let error = refuse("[[queues]]\nname = \"a\"\nauto_delete_on_idle = \"500ms\"\n");
+    assert_eq!(
+        error.to_string(),
+        "queues[0].auto_delete_on_idle (t.toml:3:23): \"500ms\" is out of range; allowed: \
+         at least 1s"
+    );
+}
+
+#[test]
+fn unsupported_queue_keys_are_still_type_checked() {
+    let error = refuse("[[queues]]\nname = \"a\"\nrequires_session = \"yes\"\n");
+    assert_eq!(
+        error.to_string(),
+        "queues[0].requires_session (t.toml:3:20): invalid type: string \"yes\", expected a \
+         boolean"
+    );
+    let error = refuse("[[queues]]\nname = \"a\"\nauto_delete_on_idle = \"soon\"\n");
+    assert!(
+        error
+            .to_string()
+            .starts_with("queues[0].auto_delete_on_idle (t.toml:3:23): invalid duration \"soon\""),
+        "{error}"
+    );
+}
+
+#[test]
+fn topics_are_refused() {
+    let error = refuse(
+        "[[queues]]\nname = \"a\"\n\n[[topics]]\nname = \"topic.1\"\n\
+         [[topics.subscriptions]]\nname = \"s\"\n",
+    );
+    assert_eq!(
+        error.to_string(),
+        "topics (t.toml:4:1): not supported yet by this version of Tidebus"
+    );
+}
+
+#[test]
+fn location_counts_lines_and_characters_from_one() {
+    let source = Source {
+        text: "ab\nçd = 1\n",
+        origin: "t.toml",
+    };
+    assert_eq!(source.location(0), at(1, 1));
+    assert_eq!(source.location(3), at(2, 1));
+    assert_eq!(source.location(5), at(2, 2));
+}
+
+#[test]
+fn load_names_the_path() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("tidebus.toml");
+    let error = Config::load(&path).expect_err("missing file");
+    assert!(matches!(error, ConfigError::Read { .. }), "{error:?}");
+    assert!(
+        error
+            .to_string()
+            .starts_with(&format!("{}: cannot read config file: ", path.display())),
+        "{error}"
+    );
+    std::fs::write(&path, "[broker]\nmax_connections = 0\n").expect("write");
+    let error = Config::load(&path).expect_err("invalid file");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "broker.max_connections ({}:2:19): 0 is out of range; allowed: at least 1",
+            path.display()
+        )
+    );
+    std::fs::write(&path, DEFAULT_CONFIG_TOML).expect("write");
+    assert_eq!(
+        Config::load(&path).expect("valid file"),
+        Config::embedded_default()
+    );
+}

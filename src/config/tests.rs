@@ -138,6 +138,15 @@ fn wrong_type_names_the_key_and_the_value_position() {
 }
 
 #[test]
+fn a_datetime_where_none_belongs_is_named_by_its_key() {
+    let error = refuse("[broker]\nlisten = \"127.0.0.1:1\"\nidle_timeout = 1979-05-27\n");
+    assert_eq!(
+        error.to_string(),
+        "broker.idle_timeout (t.toml:3:16): invalid type: map, expected a string"
+    );
+}
+
+#[test]
 fn missing_queue_name_names_the_queue() {
     let error = refuse("[[queues]]\nname = \"a\"\n[[queues]]\nlock_duration = \"1m\"\n");
     assert_eq!(

@@ -2,17 +2,20 @@
 //!
 //! Parsing happens in two steps. Serde reads the text into the private `Raw*` structs of
 //! `raw` that reject unknown keys and wrong types and keep the byte span of every value.
-//! [`Config::parse`] then validates those values (`validate`: ranges from `limits`, names, keys
-//! not supported yet) into the public [`Config`]. Every [`ConfigError`] names the key path, the
-//! file, the line and the column. A serde error only carries a byte span, so `key_path` reads
-//! the file a second, lenient time to map that span back to the key path. `units` reads
+//! [`Config::parse`] then validates those values (`validate`: ranges from `limits`, names by
+//! the rules of `names`, keys not supported yet) into the public [`Config`]; the schema of
+//! topics, subscriptions and rules is in `topics`. Every [`ConfigError`] names the key path,
+//! the file, the line and the column. A serde error only carries a byte span, so `key_path`
+//! reads the file a second, lenient time to map that span back to the key path. `units` reads
 //! durations and sizes.
 
 mod key_path;
 mod limits;
+mod names;
 mod raw;
 #[cfg(test)]
 mod tests;
+mod topics;
 mod units;
 mod validate;
 
@@ -26,6 +29,10 @@ use serde::Deserialize;
 use self::raw::RawConfig;
 use self::validate::Source;
 
+pub use self::topics::{
+    CorrelationConfig, PropertyValue, RuleConfig, RuleFilter, SubscriptionConfig, TopicConfig,
+};
+
 /// The embedded default configuration (`config/default.toml`).
 pub const DEFAULT_CONFIG_TOML: &str = include_str!("../../config/default.toml");
 
@@ -37,8 +44,12 @@ const EMBEDDED_ORIGIN: &str = "<embedded default>";
 pub struct Config {
     /// Broker-wide settings (`[broker]`).
     pub broker: BrokerConfig,
-    /// Declared queues (`[[queues]]`), in file order; names are unique ignoring case.
+    /// Declared queues (`[[queues]]`), in file order; names are unique ignoring case, among
+    /// queues and topics.
     pub queues: Vec<QueueConfig>,
+    /// Declared topics (`[[topics]]`) with their subscriptions and rules, in file order; names
+    /// are unique ignoring case, among queues and topics.
+    pub topics: Vec<TopicConfig>,
 }
 
 /// How much of an acknowledged change survives a crash (`[broker] durability`).
@@ -95,7 +106,7 @@ pub struct BrokerConfig {
 /// One `[[queues]]` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueConfig {
-    /// Entity name, compared case-insensitively.
+    /// Entity name, compared case-insensitively; queues and topics share one namespace.
     pub name: String,
     /// How long a peek-lock delivery stays locked; from 1 s to 5 min.
     pub lock_duration: Duration,
@@ -164,7 +175,8 @@ pub enum ConfigError {
     /// A key or table this version parses but does not implement yet.
     #[error("{key} ({at}): not supported yet by this version of Tidebus")]
     Unsupported {
-        /// Key path such as `queues[1].requires_session` or `topics`.
+        /// Key path such as `queues[1].requires_session` or
+        /// `topics[0].subscriptions[1].requires_session`.
         key: String,
         /// Position of its value.
         at: Location,

@@ -8,9 +8,9 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::units::{ByteSize, HumanDuration};
-use super::Durability;
+use super::{CorrelationConfig, Durability};
 
-/// The file as serde reads it: `[broker]`, `[[queues]]` and, not supported yet, `[[topics]]`.
+/// The file as serde reads it: `[broker]`, `[[queues]]` and `[[topics]]`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawConfig {
@@ -18,7 +18,8 @@ pub(super) struct RawConfig {
     pub(super) broker: RawBroker,
     #[serde(default)]
     pub(super) queues: Vec<RawQueue>,
-    pub(super) topics: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    pub(super) topics: Vec<RawTopic>,
 }
 
 /// `[broker]` as written; absent keys take their defaults in validation.
@@ -42,22 +43,79 @@ pub(super) struct RawBroker {
     pub(super) max_links_per_connection: Option<Spanned<u64>>,
 }
 
-/// One `[[queues]]` entry as written. The planned keys are in `validate::UNSUPPORTED_QUEUE_KEYS`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawQueue {
-    pub(super) name: Spanned<String>,
-    pub(super) lock_duration: Option<Spanned<HumanDuration>>,
-    pub(super) max_delivery_count: Option<Spanned<u64>>,
-    pub(super) default_message_time_to_live: Option<Spanned<HumanDuration>>,
-    pub(super) dead_lettering_on_message_expiration: Option<Spanned<bool>>,
-    pub(super) requires_session: Option<Spanned<bool>>,
-    pub(super) auto_delete_on_idle: Option<Spanned<HumanDuration>>,
-    pub(super) max_size_in_megabytes: Option<Spanned<u64>>,
+/// Declares `LaneKeys`, the keys queues and subscriptions share (the settings of a lane,
+/// design.md D7), written once, and the tables that have them: each takes `name`, the lane
+/// keys, then its own keys, and gives the lane keys to validation with `take_lane_keys`.
+///
+/// A macro because serde's `flatten`, the usual way to share fields, loses
+/// `deny_unknown_fields` and the spans (style.md, pitfall 14).
+macro_rules! lane_tables {
+    (
+        lane keys { $($key:ident: $type:ty,)* }
+        $($tables:tt)*
+    ) => {
+        /// The keys queues and subscriptions share, as written. Validation reads them in one
+        /// place (`Source::lane`), so both follow the same rules.
+        pub(super) struct LaneKeys {
+            $(pub(super) $key: Option<Spanned<$type>>,)*
+        }
+
+        lane_tables!(@tables { $($key: $type,)* } $($tables)*);
+    };
+    (@tables $lane_keys:tt) => {};
+    (
+        @tables { $($key:ident: $type:ty,)* }
+        $(#[$doc:meta])*
+        struct $table:ident { $($(#[$own_attr:meta])* $own:ident: $own_type:ty,)* }
+        $($rest:tt)*
+    ) => {
+        $(#[$doc])*
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub(super) struct $table {
+            pub(super) name: Spanned<String>,
+            $($key: Option<Spanned<$type>>,)*
+            $($(#[$own_attr])* pub(super) $own: $own_type,)*
+        }
+
+        impl $table {
+            /// Takes the lane keys out, for validation.
+            pub(super) fn take_lane_keys(&mut self) -> LaneKeys {
+                LaneKeys { $($key: self.$key.take(),)* }
+            }
+        }
+
+        lane_tables!(@tables { $($key: $type,)* } $($rest)*);
+    };
 }
 
-impl RawQueue {
-    /// The planned keys with the span of their value when set.
+lane_tables! {
+    lane keys {
+        lock_duration: HumanDuration,
+        max_delivery_count: u64,
+        default_message_time_to_live: HumanDuration,
+        dead_lettering_on_message_expiration: bool,
+        requires_session: bool,
+        auto_delete_on_idle: HumanDuration,
+    }
+
+    /// One `[[queues]]` entry as written.
+    struct RawQueue {
+        max_size_in_megabytes: Option<Spanned<u64>>,
+    }
+
+    /// One `[[topics.subscriptions]]` entry as written. `max_size_in_megabytes` is a topic key:
+    /// a subscription has no size of its own.
+    struct RawSubscription {
+        dead_lettering_on_filter_evaluation_exceptions: Option<Spanned<bool>>,
+        #[serde(default)]
+        rules: Vec<Spanned<RawRule>>,
+    }
+}
+
+impl LaneKeys {
+    /// The planned keys with the span of their value when set; validation refuses those in
+    /// `validate::UNSUPPORTED_LANE_KEYS`.
     pub(super) fn planned_keys(&self) -> [(&'static str, Option<Range<usize>>); 1] {
         [("requires_session", span_of(&self.requires_session))]
     }
@@ -65,4 +123,27 @@ impl RawQueue {
 
 fn span_of<T>(value: &Option<Spanned<T>>) -> Option<Range<usize>> {
     value.as_ref().map(Spanned::span)
+}
+
+/// One `[[topics]]` entry as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTopic {
+    pub(super) name: Spanned<String>,
+    pub(super) default_message_time_to_live: Option<Spanned<HumanDuration>>,
+    pub(super) max_size_in_megabytes: Option<Spanned<u64>>,
+    pub(super) auto_delete_on_idle: Option<Spanned<HumanDuration>>,
+    #[serde(default)]
+    pub(super) subscriptions: Vec<RawSubscription>,
+}
+
+/// One `[[topics.subscriptions.rules]]` entry as written; validation checks that exactly one
+/// filter is set.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRule {
+    pub(super) name: Spanned<String>,
+    pub(super) sql: Option<Spanned<String>>,
+    pub(super) correlation: Option<Spanned<CorrelationConfig>>,
+    pub(super) action: Option<Spanned<String>>,
 }

@@ -1,22 +1,32 @@
 //! From the file as written to [`Config`]: defaults, bounds, names and keys not supported yet,
 //! each refusal naming the key and its position.
 
-use std::collections::HashMap;
+use std::collections::hash_map::{Entry, HashMap};
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use toml::Spanned;
 
 use super::key_path::key_path_at;
 use super::limits::*;
-use super::raw::{RawBroker, RawConfig, RawQueue};
-use super::{BrokerConfig, Config, ConfigError, Durability, Location, QueueConfig};
+use super::names::{NameRules, QUEUE_NAMES, RULE_NAMES, SUBSCRIPTION_NAMES, TOPIC_NAMES};
+use super::raw::{LaneKeys, RawBroker, RawConfig, RawQueue, RawRule, RawSubscription, RawTopic};
+use super::units::HumanDuration;
+use super::{
+    BrokerConfig, Config, ConfigError, Durability, Location, QueueConfig, RuleConfig, RuleFilter,
+    SubscriptionConfig, TopicConfig,
+};
 
-/// Queue keys of the design's contract that the broker does not implement yet. They are parsed
-/// and type-checked, and a config that sets one is rejected. Remove a key from this list when
-/// the feature lands (and carry its value into [`QueueConfig`]).
-pub(super) const UNSUPPORTED_QUEUE_KEYS: &[&str] = &["requires_session"];
+/// Lane keys (of queues and subscriptions) of the design's contract that the broker does not
+/// implement yet. They are parsed and type-checked, and a config that sets one is rejected.
+/// Remove a key from this list when the feature lands (and carry its value into
+/// [`QueueConfig`] and [`SubscriptionConfig`]).
+pub(super) const UNSUPPORTED_LANE_KEYS: &[&str] = &["requires_session"];
+
+/// The rule a subscription declared without rules gets, as in Service Bus.
+const DEFAULT_RULE_NAME: &str = "$Default";
 
 /// The text being parsed and its name, to turn byte spans into [`Location`]s.
 pub(super) struct Source<'a> {
@@ -24,21 +34,33 @@ pub(super) struct Source<'a> {
     pub(super) origin: &'a str,
 }
 
+/// The settings queues and subscriptions share, validated once for both.
+struct Lane {
+    name: String,
+    lock_duration: Duration,
+    max_delivery_count: u32,
+    default_message_time_to_live: Option<Duration>,
+    dead_lettering_on_message_expiration: bool,
+    auto_delete_on_idle: Option<Duration>,
+}
+
 impl Source<'_> {
     /// Validates every section; the first problem found is returned.
     pub(super) fn validate(&self, raw: RawConfig) -> Result<Config, ConfigError> {
-        if let Some(topics) = raw.topics {
-            return Err(self.unsupported("topics".to_owned(), topics.span()));
-        }
         let broker = self.broker(raw.broker)?;
-        self.check_unique_names(&raw.queues)?;
-        let queues = raw
-            .queues
-            .into_iter()
-            .enumerate()
-            .map(|(index, queue)| self.queue(index, queue))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Config { broker, queues })
+        let queue_names = entry_names("queues", "queue", raw.queues.iter().map(|q| &q.name));
+        let topic_names = entry_names("topics", "topic", raw.topics.iter().map(|t| &t.name));
+        self.check_unique_names(
+            queue_names.chain(topic_names),
+            "queue and topic names share one namespace and are compared case-insensitively",
+        )?;
+        let queues = each("queues", raw.queues, |path, queue| self.queue(path, queue))?;
+        let topics = each("topics", raw.topics, |path, topic| self.topic(path, topic))?;
+        Ok(Config {
+            broker,
+            queues,
+            topics,
+        })
     }
 
     fn broker(&self, raw: RawBroker) -> Result<BrokerConfig, ConfigError> {
@@ -133,73 +155,240 @@ impl Source<'_> {
         Ok(raw.into_inner())
     }
 
-    fn queue(&self, index: usize, raw: RawQueue) -> Result<QueueConfig, ConfigError> {
-        let key = |name: &str| format!("queues[{index}].{name}");
-        if let Err(reason) = check_queue_name(raw.name.get_ref()) {
-            let message = format!(
-                "{:?} is not a valid queue name: {reason}",
-                raw.name.get_ref()
-            );
-            return Err(self.invalid(&key("name"), raw.name.span(), message));
-        }
-        for (name, span) in raw.planned_keys() {
+    fn queue(&self, path: &str, mut raw: RawQueue) -> Result<QueueConfig, ConfigError> {
+        let keys = raw.take_lane_keys();
+        let lane = self.lane(path, raw.name, &QUEUE_NAMES, keys)?;
+        Ok(QueueConfig {
+            name: lane.name,
+            lock_duration: lane.lock_duration,
+            max_delivery_count: lane.max_delivery_count,
+            max_size_in_megabytes: self.max_size(path, raw.max_size_in_megabytes)?,
+            default_message_time_to_live: lane.default_message_time_to_live,
+            dead_lettering_on_message_expiration: lane.dead_lettering_on_message_expiration,
+            auto_delete_on_idle: lane.auto_delete_on_idle,
+        })
+    }
+
+    fn topic(&self, path: &str, raw: RawTopic) -> Result<TopicConfig, ConfigError> {
+        self.check_name(path, &raw.name, &TOPIC_NAMES)?;
+        let subscriptions = format!("{path}.subscriptions");
+        let names = raw
+            .subscriptions
+            .iter()
+            .map(|subscription| &subscription.name);
+        self.check_unique_names(
+            entry_names(&subscriptions, "subscription", names),
+            "subscription names are compared case-insensitively within their topic",
+        )?;
+        Ok(TopicConfig {
+            name: raw.name.into_inner(),
+            default_message_time_to_live: self.lifetime(
+                path,
+                "default_message_time_to_live",
+                raw.default_message_time_to_live,
+            )?,
+            max_size_in_megabytes: self.max_size(path, raw.max_size_in_megabytes)?,
+            auto_delete_on_idle: self.lifetime(
+                path,
+                "auto_delete_on_idle",
+                raw.auto_delete_on_idle,
+            )?,
+            subscriptions: each(&subscriptions, raw.subscriptions, |path, raw| {
+                self.subscription(path, raw)
+            })?,
+        })
+    }
+
+    fn subscription(
+        &self,
+        path: &str,
+        mut raw: RawSubscription,
+    ) -> Result<SubscriptionConfig, ConfigError> {
+        let keys = raw.take_lane_keys();
+        let lane = self.lane(path, raw.name, &SUBSCRIPTION_NAMES, keys)?;
+        Ok(SubscriptionConfig {
+            name: lane.name,
+            lock_duration: lane.lock_duration,
+            max_delivery_count: lane.max_delivery_count,
+            default_message_time_to_live: lane.default_message_time_to_live,
+            dead_lettering_on_message_expiration: lane.dead_lettering_on_message_expiration,
+            dead_lettering_on_filter_evaluation_exceptions: raw
+                .dead_lettering_on_filter_evaluation_exceptions
+                .map_or(
+                    DEAD_LETTERING_ON_FILTER_EVALUATION_EXCEPTIONS,
+                    Spanned::into_inner,
+                ),
+            auto_delete_on_idle: lane.auto_delete_on_idle,
+            rules: self.rules(path, raw.rules)?,
+        })
+    }
+
+    /// The name and the lane keys of the queue or subscription at `path`: the one place their
+    /// rules live.
+    fn lane(
+        &self,
+        path: &str,
+        name: Spanned<String>,
+        name_rules: &NameRules,
+        keys: LaneKeys,
+    ) -> Result<Lane, ConfigError> {
+        self.check_name(path, &name, name_rules)?;
+        let key = |key: &str| format!("{path}.{key}");
+        for (planned, span) in keys.planned_keys() {
             match span {
-                Some(span) if UNSUPPORTED_QUEUE_KEYS.contains(&name) => {
-                    return Err(self.unsupported(key(name), span));
+                Some(span) if UNSUPPORTED_LANE_KEYS.contains(&planned) => {
+                    return Err(self.unsupported(key(planned), span));
                 }
                 _ => {}
             }
         }
-        Ok(QueueConfig {
-            name: raw.name.into_inner(),
+        Ok(Lane {
+            name: name.into_inner(),
             lock_duration: self.bounded(
                 &key("lock_duration"),
-                raw.lock_duration,
+                keys.lock_duration,
                 &LOCK_DURATION,
             )?,
             max_delivery_count: self.bounded(
                 &key("max_delivery_count"),
-                raw.max_delivery_count,
+                keys.max_delivery_count,
                 &MAX_DELIVERY_COUNT,
             )?,
-            max_size_in_megabytes: self.bounded(
-                &key("max_size_in_megabytes"),
-                raw.max_size_in_megabytes,
-                &MAX_SIZE_IN_MEGABYTES,
+            default_message_time_to_live: self.lifetime(
+                path,
+                "default_message_time_to_live",
+                keys.default_message_time_to_live,
             )?,
-            default_message_time_to_live: self.optional(
-                &key("default_message_time_to_live"),
-                raw.default_message_time_to_live,
-                &AT_LEAST_A_SECOND,
-            )?,
-            dead_lettering_on_message_expiration: raw
+            dead_lettering_on_message_expiration: keys
                 .dead_lettering_on_message_expiration
                 .is_some_and(Spanned::into_inner),
-            auto_delete_on_idle: self.optional(
-                &key("auto_delete_on_idle"),
-                raw.auto_delete_on_idle,
-                &AT_LEAST_A_SECOND,
+            auto_delete_on_idle: self.lifetime(
+                path,
+                "auto_delete_on_idle",
+                keys.auto_delete_on_idle,
             )?,
         })
     }
 
-    /// Rejects a queue whose name equals an earlier one ignoring case, naming both.
-    fn check_unique_names(&self, queues: &[RawQueue]) -> Result<(), ConfigError> {
-        let mut seen: HashMap<String, usize> = HashMap::new();
-        for (index, queue) in queues.iter().enumerate() {
-            let Some(&first) = seen.get(&queue.name.get_ref().to_lowercase()) else {
-                seen.insert(queue.name.get_ref().to_lowercase(), index);
-                continue;
-            };
-            let first_name = &queues[first].name;
+    /// `default_message_time_to_live` or `auto_delete_on_idle` (`name`) of the queue, topic or
+    /// subscription at `path`.
+    fn lifetime(
+        &self,
+        path: &str,
+        name: &str,
+        raw: Option<Spanned<HumanDuration>>,
+    ) -> Result<Option<Duration>, ConfigError> {
+        self.optional(&format!("{path}.{name}"), raw, &AT_LEAST_A_SECOND)
+    }
+
+    /// `max_size_in_megabytes` of the queue or topic at `path`.
+    fn max_size(&self, path: &str, raw: Option<Spanned<u64>>) -> Result<u64, ConfigError> {
+        let key = format!("{path}.max_size_in_megabytes");
+        self.bounded(&key, raw, &MAX_SIZE_IN_MEGABYTES)
+    }
+
+    /// The rules of the subscription at `path`; `$Default`, matching everything, when it
+    /// declares none.
+    fn rules(
+        &self,
+        path: &str,
+        raw: Vec<Spanned<RawRule>>,
+    ) -> Result<Vec<RuleConfig>, ConfigError> {
+        if raw.is_empty() {
+            return Ok(vec![RuleConfig {
+                name: DEFAULT_RULE_NAME.to_owned(),
+                filter: RuleFilter::True,
+                action: None,
+            }]);
+        }
+        let rules = format!("{path}.rules");
+        self.check_unique_names(
+            entry_names(&rules, "rule", raw.iter().map(|rule| &rule.get_ref().name)),
+            "rule names are compared case-insensitively within their subscription",
+        )?;
+        each(&rules, raw, |path, rule| self.rule(path, rule))
+    }
+
+    fn rule(&self, path: &str, raw: Spanned<RawRule>) -> Result<RuleConfig, ConfigError> {
+        let key = |key: &str| format!("{path}.{key}");
+        let span = raw.span();
+        let raw = raw.into_inner();
+        self.check_name(path, &raw.name, &RULE_NAMES)?;
+        let filter = match (raw.sql, raw.correlation) {
+            (Some(sql), None) => RuleFilter::Sql(sql.into_inner()),
+            (None, Some(correlation)) if correlation.get_ref().names_nothing() => {
+                let message = "names nothing; set at least one of correlation_id, message_id, \
+                               to, reply_to, subject, session_id, reply_to_session_id, \
+                               content_type and properties";
+                return Err(self.invalid(
+                    &key("correlation"),
+                    correlation.span(),
+                    message.to_owned(),
+                ));
+            }
+            (None, Some(correlation)) => RuleFilter::Correlation(correlation.into_inner()),
+            (Some(sql), Some(correlation)) => {
+                let second = if sql.span().start > correlation.span().start {
+                    sql.span()
+                } else {
+                    correlation.span()
+                };
+                let message = "sets both `sql` and `correlation`; a rule has exactly one filter";
+                return Err(self.invalid(path, second, message.to_owned()));
+            }
+            (None, None) => {
+                let message = "sets no filter; a rule has exactly one of `sql` and `correlation`";
+                return Err(self.invalid(path, span, message.to_owned()));
+            }
+        };
+        Ok(RuleConfig {
+            name: raw.name.into_inner(),
+            filter,
+            action: raw.action.map(Spanned::into_inner),
+        })
+    }
+
+    /// Refuses a name that breaks `rules`; `path` is the table the name belongs to.
+    fn check_name(
+        &self,
+        path: &str,
+        name: &Spanned<String>,
+        rules: &NameRules,
+    ) -> Result<(), ConfigError> {
+        rules.check(name.get_ref()).map_err(|reason| {
             let message = format!(
-                "queue name {:?} is already used by queues[{first}].name = {:?} ({}); queue \
-                 names are compared case-insensitively",
-                queue.name.get_ref(),
-                first_name.get_ref(),
-                self.location(first_name.span().start),
+                "{:?} is not a valid {} name: {reason}",
+                name.get_ref(),
+                rules.kind
             );
-            return Err(self.invalid(&format!("queues[{index}].name"), queue.name.span(), message));
+            self.invalid(&format!("{path}.name"), name.span(), message)
+        })
+    }
+
+    /// Refuses a name equal to an earlier one ignoring case, naming both. `names` are (path of
+    /// the table, kind of name, name) in file order (see [`entry_names`]); `scope` says where
+    /// names must differ.
+    fn check_unique_names<'n>(
+        &self,
+        names: impl IntoIterator<Item = (String, &'static str, &'n Spanned<String>)>,
+        scope: &str,
+    ) -> Result<(), ConfigError> {
+        let mut seen: HashMap<String, (String, &Spanned<String>)> = HashMap::new();
+        for (path, kind, name) in names {
+            let (first_path, first) = match seen.entry(name.get_ref().to_lowercase()) {
+                Entry::Vacant(vacant) => {
+                    vacant.insert((path, name));
+                    continue;
+                }
+                Entry::Occupied(occupied) => occupied.remove(),
+            };
+            let message = format!(
+                "{kind} name {:?} is already used by {first_path}.name = {:?} ({}); {scope}",
+                name.get_ref(),
+                first.get_ref(),
+                self.location(first.span().start),
+            );
+            return Err(self.invalid(&format!("{path}.name"), name.span(), message));
         }
         Ok(())
     }
@@ -286,25 +475,27 @@ impl Source<'_> {
     }
 }
 
-/// Why `name` is not a valid queue name, if it is not.
-pub(super) fn check_queue_name(name: &str) -> Result<(), String> {
-    let length = name.chars().count();
-    if length == 0 {
-        return Err("it is empty".to_owned());
-    }
-    if length > MAX_QUEUE_NAME_CHARS {
-        return Err(format!(
-            "it has {length} characters; at most {MAX_QUEUE_NAME_CHARS} are allowed"
-        ));
-    }
-    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/');
-    if let Some(bad) = name.chars().find(|&c| !allowed(c)) {
-        return Err(format!(
-            "{bad:?} is not allowed; use letters, digits, '.', '_', '-' and '/'"
-        ));
-    }
-    if name.starts_with('/') || name.ends_with('/') {
-        return Err("'/' is not allowed first or last".to_owned());
-    }
-    Ok(())
+/// The names of the entries of the array `list`, with the path of each entry and the `kind` of
+/// name, for [`Source::check_unique_names`].
+fn entry_names<'a>(
+    list: &'a str,
+    kind: &'static str,
+    names: impl Iterator<Item = &'a Spanned<String>> + 'a,
+) -> impl Iterator<Item = (String, &'static str, &'a Spanned<String>)> + 'a {
+    names
+        .enumerate()
+        .map(move |(index, name)| (format!("{list}[{index}]"), kind, name))
+}
+
+/// Validates each entry of the array `list` with its key path, `list[index]`.
+fn each<R, T>(
+    list: &str,
+    entries: Vec<R>,
+    validate: impl Fn(&str, R) -> Result<T, ConfigError>,
+) -> Result<Vec<T>, ConfigError> {
+    entries
+        .into_iter()
+        .enumerate()
+        .map(|(index, entry)| validate(&format!("{list}[{index}]"), entry))
+        .collect()
 }

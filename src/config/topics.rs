@@ -1,0 +1,183 @@
+//! The schema of `[[topics]]`: topics, their subscriptions and the subscriptions' rules
+//! (design.md D7: a topic is an intake, each subscription a lane, the rules pick the lanes).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, Unexpected};
+use serde::Deserialize;
+
+/// One `[[topics]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicConfig {
+    /// Entity name, compared case-insensitively; queues and topics share one namespace.
+    pub name: String,
+    /// Time to live of messages that set none, and the cap of those that do, in every
+    /// subscription: a subscription's own default applies only when it is shorter. `None`:
+    /// unlimited.
+    pub default_message_time_to_live: Option<Duration>,
+    /// Most megabytes of messages the topic and its subscriptions hold; sends beyond are
+    /// refused. At least 1.
+    pub max_size_in_megabytes: u64,
+    /// The topic, its subscriptions and their messages are deleted after this long without
+    /// activity; `None`: never.
+    pub auto_delete_on_idle: Option<Duration>,
+    /// `[[topics.subscriptions]]`, in file order; names are unique within the topic ignoring
+    /// case. Empty is allowed: the topic accepts messages and keeps none.
+    pub subscriptions: Vec<SubscriptionConfig>,
+}
+
+/// One `[[topics.subscriptions]]` entry: a queue fed by its topic. Its queue settings have the
+/// names, defaults and bounds of [`QueueConfig`](super::QueueConfig)'s. It has no size of its
+/// own: the topic's `max_size_in_megabytes` bounds all its subscriptions, as in Service Bus.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionConfig {
+    /// Name, 1 to 50 characters, compared case-insensitively within the topic.
+    pub name: String,
+    /// How long a peek-lock delivery stays locked; from 1 s to 5 min.
+    pub lock_duration: Duration,
+    /// Deliveries after which a message is dead-lettered; at least 1.
+    pub max_delivery_count: u32,
+    /// Time to live of messages that set none, and the cap of those that do (the topic's
+    /// wins when shorter); `None`: unlimited.
+    pub default_message_time_to_live: Option<Duration>,
+    /// Whether expired messages move to the dead-letter queue (else they are deleted).
+    pub dead_lettering_on_message_expiration: bool,
+    /// Whether a message whose rule evaluation fails moves to this subscription's dead-letter
+    /// queue (else this subscription does not get it). Default `true`, as in Service Bus.
+    pub dead_lettering_on_filter_evaluation_exceptions: bool,
+    /// The subscription, its messages and its dead-letter queue are deleted after this long
+    /// without activity; `None`: never.
+    pub auto_delete_on_idle: Option<Duration>,
+    /// The rules, in file order, never empty: a subscription declared without rules has one,
+    /// `$Default` with [`RuleFilter::True`]. A message is copied to the subscription once when
+    /// any rule matches.
+    pub rules: Vec<RuleConfig>,
+}
+
+/// One `[[topics.subscriptions.rules]]` entry: a filter and an optional action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleConfig {
+    /// Name, 1 to 50 characters, compared case-insensitively within the subscription.
+    pub name: String,
+    /// Which messages the rule matches.
+    pub filter: RuleFilter,
+    /// A Service Bus SQL rule action (`SET ...; REMOVE ...`) applied to the subscription's copy
+    /// of a matching message, as written (not parsed here).
+    pub action: Option<String>,
+}
+
+/// The filter of a rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleFilter {
+    /// Matches every message: the filter of the `$Default` rule a subscription without rules
+    /// gets (Service Bus's TrueFilter, `1=1` on the wire). Never written in the file; `sql =
+    /// "1=1"` is an [`RuleFilter::Sql`].
+    True,
+    /// A Service Bus SQL filter expression (`sql = "..."`), as written (not parsed here).
+    Sql(String),
+    /// A correlation filter (`correlation = { ... }`).
+    Correlation(CorrelationConfig),
+}
+
+/// A correlation filter: a message matches when every field that is set equals the message's
+/// value. At least one field is set.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CorrelationConfig {
+    /// The message's `correlation-id`.
+    pub correlation_id: Option<String>,
+    /// The message's `message-id`.
+    pub message_id: Option<String>,
+    /// The message's `to`.
+    pub to: Option<String>,
+    /// The message's `reply-to`.
+    pub reply_to: Option<String>,
+    /// The message's `subject` (Service Bus's Label).
+    pub subject: Option<String>,
+    /// The message's `group-id` (Service Bus's SessionId).
+    pub session_id: Option<String>,
+    /// The message's `reply-to-group-id` (Service Bus's ReplyToSessionId).
+    pub reply_to_session_id: Option<String>,
+    /// The message's `content-type`.
+    pub content_type: Option<String>,
+    /// Application properties the message must carry with these values (of the same type),
+    /// sorted by name.
+    #[serde(default, deserialize_with = "sorted_properties")]
+    pub properties: Vec<(String, PropertyValue)>,
+}
+
+impl CorrelationConfig {
+    /// Whether no field is set: such a filter is refused.
+    pub(super) fn names_nothing(&self) -> bool {
+        let system = [
+            &self.correlation_id,
+            &self.message_id,
+            &self.to,
+            &self.reply_to,
+            &self.subject,
+            &self.session_id,
+            &self.reply_to_session_id,
+            &self.content_type,
+        ];
+        system.iter().all(|value| value.is_none()) && self.properties.is_empty()
+    }
+}
+
+fn sorted_properties<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<(String, PropertyValue)>, D::Error> {
+    let table = BTreeMap::<String, PropertyValue>::deserialize(deserializer)?;
+    Ok(table.into_iter().collect())
+}
+
+/// The value of a correlation filter's application property.
+///
+/// Floats compare by their bits, so that configs stay [`Eq`]; the config refuses NaN and the
+/// infinities, which no message property would equal.
+#[derive(Debug, Clone)]
+pub enum PropertyValue {
+    /// A string (AMQP `string`).
+    String(String),
+    /// A TOML integer (AMQP `long`).
+    Int(i64),
+    /// A finite TOML float (AMQP `double`).
+    Float(f64),
+    /// A boolean.
+    Bool(bool),
+}
+
+impl PartialEq for PropertyValue {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::String(a), Self::String(b)) => a == b,
+            (Self::Int(a), Self::Int(b)) => a == b,
+            (Self::Float(a), Self::Float(b)) => a.to_bits() == b.to_bits(),
+            (Self::Bool(a), Self::Bool(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for PropertyValue {}
+
+impl<'de> Deserialize<'de> for PropertyValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let expected = &"a string, an integer, a finite float or a boolean";
+        match toml::Value::deserialize(deserializer)? {
+            toml::Value::String(value) => Ok(PropertyValue::String(value)),
+            toml::Value::Integer(value) => Ok(PropertyValue::Int(value)),
+            toml::Value::Float(value) if value.is_finite() => Ok(PropertyValue::Float(value)),
+            toml::Value::Float(value) => {
+                Err(de::Error::invalid_value(Unexpected::Float(value), expected))
+            }
+            toml::Value::Boolean(value) => Ok(PropertyValue::Bool(value)),
+            toml::Value::Datetime(_) => Err(de::Error::invalid_type(
+                Unexpected::Other("datetime"),
+                expected,
+            )),
+            toml::Value::Array(_) => Err(de::Error::invalid_type(Unexpected::Seq, expected)),
+            toml::Value::Table(_) => Err(de::Error::invalid_type(Unexpected::Map, expected)),
+        }
+    }
+}

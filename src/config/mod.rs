@@ -6,7 +6,8 @@
 //! the rules of `names`, keys not supported yet) into the public [`Config`]; the schema of
 //! topics, subscriptions and rules is in `topics`. Every [`ConfigError`] names the key path,
 //! the file, the line and the column. A serde error only carries a byte span, so `key_path`
-//! reads the file a second, lenient time to map that span back to the key path. `units` reads
+//! reads the file a second, lenient time to map that span back to the key path; `toml_string`
+//! maps an offset inside a string value (a SQL expression) back to the file. `units` reads
 //! durations and sizes.
 
 mod key_path;
@@ -15,6 +16,7 @@ mod names;
 mod raw;
 #[cfg(test)]
 mod tests;
+mod toml_string;
 mod topics;
 mod units;
 mod validate;

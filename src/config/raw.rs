@@ -138,7 +138,8 @@ pub(super) struct RawTopic {
 }
 
 /// One `[[topics.subscriptions.rules]]` entry as written; validation checks that exactly one
-/// filter is set.
+/// filter is set. The spans of `sql` and `action` locate errors inside the expressions
+/// (`Source::expression_location`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRule {

@@ -63,7 +63,7 @@ pub struct RuleConfig {
     /// Which messages the rule matches.
     pub filter: RuleFilter,
     /// A Service Bus SQL rule action (`SET ...; REMOVE ...`) applied to the subscription's copy
-    /// of a matching message, as written (not parsed here).
+    /// of a matching message, as written (at most 1024 characters; not parsed here).
     pub action: Option<String>,
 }
 
@@ -74,7 +74,8 @@ pub enum RuleFilter {
     /// gets (Service Bus's TrueFilter, `1=1` on the wire). Never written in the file; `sql =
     /// "1=1"` is an [`RuleFilter::Sql`].
     True,
-    /// A Service Bus SQL filter expression (`sql = "..."`), as written (not parsed here).
+    /// A Service Bus SQL filter expression (`sql = "..."`), as written (at most 1024
+    /// characters; not parsed here).
     Sql(String),
     /// A correlation filter (`correlation = { ... }`).
     Correlation(CorrelationConfig),

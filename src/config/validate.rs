@@ -13,6 +13,7 @@ use super::key_path::key_path_at;
 use super::limits::*;
 use super::names::{NameRules, QUEUE_NAMES, RULE_NAMES, SUBSCRIPTION_NAMES, TOPIC_NAMES};
 use super::raw::{LaneKeys, RawBroker, RawConfig, RawQueue, RawRule, RawSubscription, RawTopic};
+use super::toml_string::offset_in_token;
 use super::units::HumanDuration;
 use super::{
     BrokerConfig, Config, ConfigError, Durability, Location, QueueConfig, RuleConfig, RuleFilter,
@@ -315,7 +316,10 @@ impl Source<'_> {
         let raw = raw.into_inner();
         self.check_name(path, &raw.name, &RULE_NAMES)?;
         let filter = match (raw.sql, raw.correlation) {
-            (Some(sql), None) => RuleFilter::Sql(sql.into_inner()),
+            (Some(sql), None) => {
+                self.check_expression(&key("sql"), &sql)?;
+                RuleFilter::Sql(sql.into_inner())
+            }
             (None, Some(correlation)) if correlation.get_ref().names_nothing() => {
                 let message = "names nothing; set at least one of correlation_id, message_id, \
                                to, reply_to, subject, session_id, reply_to_session_id, \
@@ -341,10 +345,30 @@ impl Source<'_> {
                 return Err(self.invalid(path, span, message.to_owned()));
             }
         };
+        if let Some(action) = &raw.action {
+            self.check_expression(&key("action"), action)?;
+        }
         Ok(RuleConfig {
             name: raw.name.into_inner(),
             filter,
             action: raw.action.map(Spanned::into_inner),
+        })
+    }
+
+    /// Refuses a SQL filter or action longer than Service Bus allows, pointing at the first
+    /// character past the limit. The SQL itself is not parsed here.
+    fn check_expression(&self, key: &str, expression: &Spanned<String>) -> Result<(), ConfigError> {
+        let text = expression.get_ref();
+        let Some((past_limit, _)) = text.char_indices().nth(MAX_EXPRESSION_CHARS) else {
+            return Ok(());
+        };
+        Err(ConfigError::Invalid {
+            key: key.to_owned(),
+            at: self.expression_location(expression, past_limit),
+            message: format!(
+                "the expression has {} characters; at most {MAX_EXPRESSION_CHARS} are allowed",
+                text.chars().count()
+            ),
         })
     }
 
@@ -472,6 +496,17 @@ impl Source<'_> {
             line: before.matches('\n').count() + 1,
             column: before[line_start..].chars().count() + 1,
         }
+    }
+
+    /// Where byte `offset` of a string value stands in the file, e.g. where a SQL parser
+    /// stopped in a rule's `sql` or `action` (`value` with its span, as the raw rule keeps
+    /// it). Exact for every kind of TOML string, escapes and multi-line strings included
+    /// (`toml_string`); should re-reading the string not give `value`, the start of the value.
+    pub(super) fn expression_location(&self, value: &Spanned<String>, offset: usize) -> Location {
+        let span = value.span();
+        let token = self.text.get(span.clone()).unwrap_or_default();
+        let within = offset_in_token(token, value.get_ref(), offset).unwrap_or(0);
+        self.location(span.start + within)
     }
 }
 

@@ -1,5 +1,7 @@
 //! `[[topics]]`, `[[topics.subscriptions]]` and `[[topics.subscriptions.rules]]`.
 
+use toml::Spanned;
+
 use super::*;
 
 /// A file with every topic, subscription and rule key set.
@@ -385,4 +387,65 @@ fn topic_settings_are_bounded() {
         "topics[0].default_message_time_to_live (t.toml:3:32): \"PT0.5S\" is out of range; \
          allowed: at least 1s"
     );
+}
+
+#[test]
+fn expressions_longer_than_service_bus_allows_are_refused_at_the_first_extra_character() {
+    let at_limit = format!("a = '{}'", "x".repeat(1018));
+    assert_eq!(at_limit.chars().count(), 1024);
+    let config = parse(&one_rule(&format!("sql = \"{at_limit}\"\n")));
+    assert_eq!(
+        config.topics[0].subscriptions[0].rules[0].filter,
+        RuleFilter::Sql(at_limit.clone())
+    );
+    // One more character, after an escape: the column counts the file's characters.
+    assert_eq!(
+        refusal(&one_rule(&format!("sql = \"\\t{at_limit}\"\n"))),
+        "topics[0].subscriptions[0].rules[0].sql (t.toml:7:1033): the expression has 1025 \
+         characters; at most 1024 are allowed"
+    );
+    assert_eq!(
+        refusal(&one_rule(&format!(
+            "sql = \"1=1\"\naction = '''\n{at_limit}é'''\n"
+        ))),
+        "topics[0].subscriptions[0].rules[0].action (t.toml:9:1025): the expression has 1025 \
+         characters; at most 1024 are allowed"
+    );
+}
+
+#[test]
+fn expression_location_maps_an_offset_in_the_value_to_the_file() {
+    let text = "[x]\nsql = \"a\\tb = 'é' AND\"\naction = \"\"\"\n  SET\\\n    c = 1\"\"\"\n";
+    let source = Source {
+        text,
+        origin: "t.toml",
+    };
+    #[derive(serde::Deserialize)]
+    struct Values {
+        sql: Spanned<String>,
+        action: Spanned<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct File {
+        x: Values,
+    }
+    let file: File = toml::from_str(text).expect("valid");
+    let (sql, action) = (&file.x.sql, &file.x.action);
+    assert_eq!(sql.get_ref(), "a\tb = 'é' AND");
+    assert_eq!(action.get_ref(), "  SETc = 1");
+    for (value, offset, position, what) in [
+        (sql, 0, at(2, 8), "a"),
+        (sql, 1, at(2, 9), "the tab's escape"),
+        (sql, 2, at(2, 11), "b"),
+        (sql, 10, at(2, 18), "AND, after the é"),
+        (sql, 13, at(2, 21), "the end: the closing quote"),
+        (action, 0, at(4, 1), "after the first newline"),
+        (action, 5, at(5, 5), "after the line-ending backslash"),
+    ] {
+        assert_eq!(
+            source.expression_location(value, offset),
+            position,
+            "{what}"
+        );
+    }
 }

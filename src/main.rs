@@ -48,7 +48,7 @@ struct RunArgs {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Validate a config file: prints "PATH: ok (N queues)" and exits 0, or prints the error
+    /// Validate a config file: prints "PATH: ok (N queues, M topics)" and exits 0, or prints the error
     /// and exits 2.
     CheckConfig {
         /// The config file to check.
@@ -71,9 +71,10 @@ async fn main() -> ExitCode {
 fn check_config(path: &Path) -> ExitCode {
     match Config::load(path) {
         Ok(config) => write_stdout(&format!(
-            "{}: ok ({} queues)\n",
+            "{}: ok ({} queues, {} topics)\n",
             path.display(),
-            config.queues.len()
+            config.queues.len(),
+            config.topics.len()
         )),
         Err(error) => config_error(&error),
     }

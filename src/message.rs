@@ -8,7 +8,11 @@
 use std::ops::Range;
 
 use bytes::Bytes;
+use fe2o3_amqp::types::messaging::{ApplicationProperties, MessageId, Properties};
 use fe2o3_amqp::types::primitives::{SimpleValue, Value};
+use uuid::Uuid;
+
+use crate::filter::{MessageView, SystemProperty, Value as FilterValue};
 
 use crate::encoding::{byte_at, check_value, read_u32, read_u64, value_len, EncodingError};
 
@@ -122,7 +126,7 @@ fn check_order(sections: &[Section]) -> Result<(), MessageError> {
 }
 
 /// What the broker reads from a message as it arrives; the bytes themselves are kept as sent.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Arrival {
     /// The encoded message, exactly as the client sent it.
     pub bytes: Bytes,
@@ -130,6 +134,8 @@ pub struct Arrival {
     pub ttl_ms: Option<u32>,
     /// Message annotation `x-opt-scheduled-enqueue-time`, in ms since the Unix epoch.
     pub scheduled_ms: Option<i64>,
+    /// What a topic's rules read of the message ([`view`]); read only for topics.
+    pub view: Option<Box<MessageView>>,
 }
 
 /// Checks a single message (sections scan; the header, the annotations and the properties
@@ -142,6 +148,7 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
         bytes,
         ttl_ms: None,
         scheduled_ms: None,
+        view: None,
     };
     let sections = scan_sections(&arrival.bytes)?;
     check_order(&sections)?;
@@ -568,10 +575,10 @@ fn with_assigned_message_id(
     bytes: &Bytes,
     sections: &[Section],
 ) -> Result<Option<Bytes>, MessageError> {
-    let properties = sections
+    let raw = sections
         .iter()
-        .find(|section| section.code == code::PROPERTIES);
-    let raw = properties.map(|section| &bytes[section.range.clone()]);
+        .find(|section| section.code == code::PROPERTIES)
+        .map(|section| &bytes[section.range.clone()]);
     if let Some(raw) = raw {
         if list_fields(raw, "properties")?
             .first()
@@ -582,6 +589,21 @@ fn with_assigned_message_id(
     }
     let mut id = vec![0xa1, 32];
     id.extend_from_slice(uuid::Uuid::new_v4().simple().to_string().as_bytes());
+    with_property_field(bytes, sections, MESSAGE_ID_FIELD, &id).map(Some)
+}
+
+/// The message with one field of its properties section replaced by `value` (encoded); a
+/// properties section is added where the message has none.
+fn with_property_field(
+    bytes: &Bytes,
+    sections: &[Section],
+    index: usize,
+    value: &[u8],
+) -> Result<Bytes, MessageError> {
+    let properties = sections
+        .iter()
+        .find(|section| section.code == code::PROPERTIES);
+    let raw = properties.map(|section| &bytes[section.range.clone()]);
     let replaced = match properties {
         Some(section) => section.range.clone(),
         None => {
@@ -592,11 +614,83 @@ fn with_assigned_message_id(
             at..at
         }
     };
-    let mut out = Vec::with_capacity(bytes.len() + 48);
+    let mut out = Vec::with_capacity(bytes.len() + value.len() + 16);
     out.extend_from_slice(&bytes[..replaced.start]);
-    out.extend_from_slice(&properties_with(raw, MESSAGE_ID_FIELD, &id)?);
+    out.extend_from_slice(&properties_with(raw, index, value)?);
     out.extend_from_slice(&bytes[replaced.end..]);
-    Ok(Some(Bytes::from(out)))
+    Ok(Bytes::from(out))
+}
+
+/// A stored message with a system property set (or cleared, `None`) by a topic rule's
+/// action: the field of the properties section it lives in.
+///
+/// # Errors
+/// When the stored message does not scan.
+pub fn set_system_property(
+    stored: &Bytes,
+    property: SystemProperty,
+    value: Option<&str>,
+) -> Result<Bytes, MessageError> {
+    let (index, codes) = match property {
+        SystemProperty::MessageId => (MESSAGE_ID_FIELD, STRING_CODES),
+        SystemProperty::To => (2, STRING_CODES),
+        SystemProperty::Subject => (3, STRING_CODES),
+        SystemProperty::ReplyTo => (4, STRING_CODES),
+        SystemProperty::CorrelationId => (5, STRING_CODES),
+        SystemProperty::ContentType => (6, SYMBOL_CODES),
+        SystemProperty::SessionId => (10, STRING_CODES),
+        SystemProperty::ReplyToSessionId => (12, STRING_CODES),
+    };
+    let encoded = value.map_or_else(|| vec![0x40], |value| text(codes, value));
+    with_property_field(stored, &scan_sections(stored)?, index, &encoded)
+}
+
+/// What a topic's rules read of a message (design.md D7): its system properties and its
+/// application properties, decoded once in the connection task. The sections were checked
+/// by [`inspect`].
+///
+/// # Errors
+/// When the properties or application-properties section does not decode.
+pub fn view(bytes: &Bytes) -> Result<MessageView, MessageError> {
+    let mut view = MessageView::default();
+    for section in scan_sections(bytes)? {
+        let raw = &bytes[section.range.clone()];
+        match section.code {
+            code::PROPERTIES => {
+                let properties: Properties = serde_amqp::from_slice(raw)
+                    .map_err(|_| MessageError::Malformed("properties"))?;
+                view.message_id = properties.message_id.map(id_text);
+                view.correlation_id = properties.correlation_id.map(id_text);
+                view.to = properties.to;
+                view.reply_to = properties.reply_to;
+                view.subject = properties.subject;
+                view.session_id = properties.group_id;
+                view.reply_to_session_id = properties.reply_to_group_id;
+                view.content_type = properties.content_type.map(|t| t.0);
+            }
+            code::APPLICATION_PROPERTIES => {
+                let app: ApplicationProperties = serde_amqp::from_slice(raw)
+                    .map_err(|_| MessageError::Malformed("application-properties"))?;
+                view.application_properties = app
+                    .0
+                    .iter()
+                    .map(|(key, value)| (key.clone(), FilterValue::from_simple(value)))
+                    .collect();
+            }
+            _ => {}
+        }
+    }
+    Ok(view)
+}
+
+/// A message or correlation id as text, the way Service Bus shows it.
+fn id_text(id: MessageId) -> String {
+    match id {
+        MessageId::String(text) => text,
+        MessageId::Ulong(number) => number.to_string(),
+        MessageId::Uuid(uuid) => Uuid::from_bytes(*uuid.as_inner()).to_string(),
+        MessageId::Binary(bytes) => bytes.iter().map(|b| format!("{b:02x}")).collect(),
+    }
 }
 
 /// Sets application properties of a stored message (Service Bus "properties to modify" and
@@ -609,7 +703,21 @@ pub fn set_application_properties(
     stored: &Bytes,
     entries: &[(String, SimpleValue)],
 ) -> Result<Bytes, MessageError> {
-    if entries.is_empty() {
+    edit_application_properties(stored, entries, &[])
+}
+
+/// A stored message with application properties set (`entries`) and removed (`remove`, names
+/// compared ignoring case, as a topic rule's `REMOVE` does); the client's other entries are
+/// kept byte for byte.
+///
+/// # Errors
+/// When the stored message does not scan, or a value does not encode.
+pub fn edit_application_properties(
+    stored: &Bytes,
+    entries: &[(String, SimpleValue)],
+    remove: &[String],
+) -> Result<Bytes, MessageError> {
+    if entries.is_empty() && remove.is_empty() {
         return Ok(stored.clone());
     }
     let sections = scan_sections(stored)?;
@@ -623,9 +731,13 @@ pub fn set_application_properties(
     };
     kept.retain(|(key, _)| {
         let name = string_text(key);
-        !entries
+        let removed = remove
             .iter()
-            .any(|(ours, _)| name == Some(ours.as_bytes()))
+            .any(|gone| name.is_some_and(|name| name.eq_ignore_ascii_case(gone.as_bytes())));
+        !removed
+            && !entries
+                .iter()
+                .any(|(ours, _)| name == Some(ours.as_bytes()))
     });
     let ours: Vec<(Vec<u8>, Vec<u8>)> = entries
         .iter()

@@ -300,7 +300,7 @@ mod tests {
     fn outgoing() -> Outgoing {
         let (tx, _rx) = tokio::sync::mpsc::channel(1);
         Outgoing {
-            entity: EntityHandle::new("q".into(), tx, Default::default()),
+            entity: EntityHandle::new("q".into(), tx, Default::default(), None),
             consumer: ConsumerId(1),
             mode: ReceiveMode::PeekLock,
             settle_second: false,

@@ -477,11 +477,20 @@ impl Session {
             self.on_request(&node, &whole, &partial, events, out);
             return Ok(());
         };
-        let inspected = if partial.message_format == BATCH_MESSAGE_FORMAT {
+        let mut inspected = if partial.message_format == BATCH_MESSAGE_FORMAT {
             message::unpack_batch(&whole)
         } else {
             message::inspect(whole).map(|arrival| vec![arrival])
         };
+        if entity.is_topic() {
+            // A topic's rules read the message's properties: decoded here, not in its actor.
+            inspected = inspected.and_then(|mut arrivals| {
+                for arrival in &mut arrivals {
+                    arrival.view = Some(Box::new(message::view(&arrival.bytes)?));
+                }
+                Ok(arrivals)
+            });
+        }
         let messages = match inspected {
             Ok(messages) => messages,
             Err(error) => {
@@ -1092,15 +1101,28 @@ fn resolve(attach: &Attach, registry: &Registry) -> Result<Node, definitions::Er
     let address = address
         .ok_or_else(|| link::amqp_error(AmqpError::InvalidField, "the attach names no address"))?;
     let node = router::route(registry, &address).ok_or_else(|| link::not_found(&address))?;
-    if let (Role::Sender, Node::Entity(_, LaneId::DEAD_LETTER)) = (&attach.role, &node) {
-        return Err(link::amqp_error(
-            AmqpError::NotAllowed,
-            format!(
-                "'{address}' is a dead-letter queue: messages arrive there only by dead-lettering"
-            ),
-        ));
+    let refusal = match (&attach.role, &node) {
+        (Role::Sender, Node::Entity(_, lane)) if lane.dead_letter => Some(format!(
+            "'{address}' is a dead-letter queue: messages arrive there only by dead-lettering"
+        )),
+        (Role::Sender, Node::Entity(_, lane)) if lane.subscription != 0 => Some(format!(
+            "'{address}' is a subscription: messages arrive there through its topic"
+        )),
+        (Role::Receiver, Node::Entity(entity, lane))
+            if entity.is_topic() && *lane == LaneId::MAIN =>
+        {
+            Some(format!(
+                "'{address}' is a topic: receive from one of its subscriptions, \
+                 '{}/Subscriptions/<name>'",
+                entity.name()
+            ))
+        }
+        _ => None,
+    };
+    match refusal {
+        Some(description) => Err(link::amqp_error(AmqpError::NotAllowed, description)),
+        None => Ok(node),
     }
-    Ok(node)
 }
 
 /// The target address of a client receiver's attach (where its requests ask answers to go).

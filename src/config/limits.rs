@@ -120,5 +120,3 @@ pub(super) const DEFAULT_DATA_DIR: &str = "tidebus-data";
 /// Service Bus's default for subscriptions (`CreateSubscriptionOptions`): a message whose rule
 /// evaluation fails is dead-lettered rather than lost.
 pub(super) const DEAD_LETTERING_ON_FILTER_EVALUATION_EXCEPTIONS: bool = true;
-/// Service Bus's limit on the length of a SQL filter or action, in characters.
-pub(super) const MAX_EXPRESSION_CHARS: usize = 1024;

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use toml::Spanned;
 
+use crate::filter::{SqlAction, SqlError, SqlFilter};
+
 use super::key_path::key_path_at;
 use super::limits::*;
 use super::names::{NameRules, QUEUE_NAMES, RULE_NAMES, SUBSCRIPTION_NAMES, TOPIC_NAMES};
@@ -206,6 +208,11 @@ impl Source<'_> {
         mut raw: RawSubscription,
     ) -> Result<SubscriptionConfig, ConfigError> {
         let keys = raw.take_lane_keys();
+        if let Some(idle) = &keys.auto_delete_on_idle {
+            // A subscription's own idle time is not tracked yet: refused, not ignored.
+            let key = format!("{path}.auto_delete_on_idle");
+            return Err(self.unsupported(key, idle.span()));
+        }
         let lane = self.lane(path, raw.name, &SUBSCRIPTION_NAMES, keys)?;
         Ok(SubscriptionConfig {
             name: lane.name,
@@ -219,7 +226,6 @@ impl Source<'_> {
                     DEAD_LETTERING_ON_FILTER_EVALUATION_EXCEPTIONS,
                     Spanned::into_inner,
                 ),
-            auto_delete_on_idle: lane.auto_delete_on_idle,
             rules: self.rules(path, raw.rules)?,
         })
     }
@@ -317,7 +323,7 @@ impl Source<'_> {
         self.check_name(path, &raw.name, &RULE_NAMES)?;
         let filter = match (raw.sql, raw.correlation) {
             (Some(sql), None) => {
-                self.check_expression(&key("sql"), &sql)?;
+                self.check_expression(&key("sql"), &sql, SqlFilter::parse)?;
                 RuleFilter::Sql(sql.into_inner())
             }
             (None, Some(correlation)) if correlation.get_ref().names_nothing() => {
@@ -346,7 +352,7 @@ impl Source<'_> {
             }
         };
         if let Some(action) = &raw.action {
-            self.check_expression(&key("action"), action)?;
+            self.check_expression(&key("action"), action, SqlAction::parse)?;
         }
         Ok(RuleConfig {
             name: raw.name.into_inner(),
@@ -355,21 +361,22 @@ impl Source<'_> {
         })
     }
 
-    /// Refuses a SQL filter or action longer than Service Bus allows, pointing at the first
-    /// character past the limit. The SQL itself is not parsed here.
-    fn check_expression(&self, key: &str, expression: &Spanned<String>) -> Result<(), ConfigError> {
-        let text = expression.get_ref();
-        let Some((past_limit, _)) = text.char_indices().nth(MAX_EXPRESSION_CHARS) else {
-            return Ok(());
-        };
-        Err(ConfigError::Invalid {
-            key: key.to_owned(),
-            at: self.expression_location(expression, past_limit),
-            message: format!(
-                "the expression has {} characters; at most {MAX_EXPRESSION_CHARS} are allowed",
-                text.chars().count()
-            ),
-        })
+    /// Parses a SQL filter or action as the broker will when it creates the rule, so that a
+    /// mistake (a syntax error, an expression longer than Service Bus allows) is reported with
+    /// its position in the file.
+    fn check_expression<T>(
+        &self,
+        key: &str,
+        expression: &Spanned<String>,
+        parse: fn(&str) -> Result<T, SqlError>,
+    ) -> Result<(), ConfigError> {
+        parse(expression.get_ref())
+            .map(|_| ())
+            .map_err(|error| ConfigError::Invalid {
+                key: key.to_owned(),
+                at: self.expression_location(expression, error.offset),
+                message: error.message,
+            })
     }
 
     /// Refuses a name that breaks `rules`; `path` is the table the name belongs to.

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,17 +20,14 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::clock::{millis, now_ms};
-use crate::config::QueueConfig;
 use crate::entity::core::EntityCore;
 use crate::entity::handle::{
     Command, ConsumerId, Delivery, EntityError, EntityEvent, EntityHandle, EventSink, LaneId,
-    LockRef, Properties, Settlement,
+    LockRef, Properties, Settlement, Subscriptions,
 };
 use crate::entity::operation::{Answer, Operation};
-use crate::entity::queue::Rules;
 use crate::message;
 use crate::message::{Arrival, DeliveryStamp};
-use crate::store::record::NEVER;
 use crate::store::{EntityLog, Flusher, StoreError};
 
 /// Mailbox capacity: senders wait (backpressure) when this many commands are queued.
@@ -51,50 +48,47 @@ pub enum Commit {
     AfterFlush(Flusher),
 }
 
-/// Recovers a queue from its log and starts its actor.
-///
-/// # Errors
-/// A [`StoreError`] when the log cannot be read back.
+/// What an entity is made of when its actor starts: its name, its recovered core and log,
+/// its idle time, and (a topic) its subscriptions' names and lanes.
+pub struct Parts {
+    /// The entity's name as declared.
+    pub name: String,
+    /// Its rules, recovered.
+    pub core: EntityCore,
+    /// Its log.
+    pub log: EntityLog,
+    /// `auto_delete_on_idle`, if set.
+    pub auto_delete_on_idle: Option<Duration>,
+    /// A topic's subscriptions; `None` for a queue.
+    pub subscriptions: Option<Subscriptions>,
+}
+
+/// Starts an entity's actor.
 pub fn spawn(
-    config: &QueueConfig,
-    mut log: EntityLog,
+    parts: Parts,
     commit: Commit,
     shutdown: CancellationToken,
     tracker: &TaskTracker,
-) -> Result<EntityHandle, StoreError> {
+) -> EntityHandle {
     let (tx, rx) = mpsc::channel(MAILBOX);
     let deleted = Arc::new(AtomicBool::new(false));
-    let lock_duration_ms = millis(config.lock_duration);
-    let rules = Rules {
-        lock_duration_ms,
-        max_delivery_count: config.max_delivery_count,
-        dead_letter_allowed: true,
-        default_ttl_ms: config.default_message_time_to_live.map_or(NEVER, millis),
-        expires: true,
-        dead_letter_on_expiry: config.dead_lettering_on_message_expiration,
-    };
-    let core = EntityCore::queue(
-        rules,
-        config.max_size_in_megabytes.saturating_mul(1024 * 1024),
-        log.recover(LaneId::MAIN)?,
-        log.recover(LaneId::DEAD_LETTER)?,
-    );
     let actor = Actor {
-        core,
-        log,
+        core: parts.core,
+        log: parts.log,
         commit,
         consumers: HashMap::new(),
         poisoned: None,
         answers: Vec::new(),
         unflushed: Vec::new(),
-        auto_delete_ms: config.auto_delete_on_idle.map(millis),
+        auto_delete_ms: parts.auto_delete_on_idle.map(millis),
         deleted: deleted.clone(),
         last_active_ms: now_ms(),
         reap: None,
     };
-    let span = tracing::info_span!("entity", name = %config.name);
+    let span = tracing::info_span!("entity", name = %parts.name);
     tracker.spawn(actor.run(rx, shutdown).instrument(span));
-    Ok(EntityHandle::new(config.name.clone(), tx, deleted))
+    let subscriptions = parts.subscriptions.map(|s| Arc::new(RwLock::new(s)));
+    EntityHandle::new(parts.name, tx, deleted, subscriptions)
 }
 
 /// An answer held back until its changes are durable.
@@ -335,6 +329,7 @@ impl Actor {
                 bytes,
                 ttl_ms: None,
                 scheduled_ms: None,
+                view: None,
             });
             activated.push((seq, arrival));
         }

@@ -1,10 +1,14 @@
 //! The pure rules of one entity (design.md D5, D7): its [`Intake`], its [`Schedule`] and its
-//! lanes, composed. A queue is one intake, its own lane and its dead-letter lane. Everything
-//! the actor asks of the entity goes through here; time comes in as `now_ms`.
+//! lanes, composed. A queue is one intake, its own lane and its dead-letter lane. A topic is
+//! one intake, a lane holding its scheduled messages, and per subscription a lane and its
+//! dead-letter lane, with the [`Route`]s that pick the subscriptions of each message: every
+//! copy of a send is staged in the same turn, so they become durable, and visible, together.
+//! Everything the actor asks of the entity goes through here; time comes in as `now_ms`.
 
 use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
+use fe2o3_amqp::types::primitives::SimpleValue;
 
 use crate::entity::handle::{
     ConsumerId, Delivery, EntityError, LaneId, LockRef, ReceiveMode, Settlement,
@@ -12,7 +16,9 @@ use crate::entity::handle::{
 use crate::entity::intake::{self, Intake};
 use crate::entity::queue::{DeadLetter, QueueCore, Rules};
 use crate::entity::schedule::Schedule;
-use crate::message::Arrival;
+use crate::entity::topic::{self, Copy, Route};
+use crate::message::{self, Arrival};
+use crate::node::wire;
 use crate::store::record::{MessageState, Record, NEVER};
 use crate::store::{Change, Recovered};
 
@@ -28,6 +34,21 @@ pub struct EntityCore {
     journal: Vec<(LaneId, Change)>,
     /// See [`EntityCore::take_changes`].
     moves: bool,
+    /// A topic's subscriptions (`None`: a queue, whose messages go to its own lane).
+    routes: Option<Vec<Route>>,
+}
+
+/// What recovery found for one subscription, and its rules.
+#[derive(Debug)]
+pub struct SubscriptionLanes {
+    /// The subscription's route (its lane and rules).
+    pub route: Route,
+    /// The rules of its lane.
+    pub rules: Rules,
+    /// Its own messages.
+    pub main: Recovered,
+    /// Its dead-letter queue.
+    pub dead_letter: Recovered,
 }
 
 impl EntityCore {
@@ -53,13 +74,82 @@ impl EntityCore {
                 dead_letter.records,
             ),
         );
+        EntityCore::assemble(
+            Intake::new(next_seq.max(highest), last_enqueued, max_size_bytes, NEVER),
+            lanes,
+            None,
+        )
+    }
+
+    /// A topic rebuilt from its log: `scheduled` holds its scheduled messages, and each
+    /// subscription brings its lanes and rules. Sends over `max_size_bytes` (all copies
+    /// counted) are refused; `default_ttl_ms` caps every copy's time to live.
+    pub fn topic(
+        max_size_bytes: u64,
+        default_ttl_ms: i64,
+        scheduled: Recovered,
+        subscriptions: Vec<SubscriptionLanes>,
+    ) -> Self {
+        let mut next_seq = scheduled.next_seq;
+        let mut highest = 1;
+        let mut last_enqueued = 0;
+        let holder_rules = Rules {
+            lock_duration_ms: 0,
+            max_delivery_count: u32::MAX,
+            dead_letter_allowed: false,
+            default_ttl_ms: NEVER,
+            expires: false,
+            dead_letter_on_expiry: false,
+        };
+        let mut lanes = BTreeMap::new();
+        let mut routes = Vec::new();
+        let mut add = |id: LaneId, rules: Rules, recovered: Recovered| {
+            next_seq = next_seq.max(recovered.next_seq);
+            for (seq, record) in &recovered.records {
+                highest = highest.max(seq + 1);
+                last_enqueued = last_enqueued.max(record.enqueued_ms);
+            }
+            lanes.insert(id, QueueCore::new(rules, recovered.records));
+        };
+        add(LaneId::MAIN, holder_rules, scheduled);
+        for subscription in subscriptions {
+            let lane = subscription.route.lane;
+            let dead_rules = Rules::dead_letter_queue(subscription.rules.lock_duration_ms);
+            add(lane, subscription.rules, subscription.main);
+            add(
+                lane.dead_letter_lane(),
+                dead_rules,
+                subscription.dead_letter,
+            );
+            routes.push(subscription.route);
+        }
+        EntityCore::assemble(
+            Intake::new(
+                next_seq.max(highest),
+                last_enqueued,
+                max_size_bytes,
+                default_ttl_ms,
+            ),
+            lanes,
+            Some(routes),
+        )
+    }
+
+    /// An entity from its parts, its schedule rebuilt from the lanes, everything recovered
+    /// deliverable.
+    fn assemble(
+        intake: Intake,
+        lanes: BTreeMap<LaneId, QueueCore>,
+        routes: Option<Vec<Route>>,
+    ) -> Self {
         let mut core = EntityCore {
-            intake: Intake::new(next_seq.max(highest), last_enqueued, max_size_bytes, NEVER),
+            intake,
             schedule: Schedule::default(),
             lanes,
             consumers: HashMap::new(),
             journal: Vec::new(),
             moves: false,
+            routes,
         };
         for lane in core.lanes.values() {
             for (due, seq) in lane.scheduled() {
@@ -68,6 +158,11 @@ impl EntityCore {
         }
         core.reveal_up_to(core.intake.next_seq());
         core
+    }
+
+    /// Whether the entity is a topic.
+    pub fn is_topic(&self) -> bool {
+        self.routes.is_some()
     }
 
     /// The sequence number the next message gets.
@@ -164,13 +259,63 @@ impl EntityCore {
             return;
         }
         let ttl_ms = self.intake.ttl_ms(arrival.ttl_ms);
-        let lane = self.holder();
-        let ttl_ms = ttl_ms.min(lane.rules().default_ttl_ms);
-        let record = Record {
-            expires_ms: intake::expiry(enqueued_ms, ttl_ms),
-            ..record
+        let Some(routes) = &self.routes else {
+            let lane = self.holder();
+            let ttl_ms = ttl_ms.min(lane.rules().default_ttl_ms);
+            let record = Record {
+                expires_ms: intake::expiry(enqueued_ms, ttl_ms),
+                ..record
+            };
+            lane.insert(seq, record, arrival.bytes);
+            return;
         };
-        lane.insert(seq, record, arrival.bytes);
+        // Sends come with their view; scheduled messages, read back at activation, without.
+        let read;
+        let view = match arrival.view.as_deref() {
+            Some(view) => view,
+            None => {
+                read = message::view(&arrival.bytes).unwrap_or_default();
+                &read
+            }
+        };
+        let copies: Vec<(LaneId, Copy)> = routes
+            .iter()
+            .filter_map(|route| route.pick(view).map(|copy| (route.lane, copy)))
+            .collect();
+        for (id, copy) in copies {
+            let Some(lane) = self.lanes.get_mut(&id) else {
+                continue;
+            };
+            match copy {
+                Copy::Deliver(edits) => {
+                    let ttl_ms = ttl_ms.min(lane.rules().default_ttl_ms);
+                    let body = edited(&arrival.bytes, &edits);
+                    let record = Record {
+                        expires_ms: intake::expiry(enqueued_ms, ttl_ms),
+                        size: u32::try_from(body.len()).unwrap_or(u32::MAX),
+                        ..record
+                    };
+                    lane.insert(seq, record, body);
+                }
+                Copy::DeadLetter(description) => {
+                    let properties = vec![
+                        (
+                            wire::dead_letter::REASON.to_string(),
+                            SimpleValue::String(topic::FILTER_EVALUATION_EXCEPTION.into()),
+                        ),
+                        (
+                            wire::dead_letter::DESCRIPTION.to_string(),
+                            SimpleValue::String(description),
+                        ),
+                    ];
+                    let body = message::set_application_properties(&arrival.bytes, &properties)
+                        .unwrap_or_else(|_| arrival.bytes.clone());
+                    if let Some(dead) = self.lanes.get_mut(&id.dead_letter_lane()) {
+                        dead.accept_dead_letter(seq, record, body);
+                    }
+                }
+            }
+        }
     }
 
     /// Sequence numbers of the scheduled messages due by `now_ms`, earliest first, at most
@@ -376,3 +521,15 @@ impl EntityCore {
 
 #[cfg(test)]
 mod tests;
+
+/// A copy's bytes with its rules' edits applied (the message as sent when there are none, or
+/// when they cannot be applied, which inspect on arrival rules out).
+fn edited(bytes: &Bytes, edits: &[crate::filter::Edit]) -> Bytes {
+    if edits.is_empty() {
+        return bytes.clone();
+    }
+    topic::apply_edits(bytes, edits).unwrap_or_else(|error| {
+        tracing::warn!(%error, "rule action not applied");
+        bytes.clone()
+    })
+}

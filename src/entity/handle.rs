@@ -4,8 +4,9 @@
 //! results, deliveries, settlement results) come back as [`EntityEvent`]s on the connection's
 //! own event channel, so a connection waits on one channel whatever the number of its links.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
@@ -334,23 +335,48 @@ pub enum EntityEvent {
     },
 }
 
+/// A topic's subscriptions by lower-cased name, with the number of each one's lane.
+pub type Subscriptions = HashMap<String, u32>;
+
 /// A cloneable handle to an entity actor.
 #[derive(Debug, Clone)]
 pub struct EntityHandle {
     name: String,
     mailbox: mpsc::Sender<Command>,
     deleted: Arc<AtomicBool>,
+    /// A topic's subscriptions; `None` for a queue.
+    subscriptions: Option<Arc<RwLock<Subscriptions>>>,
 }
 
 impl EntityHandle {
     /// Wraps an actor's mailbox; the actor sets `deleted` before it closes the mailbox for
-    /// good.
-    pub fn new(name: String, mailbox: mpsc::Sender<Command>, deleted: Arc<AtomicBool>) -> Self {
+    /// good. `subscriptions` is set for a topic, shared with its actor.
+    pub fn new(
+        name: String,
+        mailbox: mpsc::Sender<Command>,
+        deleted: Arc<AtomicBool>,
+        subscriptions: Option<Arc<RwLock<Subscriptions>>>,
+    ) -> Self {
         Self {
             name,
             mailbox,
             deleted,
+            subscriptions,
         }
+    }
+
+    /// Whether the entity is a topic (sent to; received from through its subscriptions).
+    pub fn is_topic(&self) -> bool {
+        self.subscriptions.is_some()
+    }
+
+    /// The lane number of a topic's subscription, by name compared case-insensitively.
+    pub fn subscription(&self, name: &str) -> Option<u32> {
+        let subscriptions = self.subscriptions.as_ref()?;
+        let subscriptions = subscriptions
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        subscriptions.get(&name.to_lowercase()).copied()
     }
 
     /// Why a command the actor can no longer take is refused: the entity was deleted, or the

@@ -9,3 +9,5 @@ pub mod operation;
 pub mod queue;
 pub mod registry;
 pub mod schedule;
+pub mod setup;
+pub mod topic;

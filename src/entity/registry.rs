@@ -9,6 +9,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::{Config, Durability};
 use crate::entity::actor::{self, Commit};
 use crate::entity::handle::EntityHandle;
+use crate::entity::setup;
 use crate::store::{Flusher, Store, StoreError};
 
 /// Every live entity, by lower-cased name. Built at start; afterwards entities only leave it
@@ -19,7 +20,7 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Recovers and starts an actor for every entity the config declares.
+    /// Recovers and starts an actor for every queue and topic the config declares.
     ///
     /// # Errors
     /// A [`StoreError`] when an entity's log cannot be opened or read back.
@@ -35,10 +36,17 @@ impl Registry {
             (_, flusher) => Commit::AfterWrite(flusher.cloned()),
         };
         let mut entities = HashMap::new();
+        let mut parts = Vec::new();
         for queue in &config.queues {
-            let log = store.log(&queue.name)?;
-            let handle = actor::spawn(queue, log, commit.clone(), shutdown.child_token(), tracker)?;
-            entities.insert(queue.name.to_lowercase(), handle);
+            parts.push(setup::queue(queue, store.log(&queue.name)?)?);
+        }
+        for topic in &config.topics {
+            parts.push(setup::topic(topic, store.log(&topic.name)?)?);
+        }
+        for entity in parts {
+            let name = entity.name.to_lowercase();
+            let handle = actor::spawn(entity, commit.clone(), shutdown.child_token(), tracker);
+            entities.insert(name, handle);
         }
         Ok(Self {
             entities: RwLock::new(entities),

@@ -17,6 +17,9 @@ pub fn entity_path(address: &str) -> &str {
     path.trim_start_matches('/')
 }
 
+/// What separates a topic's name from a subscription's, compared case-insensitively (the
+/// SDKs write `Subscriptions`, the docs `subscriptions`).
+const SUBSCRIPTIONS_INFIX: &str = "/subscriptions/";
 /// Suffix of a dead-letter queue's path, compared case-insensitively.
 const DEAD_LETTER_SUFFIX: &str = "/$deadletterqueue";
 /// Suffix of a management node's path.
@@ -42,13 +45,39 @@ pub fn route(registry: &Registry, address: &str) -> Option<Node> {
     }
 }
 
-/// A queue or its dead-letter queue by path.
+/// A queue, a topic, a subscription, or the dead-letter queue of a queue or subscription, by
+/// path.
 fn entity_of(registry: &Registry, path: &str) -> Option<(EntityHandle, LaneId)> {
-    let (name, lane) = match strip_suffix(path, DEAD_LETTER_SUFFIX) {
-        Some(name) => (name, LaneId::DEAD_LETTER),
-        None => (path, LaneId::MAIN),
+    let (path, dead_letter) = match strip_suffix(path, DEAD_LETTER_SUFFIX) {
+        Some(path) => (path, true),
+        None => (path, false),
     };
-    registry.lookup(name).map(|entity| (entity, lane))
+    let (name, subscription) = match find_ignoring_case(path, SUBSCRIPTIONS_INFIX) {
+        Some(at) => (&path[..at], Some(&path[at + SUBSCRIPTIONS_INFIX.len()..])),
+        None => (path, None),
+    };
+    let entity = registry.lookup(name)?;
+    let subscription = match (entity.is_topic(), subscription) {
+        (false, None) => 0,
+        (true, Some(subscription)) => entity.subscription(subscription)?,
+        // A topic has no dead-letter queue of its own; a queue has no subscriptions.
+        (true, None) if dead_letter => return None,
+        (true, None) => 0,
+        (false, Some(_)) => return None,
+    };
+    let lane = LaneId {
+        subscription,
+        dead_letter,
+    };
+    Some((entity, lane))
+}
+
+/// Where `needle` first occurs in `haystack`, ignoring ASCII case.
+fn find_ignoring_case(haystack: &str, needle: &str) -> Option<usize> {
+    haystack
+        .as_bytes()
+        .windows(needle.len())
+        .position(|window| window.eq_ignore_ascii_case(needle.as_bytes()))
 }
 
 /// `path` without `suffix`, compared ignoring ASCII case.

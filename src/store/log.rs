@@ -2,6 +2,7 @@
 //!
 //! Keys in an entity's tree (sequence numbers big-endian), per lane (see [`LaneId`]):
 //! - `h`: the next sequence number (the high-water mark), one for the whole entity;
+//! - `s` + name: a topic subscription's lane number (see [`EntityLog::subscription_numbers`]);
 //! - `c` + first: a chunk (see [`crate::store::chunk`]): the lane's messages that one write
 //!   stored under fresh, consecutive sequence numbers;
 //! - `g` + first: which messages have left that chunk, once any has;
@@ -25,6 +26,8 @@ use crate::store::record::{MessageState, Record, RECORD_LEN};
 use crate::store::{Change, LaneId, Recovered, StoreError};
 
 const NEXT_SEQ_KEY: &[u8] = b"h";
+/// Prefix of a topic's subscription numbers (`s` + lower-cased name: u32 big-endian).
+const SUBSCRIPTION_PREFIX: u8 = b's';
 /// Most message bytes in one chunk: a write with more stores several. sled splits a leaf only
 /// past 16 keys and rewrites whole leaves, so big chunks make big leaves: 1 MiB chunks were
 /// 10% faster than 16 KiB ones but took the broker's RSS with a 100k backlog from 130 MB to
@@ -654,6 +657,50 @@ impl EntityLog {
                 }
             }
         }
+    }
+
+    /// The lane numbers of a topic's subscriptions, by (lower-cased) name: the number each
+    /// got when it first appeared, kept in the tree under `s` + name, so that a subscription's
+    /// messages stay its own whatever the order of the declarations; new names are numbered
+    /// after the highest. In `memory` mode they are numbered from 1.
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when the numbers cannot be read or stored.
+    pub fn subscription_numbers(
+        &mut self,
+        names: &[String],
+    ) -> Result<HashMap<String, u32>, StoreError> {
+        let mut known: HashMap<String, u32> = HashMap::new();
+        if let Some(tree) = &self.tree {
+            for item in tree.scan_prefix([SUBSCRIPTION_PREFIX]) {
+                let (key, value) = item?;
+                if let (Ok(name), Ok(number)) = (
+                    std::str::from_utf8(&key[1..]),
+                    <[u8; 4]>::try_from(&value[..]),
+                ) {
+                    known.insert(name.to_string(), u32::from_be_bytes(number));
+                }
+            }
+        }
+        let mut next = known.values().max().copied().unwrap_or(0) + 1;
+        let mut numbers = HashMap::with_capacity(names.len());
+        for name in names {
+            let number = match known.get(name) {
+                Some(number) => *number,
+                None => {
+                    let number = next;
+                    next += 1;
+                    if let Some(tree) = &self.tree {
+                        let mut key = vec![SUBSCRIPTION_PREFIX];
+                        key.extend_from_slice(name.as_bytes());
+                        tree.insert(key, &number.to_be_bytes()[..])?;
+                    }
+                    number
+                }
+            };
+            numbers.insert(name.clone(), number);
+        }
+        Ok(numbers)
     }
 
     /// Deletes the entity's tree, every message of both its queues and its sequence counter

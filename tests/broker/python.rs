@@ -22,3 +22,11 @@ fn azure_sdk_suite() {
 fn azure_sdk_time_suite() {
     pytest::run("tests/python/test_time.py");
 }
+
+/// The official `azure-servicebus` SDK against topics: copies per subscription with the
+/// topic's numbers, independent settlement, SQL and correlation rules with actions, scheduled
+/// messages held by the topic, the shortest time to live winning, unknown subscriptions.
+#[test]
+fn azure_sdk_topics_suite() {
+    pytest::run("tests/python/test_topics.py");
+}

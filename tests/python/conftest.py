@@ -17,11 +17,13 @@ def broker(request, tmp_path):
 
         @pytest.mark.broker(idle_timeout="1s")
         @pytest.mark.broker(queues=["q1", {"name": "q2", "max_delivery_count": 2}])
+        @pytest.mark.broker(topics=[{"name": "t1", "subscriptions": ["s1", "s2"]}])
     """
     marker = request.node.get_closest_marker("broker")
     settings = dict(marker.kwargs) if marker else {}
     queues = settings.pop("queues", None)
-    instance = Broker(tmp_path / "broker", settings, queues)
+    topics = settings.pop("topics", None)
+    instance = Broker(tmp_path / "broker", settings, queues, topics)
     brokers_of(request.node).append(instance)
     fail_if(instance.start, "broker did not start")
     yield instance

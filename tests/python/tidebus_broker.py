@@ -20,7 +20,9 @@ class BrokerError(Exception):
 
 
 def toml_value(value):
-    """Encode a str, int or bool as a TOML value (all the config needs)."""
+    """Encode a str, int, bool or dict (an inline table) as a TOML value."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -31,10 +33,13 @@ def toml_value(value):
     raise TypeError(f"no TOML encoding for {value!r} ({type(value).__name__})")
 
 
-def render_config(settings, queues):
-    """The config file text: `[broker]` settings, then one `[[queues]]` table per queue.
+def render_config(settings, queues, topics=()):
+    """The config file text: `[broker]` settings, one `[[queues]]` table per queue, then one
+    `[[topics]]` table per topic.
 
-    A queue is a name, or a dict with `name` and any other `[[queues]]` keys.
+    A queue is a name, or a dict with `name` and any other `[[queues]]` keys. A topic is a dict
+    with `name`, its keys, and `subscriptions`: names, or dicts with `name`, their keys and
+    `rules` (dicts with `name` and `sql`, `action` or `correlation`).
     """
     lines = ["[broker]"]
     lines += [f"{key} = {toml_value(value)}" for key, value in settings.items()]
@@ -42,6 +47,19 @@ def render_config(settings, queues):
         table = {"name": queue} if isinstance(queue, str) else dict(queue)
         lines += ["", "[[queues]]"]
         lines += [f"{key} = {toml_value(value)}" for key, value in table.items()]
+    for topic in topics:
+        topic = dict(topic)
+        subscriptions = topic.pop("subscriptions", [])
+        lines += ["", "[[topics]]"]
+        lines += [f"{key} = {toml_value(value)}" for key, value in topic.items()]
+        for subscription in subscriptions:
+            table = {"name": subscription} if isinstance(subscription, str) else dict(subscription)
+            rules = table.pop("rules", [])
+            lines += ["", "[[topics.subscriptions]]"]
+            lines += [f"{key} = {toml_value(value)}" for key, value in table.items()]
+            for rule in rules:
+                lines += ["", "[[topics.subscriptions.rules]]"]
+                lines += [f"{key} = {toml_value(value)}" for key, value in rule.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -60,10 +78,11 @@ def broker_binary():
 class Broker:
     """One running broker. `host`, `port` and `url` say where it listens."""
 
-    def __init__(self, workdir: Path, settings=None, queues=None):
+    def __init__(self, workdir: Path, settings=None, queues=None, topics=None):
         self.workdir = Path(workdir)
         self.settings = {**DEFAULT_SETTINGS, **(settings or {})}
         self.queues = list(DEFAULT_QUEUES if queues is None else queues)
+        self.topics = list(topics or [])
         self.config_path = self.workdir / "tidebus.toml"
         self.ready_path = self.workdir / "ready"
         self.data_dir = self.workdir / "data"
@@ -92,7 +111,7 @@ class Broker:
         A restart gets a new port: clients must reconnect to `address`.
         """
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(render_config(self.settings, self.queues))
+        self.config_path.write_text(render_config(self.settings, self.queues, self.topics))
         # The previous run's address must not pass for this run's.
         self.ready_path.unlink(missing_ok=True)
         command = [

@@ -182,6 +182,7 @@ fn plain(bytes: Bytes) -> Arrival {
         bytes,
         ttl_ms: None,
         scheduled_ms: None,
+        view: None,
     }
 }
 
@@ -571,6 +572,7 @@ fn timed(ttl_ms: Option<u32>, scheduled_ms: Option<i64>) -> Arrival {
         bytes: Bytes::from_static(b"t"),
         ttl_ms,
         scheduled_ms,
+        view: None,
     }
 }
 

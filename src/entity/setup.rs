@@ -1,0 +1,168 @@
+//! Entities from their declarations (design.md D6, D7): the rules of each lane, a topic's
+//! subscriptions with their stable lane numbers and their rules, recovered from the log.
+
+use std::time::Duration;
+
+use crate::clock::millis;
+use crate::config::{
+    CorrelationConfig, PropertyValue, QueueConfig, RuleConfig, RuleFilter, SubscriptionConfig,
+    TopicConfig,
+};
+use crate::entity::actor::Parts;
+use crate::entity::core::{EntityCore, SubscriptionLanes};
+use crate::entity::handle::LaneId;
+use crate::entity::queue::Rules;
+use crate::entity::topic::{Route, Rule};
+use crate::filter::{CorrelationFilter, Filter, SqlAction, SqlFilter, Value};
+use crate::store::record::NEVER;
+use crate::store::{EntityLog, StoreError};
+
+/// The rules of a queue's or subscription's own lane.
+fn lane_rules(
+    lock_duration: Duration,
+    max_delivery_count: u32,
+    default_ttl: Option<Duration>,
+    dead_letter_on_expiry: bool,
+) -> Rules {
+    Rules {
+        lock_duration_ms: millis(lock_duration),
+        max_delivery_count,
+        dead_letter_allowed: true,
+        default_ttl_ms: default_ttl.map_or(NEVER, millis),
+        expires: true,
+        dead_letter_on_expiry,
+    }
+}
+
+/// A queue's parts, recovered from its log.
+///
+/// # Errors
+/// A [`StoreError`] when the log cannot be read back.
+pub fn queue(config: &QueueConfig, mut log: EntityLog) -> Result<Parts, StoreError> {
+    let rules = lane_rules(
+        config.lock_duration,
+        config.max_delivery_count,
+        config.default_message_time_to_live,
+        config.dead_lettering_on_message_expiration,
+    );
+    let core = EntityCore::queue(
+        rules,
+        config.max_size_in_megabytes.saturating_mul(1024 * 1024),
+        log.recover(LaneId::MAIN)?,
+        log.recover(LaneId::DEAD_LETTER)?,
+    );
+    Ok(Parts {
+        name: config.name.clone(),
+        core,
+        log,
+        auto_delete_on_idle: config.auto_delete_on_idle,
+        subscriptions: None,
+    })
+}
+
+/// A topic's parts, recovered from its log; each subscription keeps the lane number it was
+/// first given.
+///
+/// # Errors
+/// A [`StoreError`] when the log cannot be read back or the numbers cannot be stored.
+pub fn topic(config: &TopicConfig, mut log: EntityLog) -> Result<Parts, StoreError> {
+    let names: Vec<String> = config
+        .subscriptions
+        .iter()
+        .map(|subscription| subscription.name.to_lowercase())
+        .collect();
+    let numbers = log.subscription_numbers(&names)?;
+    let mut subscriptions = Vec::with_capacity(config.subscriptions.len());
+    for (subscription, name) in config.subscriptions.iter().zip(&names) {
+        let lane = LaneId {
+            subscription: numbers[name],
+            dead_letter: false,
+        };
+        subscriptions.push(SubscriptionLanes {
+            route: route(lane, subscription),
+            rules: lane_rules(
+                subscription.lock_duration,
+                subscription.max_delivery_count,
+                subscription.default_message_time_to_live,
+                subscription.dead_lettering_on_message_expiration,
+            ),
+            main: log.recover(lane)?,
+            dead_letter: log.recover(lane.dead_letter_lane())?,
+        });
+    }
+    let core = EntityCore::topic(
+        config.max_size_in_megabytes.saturating_mul(1024 * 1024),
+        config.default_message_time_to_live.map_or(NEVER, millis),
+        log.recover(LaneId::MAIN)?,
+        subscriptions,
+    );
+    Ok(Parts {
+        name: config.name.clone(),
+        core,
+        log,
+        auto_delete_on_idle: config.auto_delete_on_idle,
+        subscriptions: Some(numbers),
+    })
+}
+
+/// A subscription's route: its lane and its rules, parsed.
+fn route(lane: LaneId, config: &SubscriptionConfig) -> Route {
+    Route {
+        lane,
+        rules: config.rules.iter().filter_map(rule).collect(),
+        dead_letter_on_filter_error: config.dead_lettering_on_filter_evaluation_exceptions,
+    }
+}
+
+/// A rule from its declaration. Validation parsed every expression already; one that fails
+/// here all the same is left out, loudly.
+fn rule(config: &RuleConfig) -> Option<Rule> {
+    let parsed = parse_rule(config);
+    if let Err(error) = &parsed {
+        tracing::error!(rule = %config.name, %error, "rule left out");
+    }
+    parsed.ok()
+}
+
+fn parse_rule(config: &RuleConfig) -> Result<Rule, crate::filter::SqlError> {
+    let filter = match &config.filter {
+        RuleFilter::True => Filter::True,
+        RuleFilter::Sql(expression) => Filter::Sql(SqlFilter::parse(expression)?),
+        RuleFilter::Correlation(correlation) => {
+            Filter::Correlation(correlation_filter(correlation))
+        }
+    };
+    let action = config.action.as_deref().map(SqlAction::parse).transpose()?;
+    Ok(Rule {
+        name: config.name.clone(),
+        filter,
+        action,
+    })
+}
+
+fn correlation_filter(config: &CorrelationConfig) -> CorrelationFilter {
+    CorrelationFilter {
+        correlation_id: config.correlation_id.clone(),
+        message_id: config.message_id.clone(),
+        to: config.to.clone(),
+        reply_to: config.reply_to.clone(),
+        subject: config.subject.clone(),
+        session_id: config.session_id.clone(),
+        reply_to_session_id: config.reply_to_session_id.clone(),
+        content_type: config.content_type.clone(),
+        properties: config
+            .properties
+            .iter()
+            .map(|(name, value)| (name.clone(), filter_value(value)))
+            .collect(),
+    }
+}
+
+fn filter_value(value: &PropertyValue) -> Value {
+    match value {
+        PropertyValue::String(text) => Value::String(text.clone()),
+        PropertyValue::Int(number) => Value::Int(*number),
+        PropertyValue::Float(number) => Value::Float(*number),
+        PropertyValue::Bool(flag) => Value::Bool(*flag),
+    }
+}

@@ -522,6 +522,9 @@ impl EntityCore {
 #[cfg(test)]
 mod tests;
 
+#[cfg(test)]
+mod topic_tests;
+
 /// A copy's bytes with its rules' edits applied (the message as sent when there are none, or
 /// when they cannot be applied, which inspect on arrival rules out).
 fn edited(bytes: &Bytes, edits: &[crate::filter::Edit]) -> Bytes {

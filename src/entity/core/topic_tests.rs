@@ -1,0 +1,257 @@
+//! The pure core of a topic: fan-out by rules under one number, copies independent, filter
+//! failures dead-lettered, the shortest time to live, scheduling held by the topic, recovery
+//! of every lane.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use crate::entity::core::{EntityCore, SubscriptionLanes};
+use crate::entity::handle::{ConsumerId, LaneId, LockRef, ReceiveMode, Settlement};
+use crate::entity::queue::Rules;
+use crate::entity::topic::{Route, Rule};
+use crate::filter::{Filter, MessageView, SqlFilter, Value};
+use crate::message::Arrival;
+use crate::store::record::{Record, NEVER};
+use crate::store::{Change, Recovered};
+
+const LANE_RULES: Rules = Rules {
+    lock_duration_ms: 1_000,
+    max_delivery_count: 10,
+    dead_letter_allowed: true,
+    default_ttl_ms: NEVER,
+    expires: true,
+    dead_letter_on_expiry: false,
+};
+
+fn lane(subscription: u32) -> LaneId {
+    LaneId {
+        subscription,
+        dead_letter: false,
+    }
+}
+
+fn sql(expression: &str) -> Filter {
+    Filter::Sql(SqlFilter::parse(expression).expect("valid SQL"))
+}
+
+/// Subscription `number` with one rule.
+fn subscription(number: u32, filter: Filter, rules: Rules, dead_letter: bool) -> SubscriptionLanes {
+    SubscriptionLanes {
+        route: Route {
+            lane: lane(number),
+            rules: vec![Rule {
+                name: format!("r{number}"),
+                filter,
+                action: None,
+            }],
+            dead_letter_on_filter_error: dead_letter,
+        },
+        rules,
+        main: Recovered::default(),
+        dead_letter: Recovered::default(),
+    }
+}
+
+/// Subscriptions 1 (everything), 2 (`region = 'eu'`), 3 (nothing), 4 (`amount + 1 > 2`,
+/// dead-lettering what it cannot evaluate) and 5 (the same, not dead-lettering).
+fn topic(default_ttl_ms: i64) -> EntityCore {
+    EntityCore::topic(
+        u64::MAX,
+        default_ttl_ms,
+        Recovered::default(),
+        vec![
+            subscription(1, Filter::True, LANE_RULES, true),
+            subscription(2, sql("region = 'eu'"), LANE_RULES, true),
+            subscription(3, Filter::False, LANE_RULES, true),
+            subscription(4, sql("amount + 1 > 2"), LANE_RULES, true),
+            subscription(5, sql("amount + 1 > 2"), LANE_RULES, false),
+        ],
+    )
+}
+
+fn message(properties: &[(&str, Value)], ttl_ms: Option<u32>) -> Arrival {
+    let view = MessageView {
+        application_properties: properties
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.clone()))
+            .collect(),
+        ..MessageView::default()
+    };
+    Arrival {
+        bytes: Bytes::from_static(b"m"),
+        ttl_ms,
+        scheduled_ms: None,
+        view: Some(Box::new(view)),
+    }
+}
+
+/// The records each lane stored.
+fn stored(core: &mut EntityCore) -> BTreeMap<LaneId, Vec<(i64, Record)>> {
+    let mut lanes: BTreeMap<LaneId, Vec<(i64, Record)>> = BTreeMap::new();
+    for (lane, change) in core.take_changes().0 {
+        if let Change::Put { seq, record, .. } = change {
+            lanes.entry(lane).or_default().push((seq, record));
+        }
+    }
+    lanes
+}
+
+fn seqs(lanes: &BTreeMap<LaneId, Vec<(i64, Record)>>, id: LaneId) -> Vec<i64> {
+    lanes
+        .get(&id)
+        .map(|records| records.iter().map(|(seq, _)| *seq).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_send_is_copied_under_one_number_to_exactly_the_subscriptions_that_match() {
+    let mut core = topic(NEVER);
+    let eu = message(&[("region", Value::String("eu".into()))], None);
+    let us = message(&[("region", Value::String("us".into()))], None);
+    let bad = message(&[("amount", Value::String("ten".into()))], None);
+    assert_eq!(core.enqueue(10, vec![eu, us, bad]), Ok(1));
+    let lanes = stored(&mut core);
+    assert_eq!(seqs(&lanes, lane(1)), vec![1, 2, 3]);
+    assert_eq!(seqs(&lanes, lane(2)), vec![1]);
+    assert_eq!(seqs(&lanes, lane(3)), Vec::<i64>::new());
+    assert_eq!(seqs(&lanes, lane(4)), Vec::<i64>::new(), "'ten' + 1 fails");
+    assert_eq!(
+        seqs(&lanes, lane(4).dead_letter_lane()),
+        vec![3],
+        "dead-lettered"
+    );
+    assert_eq!(seqs(&lanes, lane(5)), Vec::<i64>::new());
+    assert_eq!(
+        seqs(&lanes, lane(5).dead_letter_lane()),
+        Vec::<i64>::new(),
+        "dropped"
+    );
+    let enqueued: Vec<i64> = lanes
+        .values()
+        .flatten()
+        .map(|(_, r)| r.enqueued_ms)
+        .collect();
+    assert!(
+        enqueued.iter().all(|at| *at == 10),
+        "one enqueued time: {enqueued:?}"
+    );
+}
+
+#[test]
+fn settling_a_copy_in_one_subscription_leaves_the_others() {
+    let mut core = topic(NEVER);
+    core.enqueue(
+        0,
+        vec![message(&[("region", Value::String("eu".into()))], None)],
+    )
+    .expect("room");
+    core.reveal_up_to(core.next_seq());
+    let (one, two) = (ConsumerId(1), ConsumerId(2));
+    for (consumer, id) in [(one, lane(1)), (two, lane(2))] {
+        core.add_consumer(consumer, id, ReceiveMode::PeekLock, u64::MAX)
+            .expect("lane");
+        core.lane(id).expect("lane").add_credit(consumer, 5);
+    }
+    let got = core.dispatch(0);
+    assert_eq!(got.len(), 2, "one delivery per subscription");
+    let first = got.iter().find(|d| d.consumer == one).expect("s1 copy");
+    let lock = LockRef {
+        seq: first.seq,
+        token: first.lock_token.expect("peek-lock"),
+    };
+    assert_eq!(core.settle(one, lock, &Settlement::Complete), Ok(lane(1)));
+    assert_eq!(core.lane(lane(1)).expect("lane").len(), 0);
+    assert_eq!(
+        core.lane(lane(2)).expect("lane").len(),
+        1,
+        "s2's copy stays"
+    );
+    let other = got.iter().find(|d| d.consumer == two).expect("s2 copy");
+    let foreign = LockRef {
+        seq: other.seq,
+        token: other.lock_token.expect("peek-lock"),
+    };
+    assert!(
+        core.settle(one, foreign, &Settlement::Complete).is_err(),
+        "a lock of one subscription settles nothing in another"
+    );
+}
+
+#[test]
+fn a_copy_lives_the_shortest_of_the_message_topic_and_subscription_ttl() {
+    let short = Rules {
+        default_ttl_ms: 2_000,
+        ..LANE_RULES
+    };
+    let mut core = EntityCore::topic(
+        u64::MAX,
+        60_000,
+        Recovered::default(),
+        vec![
+            subscription(1, Filter::True, LANE_RULES, true),
+            subscription(2, Filter::True, short, true),
+        ],
+    );
+    core.enqueue(1_000, vec![message(&[], None), message(&[], Some(500))])
+        .expect("room");
+    let lanes = stored(&mut core);
+    let expiries = |id| -> Vec<i64> { lanes[&id].iter().map(|(_, r)| r.expires_ms).collect() };
+    assert_eq!(
+        expiries(lane(1)),
+        vec![61_000, 1_500],
+        "the topic's, then the message's"
+    );
+    assert_eq!(
+        expiries(lane(2)),
+        vec![3_000, 1_500],
+        "the subscription's, the message's"
+    );
+}
+
+#[test]
+fn a_scheduled_message_is_held_by_the_topic_and_fans_out_renumbered() {
+    let mut core = topic(NEVER);
+    let mut later = message(&[("region", Value::String("eu".into()))], None);
+    later.scheduled_ms = Some(5_000);
+    assert_eq!(core.enqueue(0, vec![later.clone()]), Ok(1));
+    let lanes = stored(&mut core);
+    assert_eq!(seqs(&lanes, LaneId::MAIN), vec![1], "held by the topic");
+    assert_eq!(seqs(&lanes, lane(1)), Vec::<i64>::new());
+    assert_eq!(core.due_scheduled(5_000, 10), vec![1]);
+    later.scheduled_ms = None;
+    core.activate(5_000, vec![(1, later)]);
+    let lanes = stored(&mut core);
+    assert_eq!(seqs(&lanes, lane(1)), vec![2]);
+    assert_eq!(seqs(&lanes, lane(2)), vec![2]);
+    assert!(!core.has_scheduled());
+}
+
+#[test]
+fn recovery_gives_each_subscription_back_its_own_copies() {
+    let mut core = topic(NEVER);
+    core.enqueue(
+        0,
+        vec![message(&[("region", Value::String("eu".into()))], None)],
+    )
+    .expect("room");
+    core.enqueue(0, vec![message(&[], None)]).expect("room");
+    let lanes = stored(&mut core);
+    let recovered = |id: LaneId| Recovered {
+        next_seq: 3,
+        records: lanes.get(&id).cloned().unwrap_or_default(),
+    };
+    let with = |number: u32, filter: Filter| SubscriptionLanes {
+        main: recovered(lane(number)),
+        ..subscription(number, filter, LANE_RULES, true)
+    };
+    let mut back = EntityCore::topic(
+        u64::MAX,
+        NEVER,
+        Recovered::default(),
+        vec![with(1, Filter::True), with(2, sql("region = 'eu'"))],
+    );
+    assert_eq!(back.lane(lane(1)).expect("lane").len(), 2);
+    assert_eq!(back.lane(lane(2)).expect("lane").len(), 1);
+    assert_eq!(back.next_seq(), 3, "numbers go on after the recovered ones");
+}

@@ -434,6 +434,20 @@ impl Actor {
                 self.core.cancel_scheduled(&seqs)?;
                 Ok(Answer::Done)
             }
+            Operation::AddRule { rule } => {
+                self.core.add_rule(lane, rule)?;
+                Ok(Answer::Done)
+            }
+            Operation::RemoveRule { name } => {
+                self.core.remove_rule(lane, &name)?;
+                Ok(Answer::Done)
+            }
+            Operation::EnumerateRules { skip, top } => {
+                let rules = self.core.rules(lane)?;
+                Ok(Answer::Rules(
+                    rules.iter().skip(skip).take(top).cloned().collect(),
+                ))
+            }
             Operation::UpdateDisposition { tokens, settlement } => {
                 for token in tokens {
                     let seq = self.core.lane(lane)?.settle_by_token(token, &settlement)?;

@@ -16,7 +16,7 @@ use crate::entity::handle::{
 use crate::entity::intake::{self, Intake};
 use crate::entity::queue::{DeadLetter, QueueCore, Rules};
 use crate::entity::schedule::Schedule;
-use crate::entity::topic::{self, Copy, Route};
+use crate::entity::topic::{self, Copy, Route, Rule};
 use crate::message::{self, Arrival};
 use crate::node::wire;
 use crate::store::record::{MessageState, Record, NEVER};
@@ -506,6 +506,70 @@ impl EntityCore {
         if let Some(lane) = self.lanes.get_mut(&lane) {
             lane.accept_dead_letter(seq, record, body);
         }
+    }
+
+    /// The route of a subscription's lane.
+    fn route(&mut self, lane: LaneId) -> Result<&mut Route, EntityError> {
+        let not_a_subscription = EntityError::NotAllowed("rules belong to a topic's subscriptions");
+        self.routes
+            .as_mut()
+            .filter(|_| !lane.dead_letter)
+            .and_then(|routes| routes.iter_mut().find(|route| route.lane == lane))
+            .ok_or(not_a_subscription)
+    }
+
+    /// Adds a rule to a subscription (`add-rule`), stored with the entity's durability.
+    ///
+    /// # Errors
+    /// [`EntityError::RuleExists`] when the name is taken (ignoring case);
+    /// [`EntityError::NotAllowed`] when `lane` is not a subscription.
+    pub fn add_rule(&mut self, lane: LaneId, rule: Rule) -> Result<(), EntityError> {
+        let route = self.route(lane)?;
+        if route
+            .rules
+            .iter()
+            .any(|kept| kept.name.eq_ignore_ascii_case(&rule.name))
+        {
+            return Err(EntityError::RuleExists(rule.name));
+        }
+        let change = Change::Rule {
+            name: rule.name.clone(),
+            stored: Some(rule.stored()),
+        };
+        route.rules.push(rule);
+        self.journal.push((lane, change));
+        Ok(())
+    }
+
+    /// Removes a subscription's rule (`remove-rule`).
+    ///
+    /// # Errors
+    /// [`EntityError::RuleNotFound`] when it has no rule of that name;
+    /// [`EntityError::NotAllowed`] when `lane` is not a subscription.
+    pub fn remove_rule(&mut self, lane: LaneId, name: &str) -> Result<(), EntityError> {
+        let route = self.route(lane)?;
+        let at = route
+            .rules
+            .iter()
+            .position(|rule| rule.name.eq_ignore_ascii_case(name))
+            .ok_or_else(|| EntityError::RuleNotFound(name.to_string()))?;
+        let removed = route.rules.remove(at);
+        self.journal.push((
+            lane,
+            Change::Rule {
+                name: removed.name,
+                stored: None,
+            },
+        ));
+        Ok(())
+    }
+
+    /// A subscription's rules, in order (`enumerate-rules`).
+    ///
+    /// # Errors
+    /// [`EntityError::NotAllowed`] when `lane` is not a subscription.
+    pub fn rules(&mut self, lane: LaneId) -> Result<&[Rule], EntityError> {
+        Ok(&self.route(lane)?.rules)
     }
 
     /// Messages stored, in every lane.

@@ -112,6 +112,13 @@ pub enum EntityError {
     /// The operation is not allowed on this entity.
     #[error("{0}")]
     NotAllowed(&'static str),
+    /// A rule of that name exists already in the subscription.
+    #[error("the subscription already has a rule named '{0}'")]
+    RuleExists(String),
+    /// The subscription has no rule of that name (worded as Service Bus words it, which the
+    /// JavaScript SDK reads as entity-not-found).
+    #[error("The messaging entity 'Rules/{0}' could not be found: the subscription has no rule of that name.")]
+    RuleNotFound(String),
 }
 
 /// Commands an entity actor accepts.

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use uuid::Uuid;
 
 use crate::entity::handle::{ReceiveMode, Settlement};
+use crate::entity::topic::Rule;
 use crate::message::Arrival;
 
 /// A management operation the entity performs.
@@ -40,6 +41,23 @@ pub enum Operation {
         /// The scheduled messages to delete.
         seqs: Vec<i64>,
     },
+    /// `add-rule` on a subscription.
+    AddRule {
+        /// The rule, parsed.
+        rule: Rule,
+    },
+    /// `remove-rule` on a subscription.
+    RemoveRule {
+        /// The rule's name.
+        name: String,
+    },
+    /// `enumerate-rules` on a subscription.
+    EnumerateRules {
+        /// Rules to skip.
+        skip: usize,
+        /// Most rules to return.
+        top: usize,
+    },
     /// `update-disposition`.
     UpdateDisposition {
         /// The locks to settle.
@@ -62,6 +80,8 @@ pub enum Answer {
     Received(Vec<(Uuid, Bytes)>),
     /// The sequence numbers of the scheduled messages, in order.
     Scheduled(Vec<i64>),
+    /// A page of a subscription's rules (none: nothing past `skip`).
+    Rules(Vec<Rule>),
     /// Done; nothing to return.
     Done,
 }

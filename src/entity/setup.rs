@@ -78,8 +78,9 @@ pub fn topic(config: &TopicConfig, mut log: EntityLog) -> Result<Parts, StoreErr
             subscription: numbers[name],
             dead_letter: false,
         };
+        let added = added_rules(&log, lane)?;
         subscriptions.push(SubscriptionLanes {
-            route: route(lane, subscription),
+            route: route(lane, subscription, added),
             rules: lane_rules(
                 subscription.lock_duration,
                 subscription.max_delivery_count,
@@ -105,11 +106,37 @@ pub fn topic(config: &TopicConfig, mut log: EntityLog) -> Result<Parts, StoreErr
     })
 }
 
-/// A subscription's route: its lane and its rules, parsed.
-fn route(lane: LaneId, config: &SubscriptionConfig) -> Route {
+/// The rules a subscription was given at run time, read back; one that does not read is
+/// left out, loudly.
+fn added_rules(log: &EntityLog, lane: LaneId) -> Result<Vec<Rule>, StoreError> {
+    let mut rules = Vec::new();
+    for stored in log.rules(lane)? {
+        match Rule::restore(&stored) {
+            Ok(rule) => rules.push(rule),
+            Err(error) => tracing::error!(?lane, %error, "a stored rule does not read: left out"),
+        }
+    }
+    Ok(rules)
+}
+
+/// A subscription's route: its lane and its rules. The rules it was given at run time stay;
+/// a declared rule they lack (never added, or removed at run time) is created again, as a
+/// declared entity is (design.md D6).
+fn route(lane: LaneId, config: &SubscriptionConfig, mut added: Vec<Rule>) -> Route {
+    let mut rules = Vec::with_capacity(config.rules.len() + added.len());
+    for declared in &config.rules {
+        match added
+            .iter()
+            .position(|rule| rule.name.eq_ignore_ascii_case(&declared.name))
+        {
+            Some(at) => rules.push(added.remove(at)),
+            None => rules.extend(rule(declared)),
+        }
+    }
+    rules.extend(added);
     Route {
         lane,
-        rules: config.rules.iter().filter_map(rule).collect(),
+        rules,
         dead_letter_on_filter_error: config.dead_lettering_on_filter_evaluation_exceptions,
     }
 }
@@ -137,6 +164,7 @@ fn parse_rule(config: &RuleConfig) -> Result<Rule, crate::filter::SqlError> {
         name: config.name.clone(),
         filter,
         action,
+        created_ms: crate::clock::now_ms(),
     })
 }
 

@@ -11,9 +11,10 @@
 //! `RuleName` property.
 
 use bytes::Bytes;
-use fe2o3_amqp::types::primitives::SimpleValue;
+use fe2o3_amqp::types::primitives::{SimpleValue, Timestamp, Value as Amqp};
 
 use crate::entity::handle::LaneId;
+use crate::filter::description::{self, RuleDescription};
 use crate::filter::{Edit, Filter, MessageView, SqlAction};
 use crate::message::{self, MessageError};
 
@@ -23,15 +24,75 @@ pub const RULE_NAME_PROPERTY: &str = "RuleName";
 pub const FILTER_EVALUATION_EXCEPTION: &str = "FilterEvaluationException";
 
 /// One rule of a subscription: a filter, and optionally an action on matching messages.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
-    /// Its name, unique in the subscription.
+    /// Its name, unique in the subscription (compared ignoring case).
     pub name: String,
     /// Which messages it selects.
     pub filter: Filter,
     /// What it changes on the copies it selects.
     pub action: Option<SqlAction>,
+    /// When it was created, in ms since the Unix epoch.
+    pub created_ms: i64,
 }
+
+impl Rule {
+    /// The rule's filter and action, as Service Bus describes them.
+    pub fn description(&self) -> RuleDescription {
+        RuleDescription {
+            filter: self.filter.clone(),
+            action: self.action.clone(),
+        }
+    }
+
+    /// How a rule added at run time is stored: its `rule-description` map, as `add-rule`
+    /// sends it, with its name and creation time.
+    pub fn stored(&self) -> Bytes {
+        let mut map = description::map(&self.description());
+        map.insert(
+            Amqp::String(NAME_KEY.into()),
+            Amqp::String(self.name.clone()),
+        );
+        map.insert(
+            Amqp::String(CREATED_KEY.into()),
+            Amqp::Timestamp(Timestamp::from_milliseconds(self.created_ms)),
+        );
+        // Encoding a value the broker built itself cannot fail.
+        Bytes::from(serde_amqp::to_vec(&Amqp::Map(map)).unwrap_or_default())
+    }
+
+    /// A rule read back from [`Rule::stored`].
+    ///
+    /// # Errors
+    /// What is wrong with the stored bytes.
+    pub fn restore(stored: &[u8]) -> Result<Rule, String> {
+        crate::encoding::check_value(stored, 0).map_err(|e| e.to_string())?;
+        let value: Amqp = serde_amqp::from_slice(stored).map_err(|e| e.to_string())?;
+        let Amqp::Map(map) = value else {
+            return Err("a stored rule is not a map".into());
+        };
+        let name = match map.get(&Amqp::String(NAME_KEY.into())) {
+            Some(Amqp::String(name)) => name.clone(),
+            _ => return Err("a stored rule has no name".into()),
+        };
+        let created_ms = match map.get(&Amqp::String(CREATED_KEY.into())) {
+            Some(Amqp::Timestamp(at)) => at.milliseconds(),
+            _ => 0,
+        };
+        let rule = description::read(&map)?;
+        Ok(Rule {
+            name,
+            filter: rule.filter,
+            action: rule.action,
+            created_ms,
+        })
+    }
+}
+
+/// The key of a stored rule's name (the one .NET sends inside the description too).
+const NAME_KEY: &str = "rule-name";
+/// The key of a stored rule's creation time.
+const CREATED_KEY: &str = "created-at";
 
 /// A subscription as the fan-out sees it: its lane and its rules.
 #[derive(Debug)]
@@ -130,4 +191,36 @@ pub fn apply_edits(bytes: &Bytes, edits: &[Edit]) -> Result<Bytes, MessageError>
         }
     }
     message::edit_application_properties(&out, &set, &remove)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::{CorrelationFilter, SqlFilter, Value};
+
+    #[test]
+    fn a_stored_rule_reads_back_as_it_was() {
+        let rules = [
+            Rule {
+                name: "Red".into(),
+                filter: Filter::Sql(SqlFilter::parse("color = 'red'").expect("sql")),
+                action: Some(SqlAction::parse("SET seen = TRUE").expect("action")),
+                created_ms: 1_700_000_000_123,
+            },
+            Rule {
+                name: "vip".into(),
+                filter: Filter::Correlation(CorrelationFilter {
+                    subject: Some("vip".into()),
+                    properties: vec![("tier".into(), Value::String("gold".into()))],
+                    ..CorrelationFilter::default()
+                }),
+                action: None,
+                created_ms: 5,
+            },
+        ];
+        for rule in rules {
+            assert_eq!(Rule::restore(&rule.stored()), Ok(rule.clone()));
+        }
+        assert!(Rule::restore(b"\x40").is_err(), "null is not a rule");
+    }
 }

@@ -55,6 +55,7 @@
 
 mod action;
 mod correlation;
+pub mod description;
 mod error;
 mod eval;
 mod lexer;

@@ -10,6 +10,8 @@ use uuid::Uuid;
 use crate::encoding;
 use crate::entity::handle::{EntityError, Properties as AppProperties, ReceiveMode, Settlement};
 use crate::entity::operation::{Answer, Operation};
+use crate::entity::topic::Rule;
+use crate::filter::description;
 use crate::message::{self, Arrival, MessageError};
 use crate::node::response::{string_map, Response};
 use crate::node::wire;
@@ -199,6 +201,18 @@ pub fn respond(result: Result<Answer, EntityError>) -> Response {
             let seqs = seqs.into_iter().map(Value::Long).collect();
             Response::ok(vec![("sequence-numbers", Value::Array(Array(seqs)))])
         }
+        Ok(Answer::Rules(rules)) if rules.is_empty() => Response::no_content(),
+        Ok(Answer::Rules(rules)) => {
+            let rules = rules
+                .iter()
+                .map(|rule| {
+                    let described =
+                        description::described(&rule.name, &rule.description(), rule.created_ms);
+                    string_map(vec![("rule-description", described)])
+                })
+                .collect();
+            Response::ok(vec![("rules", Value::List(rules))])
+        }
         Ok(Answer::Done) => Response::ok(Vec::new()),
     }
 }
@@ -237,6 +251,16 @@ pub fn parse(request: &Request) -> Result<Operation, Response> {
         "com.microsoft:cancel-scheduled-message" => Ok(Operation::CancelScheduled {
             seqs: longs(body, "sequence-numbers")?,
         }),
+        "com.microsoft:add-rule" => Ok(Operation::AddRule {
+            rule: added_rule(body)?,
+        }),
+        "com.microsoft:remove-rule" => Ok(Operation::RemoveRule {
+            name: rule_name(body)?,
+        }),
+        "com.microsoft:enumerate-rules" => Ok(Operation::EnumerateRules {
+            skip: usize::try_from(int(body, "skip")?.max(0)).unwrap_or(0),
+            top: usize::try_from(int(body, "top")?.max(0)).unwrap_or(0),
+        }),
         "com.microsoft:update-disposition" => Ok(Operation::UpdateDisposition {
             tokens: uuids(body, "lock-tokens")?,
             settlement: disposition(body)?,
@@ -247,6 +271,29 @@ pub fn parse(request: &Request) -> Result<Operation, Response> {
             format!("the management operation '{other}' is not implemented by Tidebus"),
         )),
     }
+}
+
+/// The `rule-name` of a rule request: a non-empty string.
+fn rule_name(body: &OrderedMap<Value, Value>) -> Result<String, Response> {
+    match field(body, "rule-name") {
+        Some(Value::String(name)) if !name.is_empty() => Ok(name.clone()),
+        _ => Err(missing("rule-name", "a non-empty string")),
+    }
+}
+
+/// The rule an `add-rule` request describes (amqp-dialect.md §9.1), parsed once here.
+fn added_rule(body: &OrderedMap<Value, Value>) -> Result<Rule, Response> {
+    let name = rule_name(body)?;
+    let Some(Value::Map(map)) = field(body, "rule-description") else {
+        return Err(missing("rule-description", "a map"));
+    };
+    let described = description::read(map).map_err(Response::bad_request)?;
+    Ok(Rule {
+        name,
+        filter: described.filter,
+        action: described.action,
+        created_ms: crate::clock::now_ms(),
+    })
 }
 
 /// The settlement an `update-disposition` asks for (`defered` is the SDKs' spelling).

@@ -48,6 +48,8 @@ pub mod condition {
     pub const RESOURCE_LIMIT_EXCEEDED: &str = "amqp:resource-limit-exceeded";
     /// The broker cannot serve the request now (it is stopping); clients retry.
     pub const SERVER_BUSY: &str = "com.microsoft:server-busy";
+    /// Something of that name exists already (a rule).
+    pub const ENTITY_ALREADY_EXISTS: &str = "com.microsoft:entity-already-exists";
     /// The entity does not exist (any more).
     pub const NOT_FOUND: &str = "amqp:not-found";
 }

@@ -3,6 +3,7 @@
 //! Keys in an entity's tree (sequence numbers big-endian), per lane (see [`LaneId`]):
 //! - `h`: the next sequence number (the high-water mark), one for the whole entity;
 //! - `s` + name: a topic subscription's lane number (see [`EntityLog::subscription_numbers`]);
+//! - `r` + subscription number + name: a rule added to that subscription at run time;
 //! - `c` + first: a chunk (see [`crate::store::chunk`]): the lane's messages that one write
 //!   stored under fresh, consecutive sequence numbers;
 //! - `g` + first: which messages have left that chunk, once any has;
@@ -26,6 +27,9 @@ use crate::store::record::{MessageState, Record, RECORD_LEN};
 use crate::store::{Change, LaneId, Recovered, StoreError};
 
 const NEXT_SEQ_KEY: &[u8] = b"h";
+/// Prefix of the rules a subscription was given at run time (`r` + subscription number +
+/// lower-cased name: the stored description).
+const RULE_PREFIX: u8 = b'r';
 /// Prefix of a topic's subscription numbers (`s` + lower-cased name: u32 big-endian).
 const SUBSCRIPTION_PREFIX: u8 = b's';
 /// Most message bytes in one chunk: a write with more stores several. sled splits a leaf only
@@ -98,6 +102,14 @@ fn key(kind: Kind, lane: LaneId, seq: i64) -> Key {
     let mut key = prefix(kind, lane);
     key.bytes[key.len..key.len + 8].copy_from_slice(&seq.to_be_bytes());
     key.len += 8;
+    key
+}
+
+/// The key of a subscription's rule: `r`, the subscription's number, the lower-cased name.
+fn rule_key(lane: LaneId, name: &str) -> Vec<u8> {
+    let mut key = vec![RULE_PREFIX];
+    key.extend_from_slice(&lane.subscription.to_be_bytes());
+    key.extend_from_slice(name.to_lowercase().as_bytes());
     key
 }
 
@@ -192,7 +204,7 @@ impl BodyCache {
                 }
             }
             Change::Delete { seq } => self.remove(lane, *seq),
-            Change::Update { .. } | Change::NextSeq(_) => {}
+            Change::Update { .. } | Change::NextSeq(_) | Change::Rule { .. } => {}
         }
     }
 
@@ -382,7 +394,7 @@ impl EntityLog {
                 Change::Delete { seq } => {
                     self.staged_bodies.remove(&(*sub, *seq));
                 }
-                Change::Update { .. } | Change::NextSeq(_) => {}
+                Change::Update { .. } | Change::NextSeq(_) | Change::Rule { .. } => {}
             }
         }
         self.staged_moves |= moves;
@@ -489,6 +501,13 @@ impl EntityLog {
                     batch.remove(&key(Kind::Own, lane, seq));
                 }
                 Change::NextSeq(next) => next_seq = Some(next),
+                Change::Rule { name, stored } => {
+                    let key = rule_key(lane, &name);
+                    match stored {
+                        Some(stored) => batch.insert(&key, stored.to_vec()),
+                        None => batch.remove(&key),
+                    }
+                }
             }
         }
         if let Some(next) = next_seq {
@@ -701,6 +720,24 @@ impl EntityLog {
             numbers.insert(name.clone(), number);
         }
         Ok(numbers)
+    }
+
+    /// The stored descriptions of the rules `lane`'s subscription was given at run time.
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when they cannot be read.
+    pub fn rules(&self, lane: LaneId) -> Result<Vec<Bytes>, StoreError> {
+        let Some(tree) = &self.tree else {
+            return Ok(Vec::new());
+        };
+        let mut prefix = vec![RULE_PREFIX];
+        prefix.extend_from_slice(&lane.subscription.to_be_bytes());
+        let mut rules = Vec::new();
+        for item in tree.scan_prefix(prefix) {
+            let (_, value) = item?;
+            rules.push(Bytes::copy_from_slice(&value));
+        }
+        Ok(rules)
     }
 
     /// Deletes the entity's tree, every message of both its queues and its sequence counter
@@ -938,6 +975,40 @@ mod tests {
     /// A write of new messages and completions goes as single operations: a crash after any
     /// prefix of them recovers every message the earlier writes left, none twice, nothing
     /// the write did not know, and a counter above every number ever handed out.
+    #[test]
+    fn rules_added_at_run_time_are_kept_per_subscription_until_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lane = |subscription| LaneId {
+            subscription,
+            dead_letter: false,
+        };
+        let rule = |name: &str, stored: Option<&'static [u8]>| Change::Rule {
+            name: name.into(),
+            stored: stored.map(Bytes::from_static),
+        };
+        {
+            let mut log = open(dir.path());
+            log.write(vec![
+                (lane(1), rule("Red", Some(b"red"))),
+                (lane(1), rule("blue", Some(b"blue"))),
+                (lane(2), rule("red", Some(b"other"))),
+            ])
+            .expect("write");
+            log.write(vec![(lane(1), rule("RED", None))])
+                .expect("write");
+        }
+        let log = open(dir.path());
+        assert_eq!(
+            log.rules(lane(1)).expect("read"),
+            vec![Bytes::from_static(b"blue")]
+        );
+        assert_eq!(
+            log.rules(lane(2)).expect("read"),
+            vec![Bytes::from_static(b"other")]
+        );
+        assert!(log.rules(lane(3)).expect("read").is_empty());
+    }
+
     #[test]
     fn lanes_of_one_tree_keep_their_copies_of_a_number_apart() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -141,6 +141,13 @@ pub enum Change {
     },
     /// The next sequence number to hand out.
     NextSeq(i64),
+    /// A subscription rule added at run time (its stored description), or removed (`None`).
+    Rule {
+        /// The rule's name.
+        name: String,
+        /// Its stored description; `None`: the rule is gone.
+        stored: Option<Bytes>,
+    },
 }
 
 /// What recovery found for one of an entity's queues.

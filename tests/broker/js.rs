@@ -45,6 +45,13 @@ fn azure_sdk_time_suite() {
     run("tests/js/time.test.js");
 }
 
+/// Topics: the rule manager (create, list, delete rules at run time), SQL and correlation
+/// filters with actions picking and shaping the copies, a subscription's own dead-letter queue.
+#[test]
+fn azure_sdk_topics_suite() {
+    run("tests/js/topics.test.js");
+}
+
 /// Runs `node --test <file>` from the crate root; panics unless it exits 0.
 fn run(file: &str) {
     let extra = std::env::var("TIDEBUS_NODE_TEST_ARGS").unwrap_or_default();

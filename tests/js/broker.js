@@ -30,16 +30,25 @@ function tomlValue(value) {
 }
 
 /**
- * The config file text: `[broker]` settings, then one `[[queues]]` table per queue. A queue is a
- * name, or an object with `name` and any other `[[queues]]` keys.
+ * The config file text: `[broker]` settings, one `[[queues]]` table per queue, then one
+ * `[[topics]]` table per topic. A queue is a name, or an object with `name` and any other
+ * `[[queues]]` keys; a topic is an object with `name` and `subscriptions`, each a name or an
+ * object with `name` and any other `[[topics.subscriptions]]` keys.
  */
-function renderConfig(settings, queues) {
+function renderConfig(settings, queues, topics) {
   const lines = ["[broker]"];
+  const table = (header, entries) => {
+    lines.push("", header);
+    for (const [key, value] of Object.entries(entries)) lines.push(`${key} = ${tomlValue(value)}`);
+  };
   for (const [key, value] of Object.entries(settings)) lines.push(`${key} = ${tomlValue(value)}`);
-  for (const queue of queues) {
-    const table = typeof queue === "string" ? { name: queue } : queue;
-    lines.push("", "[[queues]]");
-    for (const [key, value] of Object.entries(table)) lines.push(`${key} = ${tomlValue(value)}`);
+  for (const queue of queues) table("[[queues]]", typeof queue === "string" ? { name: queue } : queue);
+  for (const { subscriptions = [], ...topic } of topics) {
+    table("[[topics]]", topic);
+    for (const subscription of subscriptions) {
+      const entries = typeof subscription === "string" ? { name: subscription } : subscription;
+      table("[[topics.subscriptions]]", entries);
+    }
   }
   return lines.join("\n") + "\n";
 }
@@ -73,12 +82,13 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 /** One running broker; `host` and `port` say where it listens. */
 class Broker {
   /**
-   * Starts a broker with `settings` merged over DEFAULT_SETTINGS and `queues` (default
-   * DEFAULT_QUEUES) in a new temporary directory; resolves once it accepts connections.
+   * Starts a broker with `settings` merged over DEFAULT_SETTINGS, `queues` (default
+   * DEFAULT_QUEUES) and `topics` (default none) in a new temporary directory; resolves once it
+   * accepts connections.
    */
-  static async start({ settings = {}, queues = DEFAULT_QUEUES } = {}) {
+  static async start({ settings = {}, queues = DEFAULT_QUEUES, topics = [] } = {}) {
     const broker = new Broker(fs.mkdtempSync(path.join(os.tmpdir(), "tidebus-js-")));
-    const config = renderConfig({ ...DEFAULT_SETTINGS, ...settings }, queues);
+    const config = renderConfig({ ...DEFAULT_SETTINGS, ...settings }, queues, topics);
     fs.writeFileSync(broker.configPath, config);
     await broker.#spawn();
     return broker;

@@ -546,6 +546,7 @@ fn random_operations_match_a_simple_model() {
                                 stored.remove(&seq);
                             }
                             Change::NextSeq(n) => next_seq_on_disk = n,
+                            Change::Rule { .. } => {}
                         }
                     }
                     q = Queue::recover(
@@ -909,7 +910,7 @@ fn random_time_operations_keep_the_time_rules() {
                                 stored.push((seq, record));
                             }
                             Change::Delete { seq } => stored.retain(|(s, _)| *s != seq),
-                            Change::NextSeq(_) => {}
+                            Change::NextSeq(_) | Change::Rule { .. } => {}
                         }
                     }
                     let next_seq = q.next_seq();

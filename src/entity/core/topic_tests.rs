@@ -44,6 +44,7 @@ fn subscription(number: u32, filter: Filter, rules: Rules, dead_letter: bool) ->
                 name: format!("r{number}"),
                 filter,
                 action: None,
+                created_ms: 0,
             }],
             dead_letter_on_filter_error: dead_letter,
         },

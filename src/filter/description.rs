@@ -143,12 +143,15 @@ fn correlation_filter(value: &Amqp) -> Result<CorrelationFilter, String> {
     Ok(filter)
 }
 
-/// The described list `enumerate-rules` answers for one rule (amqp-dialect.md §9.2).
+/// The described list `enumerate-rules` answers for one rule (amqp-dialect.md §9.2; the true
+/// and false filters go as empty lists, which every SDK we run reads).
 pub fn described(name: &str, rule: &RuleDescription, created_ms: i64) -> Amqp {
     let level = Amqp::Int(COMPATIBILITY_LEVEL);
     let filter = match &rule.filter {
-        Filter::True => list(code::TRUE_FILTER, vec![text("1=1"), level.clone()]),
-        Filter::False => list(code::FALSE_FILTER, vec![text("1=0"), level.clone()]),
+        // Empty, as the Rust SDK decodes them (it refuses fields there); the JavaScript SDK
+        // reads only the descriptor.
+        Filter::True => list(code::TRUE_FILTER, Vec::new()),
+        Filter::False => list(code::FALSE_FILTER, Vec::new()),
         Filter::Sql(sql) => list(
             code::SQL_FILTER,
             vec![text(sql.expression()), level.clone()],
@@ -337,5 +340,10 @@ mod tests {
             panic!("described filter");
         };
         assert_eq!(filter.descriptor, Descriptor::Code(0x0000_0013_7000_0007));
+        assert_eq!(
+            filter.value,
+            Amqp::List(Vec::new()),
+            "the Rust SDK takes no fields"
+        );
     }
 }

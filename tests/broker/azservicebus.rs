@@ -310,3 +310,91 @@ async fn deferred_message_is_settled_through_the_management_node() {
     within("dispose client", client.dispose()).await;
     broker.stop().await;
 }
+
+/// A `sync` broker on `data_dir` with topic `t` and subscriptions `s1` and `s2` (each with the
+/// declared rule `$Default`).
+fn topic_config(data_dir: &std::path::Path) -> tidebus::config::Config {
+    use tidebus::config::{Durability, RuleConfig, RuleFilter, SubscriptionConfig, TopicConfig};
+    let mut config = config_with_queues(&["q"]);
+    config.broker.durability = Durability::Sync;
+    config.broker.data_dir = data_dir.to_path_buf();
+    let subscription = |name: &str| SubscriptionConfig {
+        name: name.into(),
+        lock_duration: std::time::Duration::from_secs(60),
+        max_delivery_count: 10,
+        default_message_time_to_live: None,
+        dead_lettering_on_message_expiration: false,
+        dead_lettering_on_filter_evaluation_exceptions: true,
+        rules: vec![RuleConfig {
+            name: "$Default".into(),
+            filter: RuleFilter::True,
+            action: None,
+        }],
+    };
+    config.topics = vec![TopicConfig {
+        name: "t".into(),
+        default_message_time_to_live: None,
+        max_size_in_megabytes: 1024,
+        auto_delete_on_idle: None,
+        subscriptions: vec![subscription("s1"), subscription("s2")],
+    }];
+    config
+}
+
+async fn rule_names(client: &mut Client) -> Vec<String> {
+    let mut rules = within("rule manager", client.create_rule_manager("t", "s1")).await;
+    let listed = within("get rules", rules.get_rules()).await;
+    within("dispose rule manager", rules.dispose()).await;
+    listed.into_iter().map(|rule| rule.name).collect()
+}
+
+/// The subjects of every message peekable in subscription `name` of `t`.
+async fn subscription_subjects(client: &mut Client, name: &str) -> Vec<String> {
+    let options = ServiceBusReceiverOptions::default();
+    let receiver = client.create_receiver_for_subscription("t", name, options);
+    let mut receiver = within("subscription receiver", receiver).await;
+    let peeked = peek_all(&mut receiver).await;
+    within("dispose receiver", receiver.dispose()).await;
+    peeked
+        .iter()
+        .map(|message| message.subject().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn rules_managed_at_run_time_pick_copies_and_outlive_a_restart() {
+    use azservicebus::administration::SqlRuleFilter;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = TestBroker::start(topic_config(dir.path())).await;
+    let mut first = client(&broker).await;
+    assert_eq!(rule_names(&mut first).await, ["$Default"]);
+    let mut rules = within("rule manager", first.create_rule_manager("t", "s1")).await;
+    within("delete $Default", rules.delete_rule("$Default")).await;
+    let red = SqlRuleFilter::new("sys.Label = 'red'");
+    within("create rule", rules.create_rule("red", red)).await;
+    within("dispose rule manager", rules.dispose()).await;
+    assert_eq!(rule_names(&mut first).await, ["red"]);
+
+    let mut sender = within("sender", first.create_sender("t", Default::default())).await;
+    for subject in ["red", "blue"] {
+        let mut message = ServiceBusMessage::new(subject.as_bytes());
+        message.set_subject(Some(subject.to_string()));
+        within("send", sender.send_message(message)).await;
+    }
+    within("dispose sender", sender.dispose()).await;
+    assert_eq!(subscription_subjects(&mut first, "s1").await, ["red"]);
+    assert_eq!(
+        subscription_subjects(&mut first, "s2").await,
+        ["red", "blue"]
+    );
+    within("dispose client", first.dispose()).await;
+    broker.stop().await;
+
+    // The rule added at run time is stored; the declared one removed at run time comes back.
+    let broker = TestBroker::start(topic_config(dir.path())).await;
+    let mut again = client(&broker).await;
+    assert_eq!(rule_names(&mut again).await, ["$Default", "red"]);
+    assert_eq!(subscription_subjects(&mut again, "s1").await, ["red"]);
+    within("dispose client", again.dispose()).await;
+    broker.stop().await;
+}

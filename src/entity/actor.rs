@@ -420,12 +420,15 @@ impl Actor {
                 }
                 Ok(Answer::Received(messages))
             }
+            Operation::Schedule { .. } | Operation::CancelScheduled { .. }
+                if lane != LaneId::MAIN =>
+            {
+                Err(EntityError::NotAllowed(
+                    "messages are scheduled and cancelled on a queue or topic, not on a \
+                     dead-letter queue or subscription",
+                ))
+            }
             Operation::Schedule { messages } => {
-                if lane == LaneId::DEAD_LETTER {
-                    return Err(EntityError::NotAllowed(
-                        "messages cannot be scheduled on a dead-letter queue",
-                    ));
-                }
                 let count = i64::try_from(messages.len()).unwrap_or(i64::MAX);
                 let first = self.core.enqueue(now, messages)?;
                 Ok(Answer::Scheduled((first..first + count).collect()))

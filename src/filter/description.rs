@@ -157,25 +157,11 @@ pub fn described(name: &str, rule: &RuleDescription, created_ms: i64) -> Amqp {
             vec![text(sql.expression()), level.clone()],
         ),
         Filter::Correlation(correlation) => {
-            let fields = [
-                &correlation.correlation_id,
-                &correlation.message_id,
-                &correlation.to,
-                &correlation.reply_to,
-                &correlation.subject,
-                &correlation.session_id,
-                &correlation.reply_to_session_id,
-                &correlation.content_type,
-            ];
-            let mut values: Vec<Amqp> = fields
+            let mut values: Vec<Amqp> = correlation_fields(correlation)
                 .iter()
                 .map(|value| value.as_deref().map_or(Amqp::Null, text))
                 .collect();
-            let mut properties = OrderedMap::new();
-            for (name, value) in &correlation.properties {
-                properties.insert(Amqp::String(name.clone()), Amqp::from(value.to_simple()));
-            }
-            values.push(Amqp::Map(properties));
+            values.push(properties(correlation));
             list(code::CORRELATION_FILTER, values)
         }
     };
@@ -214,27 +200,13 @@ pub fn map(rule: &RuleDescription) -> OrderedMap<Amqp, Amqp> {
             expression(sql.expression()),
         ),
         Filter::Correlation(correlation) => {
-            let fields = [
-                &correlation.correlation_id,
-                &correlation.message_id,
-                &correlation.to,
-                &correlation.reply_to,
-                &correlation.subject,
-                &correlation.session_id,
-                &correlation.reply_to_session_id,
-                &correlation.content_type,
-            ];
             let mut map = OrderedMap::new();
-            for (key, value) in CORRELATION_KEYS.iter().zip(fields) {
+            for (key, value) in CORRELATION_KEYS.iter().zip(correlation_fields(correlation)) {
                 if let Some(value) = value {
                     map.insert(Amqp::String((*key).into()), Amqp::String(value.clone()));
                 }
             }
-            let mut properties = OrderedMap::new();
-            for (name, value) in &correlation.properties {
-                properties.insert(Amqp::String(name.clone()), Amqp::from(value.to_simple()));
-            }
-            map.insert(Amqp::String("properties".into()), Amqp::Map(properties));
+            map.insert(Amqp::String("properties".into()), properties(correlation));
             out.insert(Amqp::String("correlation-filter".into()), Amqp::Map(map))
         }
     };
@@ -245,6 +217,29 @@ pub fn map(rule: &RuleDescription) -> OrderedMap<Amqp, Amqp> {
         );
     }
     out
+}
+
+/// A correlation filter's system-property fields, in the order of [`CORRELATION_KEYS`].
+fn correlation_fields(correlation: &CorrelationFilter) -> [&Option<String>; 8] {
+    [
+        &correlation.correlation_id,
+        &correlation.message_id,
+        &correlation.to,
+        &correlation.reply_to,
+        &correlation.subject,
+        &correlation.session_id,
+        &correlation.reply_to_session_id,
+        &correlation.content_type,
+    ]
+}
+
+/// A correlation filter's application properties as an AMQP map.
+fn properties(correlation: &CorrelationFilter) -> Amqp {
+    let mut properties = OrderedMap::new();
+    for (name, value) in &correlation.properties {
+        properties.insert(Amqp::String(name.clone()), Amqp::from(value.to_simple()));
+    }
+    Amqp::Map(properties)
 }
 
 fn text(value: &str) -> Amqp {

@@ -536,10 +536,36 @@ mod tests {
 
     #[test]
     fn refuses_unknown_and_malformed_requests_clearly() {
-        let unknown = parse(&request("com.microsoft:add-rule", vec![])).expect_err("refused");
+        let unknown = parse(&request("com.microsoft:get-message-sessions", vec![]));
+        let unknown = unknown.expect_err("refused");
         assert_eq!(
             (unknown.status, unknown.condition),
             (501, Some("amqp:not-implemented"))
+        );
+        let nameless = parse(&request("com.microsoft:add-rule", vec![])).expect_err("refused");
+        assert_eq!(nameless.status, 400);
+        assert!(
+            nameless.description.contains("rule-name"),
+            "{}",
+            nameless.description
+        );
+        let sql = string_map(vec![("expression", Value::String("color = ".into()))]);
+        let bad_sql = request(
+            "com.microsoft:add-rule",
+            vec![
+                ("rule-name", Value::String("r".into())),
+                ("rule-description", string_map(vec![("sql-filter", sql)])),
+            ],
+        );
+        let bad_sql = parse(&bad_sql).expect_err("refused");
+        assert_eq!(
+            (bad_sql.status, bad_sql.condition),
+            (400, Some("com.microsoft:argument-error"))
+        );
+        assert!(
+            bad_sql.description.contains("position"),
+            "{}",
+            bad_sql.description
         );
         let bad = parse(&request("com.microsoft:renew-lock", vec![])).expect_err("refused");
         assert_eq!(bad.status, 400);

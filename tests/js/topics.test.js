@@ -8,18 +8,9 @@ const assert = require("node:assert/strict");
 
 const Long = require("long"); // the SDK's own sequence-number type
 
-const { brokerTest, ids, receiveExactly, withReceiver } = require("./common");
+const { brokerTest, ids, receiveExactly, send, withReceiver } = require("./common");
 
 const TOPIC = { name: "t1", subscriptions: ["s1", "s2"] };
-
-async function publish(client, topic, messages) {
-  const sender = client.createSender(topic);
-  try {
-    await sender.sendMessages(messages);
-  } finally {
-    await sender.close();
-  }
-}
 
 /**
  * Every message a subscription holds, peeked in order from 1 (otherwise the SDK resumes after
@@ -65,7 +56,7 @@ brokerTest(
       subject,
       applicationProperties: properties,
     });
-    await publish(client, "t1", [
+    await send(client, "t1", [
       message("red", { color: "red" }),
       message("blue", { color: "blue" }),
       message("gold", { tier: "gold" }, "vip"),
@@ -81,7 +72,7 @@ brokerTest(
       assert.equal(error.code, "MessagingEntityNotFound", String(error));
       return true;
     });
-    await publish(client, "t1", [message("red-again", { color: "red" })]);
+    await send(client, "t1", [message("red-again", { color: "red" })]);
     assert.deepEqual(ids(await peekAll(client, "t1", "s1")), ["red", "gold"], "the rule is gone");
   },
 );
@@ -90,7 +81,7 @@ brokerTest(
   "a subscription dead-letters its own copy after max delivery count; the other keeps its",
   { topics: [{ name: "t1", subscriptions: [{ name: "s1", max_delivery_count: 2 }, "s2"] }] },
   async ({ client }) => {
-    await publish(client, "t1", [{ body: "x", messageId: "limit" }]);
+    await send(client, "t1", [{ body: "x", messageId: "limit" }]);
     await withReceiver(client, "t1/Subscriptions/s1", async (receiver) => {
       for (let attempt = 0; attempt < 2; attempt++) {
         const [message] = await receiveExactly(receiver, 1);

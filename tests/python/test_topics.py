@@ -207,3 +207,33 @@ def test_unknown_subscription_raises_entity_not_found(client):
     with pytest.raises(MessagingEntityNotFoundError):
         with client.get_subscription_receiver("t1", "no-such-subscription") as receiver:
             receiver.receive_messages(max_wait_time=1)
+
+
+@pytest.mark.broker(
+    topics=[
+        {
+            "name": "t1",
+            "subscriptions": [
+                {"name": "strict", "rules": [{"name": "big", "sql": "amount + 1 > 10"}]},
+                {
+                    "name": "lenient",
+                    "dead_lettering_on_filter_evaluation_exceptions": False,
+                    "rules": [{"name": "big", "sql": "amount + 1 > 10"}],
+                },
+            ],
+        }
+    ]
+)
+def test_a_filter_that_cannot_be_evaluated_dead_letters_the_copy_or_drops_it(client):
+    publish(client, "t1", [
+        ServiceBusMessage("a", message_id="text", application_properties={"amount": "ten"}),
+        ServiceBusMessage("b", message_id="big", application_properties={"amount": 20}),
+    ])
+
+    assert ids(peek_all(client, "t1", "strict")) == ["big"]
+    assert ids(peek_all(client, "t1", "lenient")) == ["big"]
+    dead_letters = {"sub_queue": ServiceBusSubQueue.DEAD_LETTER}
+    (dead,) = peek_all(client, "t1", "strict", **dead_letters)
+    assert (dead.message_id, dead.dead_letter_reason) == ("text", "FilterEvaluationException")
+    assert "big" in dead.dead_letter_error_description, dead.dead_letter_error_description
+    assert peek_all(client, "t1", "lenient", **dead_letters) == []

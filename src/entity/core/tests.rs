@@ -165,7 +165,8 @@ impl Queue {
     }
 }
 
-const RULES: Rules = Rules {
+/// The rules of the queue these tests drive (and of the topic tests' subscriptions).
+pub(super) const RULES: Rules = Rules {
     lock_duration_ms: 1_000,
     max_delivery_count: 10,
     dead_letter_allowed: true,

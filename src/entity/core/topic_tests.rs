@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
+use crate::entity::core::tests::RULES as LANE_RULES;
 use crate::entity::core::{EntityCore, SubscriptionLanes};
 use crate::entity::handle::{ConsumerId, LaneId, LockRef, ReceiveMode, Settlement};
 use crate::entity::queue::Rules;
@@ -14,15 +15,6 @@ use crate::filter::{Filter, MessageView, SqlFilter, Value};
 use crate::message::Arrival;
 use crate::store::record::{Record, NEVER};
 use crate::store::{Change, Recovered};
-
-const LANE_RULES: Rules = Rules {
-    lock_duration_ms: 1_000,
-    max_delivery_count: 10,
-    dead_letter_allowed: true,
-    default_ttl_ms: NEVER,
-    expires: true,
-    dead_letter_on_expiry: false,
-};
 
 fn lane(subscription: u32) -> LaneId {
     LaneId {

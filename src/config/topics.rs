@@ -46,6 +46,10 @@ pub struct SubscriptionConfig {
     /// Whether a message whose rule evaluation fails moves to this subscription's dead-letter
     /// queue (else this subscription does not get it). Default `true`, as in Service Bus.
     pub dead_lettering_on_filter_evaluation_exceptions: bool,
+    /// The subscription, its messages and its dead-letter queue are deleted after this long
+    /// without a receive, a settlement, a rule change or a management operation on it;
+    /// `None`: never.
+    pub auto_delete_on_idle: Option<Duration>,
     /// The rules, in file order, never empty: a subscription declared without rules has one,
     /// `$Default` with [`RuleFilter::True`]. A message is copied to the subscription once when
     /// any rule matches.

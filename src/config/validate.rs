@@ -208,11 +208,6 @@ impl Source<'_> {
         mut raw: RawSubscription,
     ) -> Result<SubscriptionConfig, ConfigError> {
         let keys = raw.take_lane_keys();
-        if let Some(idle) = &keys.auto_delete_on_idle {
-            // A subscription's own idle time is not tracked yet: refused, not ignored.
-            let key = format!("{path}.auto_delete_on_idle");
-            return Err(self.unsupported(key, idle.span()));
-        }
         let lane = self.lane(path, raw.name, &SUBSCRIPTION_NAMES, keys)?;
         Ok(SubscriptionConfig {
             name: lane.name,
@@ -226,6 +221,7 @@ impl Source<'_> {
                     DEAD_LETTERING_ON_FILTER_EVALUATION_EXCEPTIONS,
                     Spanned::into_inner,
                 ),
+            auto_delete_on_idle: lane.auto_delete_on_idle,
             rules: self.rules(path, raw.rules)?,
         })
     }

@@ -72,7 +72,9 @@ pub fn spawn(
 ) -> EntityHandle {
     let (tx, rx) = mpsc::channel(MAILBOX);
     let deleted = Arc::new(AtomicBool::new(false));
+    let subscriptions = parts.subscriptions.map(|s| Arc::new(RwLock::new(s)));
     let actor = Actor {
+        subscriptions: subscriptions.clone(),
         core: parts.core,
         log: parts.log,
         commit,
@@ -87,7 +89,6 @@ pub fn spawn(
     };
     let span = tracing::info_span!("entity", name = %parts.name);
     tracker.spawn(actor.run(rx, shutdown).instrument(span));
-    let subscriptions = parts.subscriptions.map(|s| Arc::new(RwLock::new(s)));
     EntityHandle::new(parts.name, tx, deleted, subscriptions)
 }
 
@@ -113,6 +114,8 @@ struct Actor {
     commit: Commit,
     /// Where each consumer's deliveries go (the core knows its lane).
     consumers: HashMap<ConsumerId, EventSink>,
+    /// A topic's subscriptions by name, shared with its handles (the router reads them).
+    subscriptions: Option<Arc<RwLock<Subscriptions>>>,
     /// Set by the first storage failure; from then on nothing is acknowledged.
     poisoned: Option<String>,
     /// Answers of the batch being applied.
@@ -197,6 +200,16 @@ impl Actor {
     fn apply(&mut self, command: Command, now: i64) {
         if command.is_activity() {
             self.last_active_ms = now;
+            let lane = match &command {
+                Command::Manage { lane, .. } => Some(*lane),
+                Command::Credit { consumer, .. }
+                | Command::Drain { consumer }
+                | Command::Settle { consumer, .. } => self.core.lane_id_of(*consumer),
+                _ => None,
+            };
+            if let Some(lane) = lane {
+                self.core.touch(lane, now);
+            }
         }
         match command {
             Command::Send { messages, reply } => {
@@ -291,7 +304,7 @@ impl Actor {
                     self.poison(&error);
                 }
             }
-            Command::ReapIfIdle { reply } => match self.is_idle(now) {
+            Command::ReapIfIdle { reply } => match self.reap_subscriptions(now).is_idle(now) {
                 true => self.reap = Some(reply),
                 false => {
                     let _ = reply.send(false);
@@ -346,6 +359,32 @@ impl Actor {
                 && !self.core.has_scheduled()
                 && !self.core.has_waiting_consumer()
         })
+    }
+
+    /// Deletes the subscriptions idle for their `auto_delete_on_idle` time: their messages and
+    /// runtime rules go, their links get `amqp:not-found`, their addresses stop resolving.
+    fn reap_subscriptions(&mut self, now: i64) -> &Self {
+        for lane in self.core.idle_subscriptions(now) {
+            for consumer in self.core.delete_subscription(lane) {
+                if let Some(events) = self.consumers.remove(&consumer) {
+                    let error = EntityError::Deleted;
+                    let _ = events.send(EntityEvent::Gone { consumer, error });
+                }
+            }
+            if let Some(subscriptions) = &self.subscriptions {
+                let mut names = subscriptions
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                names.retain(|name, number| {
+                    let gone = *number == lane.subscription;
+                    if gone {
+                        tracing::info!(subscription = %name, "deleted after being idle (auto_delete_on_idle)");
+                    }
+                    !gone
+                });
+            }
+        }
+        self
     }
 
     /// Deletes the entity (auto-delete on idle): answers what is still owed, refuses what is
@@ -581,6 +620,11 @@ impl Actor {
     fn hand_out(&mut self, deliveries: Vec<Delivery>) {
         if !deliveries.is_empty() {
             self.last_active_ms = now_ms();
+        }
+        for delivery in &deliveries {
+            if let Some(lane) = self.core.lane_id_of(delivery.consumer) {
+                self.core.touch(lane, self.last_active_ms);
+            }
         }
         for mut delivery in deliveries {
             let consumer = delivery.consumer;

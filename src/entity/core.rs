@@ -572,6 +572,75 @@ impl EntityCore {
         Ok(&self.route(lane)?.rules)
     }
 
+    /// Notes a client using `lane` at `now_ms` (auto-delete on idle of its subscription).
+    pub fn touch(&mut self, lane: LaneId, now_ms: i64) {
+        let subscription = lane.subscription;
+        if let Some(route) = self.routes.as_mut().and_then(|routes| {
+            routes
+                .iter_mut()
+                .find(|r| r.lane.subscription == subscription)
+        }) {
+            route.last_active_ms = now_ms;
+        }
+    }
+
+    /// The subscriptions idle for their `auto_delete_on_idle` time by `now_ms`: no client used
+    /// them, and no receiver waits on them with credit.
+    pub fn idle_subscriptions(&self, now_ms: i64) -> Vec<LaneId> {
+        let waiting = |id: LaneId| {
+            [id, id.dead_letter_lane()]
+                .iter()
+                .filter_map(|id| self.lanes.get(id))
+                .any(QueueCore::has_waiting_consumer)
+        };
+        self.routes
+            .iter()
+            .flatten()
+            .filter(|route| {
+                route.auto_delete_ms.is_some_and(|idle| {
+                    now_ms.saturating_sub(route.last_active_ms) >= idle && !waiting(route.lane)
+                })
+            })
+            .map(|route| route.lane)
+            .collect()
+    }
+
+    /// Deletes a subscription with its messages, its dead-letter queue and the rules it was
+    /// given at run time; returns its consumers (their links must go).
+    pub fn delete_subscription(&mut self, lane: LaneId) -> Vec<ConsumerId> {
+        let Some(routes) = self.routes.as_mut() else {
+            return Vec::new();
+        };
+        let Some(at) = routes.iter().position(|route| route.lane == lane) else {
+            return Vec::new();
+        };
+        let route = routes.remove(at);
+        for rule in route.rules {
+            let change = Change::Rule {
+                name: rule.name,
+                stored: None,
+            };
+            self.journal.push((lane, change));
+        }
+        for id in [lane, lane.dead_letter_lane()] {
+            if let Some(mut gone) = self.lanes.remove(&id) {
+                gone.clear();
+                let changes = gone.take_changes().into_iter().map(|change| (id, change));
+                self.journal.extend(changes);
+            }
+        }
+        let consumers: Vec<ConsumerId> = self
+            .consumers
+            .iter()
+            .filter(|(_, id)| id.subscription == lane.subscription)
+            .map(|(consumer, _)| *consumer)
+            .collect();
+        for consumer in &consumers {
+            self.consumers.remove(consumer);
+        }
+        consumers
+    }
+
     /// Messages stored, in every lane.
     pub fn len(&self) -> usize {
         self.lanes.values().map(QueueCore::len).sum()

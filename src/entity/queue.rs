@@ -279,6 +279,14 @@ impl QueueCore {
         self.expiry.remove(&(record.expires_ms, seq));
     }
 
+    /// Deletes every message (the lane's subscription is deleted).
+    pub fn clear(&mut self) {
+        let seqs: Vec<i64> = self.messages.keys().copied().collect();
+        for seq in seqs {
+            self.remove(seq);
+        }
+    }
+
     /// Deletes a message (a scheduled one cancelled or activated, through the entity).
     pub fn remove(&mut self, seq: i64) {
         if let Some(entry) = self.messages.remove(&seq) {

@@ -138,6 +138,8 @@ fn route(lane: LaneId, config: &SubscriptionConfig, mut added: Vec<Rule>) -> Rou
         lane,
         rules,
         dead_letter_on_filter_error: config.dead_lettering_on_filter_evaluation_exceptions,
+        auto_delete_ms: config.auto_delete_on_idle.map(millis),
+        last_active_ms: crate::clock::now_ms(),
     }
 }
 

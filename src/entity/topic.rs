@@ -103,6 +103,11 @@ pub struct Route {
     pub rules: Vec<Rule>,
     /// Whether a copy whose filter fails to evaluate is dead-lettered (else dropped).
     pub dead_letter_on_filter_error: bool,
+    /// `auto_delete_on_idle` of the subscription, in ms, if it has one.
+    pub auto_delete_ms: Option<i64>,
+    /// When a client last used the subscription: a receive, a settlement, a rule change or a
+    /// management operation (a message arriving from the topic is not its activity).
+    pub last_active_ms: i64,
 }
 
 /// Where a message goes in one subscription.

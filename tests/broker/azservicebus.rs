@@ -325,6 +325,7 @@ fn topic_config(data_dir: &std::path::Path) -> tidebus::config::Config {
         default_message_time_to_live: None,
         dead_lettering_on_message_expiration: false,
         dead_lettering_on_filter_evaluation_exceptions: true,
+        auto_delete_on_idle: None,
         rules: vec![RuleConfig {
             name: "$Default".into(),
             filter: RuleFilter::True,

@@ -7,6 +7,7 @@ messages are held by the topic and fan out when due. A copy's time to live is th
 the message's, the topic's and the subscription's.
 """
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -14,6 +15,7 @@ from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode, ServiceBu
 from azure.servicebus.exceptions import MessagingEntityNotFoundError
 
 from sb_common import (
+    DEADLINE_S,
     OPERATION_TIMEOUT_S,
     expected_summary,
     ids,
@@ -237,3 +239,38 @@ def test_a_filter_that_cannot_be_evaluated_dead_letters_the_copy_or_drops_it(cli
     assert (dead.message_id, dead.dead_letter_reason) == ("text", "FilterEvaluationException")
     assert "big" in dead.dead_letter_error_description, dead.dead_letter_error_description
     assert peek_all(client, "t1", "lenient", **dead_letters) == []
+
+
+def wait_until_subscription_deleted(client, topic, subscription):
+    """Open receivers on the subscription until one fails with entity-not-found; attaching is
+    not activity, so polling does not keep it alive. Returns when it failed."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        try:
+            with client.get_subscription_receiver(topic, subscription):
+                pass
+        except MessagingEntityNotFoundError:
+            return now_utc()
+        assert time.monotonic() < deadline, f"{subscription} still exists after {DEADLINE_S} s"
+        time.sleep(0.05)
+
+
+@pytest.mark.broker(
+    topics=[
+        {
+            "name": "t1",
+            "subscriptions": [{"name": "brief", "auto_delete_on_idle": "2s"}, "kept"],
+        }
+    ]
+)
+def test_an_idle_subscription_is_deleted_and_its_topic_and_siblings_go_on(client):
+    started = now_utc()
+    publish(client, "t1", numbered("idle", 0))
+
+    gone = wait_until_subscription_deleted(client, "t1", "brief")
+    assert gone >= started + timedelta(seconds=2), f"deleted {gone - started} after start"
+    with pytest.raises(MessagingEntityNotFoundError):
+        with client.get_subscription_receiver("t1", "brief", sub_queue=ServiceBusSubQueue.DEAD_LETTER):
+            pass
+    publish(client, "t1", numbered("idle", 1))
+    assert ids(peek_all(client, "t1", "kept")) == ["idle-0", "idle-1"]

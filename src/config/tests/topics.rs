@@ -22,6 +22,7 @@ max_delivery_count = 5
 default_message_time_to_live = "PT30M"
 dead_lettering_on_message_expiration = true
 dead_lettering_on_filter_evaluation_exceptions = false
+auto_delete_on_idle = "2h"
 
 [[topics.subscriptions.rules]]
 name = "eu-only"
@@ -78,6 +79,7 @@ fn every_topic_subscription_and_rule_key_is_read() {
     assert_eq!(eu.default_message_time_to_live, Some(secs(1800)));
     assert!(eu.dead_lettering_on_message_expiration);
     assert!(!eu.dead_lettering_on_filter_evaluation_exceptions);
+    assert_eq!(eu.auto_delete_on_idle, Some(secs(7200)));
     let sql = RuleConfig {
         name: "eu-only".to_owned(),
         filter: RuleFilter::Sql("region = 'eu' AND sys.Label LIKE 'order-%'".to_owned()),
@@ -127,6 +129,7 @@ fn absent_keys_take_the_queue_defaults_and_service_bus_s_filter_default() {
             q.max_delivery_count,
             q.default_message_time_to_live,
             q.dead_lettering_on_message_expiration,
+            q.auto_delete_on_idle,
         )
     };
     assert_eq!(
@@ -135,6 +138,7 @@ fn absent_keys_take_the_queue_defaults_and_service_bus_s_filter_default() {
             subscription.max_delivery_count,
             subscription.default_message_time_to_live,
             subscription.dead_lettering_on_message_expiration,
+            subscription.auto_delete_on_idle,
         ),
         lane(queue)
     );
@@ -361,9 +365,9 @@ fn subscriptions_follow_the_queue_rules() {
          allowed: 1 to 4294967295"
     );
     assert_eq!(
-        refusal(&in_subscription("auto_delete_on_idle = \"1h\"\n")),
-        "topics[0].subscriptions[0].auto_delete_on_idle (t.toml:5:23): not supported yet by this \
-         version of Tidebus"
+        refusal(&in_subscription("auto_delete_on_idle = \"0s\"\n")),
+        "topics[0].subscriptions[0].auto_delete_on_idle (t.toml:5:23): \"0s\" is out of range; \
+         allowed: at least 1s"
     );
     assert_eq!(
         refusal(&in_subscription("requires_session = true\n")),

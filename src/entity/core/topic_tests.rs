@@ -39,6 +39,8 @@ fn subscription(number: u32, filter: Filter, rules: Rules, dead_letter: bool) ->
                 created_ms: 0,
             }],
             dead_letter_on_filter_error: dead_letter,
+            auto_delete_ms: None,
+            last_active_ms: 0,
         },
         rules,
         main: Recovered::default(),

@@ -658,6 +658,9 @@ mod tests;
 #[cfg(test)]
 mod topic_tests;
 
+#[cfg(test)]
+mod topic_model;
+
 /// A copy's bytes with its rules' edits applied (the message as sent when there are none, or
 /// when they cannot be applied, which inspect on arrival rules out).
 fn edited(bytes: &Bytes, edits: &[crate::filter::Edit]) -> Bytes {

@@ -1299,6 +1299,20 @@ fn random_topic_operations_match_a_simple_model() {
     run_all(false);
 }
 
+/// The same with `sync` durability: what is sent becomes deliverable only when its write is
+/// flushed, so that no receiver sees a number a crash could hand out again.
+///
+/// Fails: run 1, step 207: subscription 2's dead-letter queue delivers 89, a send of step 196
+/// that its filter could not evaluate, before any flush. `QueueCore::accept_dead_letter`
+/// raises the dead-letter lane's watermark to the copy's number, so a copy dead-lettered as it
+/// is sent (a filter failure, or an expiry before the flush) is deliverable at once; the two
+/// tests below show each way in a few lines.
+#[test]
+#[ignore = "a copy dead-lettered before its send is durable is delivered at once (run 1)"]
+fn random_topic_operations_deliver_nothing_before_it_is_durable() {
+    run_all(true);
+}
+
 /// Every seeded run, each from a fresh topic; then every kind of event must have happened.
 fn run_all(reveal_on_flush: bool) {
     let mut seen: BTreeMap<&'static str, usize> = BTreeMap::new();
@@ -1317,4 +1331,82 @@ fn run_all(reveal_on_flush: bool) {
     for event in EVENTS {
         assert!(seen.contains_key(event), "the runs never reach: {event}");
     }
+}
+
+/// A topic with one subscription that takes everything `filter` selects, dead-letters what it
+/// cannot evaluate and what expires, and a peek-lock consumer with credit on its dead-letter
+/// queue.
+fn dead_lettering_topic(filter: Filter) -> EntityCore {
+    let lane = LaneId {
+        subscription: 1,
+        dead_letter: false,
+    };
+    let subscription = SubscriptionLanes {
+        route: Route {
+            lane,
+            rules: vec![Rule {
+                name: "only".into(),
+                filter,
+                action: None,
+                created_ms: 0,
+            }],
+            dead_letter_on_filter_error: true,
+        },
+        rules: Rules {
+            lock_duration_ms: 1_000,
+            max_delivery_count: 10,
+            dead_letter_allowed: true,
+            default_ttl_ms: NEVER,
+            expires: true,
+            dead_letter_on_expiry: true,
+        },
+        main: Recovered::default(),
+        dead_letter: Recovered::default(),
+    };
+    let mut core = EntityCore::topic(u64::MAX, NEVER, Recovered::default(), vec![subscription]);
+    let dead = lane.dead_letter_lane();
+    let consumer = consumer_of(dead);
+    core.add_consumer(consumer, dead, ReceiveMode::PeekLock, u64::MAX)
+        .expect("the lane exists");
+    core.lane(dead).expect("lane").add_credit(consumer, 10);
+    core
+}
+
+/// A send as the session hands it over: inspected, with its view.
+fn arrival(properties: &[(String, Value)], ttl: Option<u32>) -> Arrival {
+    let mut arrival = message::inspect(encode(properties, ttl, None, 0)).expect("valid");
+    arrival.view = Some(Box::new(message::view(&arrival.bytes).expect("a view")));
+    arrival
+}
+
+#[test]
+#[ignore = "accept_dead_letter reveals the copy before its send is durable"]
+fn a_copy_dead_lettered_by_its_filter_waits_for_the_send_to_be_durable() {
+    let filter = Filter::Sql(SqlFilter::parse("n + 1 > 2").expect("valid SQL"));
+    let mut core = dead_lettering_topic(filter);
+    let send = arrival(&[("n".into(), Value::String("x".into()))], None);
+    assert_eq!(core.enqueue(0, vec![send]), Ok(1));
+    assert!(core.has_unrevealed(), "the send is not flushed yet");
+    let early: Vec<i64> = core.dispatch(0).iter().map(|d| d.seq).collect();
+    assert_eq!(early, Vec::<i64>::new(), "delivered before it was durable");
+    core.reveal_up_to(core.next_seq());
+    assert_eq!(core.dispatch(0).len(), 1, "deliverable once durable");
+}
+
+#[test]
+#[ignore = "accept_dead_letter reveals the copy before its send is durable"]
+fn a_copy_dead_lettered_on_expiry_waits_for_the_send_to_be_durable() {
+    let mut core = dead_lettering_topic(Filter::True);
+    assert_eq!(core.enqueue(0, vec![arrival(&[], Some(100))]), Ok(1));
+    assert_eq!(
+        core.expire_due(100),
+        1,
+        "expired before its write was flushed"
+    );
+    for (to, dead) in core.take_dead_letters() {
+        core.accept_dead_letter(to, dead.seq, dead.record, Bytes::from_static(b"m"));
+    }
+    assert!(core.has_unrevealed(), "the send is not flushed yet");
+    let early: Vec<i64> = core.dispatch(100).iter().map(|d| d.seq).collect();
+    assert_eq!(early, Vec::<i64>::new(), "delivered before it was durable");
 }

@@ -197,15 +197,15 @@ impl QueueCore {
         std::mem::take(&mut self.dead_letters)
     }
 
-    /// Stores a message dead-lettered by the parent queue under its own sequence number,
-    /// receivable at once.
+    /// Stores a message dead-lettered by the parent lane under its own sequence number,
+    /// receivable once that number is durable (a copy dead-lettered as it was sent waits for
+    /// its send's flush, as the send's other copies do).
     pub fn accept_dead_letter(&mut self, seq: i64, record: Record, body: Bytes) {
         let record = Record {
             state: MessageState::Active,
             size: u32::try_from(body.len()).unwrap_or(u32::MAX),
             ..record
         };
-        self.visible_below = self.visible_below.max(seq + 1);
         self.insert(seq, record, body);
     }
 

@@ -412,6 +412,8 @@ fn the_delivery_limit_dead_letters_with_the_service_bus_reason() {
     );
     let mut dlq = QueueCore::new(Rules::dead_letter_queue(1_000), Vec::new());
     dlq.accept_dead_letter(dead[0].seq, dead[0].record, Bytes::from_static(b"m"));
+    // Its number is durable: the queue's send was flushed long ago.
+    dlq.reveal_up_to(dead[0].seq + 1);
     dlq.subscribe(B, ReceiveMode::PeekLock, u64::MAX);
     dlq.add_credit(B, 1);
     let again = dlq.dispatch(0).remove(0);
@@ -711,6 +713,8 @@ fn a_locked_message_does_not_expire_until_its_lock_ends() {
     );
     let mut dlq = QueueCore::new(Rules::dead_letter_queue(1_000), Vec::new());
     dlq.accept_dead_letter(dead[0].seq, dead[0].record, Bytes::from_static(b"t"));
+    // Its number is durable: the queue's send was flushed long ago.
+    dlq.reveal_up_to(dead[0].seq + 1);
     dlq.subscribe(B, ReceiveMode::ReceiveAndDelete, u64::MAX);
     dlq.add_credit(B, 1);
     assert_eq!(

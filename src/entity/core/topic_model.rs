@@ -1304,11 +1304,9 @@ fn random_topic_operations_match_a_simple_model() {
 /// The same with `sync` durability: what is sent becomes deliverable only when its write is
 /// flushed, so that no receiver sees a number a crash could hand out again.
 ///
-/// Fails: run 1, step 207: subscription 2's dead-letter queue delivers 89, a send of step 196
-/// that its filter could not evaluate, before any flush. `QueueCore::accept_dead_letter`
-/// raises the dead-letter lane's watermark to the copy's number, so a copy dead-lettered as it
-/// is sent (a filter failure, or an expiry before the flush) is deliverable at once; the two
-/// tests below show each way in a few lines.
+/// It found that a copy dead-lettered as it is sent (a filter failure, or an expiry before the
+/// flush) was deliverable at once (run 1, step 207): `QueueCore::accept_dead_letter` raised the
+/// dead-letter lane's watermark to the copy's number. The two tests below pin each way.
 #[test]
 fn random_topic_operations_deliver_nothing_before_it_is_durable() {
     run_all(true);

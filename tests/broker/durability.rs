@@ -9,6 +9,7 @@ use fe2o3_amqp::types::messaging::{AmqpValue, ApplicationProperties, Message, Ou
 use fe2o3_amqp::types::primitives::{SimpleValue, Value};
 use fe2o3_amqp::{Receiver, Sender};
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::watch;
 use tokio::time::timeout;
 
 use crate::child::ChildBroker;
@@ -22,26 +23,44 @@ fn config(durability: &str) -> String {
     format!("[broker]\ndurability = \"{durability}\"\nflush_interval = \"1h\"\n\n[[queues]]\nname = \"q\"\n")
 }
 
-/// Sends messages with application property `id`, 100 in flight; returns the ids the broker
-/// accepted, stopping at the first failure (e.g. the broker went away). Outcomes that never
-/// come (a connection cut mid-flight) count as not accepted.
+/// Sends messages with application property `id` to queue `q`, 100 in flight; returns the ids
+/// the broker accepted (see [`send_each`]).
 async fn send_ids(addr: std::net::SocketAddr, ids: std::ops::Range<i64>) -> Vec<i64> {
+    send_each(addr, "q", ids, |id| with_id(id, None), None).await
+}
+
+/// Sends `message(id)` for each id to `target` on a connection of its own, 100 in flight;
+/// returns the ids the broker accepted, stopping at the first failure (e.g. the broker went
+/// away), and counts each acceptance in `acknowledged` when given. Outcomes that never come
+/// (a connection cut mid-flight) count as not accepted.
+async fn send_each(
+    addr: std::net::SocketAddr,
+    target: &str,
+    ids: std::ops::Range<i64>,
+    message: fn(i64) -> Message<AmqpValue<Value>>,
+    acknowledged: Option<&watch::Sender<usize>>,
+) -> Vec<i64> {
     let (mut connection, mut session) = connect_session(addr).await;
-    let mut sender = Sender::attach(&mut session, "sender", "q")
+    let mut sender = Sender::attach(&mut session, format!("sender-{}", ids.start), target)
         .await
         .expect("sender");
     let mut inflight = FuturesUnordered::new();
     let mut accepted = Vec::new();
+    let mut accept = |id| {
+        accepted.push(id);
+        if let Some(acknowledged) = acknowledged {
+            acknowledged.send_modify(|count| *count += 1);
+        }
+    };
     let mut failed = false;
     for id in ids {
-        let message = with_id(id, None);
-        let Ok(Ok(fut)) = timeout(DEADLINE, sender.send_batchable(message)).await else {
+        let Ok(Ok(fut)) = timeout(DEADLINE, sender.send_batchable(message(id))).await else {
             break;
         };
         inflight.push(async move { (id, timeout(OUTCOME_DEADLINE, fut).await) });
         while inflight.len() >= 100 {
             match inflight.next().await {
-                Some((id, Ok(Ok(Outcome::Accepted(_))))) => accepted.push(id),
+                Some((id, Ok(Ok(Outcome::Accepted(_))))) => accept(id),
                 Some((id, Ok(Ok(other)))) => panic!("send {id} not accepted: {other:?}"),
                 _ => failed = true,
             }
@@ -52,7 +71,7 @@ async fn send_ids(addr: std::net::SocketAddr, ids: std::ops::Range<i64>) -> Vec<
     }
     while let Some((id, outcome)) = inflight.next().await {
         if let Ok(Ok(Outcome::Accepted(_))) = outcome {
-            accepted.push(id);
+            accept(id);
         }
     }
     let _ = timeout(DEADLINE, sender.close()).await;
@@ -224,16 +243,20 @@ async fn sigterm_mid_load_exits_zero_and_keeps_every_acknowledged_send() {
     );
 
     let broker = ChildBroker::start(dir.path(), &config("sync"));
-    let got = drain(broker.addr, &accepted.iter().copied().collect()).await;
+    let got = drain(broker.addr, "q", &accepted.iter().copied().collect()).await;
     assert_in_sequence_order(&got);
 }
 
-/// Completes every queued message (settled first): returns (id, sequence number) pairs once
-/// every id in `required` came and the queue stayed quiet for half a second. Panics when an id
-/// comes twice, or when the queue goes quiet before all of `required` came.
-async fn drain(addr: std::net::SocketAddr, required: &HashSet<i64>) -> Vec<(i64, i64)> {
+/// Completes every message queued at `source` (settled first): returns (id, sequence number)
+/// pairs once every id in `required` came and the source stayed quiet for half a second.
+/// Panics when an id comes twice, or when the source goes quiet before all of `required` came.
+async fn drain(
+    addr: std::net::SocketAddr,
+    source: &str,
+    required: &HashSet<i64>,
+) -> Vec<(i64, i64)> {
     let (mut connection, mut session) = connect_session(addr).await;
-    let mut receiver = Receiver::attach(&mut session, "drain", "q")
+    let mut receiver = Receiver::attach(&mut session, "drain", source)
         .await
         .expect("receiver");
     let mut got = Vec::new();
@@ -249,7 +272,7 @@ async fn drain(addr: std::net::SocketAddr, required: &HashSet<i64>) -> Vec<(i64,
                 let delivery = delivery.expect("recv");
                 assert!(
                     ids.insert(id_of(&delivery)),
-                    "id {} received twice",
+                    "id {} received twice from {source}",
                     id_of(&delivery)
                 );
                 got.push((id_of(&delivery), seq_of(&delivery)));
@@ -258,7 +281,7 @@ async fn drain(addr: std::net::SocketAddr, required: &HashSet<i64>) -> Vec<(i64,
             Err(_) if ids.is_superset(required) => break,
             Err(_) => {
                 let missing: Vec<&i64> = required.difference(&ids).take(20).collect();
-                panic!("acknowledged sends lost, among them: {missing:?}");
+                panic!("acknowledged sends lost from {source}, among them: {missing:?}");
             }
         }
     }
@@ -321,7 +344,7 @@ async fn kill_9_mid_load_keeps_acknowledged_sends_and_confirmed_completions() {
         .chain([-1])
         .filter(|id| !seen_ids.contains(id))
         .collect();
-    let got = drain(broker.addr, &required).await;
+    let got = drain(broker.addr, "q", &required).await;
     assert_in_sequence_order(&got);
     let back: Vec<i64> = got
         .iter()
@@ -336,7 +359,7 @@ async fn kill_9_mid_load_keeps_acknowledged_sends_and_confirmed_completions() {
         .max()
         .unwrap_or(0);
     assert_eq!(send_ids(broker.addr, 2_000_000..2_000_001).await.len(), 1);
-    let next = drain(broker.addr, &HashSet::from([2_000_000])).await;
+    let next = drain(broker.addr, "q", &HashSet::from([2_000_000])).await;
     assert!(next[0].1 > highest, "sequence number {} reused", next[0].1);
 }
 
@@ -398,7 +421,7 @@ async fn a_full_disk_refuses_sends_and_loses_nothing_acknowledged() {
     broker.kill9();
 
     let broker = ChildBroker::start(dir.path(), &config("sync"));
-    let got = drain(broker.addr, &accepted).await;
+    let got = drain(broker.addr, "q", &accepted).await;
     assert_in_sequence_order(&got);
 }
 

@@ -250,7 +250,8 @@ async fn sigterm_mid_load_exits_zero_and_keeps_every_acknowledged_send() {
 
 /// Completes every message queued at `source` (settled first): returns (id, sequence number)
 /// pairs once every id in `required` came and the source stayed quiet for half a second.
-/// Panics when an id comes twice, or when the source goes quiet before all of `required` came.
+/// Panics when an id comes twice, or when nothing came for [`DEADLINE`] while some of
+/// `required` is still missing (a stalled broker or a slow machine is not a loss).
 async fn drain(
     addr: std::net::SocketAddr,
     source: &str,
@@ -262,6 +263,7 @@ async fn drain(
         .expect("receiver");
     let mut got = Vec::new();
     let mut ids = HashSet::new();
+    let mut last = std::time::Instant::now();
     loop {
         match timeout(
             std::time::Duration::from_millis(500),
@@ -278,8 +280,10 @@ async fn drain(
                 );
                 got.push((id_of(&delivery), seq_of(&delivery)));
                 receiver.accept(&delivery).await.expect("accept");
+                last = std::time::Instant::now();
             }
             Err(_) if ids.is_superset(required) => break,
+            Err(_) if last.elapsed() < DEADLINE => {}
             Err(_) => {
                 let missing: Vec<&i64> = required.difference(&ids).take(20).collect();
                 panic!("acknowledged sends lost from {source}, among them: {missing:?}");

@@ -227,11 +227,11 @@ fn spread(sorted: &[i64], scale: f64) -> String {
 /// unless every message arrived exactly once.
 fn main() -> Result<(), BoxError> {
     let args = parse_args()?;
-    let broker = BenchBroker::start(args.durability, QUEUE)?;
+    let broker = BenchBroker::start(args.durability, &support::queue_toml(QUEUE))?;
     let addr = broker.addr;
 
     let due_ms = now_micros() / 1000 + (args.lead * 1000) as i64;
-    let client_runtime = support::runtime()?;
+    let client_runtime = support::runtime(support::CLIENT_THREADS)?;
     let ((accepted, sent_at_us), got) = client_runtime.block_on(async {
         let (sent, received) =
             tokio::join!(produce(addr, &args, due_ms), consume(addr, &args, due_ms));

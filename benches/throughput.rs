@@ -1,19 +1,39 @@
-//! End-to-end throughput: an in-process broker, one fe2o3-amqp producer and one consumer.
+//! End-to-end throughput: an in-process broker, one fe2o3-amqp producer, and one consumer for
+//! the queue or for each subscription of a topic.
 //!
 //! `cargo bench --bench throughput -- [--messages N] [--size BYTES] [--window N] [--credit N]
-//! [--durability sync|interval|memory] [--fill-first] [--receive-and-delete]`
+//! [--durability sync|interval|memory] [--fill-first] [--receive-and-delete] [--topic N]`
 //!
-//! The consumer is peek-lock and completes every message (the SDK default), or with
-//! `--receive-and-delete` takes pre-settled deliveries.
+//! The producer sends to the entity `bench`: a queue, or with `--topic N` a topic with N
+//! subscriptions `sub-1` .. `sub-N`, each with the default rule (`$Default`, the true filter),
+//! declared in the TOML the bench gives the broker. One consumer, on a connection of its own,
+//! receives from the queue or from each subscription (`bench/Subscriptions/sub-i`), and each
+//! must get every message exactly once.
 //!
-//! `--fill-first` sends everything before the consumer starts and prints the process's
+//! The consumers are peek-lock and complete every message (the SDK default), or with
+//! `--receive-and-delete` take pre-settled deliveries.
+//!
+//! `--fill-first` sends everything before the consumers start and prints the process's
 //! resident memory with the whole backlog queued (broker and client share the process).
 //!
-//! The producer keeps `window` unsettled sends in flight; the consumer grants `credit` and
-//! accepts every message (peek-lock, one disposition each). Prints send, receive and end-to-end
-//! rates and the p50/p99 latency from send to receipt.
+//! The producer keeps `window` unsettled sends in flight; each consumer grants `credit` and
+//! accepts every message (peek-lock, one disposition each). Prints the send (publish) rate,
+//! each consumer's receive rate, the end-to-end rate, the p50/p99 latency from send to receipt,
+//! and per published message:
+//! - the broker's CPU time (user + system, µs): the whole process's, from `/proc/self/stat`
+//!   (threads that ended included), minus the client's threads', from
+//!   `/proc/self/task/<tid>/stat`: the client runtime's (`bench-client`) and the main thread,
+//!   which drives the producer and the consumers. Clock-tick resolution (10 ms on Linux); the
+//!   whole process's figure is printed too. Loopback TCP work is charged to the sending side.
+//! - the bytes written to disk: the process's `write_bytes` minus `cancelled_write_bytes` from
+//!   `/proc/self/io` (counted per page as the broker dirties the page cache; the file system's
+//!   journal is not included). Only the broker writes files.
+//!
+//! Both span the run, from before the clients connect until the last consumer is done; the
+//! broker's start and stop are left out.
 
 use std::collections::HashSet;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use fe2o3_amqp::link::receiver::CreditMode;
@@ -21,11 +41,15 @@ use fe2o3_amqp::types::definitions::SenderSettleMode;
 use fe2o3_amqp::types::messaging::{ApplicationProperties, Body, Message, Outcome};
 use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Value};
 use fe2o3_amqp::{Receiver, Sender, Session};
+use futures_util::future::try_join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tidebus::config::Durability;
 
 mod support;
 use support::{connect, now_micros, BenchBroker, BoxError, Flags};
+
+/// The queue or topic the producer sends to.
+const ENTITY: &str = "bench";
 
 struct Args {
     durability: Durability,
@@ -35,6 +59,33 @@ struct Args {
     size: usize,
     window: usize,
     credit: u32,
+    /// Subscriptions of the topic sent to; `None`: send to a queue.
+    topic: Option<u64>,
+}
+
+impl Args {
+    /// The broker's entities, as TOML: the queue, or the topic and its subscriptions (which,
+    /// declared without rules, get `$Default`).
+    fn entities(&self) -> String {
+        let Some(subscriptions) = self.topic else {
+            return support::queue_toml(ENTITY);
+        };
+        let mut toml = format!("[[topics]]\nname = \"{ENTITY}\"\n");
+        for n in 1..=subscriptions {
+            toml.push_str(&format!("[[topics.subscriptions]]\nname = \"sub-{n}\"\n"));
+        }
+        toml
+    }
+
+    /// The addresses the consumers receive from, one consumer each.
+    fn sources(&self) -> Vec<String> {
+        match self.topic {
+            None => vec![ENTITY.to_owned()],
+            Some(subscriptions) => (1..=subscriptions)
+                .map(|n| format!("{ENTITY}/Subscriptions/sub-{n}"))
+                .collect(),
+        }
+    }
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -46,6 +97,7 @@ fn parse_args() -> Result<Args, String> {
         size: 1024,
         window: 100,
         credit: 200,
+        topic: None,
     };
     let mut flags = Flags::from_env();
     while let Some(flag) = flags.next_flag() {
@@ -57,6 +109,7 @@ fn parse_args() -> Result<Args, String> {
             "--durability" => args.durability = flags.durability()?,
             "--fill-first" => args.fill_first = true,
             "--receive-and-delete" => args.receive_and_delete = true,
+            "--topic" => args.topic = Some(flags.number(&flag)?.max(1)),
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -71,7 +124,7 @@ async fn produce(
 ) -> Result<(u64, Duration, Vec<u64>), BoxError> {
     let mut connection = connect(addr, "bench-producer").await?;
     let mut session = Session::begin(&mut connection).await?;
-    let mut sender = Sender::attach(&mut session, "bench-sender", "bench").await?;
+    let mut sender = Sender::attach(&mut session, "bench-sender", ENTITY).await?;
     let payload = vec![0xA5u8; args.size];
     let started = Instant::now();
     let mut inflight = FuturesUnordered::new();
@@ -124,6 +177,8 @@ fn rss_mib() -> f64 {
 }
 
 struct Received {
+    /// The address received from.
+    source: String,
     unique: u64,
     duplicates: u64,
     first: Option<Instant>,
@@ -131,12 +186,17 @@ struct Received {
     latencies_us: Vec<u64>,
 }
 
-async fn consume(addr: std::net::SocketAddr, args: &Args) -> Result<Received, BoxError> {
-    let mut connection = connect(addr, "bench-consumer").await?;
+/// Receives from `source` until every message came once; fails after 30 s without one.
+async fn consume(
+    addr: std::net::SocketAddr,
+    args: &Args,
+    source: &str,
+) -> Result<Received, BoxError> {
+    let mut connection = connect(addr, &format!("bench-consumer {source}")).await?;
     let mut session = Session::begin(&mut connection).await?;
     let mut receiver = Receiver::builder()
         .name("bench-receiver")
-        .source("bench")
+        .source(source)
         .credit_mode(CreditMode::Auto(args.credit))
         .sender_settle_mode(if args.receive_and_delete {
             SenderSettleMode::Settled
@@ -147,6 +207,7 @@ async fn consume(addr: std::net::SocketAddr, args: &Args) -> Result<Received, Bo
         .await?;
     let mut seen = HashSet::with_capacity(args.messages as usize);
     let mut got = Received {
+        source: source.to_owned(),
         unique: 0,
         duplicates: 0,
         first: None,
@@ -157,7 +218,12 @@ async fn consume(addr: std::net::SocketAddr, args: &Args) -> Result<Received, Bo
         let delivery =
             tokio::time::timeout(Duration::from_secs(30), receiver.recv::<Body<Value>>())
                 .await
-                .map_err(|_| format!("no message for 30 s after {} received", got.unique))??;
+                .map_err(|_| {
+                    format!(
+                        "{source}: no message for 30 s after {} received",
+                        got.unique
+                    )
+                })??;
         let now = Instant::now();
         let properties = delivery.message().application_properties.as_ref();
         let field = |key: &str| match properties.and_then(|p| p.0.get(key)) {
@@ -193,13 +259,75 @@ fn percentile(sorted: &[u64], p: f64) -> f64 {
     sorted[index] as f64 / 1000.0
 }
 
+/// CPU time and storage writes of this process so far.
+struct Usage {
+    /// User + system CPU of the whole process, threads that ended included, in µs.
+    process_us: f64,
+    /// User + system CPU of the client's threads (see the top of the file), in µs.
+    client_us: f64,
+    /// `write_bytes - cancelled_write_bytes` of `/proc/self/io`; `None` where it cannot be
+    /// read.
+    written: Option<u64>,
+}
+
+impl Usage {
+    fn now() -> Result<Usage, BoxError> {
+        // SAFETY: sysconf only reads a system setting.
+        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let tick_us = 1e6 / ticks_per_second.max(1) as f64;
+        let main = std::process::id().to_string();
+        let mut client_ticks = 0;
+        for task in std::fs::read_dir("/proc/self/task")? {
+            let task = task?.path();
+            let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+            let is_main = task.file_name().is_some_and(|tid| *tid == *main);
+            if is_main || name.trim_end() == support::CLIENT_THREADS {
+                client_ticks += cpu_ticks(&task.join("stat"))?;
+            }
+        }
+        Ok(Usage {
+            process_us: cpu_ticks(Path::new("/proc/self/stat"))? as f64 * tick_us,
+            client_us: client_ticks as f64 * tick_us,
+            written: written_bytes(),
+        })
+    }
+}
+
+/// utime + stime, in clock ticks, of a `stat` file of `/proc`.
+fn cpu_ticks(stat: &Path) -> Result<u64, BoxError> {
+    let text = std::fs::read_to_string(stat)?;
+    // The fields after the command name, which is in parentheses and may hold anything,
+    // start at the third: utime and stime are the 14th and 15th.
+    let after_name = text.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let field = |n: usize| -> Result<u64, BoxError> {
+        let value = fields.get(n - 3).ok_or("short stat line")?;
+        Ok(value.parse()?)
+    };
+    Ok(field(14)? + field(15)?)
+}
+
+/// Bytes this process had written to storage so far, those it dirtied and then truncated away
+/// before writeback left out.
+fn written_bytes() -> Option<u64> {
+    let io = std::fs::read_to_string("/proc/self/io").ok()?;
+    let field = |key: &str| {
+        io.lines()
+            .find_map(|line| line.strip_prefix(key)?.trim().parse::<u64>().ok())
+    };
+    Some(field("write_bytes:")?.saturating_sub(field("cancelled_write_bytes:")?))
+}
+
 fn main() -> Result<(), BoxError> {
     let args = parse_args()?;
-    let broker = BenchBroker::start(args.durability, "bench")?;
+    let broker = BenchBroker::start(args.durability, &args.entities())?;
     let addr = broker.addr;
-    let client_runtime = support::runtime()?;
+    let sources = args.sources();
+    let client_runtime = support::runtime(support::CLIENT_THREADS)?;
+    let before = Usage::now()?;
+    let started = Instant::now();
     let (sent, received) = client_runtime.block_on(async {
-        let started = Instant::now();
+        let consumers = try_join_all(sources.iter().map(|source| consume(addr, &args, source)));
         if args.fill_first {
             let sent = produce(addr, &args).await?;
             println!(
@@ -207,24 +335,19 @@ fn main() -> Result<(), BoxError> {
                 sent.0,
                 rss_mib()
             );
-            return Ok::<_, BoxError>((sent, (consume(addr, &args).await?, started)));
+            return Ok::<_, BoxError>((sent, consumers.await?));
         }
-        let (sent, received) = tokio::join!(produce(addr, &args), consume(addr, &args));
-        Ok::<_, BoxError>((sent?, (received?, started)))
+        let (sent, received) = tokio::join!(produce(addr, &args), consumers);
+        Ok::<_, BoxError>((sent?, received?))
     })?;
-    let ((accepted, send_elapsed, mut round_trips), (mut got, started)) = (sent, received);
+    let after = Usage::now()?;
+    let (accepted, send_elapsed, mut round_trips) = sent;
     round_trips.sort_unstable();
     broker.stop()?;
 
-    let end_to_end = got.last.map_or(Duration::ZERO, |last| last - started);
-    let receive_span = match (got.first, got.last) {
-        (Some(first), Some(last)) => last - first,
-        _ => Duration::ZERO,
-    };
-    got.latencies_us.sort_unstable();
     let rate = |n: u64, d: Duration| n as f64 / d.as_secs_f64().max(1e-9);
     println!(
-        "throughput: messages={} size={} window={} credit={} durability={:?} consumer={}{}",
+        "throughput: messages={} size={} window={} credit={} durability={:?} consumer={}{} {}",
         args.messages,
         args.size,
         args.window,
@@ -235,34 +358,75 @@ fn main() -> Result<(), BoxError> {
         } else {
             "peek-lock"
         },
-        if args.fill_first { " fill-first" } else { "" }
+        if args.fill_first { " fill-first" } else { "" },
+        match args.topic {
+            None => "queue".to_owned(),
+            Some(n) => format!("topic with {n} subscriptions"),
+        }
     );
     println!(
         "send:       accepted={accepted} elapsed={send_elapsed:.3?} rate={:.0} msg/s",
         rate(accepted, send_elapsed)
     );
+    for got in &received {
+        let receive_span = match (got.first, got.last) {
+            (Some(first), Some(last)) => last - first,
+            _ => Duration::ZERO,
+        };
+        println!(
+            "receive:    unique={} duplicates={} elapsed={receive_span:.3?} rate={:.0} msg/s ({})",
+            got.unique,
+            got.duplicates,
+            rate(got.unique, receive_span),
+            got.source
+        );
+    }
+    let everywhere = received.iter().map(|got| got.unique).min().unwrap_or(0);
+    let end_to_end = received
+        .iter()
+        .filter_map(|got| got.last)
+        .max()
+        .map_or(Duration::ZERO, |last| last - started);
     println!(
-        "receive:    unique={} duplicates={} elapsed={receive_span:.3?} rate={:.0} msg/s",
-        got.unique,
-        got.duplicates,
-        rate(got.unique, receive_span)
-    );
-    println!(
-        "end-to-end: elapsed={end_to_end:.3?} rate={:.0} msg/s",
-        rate(got.unique, end_to_end)
+        "end-to-end: elapsed={end_to_end:.3?} rate={:.0} msg/s (received by every consumer)",
+        rate(everywhere, end_to_end)
     );
     println!(
         "send rtt:   p50={:.3}ms p99={:.3}ms (send to outcome)",
         percentile(&round_trips, 0.50),
         percentile(&round_trips, 0.99)
     );
+    let mut latencies: Vec<u64> = received
+        .iter()
+        .flat_map(|got| got.latencies_us.iter().copied())
+        .collect();
+    latencies.sort_unstable();
     println!(
         "latency:    p50={:.3}ms p99={:.3}ms",
-        percentile(&got.latencies_us, 0.50),
-        percentile(&got.latencies_us, 0.99)
+        percentile(&latencies, 0.50),
+        percentile(&latencies, 0.99)
     );
-    if accepted != args.messages || got.unique != args.messages || got.duplicates != 0 {
-        return Err("not every message arrived exactly once".into());
+    let published = accepted.max(1) as f64;
+    let process_us = after.process_us - before.process_us;
+    let broker_us = process_us - (after.client_us - before.client_us);
+    println!(
+        "cpu:        broker {:.1} µs per published message (whole process {:.1} µs)",
+        broker_us / published,
+        process_us / published
+    );
+    match (before.written, after.written) {
+        (Some(before), Some(after)) => println!(
+            "disk:       {:.0} bytes written per published message ({:.1} MiB in all)",
+            after.saturating_sub(before) as f64 / published,
+            after.saturating_sub(before) as f64 / (1024.0 * 1024.0)
+        ),
+        _ => println!("disk:       unknown (/proc/self/io cannot be read)"),
+    }
+    let exactly_once = received
+        .iter()
+        .all(|got| got.unique == args.messages && got.duplicates == 0);
+    if accepted != args.messages || !exactly_once {
+        return Err("not every message arrived exactly once at every consumer".into());
     }
     Ok(())
 }

@@ -2,11 +2,11 @@
 //! their client connections. Included by each bench with `mod support;`.
 
 use std::net::SocketAddr;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fe2o3_amqp::connection::ConnectionHandle;
 use fe2o3_amqp::Connection;
-use tidebus::config::{Config, Durability, QueueConfig};
+use tidebus::config::{Config, Durability};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 use tokio::sync::oneshot;
@@ -23,12 +23,25 @@ pub fn now_micros() -> i64 {
 }
 
 /// A two-thread runtime, for the broker or for the clients (each gets its own, as two
-/// processes would).
-pub fn runtime() -> Result<Runtime, BoxError> {
+/// processes would). Its threads, workers and blocking ones, are called `name`, and idle
+/// blocking threads stay an hour, so that a bench can tell the two apart by thread in
+/// `/proc/self/task` for as long as it runs.
+pub fn runtime(name: &str) -> Result<Runtime, BoxError> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_name(name)
+        .thread_keep_alive(Duration::from_secs(3600))
         .enable_all()
         .build()?)
+}
+
+/// The name of the client runtime's threads (see [`runtime`]).
+pub const CLIENT_THREADS: &str = "bench-client";
+
+/// The TOML declaration of one queue named `name`, every setting at its default (the
+/// embedded default's `queue.1` but for its name).
+pub fn queue_toml(name: &str) -> String {
+    format!("[[queues]]\nname = \"{name}\"\n")
 }
 
 /// Opens an AMQP connection to the bench broker over a `TCP_NODELAY` stream.
@@ -75,8 +88,9 @@ impl Flags {
     }
 }
 
-/// The broker under test: the embedded default config with one queue, a data dir in a
-/// temporary directory, on 127.0.0.1 and a runtime of its own.
+/// The broker under test: the embedded default config with the bench's own entities in place
+/// of the default's, a data dir in a temporary directory, on 127.0.0.1 and a runtime of its
+/// own (threads called `bench-broker`).
 pub struct BenchBroker {
     /// Where it listens.
     pub addr: SocketAddr,
@@ -87,17 +101,17 @@ pub struct BenchBroker {
 }
 
 impl BenchBroker {
-    /// Starts it with one queue named `queue`.
-    pub fn start(durability: Durability, queue: &str) -> Result<Self, BoxError> {
-        let runtime = runtime()?;
+    /// Starts it with the queues and topics that `entities` declares (`[[queues]]` and
+    /// `[[topics]]` tables, read as a config file would be) and no others.
+    pub fn start(durability: Durability, entities: &str) -> Result<Self, BoxError> {
+        let declared = Config::parse(entities, "<bench entities>")?;
+        let runtime = runtime("bench-broker")?;
         let mut config = Config::embedded_default();
         let data_dir = tempfile::tempdir()?;
         config.broker.durability = durability;
         config.broker.data_dir = data_dir.path().join("data");
-        config.queues = vec![QueueConfig {
-            name: queue.into(),
-            ..config.queues[0].clone()
-        }];
+        config.queues = declared.queues;
+        config.topics = declared.topics;
         let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0"))?;
         let addr = listener.local_addr()?;
         let (stop, stopped) = oneshot::channel::<()>();

@@ -24,7 +24,8 @@
 //!   (threads that ended included), minus the client's threads', from
 //!   `/proc/self/task/<tid>/stat`: the client runtime's (`bench-client`) and the main thread,
 //!   which drives the producer and the consumers. Clock-tick resolution (10 ms on Linux); the
-//!   whole process's figure is printed too. Loopback TCP work is charged to the sending side.
+//!   whole process's figure is printed too. The kernel charges most loopback TCP work to the
+//!   sending thread, so each side's figure holds part of the other's receiving.
 //! - the bytes written to disk: the process's `write_bytes` minus `cancelled_write_bytes` from
 //!   `/proc/self/io` (counted per page as the broker dirties the page cache; the file system's
 //!   journal is not included). Only the broker writes files.

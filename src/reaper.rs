@@ -2,7 +2,8 @@
 //! entity whether it has been idle for its `auto_delete_on_idle` time. An entity that was
 //! deletes itself (messages, dead-letter queue and all) and the reaper then removes it from
 //! the registry, so its address answers `amqp:not-found`. A queue declared in the config comes
-//! back, empty, at the next start.
+//! back, empty, at the next start. On the same tick a topic deletes those of its subscriptions
+//! that were idle for theirs.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -11,6 +11,7 @@ import time
 from datetime import datetime, timedelta, timezone
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
+from azure.servicebus.exceptions import MessagingEntityNotFoundError
 
 # Bound on collecting the messages a test expects, over several receive calls.
 DEADLINE_S = 30.0
@@ -138,3 +139,17 @@ def wait_until_past(instant, deadline_s=DEADLINE_S):
     while now_utc() <= target:
         assert time.monotonic() < deadline, f"{instant} not passed within {deadline_s:.0f} s"
         time.sleep(0.05)
+
+
+def wait_until_not_found(attach, what, poll_s=0.25):
+    """Call `attach` (a step that opens a link and closes it again) until it fails with
+    entity-not-found; returns when it did. Attaching is not activity, so polling does not keep
+    an entity alive for auto-delete."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        try:
+            attach()
+        except MessagingEntityNotFoundError:
+            return now_utc()
+        assert time.monotonic() < deadline, f"{what} still exists after {DEADLINE_S:.0f} s"
+        time.sleep(poll_s)

@@ -43,6 +43,7 @@ from sb_common import (
     receive_one,
     send,
     summary,
+    wait_until_not_found,
     wait_until_past,
 )
 
@@ -150,15 +151,12 @@ def wait_until_deleted(client, queue):
     Entering `with sender:` attaches the link (the SDK waits for the broker's attach), and
     attaching is not activity, so polling does not keep the queue alive.
     """
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        try:
-            with client.get_queue_sender(queue):
-                pass
-        except MessagingEntityNotFoundError:
-            return now_utc()
-        assert time.monotonic() < deadline, f"{queue} still exists after {DEADLINE_S:.0f} s"
-        time.sleep(POLL_S)
+
+    def attach():
+        with client.get_queue_sender(queue):
+            pass
+
+    return wait_until_not_found(attach, queue, POLL_S)
 
 
 class ReceiveLoop(threading.Thread):

@@ -7,7 +7,6 @@ messages are held by the topic and fan out when due. A copy's time to live is th
 the message's, the topic's and the subscription's.
 """
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -15,7 +14,6 @@ from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode, ServiceBu
 from azure.servicebus.exceptions import MessagingEntityNotFoundError
 
 from sb_common import (
-    DEADLINE_S,
     OPERATION_TIMEOUT_S,
     expected_summary,
     ids,
@@ -25,6 +23,7 @@ from sb_common import (
     receive_exactly,
     receive_one,
     summary,
+    wait_until_not_found,
     wait_until_past,
 )
 
@@ -242,17 +241,14 @@ def test_a_filter_that_cannot_be_evaluated_dead_letters_the_copy_or_drops_it(cli
 
 
 def wait_until_subscription_deleted(client, topic, subscription):
-    """Open receivers on the subscription until one fails with entity-not-found; attaching is
-    not activity, so polling does not keep it alive. Returns when it failed."""
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        try:
-            with client.get_subscription_receiver(topic, subscription):
-                pass
-        except MessagingEntityNotFoundError:
-            return now_utc()
-        assert time.monotonic() < deadline, f"{subscription} still exists after {DEADLINE_S} s"
-        time.sleep(0.05)
+    """Open receivers on the subscription until one fails with entity-not-found (attaching is
+    not activity); returns when it did."""
+
+    def attach():
+        with client.get_subscription_receiver(topic, subscription):
+            pass
+
+    return wait_until_not_found(attach, f"{topic}/Subscriptions/{subscription}")
 
 
 @pytest.mark.broker(

@@ -54,11 +54,6 @@ impl Intake {
         self.visible_below = self.visible_below.max(next_seq);
     }
 
-    /// The first sequence number not yet durable.
-    pub fn visible_below(&self) -> i64 {
-        self.visible_below
-    }
-
     /// Whether numbered messages wait for their durability point before they can be
     /// delivered.
     pub fn has_unrevealed(&self) -> bool {

@@ -109,8 +109,8 @@ pub struct DeadLetter {
 pub struct QueueCore {
     rules: Rules,
     size_bytes: u64,
-    /// Messages numbered from here on are not durable yet and must not be delivered (see
-    /// [`Intake::visible_below`](crate::entity::intake::Intake::visible_below)).
+    /// Messages numbered from here on are not durable yet and must not be delivered: the
+    /// entity reveals them (`reveal_up_to`) once their write is durable.
     visible_below: i64,
     /// Every message of the lane, scheduled ones included (a queue's lane stores them so
     /// that peek shows them; the entity's schedule says when they are due).

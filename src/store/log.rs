@@ -14,6 +14,11 @@
 //! A queue's lanes (subscription 0) use these keys as they are; a topic subscription's lanes
 //! use the same letters upper-cased, followed by the subscription's number (u32 big-endian).
 //!
+//! A topic also keeps `b` + first: shared bodies (see [`crate::store::chunk`]), the bytes of
+//! messages that several subscriptions store alike in one write, kept once; their chunks hold
+//! only the records (design.md D7). Shared bodies go when no message left in a chunk refers
+//! to them.
+//!
 //! A write is either single operations in a crash-safe order or one atomic sled batch (see
 //! `Ops`): no crash leaves a message without the counter that numbered it, or in two places.
 
@@ -22,11 +27,15 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::store::chunk::{self, Departures};
+use crate::store::chunk::{self, ChunkError, Departures};
 use crate::store::record::{MessageState, Record, RECORD_LEN};
 use crate::store::{Change, LaneId, Recovered, StoreError};
 
 const NEXT_SEQ_KEY: &[u8] = b"h";
+/// Prefix of a topic's shared bodies (`b` + first sequence number).
+const BODIES_PREFIX: u8 = b'b';
+/// Most numbers without shared bytes between two with, in one value of shared bodies.
+const BODIES_MAX_GAP: i64 = 64;
 /// Prefix of the rules a subscription was given at run time (`r` + subscription number +
 /// lower-cased name: the stored description).
 const RULE_PREFIX: u8 = b'r';
@@ -113,9 +122,34 @@ fn rule_key(lane: LaneId, name: &str) -> Vec<u8> {
     key
 }
 
+/// The key of the shared bodies starting at `first`.
+fn bodies_key(first: i64) -> Key {
+    let mut key = Key {
+        bytes: [0u8; 13],
+        len: 9,
+    };
+    key.bytes[0] = BODIES_PREFIX;
+    key.bytes[1..9].copy_from_slice(&first.to_be_bytes());
+    key
+}
+
 /// The sequence number in a key made by [`key`]: its last eight bytes.
 fn seq_of(key: &[u8]) -> i64 {
     be_i64(&key[key.len() - 8..])
+}
+
+/// The lane of a chunk or departures key made by [`key`].
+fn lane_of(key: &[u8]) -> LaneId {
+    let subscription = match key.get(1..5) {
+        Some(number) if key.len() == 13 => {
+            u32::from_be_bytes([number[0], number[1], number[2], number[3]])
+        }
+        _ => 0,
+    };
+    LaneId {
+        subscription,
+        dead_letter: false,
+    }
 }
 
 /// A big-endian i64 from exactly 8 bytes.
@@ -141,6 +175,23 @@ struct StoredChunk {
     departures_stored: bool,
     /// No message left it since the previous compaction pass.
     quiet: bool,
+    /// Which of its messages have their bytes in the shared bodies (empty: none).
+    shared: Vec<bool>,
+}
+
+impl StoredChunk {
+    fn is_shared(&self, index: u32) -> bool {
+        self.shared.get(index as usize).copied().unwrap_or(false)
+    }
+}
+
+/// Shared bodies on disk (see [`crate::store::chunk`]).
+#[derive(Debug)]
+struct SharedBodies {
+    /// How many numbers they cover.
+    count: u32,
+    /// How many messages still in chunks refer to them.
+    refs: u32,
 }
 
 /// A chunk being built by the current write; `None` marks a message deleted before it was
@@ -230,8 +281,19 @@ pub struct EntityLog {
     cache: BodyCache,
     /// The chunks of each lane that stores them.
     chunks: HashMap<LaneId, LaneChunks>,
-    /// The chunk value read last (deliveries read a chunk's messages one after another).
-    last_read: Option<(LaneId, i64, sled::IVec)>,
+    /// The topic's shared bodies, by first sequence number.
+    shared: BTreeMap<i64, SharedBodies>,
+    /// Shared bodies nothing refers to any more, to remove with the next departures.
+    released: Vec<i64>,
+    /// The records still in the chunks read back, per lane, until [`EntityLog::recover`]
+    /// hands them out.
+    recovered: HashMap<LaneId, Vec<(i64, Record)>>,
+    /// Whether the chunks of the queue lane (`false`) and of the subscription lanes (`true`)
+    /// were read back.
+    chunks_read: [bool; 2],
+    /// The chunk or shared bodies read last (deliveries read a chunk's messages one after
+    /// another).
+    last_read: Option<(Key, sled::IVec)>,
     /// Changes staged for the next [`EntityLog::commit`], in order.
     staged: Vec<(LaneId, Change)>,
     /// The bytes of the staged puts, readable before they are written.
@@ -259,6 +321,10 @@ impl EntityLog {
                 budget: cache_budget,
             },
             chunks: HashMap::new(),
+            shared: BTreeMap::new(),
+            released: Vec::new(),
+            recovered: HashMap::new(),
+            chunks_read: [false; 2],
             last_read: None,
             staged: Vec::new(),
             staged_bodies: HashMap::new(),
@@ -284,7 +350,8 @@ impl EntityLog {
         };
         let mut records = Vec::new();
         if !lane.dead_letter {
-            self.recover_chunks(&tree, lane, &mut records)?;
+            self.recover_chunks(&tree, lane.subscription != 0)?;
+            records = self.recovered.remove(&lane).unwrap_or_default();
         }
         for item in tree.scan_prefix(prefix(Kind::Own, lane)) {
             let (key, value) = item?;
@@ -312,52 +379,85 @@ impl EntityLog {
         Ok(Recovered { next_seq, records })
     }
 
-    /// Reads a lane's chunks and their departures; the messages still in them join
-    /// `records`.
-    fn recover_chunks(
-        &mut self,
-        tree: &sled::Tree,
-        lane: LaneId,
-        records: &mut Vec<(i64, Record)>,
-    ) -> Result<(), StoreError> {
-        let entity = self.entity.clone();
-        let chunks = self.chunks.entry(lane).or_default();
-        let mut departures = HashMap::new();
-        for item in tree.scan_prefix(prefix(Kind::Departures, lane)) {
-            let (key, value) = item?;
-            departures.insert(seq_of(&key), value);
+    /// Reads back the chunks and departures of the queue lane, or of every subscription lane
+    /// on disk (declared or not) with the shared bodies they refer to; the records still in
+    /// them wait in `recovered`. Departures whose chunk is gone and shared bodies nothing
+    /// refers to (a crash came between the removals) are removed.
+    fn recover_chunks(&mut self, tree: &sled::Tree, subscriptions: bool) -> Result<(), StoreError> {
+        if std::mem::replace(&mut self.chunks_read[usize::from(subscriptions)], true) {
+            return Ok(());
         }
-        for item in tree.scan_prefix(prefix(Kind::Chunk, lane)) {
+        let family = LaneId {
+            subscription: u32::from(subscriptions),
+            dead_letter: false,
+        };
+        let chunk_prefix = &prefix(Kind::Chunk, family)[..1];
+        let departures_prefix = &prefix(Kind::Departures, family)[..1];
+        if subscriptions {
+            for item in tree.scan_prefix([BODIES_PREFIX]) {
+                let (key, value) = item?;
+                let first = seq_of(&key);
+                let count = self.decode(first, chunk::decode_bodies(&value))?.len();
+                let count = u32::try_from(count).unwrap_or(u32::MAX);
+                self.shared.insert(first, SharedBodies { count, refs: 0 });
+            }
+        }
+        let mut departures = HashMap::new();
+        for item in tree.scan_prefix(departures_prefix) {
             let (key, value) = item?;
-            let first = seq_of(&key);
-            let entries = chunk::decode(&value).map_err(|error| StoreError::Chunk {
-                entity: entity.clone(),
-                first,
-                error,
-            })?;
+            departures.insert(key, value);
+        }
+        for item in tree.scan_prefix(chunk_prefix) {
+            let (chunk_key, value) = item?;
+            let (lane, first) = (lane_of(&chunk_key), seq_of(&chunk_key));
+            let entries = self.decode(first, chunk::decode(&value))?;
             let count = u32::try_from(entries.len()).unwrap_or(u32::MAX);
-            let stored = departures.remove(&first);
+            let departures_key = key(Kind::Departures, lane, first);
+            let stored = departures.remove(&departures_key[..]);
             let gone = stored.as_ref().map_or_else(
                 || Departures::none(count),
                 |bits| Departures::decode(bits, count),
             );
-            for (index, (record, _)) in entries.into_iter().enumerate() {
-                if !gone.has_left(index as u32) {
-                    records.push((first + index as i64, record));
+            let records = self.recovered.entry(lane).or_default();
+            let mut refers = Vec::new();
+            for (index, (record, range)) in entries.iter().enumerate() {
+                let seq = first + index as i64;
+                if gone.has_left(index as u32) {
+                    continue;
+                }
+                records.push((seq, *record));
+                if range.is_none() {
+                    refers.push(seq);
                 }
             }
-            chunks.stored.insert(
+            for seq in refers {
+                let first = self.shared_first(seq).ok_or_else(|| self.missing(seq))?;
+                if let Some(bodies) = self.shared.get_mut(&first) {
+                    bodies.refs += 1;
+                }
+            }
+            self.chunks.entry(lane).or_default().stored.insert(
                 first,
                 StoredChunk {
                     departures: gone,
                     departures_stored: stored.is_some(),
                     quiet: false,
+                    shared: entries.iter().map(|(_, range)| range.is_none()).collect(),
                 },
             );
         }
-        // Departures whose chunk is gone: a crash came between removing the two keys.
-        for first in departures.into_keys() {
-            tree.remove(key(Kind::Departures, lane, first))?;
+        for key in departures.into_keys() {
+            tree.remove(key)?;
+        }
+        let unused: Vec<i64> = self
+            .shared
+            .iter()
+            .filter(|(_, bodies)| bodies.refs == 0)
+            .map(|(first, _)| *first)
+            .collect();
+        for first in unused {
+            self.shared.remove(&first);
+            tree.remove(bodies_key(first))?;
         }
         Ok(())
     }
@@ -515,9 +615,11 @@ impl EntityLog {
             let value = sled::IVec::from(&next.to_be_bytes()[..]);
             batch.list.insert(0, (NEXT_SEQ_KEY.into(), Some(value)));
         }
+        // Shared bodies before the chunks that refer to them.
+        let shared = self.store_shared(&fresh, &mut batch);
         for (lane, chunks) in fresh {
             for chunk in chunks {
-                self.store_fresh(lane, chunk, &mut batch);
+                self.store_fresh(lane, chunk, &shared, &mut batch);
             }
         }
         self.store_departures(&mut batch);
@@ -559,21 +661,21 @@ impl EntityLog {
         }
         let mut batch = Ops::default();
         for (lane, first) in &due {
-            let value = self.chunk_value(*lane, *first)?;
-            let entries = self.decode_chunk(*first, &value)?;
-            let Some(chunks) = self.chunks.get_mut(lane) else {
-                continue;
-            };
-            if let Some(chunk) = chunks.stored.get_mut(first) {
-                for (index, (record, range)) in entries.into_iter().enumerate() {
-                    if chunk.departures.mark(index as u32) {
-                        let seq = first + index as i64;
-                        let own = own_value(&record, &value[range]);
-                        batch.insert_moved(&key(Kind::Own, *lane, seq), own);
-                    }
+            let value = self.value(key(Kind::Chunk, *lane, *first))?;
+            let entries = self.decode(*first, chunk::decode(&value))?;
+            for (index, (record, range)) in entries.into_iter().enumerate() {
+                let seq = first + index as i64;
+                if self.chunk_of(*lane, seq).is_none() {
+                    continue;
                 }
+                let body = match range {
+                    Some(range) => Bytes::copy_from_slice(&value[range]),
+                    None => self.shared_body(seq)?,
+                };
+                self.leave_chunk(*lane, seq);
+                let own = own_value(&record, &body);
+                batch.insert_moved(&key(Kind::Own, *lane, seq), own);
             }
-            chunks.touched.push(*first);
         }
         self.store_departures(&mut batch);
         tracing::debug!(chunks = due.len(), "compacted");
@@ -598,11 +700,107 @@ impl EntityLog {
             chunks.touched.push(*first);
         }
         chunk.quiet = false;
+        if chunk.is_shared(index) {
+            self.release_shared(seq);
+        }
         true
     }
 
-    /// Writes a chunk built by this write, with its departures if some of it is gone already.
-    fn store_fresh(&mut self, lane: LaneId, fresh: FreshChunk, batch: &mut Ops) {
+    /// One message fewer refers to the shared bodies holding `seq`; unused, they go with the
+    /// next departures.
+    fn release_shared(&mut self, seq: i64) {
+        let Some((first, bodies)) = self.shared_bodies_of(seq) else {
+            return;
+        };
+        bodies.refs = bodies.refs.saturating_sub(1);
+        if bodies.refs == 0 {
+            self.shared.remove(&first);
+            self.released.push(first);
+        }
+    }
+
+    /// The shared bodies holding `seq`, and their first number.
+    fn shared_bodies_of(&mut self, seq: i64) -> Option<(i64, &mut SharedBodies)> {
+        let first = self.shared_first(seq)?;
+        self.shared.get_mut(&first).map(|bodies| (first, bodies))
+    }
+
+    /// The first number of the shared bodies holding `seq`.
+    fn shared_first(&self, seq: i64) -> Option<i64> {
+        let (first, bodies) = self.shared.range(..=seq).next_back()?;
+        (seq - first < i64::from(bodies.count)).then_some(*first)
+    }
+
+    /// Stores once the bytes that several subscription lanes' new chunks hold alike for one
+    /// number, and returns them by number.
+    fn store_shared(
+        &mut self,
+        fresh: &BTreeMap<LaneId, Vec<FreshChunk>>,
+        batch: &mut Ops,
+    ) -> BTreeMap<i64, Bytes> {
+        let mut copies: BTreeMap<i64, (Bytes, u32)> = BTreeMap::new();
+        let subscription_chunks = fresh
+            .iter()
+            .filter(|(lane, _)| lane.subscription != 0)
+            .flat_map(|(_, chunks)| chunks);
+        for chunk in subscription_chunks {
+            for (index, entry) in chunk.entries.iter().enumerate() {
+                let Some((_, body)) = entry else {
+                    continue;
+                };
+                let seq = chunk.first + index as i64;
+                let (first_copy, alike) = copies.entry(seq).or_insert_with(|| (body.clone(), 0));
+                if first_copy == body {
+                    *alike += 1;
+                }
+            }
+        }
+        let shared: BTreeMap<i64, Bytes> = copies
+            .into_iter()
+            .filter(|(_, (_, alike))| *alike > 1)
+            .map(|(seq, (body, _))| (seq, body))
+            .collect();
+        let mut piece: Vec<(i64, &Bytes)> = Vec::new();
+        let mut bytes = 0;
+        for (seq, body) in &shared {
+            let fits = piece.last().is_some_and(|(last, _)| {
+                seq - last <= BODIES_MAX_GAP && bytes + body.len() <= CHUNK_MAX_BYTES
+            });
+            if !fits {
+                self.store_bodies(std::mem::take(&mut piece), batch);
+                bytes = 0;
+            }
+            bytes += body.len();
+            piece.push((*seq, body));
+        }
+        self.store_bodies(piece, batch);
+        shared
+    }
+
+    /// Writes the shared bodies of ascending numbers, which the chunks stored next refer to.
+    fn store_bodies(&mut self, piece: Vec<(i64, &Bytes)>, batch: &mut Ops) {
+        let (Some((first, _)), Some((last, _))) = (piece.first(), piece.last()) else {
+            return;
+        };
+        let (first, last) = (*first, *last);
+        let mut bodies: Vec<&[u8]> = vec![&[]; (last - first + 1) as usize];
+        for (seq, body) in &piece {
+            bodies[(seq - first) as usize] = body;
+        }
+        batch.insert(&bodies_key(first), chunk::encode_bodies(&bodies));
+        let count = u32::try_from(bodies.len()).unwrap_or(u32::MAX);
+        self.shared.insert(first, SharedBodies { count, refs: 0 });
+    }
+
+    /// Writes a chunk built by this write, with its departures if some of it is gone already;
+    /// a subscription lane's messages whose bytes are in `shared` refer to them.
+    fn store_fresh(
+        &mut self,
+        lane: LaneId,
+        fresh: FreshChunk,
+        shared: &BTreeMap<i64, Bytes>,
+        batch: &mut Ops,
+    ) {
         let count = u32::try_from(fresh.entries.len()).unwrap_or(u32::MAX);
         let mut departures = Departures::none(count);
         let placeholder = (
@@ -630,8 +828,29 @@ impl EntityLog {
         if departures.live() == 0 {
             return;
         }
-        let value = chunk::encode(entries.iter().map(|(record, body)| (record, &body[..])));
-        batch.insert(&key(Kind::Chunk, lane, fresh.first), value);
+        let is_shared: Vec<bool> = entries
+            .iter()
+            .enumerate()
+            .map(|(index, (_, body))| {
+                let seq = fresh.first + index as i64;
+                let live = !departures.has_left(index as u32);
+                live && lane.subscription != 0 && shared.get(&seq) == Some(body)
+            })
+            .collect();
+        let encoded: Vec<(&Record, Option<&[u8]>)> = entries
+            .iter()
+            .zip(&is_shared)
+            .map(|((record, body), shared)| (record, (!shared).then_some(&body[..])))
+            .collect();
+        batch.insert(
+            &key(Kind::Chunk, lane, fresh.first),
+            chunk::encode(&encoded),
+        );
+        for (index, _) in is_shared.iter().enumerate().filter(|(_, shared)| **shared) {
+            if let Some((_, bodies)) = self.shared_bodies_of(fresh.first + index as i64) {
+                bodies.refs += 1;
+            }
+        }
         let departures_stored = departures.live() < count;
         if departures_stored {
             batch.insert(
@@ -645,6 +864,11 @@ impl EntityLog {
                 departures,
                 departures_stored,
                 quiet: false,
+                shared: if is_shared.contains(&true) {
+                    is_shared
+                } else {
+                    Vec::new()
+                },
             },
         );
     }
@@ -662,19 +886,20 @@ impl EntityLog {
                     chunk.departures_stored = true;
                     continue;
                 }
-                batch.remove(&key(Kind::Chunk, *lane, first));
+                let chunk_key = key(Kind::Chunk, *lane, first);
+                batch.remove(&chunk_key);
                 if chunk.departures_stored {
                     batch.remove(&key(Kind::Departures, *lane, first));
                 }
                 chunks.stored.remove(&first);
-                if self
-                    .last_read
-                    .as_ref()
-                    .is_some_and(|(read_lane, read, _)| read_lane == lane && *read == first)
-                {
-                    self.last_read = None;
-                }
+                forget_read(&mut self.last_read, &chunk_key);
             }
+        }
+        // After the departures: a prefix never loses bytes a message still refers to.
+        for first in std::mem::take(&mut self.released) {
+            let bodies_key = bodies_key(first);
+            batch.remove(&bodies_key);
+            forget_read(&mut self.last_read, &bodies_key);
         }
     }
 
@@ -750,6 +975,9 @@ impl EntityLog {
         self.staged.clear();
         self.staged_bodies.clear();
         self.chunks.clear();
+        self.shared.clear();
+        self.released.clear();
+        self.recovered.clear();
         self.last_read = None;
         if let (Some(db), Some(tree)) = (&self.db, self.tree.take()) {
             db.drop_tree(tree.name())?;
@@ -777,15 +1005,20 @@ impl EntityLog {
             })
     }
 
-    /// The bytes of a message on disk, in its chunk or under its own key.
+    /// The bytes of a message on disk, in its chunk (or the shared bodies it refers to) or
+    /// under its own key.
     fn stored_body(&mut self, lane: LaneId, seq: i64) -> Result<Option<Bytes>, StoreError> {
         if !lane.dead_letter {
             if let Some((first, index)) = self.chunk_of(lane, seq) {
-                let value = self.chunk_value(lane, first)?;
-                let entries = self.decode_chunk(first, &value)?;
-                return Ok(entries
-                    .get(index)
-                    .map(|(_, range)| Bytes::copy_from_slice(&value[range.clone()])));
+                let value = self.value(key(Kind::Chunk, lane, first))?;
+                let entries = self.decode(first, chunk::decode(&value))?;
+                return match entries.get(index) {
+                    Some((_, Some(range))) => {
+                        Ok(Some(Bytes::copy_from_slice(&value[range.clone()])))
+                    }
+                    Some((_, None)) => self.shared_body(seq).map(Some),
+                    None => Ok(None),
+                };
             }
         }
         let Some(tree) = &self.tree else {
@@ -804,6 +1037,17 @@ impl EntityLog {
         }
     }
 
+    /// The shared bytes of `seq`.
+    fn shared_body(&mut self, seq: i64) -> Result<Bytes, StoreError> {
+        let first = self.shared_first(seq).ok_or_else(|| self.missing(seq))?;
+        let value = self.value(bodies_key(first))?;
+        let bodies = self.decode(first, chunk::decode_bodies(&value))?;
+        let range = bodies
+            .get((seq - first) as usize)
+            .ok_or_else(|| self.missing(seq))?;
+        Ok(Bytes::copy_from_slice(&value[range.clone()]))
+    }
+
     /// The chunk of `lane` still holding `seq`, and its index there.
     fn chunk_of(&self, lane: LaneId, seq: i64) -> Option<(i64, usize)> {
         let (first, chunk) = self.chunks.get(&lane)?.stored.range(..=seq).next_back()?;
@@ -811,27 +1055,23 @@ impl EntityLog {
         (!chunk.departures.has_left(index)).then_some((*first, index as usize))
     }
 
-    /// A chunk's stored value (the last one read is kept).
-    fn chunk_value(&mut self, lane: LaneId, first: i64) -> Result<sled::IVec, StoreError> {
-        if let Some((read_lane, read, value)) = &self.last_read {
-            if *read_lane == lane && *read == first {
+    /// The stored value of a chunk or of shared bodies (the last one read is kept).
+    fn value(&mut self, key: Key) -> Result<sled::IVec, StoreError> {
+        if let Some((read, value)) = &self.last_read {
+            if read[..] == key[..] {
                 return Ok(value.clone());
             }
         }
+        let first = seq_of(&key);
         let tree = self.tree.as_ref().ok_or_else(|| self.missing(first))?;
-        let value = tree
-            .get(key(Kind::Chunk, lane, first))?
-            .ok_or_else(|| self.missing(first))?;
-        self.last_read = Some((lane, first, value.clone()));
+        let value = tree.get(key)?.ok_or_else(|| self.missing(first))?;
+        self.last_read = Some((key, value.clone()));
         Ok(value)
     }
 
-    fn decode_chunk(
-        &self,
-        first: i64,
-        value: &[u8],
-    ) -> Result<Vec<(Record, std::ops::Range<usize>)>, StoreError> {
-        chunk::decode(value).map_err(|error| StoreError::Chunk {
+    /// A decoded chunk or shared bodies, or the error naming the entity and `first`.
+    fn decode<T>(&self, first: i64, decoded: Result<T, ChunkError>) -> Result<T, StoreError> {
+        decoded.map_err(|error| StoreError::Chunk {
             entity: self.entity.clone(),
             first,
             error,
@@ -899,6 +1139,16 @@ impl Ops {
     }
 }
 
+/// Forgets the value read last if it was `key`'s.
+fn forget_read(last_read: &mut Option<(Key, sled::IVec)>, key: &Key) {
+    if last_read
+        .as_ref()
+        .is_some_and(|(read, _)| read[..] == key[..])
+    {
+        *last_read = None;
+    }
+}
+
 /// Adds a message with a fresh sequence number to the chunk this write is building, or starts
 /// another when it does not follow on or the chunk is full.
 fn add_fresh(fresh: &mut Vec<FreshChunk>, seq: i64, record: Record, body: Bytes) {
@@ -951,24 +1201,6 @@ mod tests {
             size: size as u32,
             expires_ms: NEVER,
             scheduled_ms: 0,
-        }
-    }
-
-    type Model = BTreeMap<(u8, i64), (Record, Bytes)>;
-
-    fn tag(lane: LaneId) -> u8 {
-        if lane.dead_letter {
-            b'd'
-        } else {
-            b'm'
-        }
-    }
-
-    fn sub_of(prefix: u8) -> LaneId {
-        if prefix == b'm' {
-            LaneId::MAIN
-        } else {
-            LaneId::DEAD_LETTER
         }
     }
 
@@ -1068,33 +1300,57 @@ mod tests {
 
     #[test]
     fn every_prefix_of_an_unbatched_write_recovers_a_consistent_queue() {
+        every_prefix_of_an_unbatched_write_recovers_consistent_lanes(&[LaneId::MAIN]);
+    }
+
+    /// The same for a topic's subscriptions, whose copies share their bytes: no prefix loses
+    /// bytes a message refers to, and shared bodies left unused by a torn write go at recovery.
+    #[test]
+    fn every_prefix_of_an_unbatched_write_recovers_consistent_subscriptions() {
+        let lane = |subscription| LaneId {
+            subscription,
+            dead_letter: false,
+        };
+        every_prefix_of_an_unbatched_write_recovers_consistent_lanes(&[lane(1), lane(2)]);
+    }
+
+    fn every_prefix_of_an_unbatched_write_recovers_consistent_lanes(lanes: &[LaneId]) {
         let put = |seq: i64| {
             let body = Bytes::from(vec![seq as u8; 5_000]);
-            let change = Change::Put {
-                seq,
-                record: record(0, body.len()),
-                body,
-            };
-            (LaneId::MAIN, change)
+            lanes.iter().map(move |lane| {
+                let change = Change::Put {
+                    seq,
+                    record: record(0, body.len()),
+                    body: body.clone(),
+                };
+                (*lane, change)
+            })
         };
-        let delete = |seq: i64| (LaneId::MAIN, Change::Delete { seq });
+        let delete = |seq: i64| {
+            lanes
+                .iter()
+                .map(move |lane| (*lane, Change::Delete { seq }))
+        };
         let next = |seq: i64| (LaneId::MAIN, Change::NextSeq(seq));
         // Earlier writes: chunks of three or four messages, some of them gone already.
         let history: Vec<Vec<(LaneId, Change)>> = vec![
-            (1..=8).map(put).chain([next(9)]).collect(),
-            vec![delete(1), delete(2), delete(5)],
-            (9..=12).map(put).chain([next(13)]).collect(),
+            (1..=8).flat_map(put).chain([next(9)]).collect(),
+            [1, 2, 5].into_iter().flat_map(delete).collect(),
+            (9..=12).flat_map(put).chain([next(13)]).collect(),
         ];
         let before: Vec<i64> = vec![3, 4, 6, 7, 8, 9, 10, 11, 12];
         // The write: two new chunks, the newest earlier message and a first chunk's last
         // messages completed (that chunk goes), one of another chunk's.
         let write: Vec<(LaneId, Change)> = (13..=20)
-            .map(put)
-            .chain([next(21), delete(3), delete(4), delete(12), delete(7)])
+            .flat_map(put)
+            .chain([next(21)])
+            .chain([3, 4, 12, 7].into_iter().flat_map(delete))
             .collect();
         let prepare = |dir: &std::path::Path| {
             let mut log = open(dir);
-            log.recover(LaneId::MAIN).expect("recover");
+            for lane in lanes {
+                log.recover(*lane).expect("recover");
+            }
             for changes in history.clone() {
                 log.write(changes).expect("write");
             }
@@ -1111,43 +1367,57 @@ mod tests {
             ops.apply(log.tree.as_ref().expect("tree")).expect("apply");
             drop(log);
             let mut log = open(dir.path());
-            let recovered = log.recover(LaneId::MAIN).expect("recover");
-            let seqs: Vec<i64> = recovered.records.iter().map(|(seq, _)| *seq).collect();
-            let mut unique = seqs.clone();
-            unique.sort_unstable();
-            unique.dedup();
-            assert_eq!(unique.len(), seqs.len(), "prefix {kept}: a message twice");
-            for seq in &before {
-                let deleted_now = [3, 4, 12, 7].contains(seq);
+            for lane in lanes {
+                let recovered = log.recover(*lane).expect("recover");
+                let seqs: Vec<i64> = recovered.records.iter().map(|(seq, _)| *seq).collect();
+                let mut unique = seqs.clone();
+                unique.sort_unstable();
+                unique.dedup();
+                assert_eq!(unique.len(), seqs.len(), "prefix {kept}: a message twice");
+                for seq in &before {
+                    let deleted_now = [3, 4, 12, 7].contains(seq);
+                    assert!(
+                        deleted_now || seqs.contains(seq),
+                        "prefix {kept}: {seq} lost"
+                    );
+                }
                 assert!(
-                    deleted_now || seqs.contains(seq),
-                    "prefix {kept}: {seq} lost"
+                    seqs.iter().all(|seq| before.contains(seq) || *seq >= 13),
+                    "prefix {kept}: {seqs:?}"
+                );
+                assert!(
+                    recovered.next_seq.max(log.chunks[lane].fresh_from) >= 13,
+                    "prefix {kept}"
+                );
+                for seq in &seqs {
+                    let body = log.body(*lane, *seq).expect("body");
+                    assert_eq!(body[0], *seq as u8, "prefix {kept}: body of {seq}");
+                }
+                let orphans = log
+                    .tree
+                    .as_ref()
+                    .expect("tree")
+                    .scan_prefix(prefix(Kind::Departures, *lane))
+                    .filter_map(Result::ok)
+                    .filter(|(key, _)| !log.chunks[lane].stored.contains_key(&seq_of(key)))
+                    .count();
+                assert_eq!(
+                    orphans, 0,
+                    "prefix {kept}: departures of a removed chunk remain"
                 );
             }
-            assert!(
-                seqs.iter().all(|seq| before.contains(seq) || *seq >= 13),
-                "prefix {kept}: {seqs:?}"
-            );
-            assert!(
-                recovered.next_seq.max(log.chunks[&LaneId::MAIN].fresh_from) >= 13,
-                "prefix {kept}"
-            );
-            for seq in &seqs {
-                let body = log.body(LaneId::MAIN, *seq).expect("body");
-                assert_eq!(body[0], *seq as u8, "prefix {kept}: body of {seq}");
-            }
-            let orphans = log
-                .tree
-                .as_ref()
-                .expect("tree")
-                .scan_prefix(prefix(Kind::Departures, LaneId::MAIN))
-                .filter_map(Result::ok)
-                .filter(|(key, _)| !log.chunks[&LaneId::MAIN].stored.contains_key(&seq_of(key)))
-                .count();
+            let tree = log.tree.as_ref().expect("tree");
+            let bodies = tree.scan_prefix([BODIES_PREFIX]).count();
             assert_eq!(
-                orphans, 0,
-                "prefix {kept}: departures of a removed chunk remain"
+                bodies,
+                log.shared.len(),
+                "prefix {kept}: shared bodies unknown"
             );
+            assert!(
+                log.shared.values().all(|shared| shared.refs > 0),
+                "prefix {kept}: unused shared bodies"
+            );
+            assert_eq!(bodies > 0, lanes.len() > 1, "prefix {kept}: shared bodies");
         }
     }
 
@@ -1156,10 +1426,26 @@ mod tests {
     /// against a map; every body reads back as the model says, staged or written, and so does
     /// every record after a reopen.
     #[test]
-    fn random_writes_read_back_and_recover_as_a_model_says() {
+    fn random_writes_to_a_queue_read_back_and_recover_as_a_model_says() {
+        random_writes_read_back_and_recover_as_a_model_says(&[LaneId::MAIN]);
+    }
+
+    /// The same for a topic's two subscriptions, which mostly store a send alike (so their
+    /// bytes are shared), now and then one of them edited or not at all; shared bodies go
+    /// when the last message referring to them does, and never before.
+    #[test]
+    fn random_writes_to_subscriptions_share_bodies_and_recover_as_a_model_says() {
+        let lane = |subscription| LaneId {
+            subscription,
+            dead_letter: false,
+        };
+        random_writes_read_back_and_recover_as_a_model_says(&[lane(1), lane(2)]);
+    }
+
+    fn random_writes_read_back_and_recover_as_a_model_says(senders: &[LaneId]) {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut log = open(dir.path());
-        let mut model: Model = BTreeMap::new();
+        let mut model: BTreeMap<(LaneId, i64), (Record, Bytes)> = BTreeMap::new();
         let mut next_seq = 1i64;
         let mut rng = 0x2545_f491_4f6c_dd1du64;
         let mut next = move |bound: u64| {
@@ -1168,67 +1454,64 @@ mod tests {
             rng ^= rng << 17;
             rng % bound
         };
+        let mut most_shared = 0;
         for step in 0..600 {
             let mut changes = Vec::new();
             for _ in 0..next(6) + 1 {
-                let live: Vec<(u8, i64)> = model.keys().copied().collect();
+                let live: Vec<(LaneId, i64)> = model.keys().copied().collect();
                 let pick = |r: u64| live[(r % live.len().max(1) as u64) as usize];
                 match next(8) {
                     0..=2 => {
                         for _ in 0..next(5) + 1 {
-                            let body = Bytes::from(format!("m{next_seq}-{step}"));
-                            let put = Change::Put {
-                                seq: next_seq,
-                                record: record(0, body.len()),
-                                body: body.clone(),
-                            };
-                            model.insert((b'm', next_seq), (record(0, body.len()), body));
-                            changes.push((LaneId::MAIN, put));
+                            let sent = Bytes::from(format!("m{next_seq}-{step}"));
+                            for (index, lane) in senders.iter().enumerate() {
+                                let body = match next(8) {
+                                    0 if index > 0 => continue,
+                                    1 if index > 0 => Bytes::from(format!("edited {next_seq}")),
+                                    _ => sent.clone(),
+                                };
+                                let record = record(0, body.len());
+                                model.insert((*lane, next_seq), (record, body.clone()));
+                                let put = Change::Put {
+                                    seq: next_seq,
+                                    record,
+                                    body,
+                                };
+                                changes.push((*lane, put));
+                            }
                             next_seq += 1;
                         }
                         changes.push((LaneId::MAIN, Change::NextSeq(next_seq)));
                     }
                     3 | 4 if !live.is_empty() => {
-                        let (prefix, seq) = pick(next(1 << 30));
-                        let sub = sub_of(prefix);
-                        model.remove(&(prefix, seq));
-                        changes.push((sub, Change::Delete { seq }));
+                        let (lane, seq) = pick(next(1 << 30));
+                        model.remove(&(lane, seq));
+                        changes.push((lane, Change::Delete { seq }));
                     }
                     5 if !live.is_empty() => {
-                        let (prefix, seq) = pick(next(1 << 30));
-                        let sub = sub_of(prefix);
-                        let entry = model.get_mut(&(prefix, seq)).expect("live");
+                        let (lane, seq) = pick(next(1 << 30));
+                        let entry = model.get_mut(&(lane, seq)).expect("live");
                         entry.0.delivery_count += 1;
-                        changes.push((
-                            sub,
-                            Change::Update {
-                                seq,
-                                record: entry.0,
-                            },
-                        ));
+                        let record = entry.0;
+                        changes.push((lane, Change::Update { seq, record }));
                     }
                     6 if !live.is_empty() => {
-                        let (prefix, seq) = pick(next(1 << 30));
-                        let sub = sub_of(prefix);
+                        let (lane, seq) = pick(next(1 << 30));
                         let body = Bytes::from(format!("new bytes of {seq} at {step}"));
-                        let entry = model.get_mut(&(prefix, seq)).expect("live");
+                        let entry = model.get_mut(&(lane, seq)).expect("live");
                         entry.0.size = body.len() as u32;
                         entry.1 = body.clone();
-                        let put = Change::Put {
-                            seq,
-                            record: entry.0,
-                            body,
-                        };
-                        changes.push((sub, put));
+                        let record = entry.0;
+                        changes.push((lane, Change::Put { seq, record, body }));
                     }
                     7 if !live.is_empty() => {
-                        let (prefix, seq) = pick(next(1 << 30));
-                        if prefix == b'm' {
-                            let (record, body) = model.remove(&(b'm', seq)).expect("live");
-                            model.insert((b'd', seq), (record, body.clone()));
-                            changes.push((LaneId::MAIN, Change::Delete { seq }));
-                            let put = Change::Put { seq, record, body };
-                            changes.push((LaneId::DEAD_LETTER, put));
+                        let (lane, seq) = pick(next(1 << 30));
+                        if !lane.dead_letter {
+                            let (record, body) = model.remove(&(lane, seq)).expect("live");
+                            let to = lane.dead_letter_lane();
+                            model.insert((to, seq), (record, body.clone()));
+                            changes.push((lane, Change::Delete { seq }));
+                            changes.push((to, Change::Put { seq, record, body }));
                         }
                     }
                     _ => {}
@@ -1238,53 +1521,89 @@ mod tests {
             log.stage(changes, next(2) == 0);
             if next(3) == 0 {
                 log.commit().expect("commit");
+                most_shared = most_shared.max(log.shared.len());
             }
             if step % 50 == 49 {
                 log.compact().expect("compact");
             }
-            for ((prefix, seq), (_, body)) in &model {
-                let sub = sub_of(*prefix);
+            for ((lane, seq), (_, body)) in &model {
                 assert_eq!(
-                    &log.body(sub, *seq).expect("body"),
+                    &log.body(*lane, *seq).expect("body"),
                     body,
-                    "step {step}: {seq}"
+                    "step {step}: {seq} of {lane:?}"
                 );
             }
             if step % 150 == 149 {
                 log.commit().expect("commit");
+                let shared = log.shared.keys().copied().collect::<Vec<_>>();
                 drop(log);
                 log = open(dir.path());
-                for sub in [LaneId::MAIN, LaneId::DEAD_LETTER] {
-                    let recovered = log.recover(sub).expect("recover");
-                    assert_eq!(recovered.next_seq, next_seq);
-                    let mut got = recovered.records;
-                    got.sort_by_key(|(seq, _)| *seq);
-                    let want: Vec<(i64, Record)> = model
-                        .iter()
-                        .filter(|((prefix, _), _)| *prefix == tag(sub))
-                        .map(|((_, seq), (record, _))| (*seq, *record))
-                        .collect();
-                    assert_eq!(got, want, "step {step}: records of {sub:?}");
+                for lane in senders {
+                    for lane in [*lane, lane.dead_letter_lane()] {
+                        let recovered = log.recover(lane).expect("recover");
+                        assert_eq!(recovered.next_seq, next_seq);
+                        let mut got = recovered.records;
+                        got.sort_by_key(|(seq, _)| *seq);
+                        let want: Vec<(i64, Record)> = model
+                            .iter()
+                            .filter(|((of, _), _)| *of == lane)
+                            .map(|((_, seq), (record, _))| (*seq, *record))
+                            .collect();
+                        assert_eq!(got, want, "step {step}: records of {lane:?}");
+                    }
                 }
+                let on_disk: Vec<i64> = log
+                    .tree
+                    .as_ref()
+                    .expect("tree")
+                    .scan_prefix([BODIES_PREFIX])
+                    .map(|item| seq_of(&item.expect("read").0))
+                    .collect();
+                assert_eq!(
+                    on_disk, shared,
+                    "step {step}: shared bodies kept as they were"
+                );
+                assert!(
+                    log.shared.values().all(|bodies| bodies.refs > 0),
+                    "step {step}: unused shared bodies"
+                );
             }
         }
+        assert_eq!(
+            most_shared > 0,
+            senders.len() > 1,
+            "subscriptions (only) share bodies"
+        );
         // Two passes: the first finds every chunk quiet, the second compacts the sparse ones.
         log.compact().expect("compact");
         log.compact().expect("compact");
-        for (first, chunk) in &log.chunks[&LaneId::MAIN].stored {
-            let (live, count) = (chunk.departures.live(), chunk.departures.count());
-            assert!(
-                live * COMPACT_BELOW_ONE_IN > count,
-                "chunk {first}: {live} of {count}"
-            );
+        for lane in senders {
+            for (first, chunk) in &log.chunks[lane].stored {
+                let (live, count) = (chunk.departures.live(), chunk.departures.count());
+                assert!(
+                    live * COMPACT_BELOW_ONE_IN > count,
+                    "chunk {first}: {live} of {count}"
+                );
+            }
         }
-        for ((prefix, seq), (_, body)) in &model {
-            let sub = sub_of(*prefix);
+        for ((lane, seq), (_, body)) in &model {
             assert_eq!(
-                &log.body(sub, *seq).expect("body"),
+                &log.body(*lane, *seq).expect("body"),
                 body,
                 "after compaction: {seq}"
             );
         }
+        // Once every message is gone, so are the shared bodies.
+        let everything: Vec<(LaneId, Change)> = model
+            .keys()
+            .map(|(lane, seq)| (*lane, Change::Delete { seq: *seq }))
+            .collect();
+        log.write(everything).expect("write");
+        assert!(
+            log.shared.is_empty(),
+            "shared bodies outlive their messages"
+        );
+        let tree = log.tree.as_ref().expect("tree");
+        assert_eq!(tree.scan_prefix([BODIES_PREFIX]).count(), 0);
     }
 }

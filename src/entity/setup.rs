@@ -97,6 +97,7 @@ pub fn topic(config: &TopicConfig, mut log: EntityLog) -> Result<Parts, StoreErr
         log.recover(LaneId::MAIN)?,
         subscriptions,
     );
+    log.end_recovery();
     Ok(Parts {
         name: config.name.clone(),
         core,

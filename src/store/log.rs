@@ -379,6 +379,20 @@ impl EntityLog {
         Ok(Recovered { next_seq, records })
     }
 
+    /// Ends recovery: forgets what it read of lanes nobody recovered (subscriptions no longer
+    /// declared, whose messages stay on disk, and come back if they are declared again).
+    pub fn end_recovery(&mut self) {
+        let left: usize = self.recovered.values().map(Vec::len).sum();
+        if left > 0 {
+            tracing::warn!(
+                entity = %self.entity,
+                messages = left,
+                "messages of subscriptions no longer declared stay on disk"
+            );
+        }
+        self.recovered = HashMap::new();
+    }
+
     /// Reads back the chunks and departures of the queue lane, or of every subscription lane
     /// on disk (declared or not) with the shared bodies they refer to; the records still in
     /// them wait in `recovered`. Departures whose chunk is gone and shared bodies nothing
@@ -1296,6 +1310,46 @@ mod tests {
         assert_eq!(log.body(us, 3).expect("body")[0], 2);
         assert_eq!(log.body(us.dead_letter_lane(), 2).expect("body")[0], 9);
         assert_eq!(log.body(LaneId::MAIN, 2).expect("body")[0], 0);
+    }
+
+    /// A subscription left out of the configuration keeps its messages on disk, bytes shared
+    /// with others included, while the others' copies come and go; declared again, it has
+    /// them all.
+    #[test]
+    fn an_undeclared_subscription_keeps_the_bytes_it_shares() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lane = |subscription| LaneId {
+            subscription,
+            dead_letter: false,
+        };
+        let (kept, other) = (lane(1), lane(2));
+        let sent = |seq: i64| Bytes::from(vec![seq as u8; 100]);
+        {
+            let mut log = open(dir.path());
+            let mut changes = vec![(LaneId::MAIN, Change::NextSeq(4))];
+            for seq in 1..4 {
+                for lane in [kept, other] {
+                    let body = sent(seq);
+                    let record = record(0, body.len());
+                    changes.push((lane, Change::Put { seq, record, body }));
+                }
+            }
+            log.write(changes).expect("write");
+            assert!(!log.shared.is_empty(), "the copies share their bytes");
+        }
+        {
+            // Only the other subscription is declared; its copies are all completed.
+            let mut log = open(dir.path());
+            assert_eq!(log.recover(other).expect("recover").records.len(), 3);
+            log.end_recovery();
+            let completions = (1..4).map(|seq| (other, Change::Delete { seq })).collect();
+            log.write(completions).expect("write");
+        }
+        let mut log = open(dir.path());
+        assert_eq!(log.recover(kept).expect("recover").records.len(), 3);
+        for seq in 1..4 {
+            assert_eq!(log.body(kept, seq).expect("body"), sent(seq));
+        }
     }
 
     #[test]

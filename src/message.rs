@@ -24,6 +24,8 @@ const SCHEDULED_ENQUEUE_TIME_KEY: &str = "x-opt-scheduled-enqueue-time";
 const MESSAGE_ID_FIELD: usize = 0;
 /// Index of `absolute-expiry-time` in the properties list (AMQP 1.0 §3.2.4).
 const ABSOLUTE_EXPIRY_TIME_FIELD: usize = 8;
+/// Index of `group-id` (the Service Bus session id) in the properties list.
+const GROUP_ID_FIELD: usize = 10;
 
 /// Section descriptor codes (AMQP 1.0 §3.2).
 mod code {
@@ -136,6 +138,8 @@ pub struct Arrival {
     pub scheduled_ms: Option<i64>,
     /// What a topic's rules read of the message ([`view`]); read only for topics.
     pub view: Option<Box<MessageView>>,
+    /// `properties.group-id`: the message's session.
+    pub session_id: Option<String>,
 }
 
 /// Checks a single message (sections scan; the header, the annotations and the properties
@@ -149,6 +153,7 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
         ttl_ms: None,
         scheduled_ms: None,
         view: None,
+        session_id: None,
     };
     let sections = scan_sections(&arrival.bytes)?;
     check_order(&sections)?;
@@ -172,7 +177,7 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
                 }
             }
             code::PROPERTIES => {
-                list_fields(raw, "properties")?;
+                arrival.session_id = group_id(&list_fields(raw, "properties")?);
             }
             code::APPLICATION_PROPERTIES => {
                 // String keys and simple values only (AMQP 1.0 §3.2.5), as Service Bus takes.
@@ -201,6 +206,19 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
         arrival.bytes = assigned;
     }
     Ok(arrival)
+}
+
+/// The session id (`properties.group-id`) of a stored message, which [`inspect`] checked.
+pub fn session_id(bytes: &[u8]) -> Option<String> {
+    let sections = scan_sections(bytes).ok()?;
+    let properties = sections.iter().find(|s| s.code == code::PROPERTIES)?;
+    group_id(&list_fields(&bytes[properties.range.clone()], "properties").ok()?)
+}
+
+/// The `group-id` of a properties list's fields, when it is a string.
+fn group_id(fields: &[&[u8]]) -> Option<String> {
+    let text = string_text(fields.get(GROUP_ID_FIELD)?)?;
+    std::str::from_utf8(text).ok().map(str::to_owned)
 }
 
 /// Unpacks a Service Bus batch (`message-format 0x80013700`): every `data` section of the
@@ -638,7 +656,7 @@ pub fn set_system_property(
         SystemProperty::ReplyTo => (4, STRING_CODES),
         SystemProperty::CorrelationId => (5, STRING_CODES),
         SystemProperty::ContentType => (6, SYMBOL_CODES),
-        SystemProperty::SessionId => (10, STRING_CODES),
+        SystemProperty::SessionId => (GROUP_ID_FIELD, STRING_CODES),
         SystemProperty::ReplyToSessionId => (12, STRING_CODES),
     };
     let encoded = value.map_or_else(|| vec![0x40], |value| text(codes, value));

@@ -525,7 +525,9 @@ impl Connection {
         }
         let link_id = match &event {
             EntityEvent::Delivered(delivery) => delivery.consumer.0,
-            EntityEvent::Drained { consumer } | EntityEvent::Gone { consumer, .. } => consumer.0,
+            EntityEvent::Drained { consumer }
+            | EntityEvent::Gone { consumer, .. }
+            | EntityEvent::SessionAccepted { consumer, .. } => consumer.0,
             EntityEvent::Sent { ticket, .. }
             | EntityEvent::Settled { ticket, .. }
             | EntityEvent::Managed { ticket, .. } => ticket.link,
@@ -551,6 +553,11 @@ impl Connection {
             EntityEvent::Gone { consumer, error } => {
                 session.on_entity_gone(consumer.0, &error, &mut out)
             }
+            EntityEvent::SessionAccepted {
+                consumer,
+                session: id,
+                locked_until_ms,
+            } => session.on_session_accepted(consumer.0, &id, locked_until_ms, &ctx, &mut out),
             EntityEvent::Sent { ticket, result } => session.on_sent(ticket, result, &mut out),
             EntityEvent::Managed { ticket, result } => session.on_managed(ticket, result, &mut out),
             EntityEvent::Settled { ticket, results } => {

@@ -6,13 +6,13 @@ use fe2o3_amqp::types::definitions::{
     self, AmqpError, ErrorCondition, Fields, Handle, ReceiverSettleMode, Role, SenderSettleMode,
 };
 use fe2o3_amqp::types::performatives::{Attach, Detach};
-use fe2o3_amqp::types::primitives::Symbol;
+use fe2o3_amqp::types::primitives::{Symbol, Value};
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::entity::handle::{ConsumerId, EntityHandle, ReceiveMode};
+use crate::entity::handle::{ConsumerId, EntityHandle, ReceiveMode, SessionRequest};
 use crate::node::Node;
 
 /// Credit the broker grants a client sender, and tops up when half is used.
@@ -131,6 +131,8 @@ pub struct Outgoing {
     pub drain: bool,
     /// A drain request is at the entity and its answer has not arrived.
     pub draining: bool,
+    /// A session receiver's attach, answered once the entity bound it to a session.
+    pub pending_attach: Option<Box<Attach>>,
 }
 
 impl Outgoing {
@@ -234,6 +236,76 @@ pub fn accept_reply(request: &Attach, local_handle: u32, max_message_size: u64) 
     }
 }
 
+/// The source filter a session receiver attaches with (amqp-dialect.md §8.1).
+const SESSION_FILTER: &str = "com.microsoft:session-filter";
+/// The link property with how long a receiver waits for the next available session (ms).
+const TIMEOUT_PROPERTY: &str = "com.microsoft:timeout";
+/// The link property with the session lock's end, in .NET ticks (amqp-dialect.md §8.2).
+const LOCKED_UNTIL_UTC: &str = "com.microsoft:locked-until-utc";
+/// How long a receiver that names no timeout waits for the next available session (the
+/// SDKs' default operation timeout).
+const DEFAULT_SESSION_TIMEOUT_MS: i64 = 60_000;
+/// .NET ticks (100 ns since 0001-01-01) at the Unix epoch.
+const TICKS_AT_UNIX_EPOCH: i64 = 621_355_968_000_000_000;
+
+/// The session a receiver's attach asks for: the id in its session filter (a plain or, from
+/// the Rust SDK, a described string), or the next available one (null), waiting as long as
+/// its `com.microsoft:timeout` link property says; `None` without a session filter.
+pub fn session_request(attach: &Attach) -> Option<SessionRequest> {
+    let filter = attach.source.as_ref()?.filter.as_ref()?;
+    let value = filter.get(&Symbol::from(SESSION_FILTER))?;
+    let value = match value {
+        Value::Described(described) => &described.value,
+        plain => plain,
+    };
+    if let Value::String(id) = value {
+        return Some(SessionRequest::Named(id.clone()));
+    }
+    let timeout_ms = attach
+        .properties
+        .as_ref()
+        .and_then(|properties| properties.get(&Symbol::from(TIMEOUT_PROPERTY)))
+        .and_then(|timeout| match timeout {
+            Value::Uint(ms) => Some(i64::from(*ms)),
+            Value::Int(ms) => Some(i64::from(*ms)),
+            Value::Ulong(ms) => i64::try_from(*ms).ok(),
+            Value::Long(ms) => Some(*ms),
+            _ => None,
+        })
+        .unwrap_or(DEFAULT_SESSION_TIMEOUT_MS);
+    Some(SessionRequest::NextAvailable { timeout_ms })
+}
+
+/// The reply to a session receiver's attach once it holds `session`: the source echoed with
+/// the session id, as a plain string, in its session filter, and the lock's end in .NET ticks
+/// in the `com.microsoft:locked-until-utc` link property.
+pub fn session_reply(
+    request: &Attach,
+    local_handle: u32,
+    max_message_size: u64,
+    session: &str,
+    locked_until_ms: i64,
+) -> Attach {
+    let mut reply = accept_reply(request, local_handle, max_message_size);
+    if let Some(filter) = reply
+        .source
+        .as_mut()
+        .and_then(|source| source.filter.as_mut())
+    {
+        filter.insert(
+            Symbol::from(SESSION_FILTER),
+            Value::String(session.to_string()),
+        );
+    }
+    let ticks = locked_until_ms
+        .saturating_mul(10_000)
+        .saturating_add(TICKS_AT_UNIX_EPOCH);
+    let mut properties = Fields::default();
+    properties.insert(Symbol::from(LOCKED_UNTIL_UTC), Value::Long(ticks));
+    reply.properties = Some(properties);
+    reply
+}
+
 /// The reply to an attach the broker refuses: the broker's own terminus is null (AMQP 1.0
 /// §2.6.3), to be followed by [`refuse_detach`].
 pub fn refuse_reply(request: &Attach, local_handle: u32) -> Attach {
@@ -309,6 +381,7 @@ mod tests {
             owed: 0,
             drain: false,
             draining: false,
+            pending_attach: None,
         }
     }
 

@@ -208,11 +208,18 @@ impl Session {
                 return Ok(None);
             }
         };
-        out.frames.push(FrameBody::Attach(link::accept_reply(
-            &attach,
-            local_handle,
-            ctx.max_message_size,
-        )));
+        // A session receiver's attach is answered once the entity has bound it to a session.
+        let session = match (&attach.role, &node) {
+            (Role::Receiver, Node::Entity(..)) => link::session_request(&attach),
+            _ => None,
+        };
+        if session.is_none() {
+            out.frames.push(FrameBody::Attach(link::accept_reply(
+                &attach,
+                local_handle,
+                ctx.max_message_size,
+            )));
+        }
         let kind = match (attach.role.clone(), node) {
             (Role::Sender, node) => {
                 let incoming = Incoming {
@@ -250,6 +257,7 @@ impl Session {
                         mode,
                         window: ctx.consumer_window,
                         events: ctx.events.clone(),
+                        session: session.clone(),
                     },
                 ));
                 LinkKind::Outgoing(Outgoing {
@@ -262,6 +270,7 @@ impl Session {
                     owed: 0,
                     drain: false,
                     draining: false,
+                    pending_attach: session.map(|_| Box::new(attach.clone())),
                 })
             }
         };
@@ -757,6 +766,7 @@ impl Session {
             return Ok(None);
         };
         let refused = matches!(link.kind, LinkKind::Refused);
+        Self::answer_pending_attach(&link, out);
         self.release_link(link.id, link.kind, out);
         if !refused {
             out.frames.push(FrameBody::Detach(Detach {
@@ -891,6 +901,52 @@ impl Session {
         }
     }
 
+    /// The entity bound a session receiver to a session: its attach is answered now, naming
+    /// the session and when its lock ends.
+    pub fn on_session_accepted(
+        &mut self,
+        link_id: u64,
+        session: &str,
+        locked_until_ms: i64,
+        ctx: &Context<'_>,
+        out: &mut Outbox,
+    ) {
+        let Some(&remote_handle) = self.by_id.get(&link_id) else {
+            return;
+        };
+        let Some(link) = self.links.get_mut(&remote_handle) else {
+            return;
+        };
+        let local_handle = link.local_handle;
+        if let LinkKind::Outgoing(outgoing) = &mut link.kind {
+            if let Some(request) = outgoing.pending_attach.take() {
+                tracing::debug!(link = %link.name, session, "session accepted");
+                out.frames.push(FrameBody::Attach(link::session_reply(
+                    &request,
+                    local_handle,
+                    ctx.max_message_size,
+                    session,
+                    locked_until_ms,
+                )));
+            }
+        }
+    }
+
+    /// A link about to be detached whose attach is still unanswered (a session receiver
+    /// waiting for a session) gets the refusing attach first: null source, then the detach.
+    fn answer_pending_attach(link: &Link, out: &mut Outbox) {
+        if let LinkKind::Outgoing(Outgoing {
+            pending_attach: Some(request),
+            ..
+        }) = &link.kind
+        {
+            out.frames.push(FrameBody::Attach(link::refuse_reply(
+                request,
+                link.local_handle,
+            )));
+        }
+    }
+
     /// The entity behind a link will not serve it any more (deleted: `amqp:not-found`): the
     /// link is detached with that error.
     pub fn on_entity_gone(&mut self, link_id: u64, error: &EntityError, out: &mut Outbox) {
@@ -990,6 +1046,7 @@ impl Session {
 
     fn detach_with(&mut self, remote_handle: u32, error: definitions::Error, out: &mut Outbox) {
         if let Some(link) = self.links.get_mut(&remote_handle) {
+            Self::answer_pending_attach(link, out);
             out.frames.push(FrameBody::Detach(link::refuse_detach(
                 link.local_handle,
                 error,

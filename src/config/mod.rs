@@ -121,6 +121,9 @@ pub struct QueueConfig {
     pub default_message_time_to_live: Option<Duration>,
     /// Whether expired messages move to the dead-letter queue (else they are deleted).
     pub dead_lettering_on_message_expiration: bool,
+    /// Whether messages are received through sessions: every message must carry a session
+    /// id, and receivers accept a session.
+    pub requires_session: bool,
     /// The queue, its messages and its dead-letter queue are deleted after this long without
     /// activity; `None`: never.
     pub auto_delete_on_idle: Option<Duration>,
@@ -173,15 +176,6 @@ pub enum ConfigError {
         at: Location,
         /// The offending value and what is allowed.
         message: String,
-    },
-    /// A key or table this version parses but does not implement yet.
-    #[error("{key} ({at}): not supported yet by this version of Tidebus")]
-    Unsupported {
-        /// Key path such as `queues[1].requires_session` or
-        /// `topics[0].subscriptions[1].requires_session`.
-        key: String,
-        /// Position of its value.
-        at: Location,
     },
 }
 

@@ -1,7 +1,6 @@
 //! The file as written: what serde reads before validation. Every value keeps its byte span so
 //! that validation errors can name its position.
 
-use std::ops::Range;
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -111,18 +110,6 @@ lane_tables! {
         #[serde(default)]
         rules: Vec<Spanned<RawRule>>,
     }
-}
-
-impl LaneKeys {
-    /// The planned keys with the span of their value when set; validation refuses those in
-    /// `validate::UNSUPPORTED_LANE_KEYS`.
-    pub(super) fn planned_keys(&self) -> [(&'static str, Option<Range<usize>>); 1] {
-        [("requires_session", span_of(&self.requires_session))]
-    }
-}
-
-fn span_of<T>(value: &Option<Spanned<T>>) -> Option<Range<usize>> {
-    value.as_ref().map(Spanned::span)
 }
 
 /// One `[[topics]]` entry as written.

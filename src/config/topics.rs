@@ -43,6 +43,9 @@ pub struct SubscriptionConfig {
     pub default_message_time_to_live: Option<Duration>,
     /// Whether expired messages move to the dead-letter queue (else they are deleted).
     pub dead_lettering_on_message_expiration: bool,
+    /// Whether messages are received through sessions: every message the topic takes must
+    /// carry a session id, and receivers accept a session.
+    pub requires_session: bool,
     /// Whether a message whose rule evaluation fails moves to this subscription's dead-letter
     /// queue (else this subscription does not get it). Default `true`, as in Service Bus.
     pub dead_lettering_on_filter_evaluation_exceptions: bool,

@@ -22,12 +22,6 @@ use super::{
     SubscriptionConfig, TopicConfig,
 };
 
-/// Lane keys (of queues and subscriptions) of the design's contract that the broker does not
-/// implement yet. They are parsed and type-checked, and a config that sets one is rejected.
-/// Remove a key from this list when the feature lands (and carry its value into
-/// [`QueueConfig`] and [`SubscriptionConfig`]).
-pub(super) const UNSUPPORTED_LANE_KEYS: &[&str] = &["requires_session"];
-
 /// The rule a subscription declared without rules gets, as in Service Bus.
 const DEFAULT_RULE_NAME: &str = "$Default";
 
@@ -44,6 +38,7 @@ struct Lane {
     max_delivery_count: u32,
     default_message_time_to_live: Option<Duration>,
     dead_lettering_on_message_expiration: bool,
+    requires_session: bool,
     auto_delete_on_idle: Option<Duration>,
 }
 
@@ -168,6 +163,7 @@ impl Source<'_> {
             max_size_in_megabytes: self.max_size(path, raw.max_size_in_megabytes)?,
             default_message_time_to_live: lane.default_message_time_to_live,
             dead_lettering_on_message_expiration: lane.dead_lettering_on_message_expiration,
+            requires_session: lane.requires_session,
             auto_delete_on_idle: lane.auto_delete_on_idle,
         })
     }
@@ -215,6 +211,7 @@ impl Source<'_> {
             max_delivery_count: lane.max_delivery_count,
             default_message_time_to_live: lane.default_message_time_to_live,
             dead_lettering_on_message_expiration: lane.dead_lettering_on_message_expiration,
+            requires_session: lane.requires_session,
             dead_lettering_on_filter_evaluation_exceptions: raw
                 .dead_lettering_on_filter_evaluation_exceptions
                 .map_or(
@@ -237,14 +234,6 @@ impl Source<'_> {
     ) -> Result<Lane, ConfigError> {
         self.check_name(path, &name, name_rules)?;
         let key = |key: &str| format!("{path}.{key}");
-        for (planned, span) in keys.planned_keys() {
-            match span {
-                Some(span) if UNSUPPORTED_LANE_KEYS.contains(&planned) => {
-                    return Err(self.unsupported(key(planned), span));
-                }
-                _ => {}
-            }
-        }
         Ok(Lane {
             name: name.into_inner(),
             lock_duration: self.bounded(
@@ -265,6 +254,7 @@ impl Source<'_> {
             dead_lettering_on_message_expiration: keys
                 .dead_lettering_on_message_expiration
                 .is_some_and(Spanned::into_inner),
+            requires_session: keys.requires_session.is_some_and(Spanned::into_inner),
             auto_delete_on_idle: self.lifetime(
                 path,
                 "auto_delete_on_idle",
@@ -480,13 +470,6 @@ impl Source<'_> {
             key: key.to_owned(),
             at: self.location(span.start),
             message,
-        }
-    }
-
-    fn unsupported(&self, key: String, span: Range<usize>) -> ConfigError {
-        ConfigError::Unsupported {
-            key,
-            at: self.location(span.start),
         }
     }
 

@@ -26,6 +26,8 @@ use crate::entity::handle::{
     LockRef, Properties, Settlement, Subscriptions,
 };
 use crate::entity::operation::{Answer, Operation};
+use crate::entity::queue::session_lane::Binding;
+use crate::entity::sessions::MAX_SESSION_ID_CHARS;
 use crate::message;
 use crate::message::{Arrival, DeliveryStamp};
 use crate::store::{EntityLog, Flusher, StoreError};
@@ -74,6 +76,7 @@ pub fn spawn(
     let deleted = Arc::new(AtomicBool::new(false));
     let subscriptions = parts.subscriptions.map(|s| Arc::new(RwLock::new(s)));
     let actor = Actor {
+        name: parts.name.clone(),
         subscriptions: subscriptions.clone(),
         core: parts.core,
         log: parts.log,
@@ -109,6 +112,8 @@ type FlushResult = Result<(), StoreError>;
 /// One entity: all its lanes owned together, so that dead-lettering a message (delete here,
 /// store there) is one atomic write of one tree.
 struct Actor {
+    /// The entity's name as declared.
+    name: String,
     core: EntityCore,
     log: EntityLog,
     commit: Commit,
@@ -174,6 +179,9 @@ impl Actor {
             self.persist_and_reveal();
             if self.poisoned.is_none() {
                 let now = now_ms();
+                for (consumer, binding) in self.core.bind_waiting(now) {
+                    self.tell_bound(consumer, binding);
+                }
                 let deliveries = self.core.dispatch(now);
                 self.hand_out(deliveries);
                 self.persist();
@@ -215,7 +223,7 @@ impl Actor {
             Command::Send { messages, reply } => {
                 let result = match &self.poisoned {
                     Some(error) => Err(EntityError::Storage(error.clone())),
-                    None => self.core.enqueue(now, messages).map(|_| ()),
+                    None => self.enqueue(now, messages).map(|_| ()),
                 };
                 if let Some((ticket, events)) = reply {
                     self.answers
@@ -228,6 +236,7 @@ impl Actor {
                 mode,
                 window,
                 events,
+                session: None,
             } => match self.core.add_consumer(consumer, lane, mode, window) {
                 Ok(()) => {
                     self.consumers.insert(consumer, events);
@@ -236,6 +245,29 @@ impl Actor {
                     let _ = events.send(EntityEvent::Gone { consumer, error });
                 }
             },
+            Command::AddConsumer {
+                consumer,
+                lane,
+                mode,
+                window,
+                events,
+                session: Some(request),
+            } => {
+                match self
+                    .core
+                    .accept_session(consumer, lane, mode, window, &request, now)
+                {
+                    Ok(bound) => {
+                        self.consumers.insert(consumer, events);
+                        if let Some(bound) = bound {
+                            self.tell_bound(consumer, Ok(bound));
+                        }
+                    }
+                    Err(error) => {
+                        let _ = events.send(EntityEvent::Gone { consumer, error });
+                    }
+                }
+            }
             Command::Credit { consumer, delta } => {
                 if let Some(queue) = self.core.lane_of(consumer) {
                     queue.add_credit(consumer, delta);
@@ -313,6 +345,49 @@ impl Actor {
         }
     }
 
+    /// Stores sent or scheduled messages; an entity with a lane that requires sessions takes
+    /// only messages with a session id (a batch is all or nothing).
+    fn enqueue(&mut self, now: i64, messages: Vec<Arrival>) -> Result<i64, EntityError> {
+        if self.core.requires_session_id() {
+            for message in &messages {
+                match &message.session_id {
+                    None => return Err(EntityError::SessionIdMissing(self.name.clone())),
+                    Some(id) if id.chars().count() > MAX_SESSION_ID_CHARS => {
+                        return Err(EntityError::SessionIdTooLong(id.clone()));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        self.core.enqueue(now, messages)
+    }
+
+    /// Tells a session receiver the session it holds now, or that it holds none (its
+    /// session lock lapsed, or none became available in time): then its link goes, and the
+    /// core has unregistered it already.
+    fn tell_bound(&mut self, consumer: ConsumerId, binding: Binding) {
+        match binding {
+            Ok((session, locked_until_ms)) => {
+                if let Some(events) = self.consumers.get(&consumer) {
+                    let session = session.to_string();
+                    let accepted = EntityEvent::SessionAccepted {
+                        consumer,
+                        session,
+                        locked_until_ms,
+                    };
+                    if events.send(accepted).is_err() {
+                        self.unsubscribe(consumer);
+                    }
+                }
+            }
+            Err(error) => {
+                if let Some(events) = self.consumers.remove(&consumer) {
+                    let _ = events.send(EntityEvent::Gone { consumer, error });
+                }
+            }
+        }
+    }
+
     /// The clock's work, run every turn (cheap when nothing is due): locks that ran out,
     /// scheduled messages that are due, messages whose time to live ran out.
     fn on_time(&mut self, now: i64) {
@@ -320,6 +395,13 @@ impl Actor {
             return;
         }
         self.core.expire_locks(now);
+        for (consumer, session) in self.core.take_lapsed() {
+            tracing::debug!(consumer = consumer.0, %session, "session lock lapsed");
+            self.tell_bound(
+                consumer,
+                Err(EntityError::SessionLockLost(session.to_string())),
+            );
+        }
         self.activate_due(now);
         self.core.expire_due(now);
         self.move_dead_letters();
@@ -343,6 +425,7 @@ impl Actor {
                 ttl_ms: None,
                 scheduled_ms: None,
                 view: None,
+                session_id: None,
             });
             activated.push((seq, arrival));
         }
@@ -434,8 +517,12 @@ impl Actor {
         now: i64,
     ) -> Result<Answer, EntityError> {
         match operation {
-            Operation::Peek { from, count } => {
-                let peeked = self.core.lane(lane)?.peek(from, count);
+            Operation::Peek {
+                from,
+                count,
+                session,
+            } => {
+                let peeked = self.core.lane(lane)?.peek(from, count, session.as_deref());
                 let mut messages = Vec::with_capacity(peeked.len());
                 for (seq, stamp) in peeked {
                     messages.push(self.encoded(lane, seq, &stamp)?);
@@ -450,10 +537,15 @@ impl Actor {
                     .collect::<Result<_, _>>()?;
                 Ok(Answer::Renewed(expirations))
             }
-            Operation::ReceiveBySequence { seqs, mode } => {
+            Operation::ReceiveBySequence {
+                seqs,
+                mode,
+                session,
+            } => {
                 let mut messages = Vec::with_capacity(seqs.len());
                 for seq in seqs {
-                    let delivery = self.core.lane(lane)?.receive_deferred(seq, mode, now)?;
+                    let queue = self.core.lane(lane)?;
+                    let delivery = queue.receive_deferred(seq, mode, now, session.as_deref())?;
                     let bytes = self.encoded(lane, seq, &delivery.stamp)?;
                     messages.push((delivery.lock_token.unwrap_or_default(), bytes));
                 }
@@ -469,7 +561,7 @@ impl Actor {
             }
             Operation::Schedule { messages } => {
                 let count = i64::try_from(messages.len()).unwrap_or(i64::MAX);
-                let first = self.core.enqueue(now, messages)?;
+                let first = self.enqueue(now, messages)?;
                 Ok(Answer::Scheduled((first..first + count).collect()))
             }
             Operation::CancelScheduled { seqs } => {
@@ -501,6 +593,22 @@ impl Actor {
                 }
                 self.move_dead_letters();
                 Ok(Answer::Done)
+            }
+            Operation::RenewSessionLock { session } => {
+                let until = self.core.lane(lane)?.renew_session_lock(&session, now)?;
+                Ok(Answer::SessionLockedUntil(until))
+            }
+            Operation::GetSessionState { session } => {
+                let state = self.core.lane(lane)?.session_state(&session)?;
+                Ok(Answer::SessionState(state))
+            }
+            Operation::SetSessionState { session, state } => {
+                self.core.lane(lane)?.set_session_state(&session, state)?;
+                Ok(Answer::Done)
+            }
+            Operation::GetMessageSessions { skip, top } => {
+                let ids = self.core.lane(lane)?.session_ids(skip, top);
+                Ok(Answer::Sessions { skip, ids })
             }
         }
     }

@@ -11,11 +11,13 @@ use bytes::Bytes;
 use fe2o3_amqp::types::primitives::SimpleValue;
 
 use crate::entity::handle::{
-    ConsumerId, Delivery, EntityError, LaneId, LockRef, ReceiveMode, Settlement,
+    ConsumerId, Delivery, EntityError, LaneId, LockRef, ReceiveMode, SessionRequest, Settlement,
 };
 use crate::entity::intake::{self, Intake};
+use crate::entity::queue::session_lane::Binding;
 use crate::entity::queue::{DeadLetter, QueueCore, Rules};
 use crate::entity::schedule::Schedule;
+use crate::entity::sessions::SessionId;
 use crate::entity::topic::{self, Copy, Route, Rule};
 use crate::message::{self, Arrival};
 use crate::node::wire;
@@ -66,13 +68,10 @@ impl EntityCore {
         let last_enqueued = records.map(|(_, r)| r.enqueued_ms).max().unwrap_or(0);
         let lock_duration_ms = rules.lock_duration_ms;
         let mut lanes = BTreeMap::new();
-        lanes.insert(LaneId::MAIN, QueueCore::new(rules, main.records));
+        lanes.insert(LaneId::MAIN, QueueCore::new(rules, main));
         lanes.insert(
             LaneId::DEAD_LETTER,
-            QueueCore::new(
-                Rules::dead_letter_queue(lock_duration_ms),
-                dead_letter.records,
-            ),
+            QueueCore::new(Rules::dead_letter_queue(lock_duration_ms), dead_letter),
         );
         EntityCore::assemble(
             Intake::new(next_seq.max(highest), last_enqueued, max_size_bytes, NEVER),
@@ -100,6 +99,7 @@ impl EntityCore {
             default_ttl_ms: NEVER,
             expires: false,
             dead_letter_on_expiry: false,
+            requires_session: false,
         };
         let mut lanes = BTreeMap::new();
         let mut routes = Vec::new();
@@ -109,7 +109,7 @@ impl EntityCore {
                 highest = highest.max(seq + 1);
                 last_enqueued = last_enqueued.max(record.enqueued_ms);
             }
-            lanes.insert(id, QueueCore::new(rules, recovered.records));
+            lanes.insert(id, QueueCore::new(rules, recovered));
         };
         add(LaneId::MAIN, holder_rules, scheduled);
         for subscription in subscriptions {
@@ -158,6 +158,12 @@ impl EntityCore {
         }
         core.reveal_up_to(core.intake.next_seq());
         core
+    }
+
+    /// Whether a lane of the entity requires sessions, so that every message it takes must
+    /// carry a session id.
+    pub fn requires_session_id(&self) -> bool {
+        self.lanes.values().any(QueueCore::requires_session)
     }
 
     /// The sequence number the next message gets.
@@ -250,7 +256,8 @@ impl EntityCore {
                 scheduled_ms: due,
                 ..record
             };
-            self.holder().insert(seq, scheduled, arrival.bytes);
+            let session = arrival.session_id.as_deref();
+            self.holder().insert(seq, scheduled, arrival.bytes, session);
             self.schedule.add(due, seq);
             return;
         }
@@ -262,7 +269,7 @@ impl EntityCore {
                 expires_ms: intake::expiry(enqueued_ms, ttl_ms),
                 ..record
             };
-            lane.insert(seq, record, arrival.bytes);
+            lane.insert(seq, record, arrival.bytes, arrival.session_id.as_deref());
             return;
         };
         // Sends come with their view; scheduled messages, read back at activation, without.
@@ -291,7 +298,7 @@ impl EntityCore {
                         size: u32::try_from(body.len()).unwrap_or(u32::MAX),
                         ..record
                     };
-                    lane.insert(seq, record, body);
+                    lane.insert(seq, record, body, arrival.session_id.as_deref());
                 }
                 Copy::DeadLetter(description) => {
                     let properties = vec![
@@ -382,7 +389,8 @@ impl EntityCore {
     /// flight.
     ///
     /// # Errors
-    /// [`EntityError::Deleted`] when the entity has no such lane.
+    /// [`EntityError::Deleted`] when the entity has no such lane, and
+    /// [`EntityError::SessionMismatch`] when the lane requires sessions.
     pub fn add_consumer(
         &mut self,
         consumer: ConsumerId,
@@ -390,9 +398,83 @@ impl EntityCore {
         mode: ReceiveMode,
         window: u64,
     ) -> Result<(), EntityError> {
-        self.lane(lane)?.subscribe(consumer, mode, window);
+        let queue = self.lane(lane)?;
+        if queue.requires_session() {
+            return Err(EntityError::SessionMismatch(
+                "It is not possible for an entity that requires sessions to create a \
+                 non-sessionful message receiver: accept a session."
+                    .into(),
+            ));
+        }
+        queue.subscribe(consumer, mode, window);
         self.consumers.insert(consumer, lane);
         Ok(())
+    }
+
+    /// Registers a session receiver (no credit) and binds it to the session it asks for;
+    /// returns the session and when its lock ends, or `None` while it waits for the next
+    /// available one ([`EntityCore::bind_waiting`] answers it then).
+    ///
+    /// # Errors
+    /// [`EntityError::Deleted`] when the entity has no such lane, and the lane's refusals
+    /// (see [`QueueCore::accept_session`]); the receiver is not registered then.
+    pub fn accept_session(
+        &mut self,
+        consumer: ConsumerId,
+        lane: LaneId,
+        mode: ReceiveMode,
+        window: u64,
+        request: &SessionRequest,
+        now_ms: i64,
+    ) -> Result<Option<(SessionId, i64)>, EntityError> {
+        let queue = self.lane(lane)?;
+        let (wanted, timeout_ms) = match request {
+            SessionRequest::Named(id) => (Some(id.as_str()), 0),
+            SessionRequest::NextAvailable { timeout_ms } => (None, *timeout_ms),
+        };
+        queue.subscribe(consumer, mode, window);
+        match queue.accept_session(consumer, wanted, timeout_ms, now_ms) {
+            Ok(bound) => {
+                self.consumers.insert(consumer, lane);
+                Ok(bound)
+            }
+            Err(error) => {
+                queue.unsubscribe(consumer);
+                Err(error)
+            }
+        }
+    }
+
+    /// Binds waiting session receivers to sessions that became available, and gives up on
+    /// those whose timeout passed (they are unregistered).
+    pub fn bind_waiting(&mut self, now_ms: i64) -> Vec<(ConsumerId, Binding)> {
+        let mut out = Vec::new();
+        for lane in self
+            .lanes
+            .values_mut()
+            .filter(|lane| lane.requires_session())
+        {
+            out.extend(lane.bind_waiting(now_ms));
+        }
+        for (consumer, binding) in &out {
+            if binding.is_err() {
+                self.remove_consumer(*consumer);
+            }
+        }
+        out
+    }
+
+    /// The session receivers whose session lock lapsed since the last call (unregistered
+    /// already), with their sessions.
+    pub fn take_lapsed(&mut self) -> Vec<(ConsumerId, SessionId)> {
+        let mut out = Vec::new();
+        for lane in self.lanes.values_mut() {
+            out.extend(lane.take_lapsed());
+        }
+        for (consumer, _) in &out {
+            self.consumers.remove(consumer);
+        }
+        out
     }
 
     /// Removes a consumer. Its locks stay, as in Service Bus (see [`QueueCore::unsubscribe`]).

@@ -49,6 +49,18 @@ pub enum ReceiveMode {
     ReceiveAndDelete,
 }
 
+/// What a session receiver asks for when it attaches (amqp-dialect.md §8.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionRequest {
+    /// The session with this id.
+    Named(String),
+    /// The next available session, waiting up to `timeout_ms` for one.
+    NextAvailable {
+        /// How long to wait, in ms.
+        timeout_ms: i64,
+    },
+}
+
 /// Application properties to set on a message ("properties to modify", dead-letter reasons).
 pub type Properties = Vec<(String, SimpleValue)>;
 
@@ -119,6 +131,30 @@ pub enum EntityError {
     /// JavaScript SDK reads as entity-not-found).
     #[error("The messaging entity 'Rules/{0}' could not be found: the subscription has no rule of that name.")]
     RuleNotFound(String),
+    /// A message without a session id sent to an entity that requires sessions (Service
+    /// Bus's wording).
+    #[error("The SessionId was not set on a message, and it cannot be sent to the entity '{0}'. Entities that have session support enabled can only receive messages that have the SessionId set to a valid value.")]
+    SessionIdMissing(String),
+    /// A session id longer than Service Bus allows.
+    #[error("The SessionId '{0}' is longer than 128 characters.")]
+    SessionIdTooLong(String),
+    /// Another receiver holds the session's lock.
+    #[error(
+        "The requested session '{0}' cannot be accepted. It may be locked by another receiver."
+    )]
+    SessionCannotBeLocked(String),
+    /// The session's lock expired, or its receiver is gone.
+    #[error(
+        "The session lock has expired on the MessageSession '{0}'. Accept a new MessageSession."
+    )]
+    SessionLockLost(String),
+    /// No session became available within the receiver's timeout.
+    #[error("No session is available to accept: every session with messages is locked, or there is none.")]
+    NoSessionAvailable,
+    /// A receiver of an entity that requires sessions must accept a session, and one of an
+    /// entity without sessions cannot.
+    #[error("{0}")]
+    SessionMismatch(String),
 }
 
 /// Commands an entity actor accepts.
@@ -145,6 +181,9 @@ pub enum Command {
         window: u64,
         /// Where deliveries go.
         events: EventSink,
+        /// The session a session receiver asks for (answered with
+        /// [`EntityEvent::SessionAccepted`], or [`EntityEvent::Gone`]).
+        session: Option<SessionRequest>,
     },
     /// Change a consumer's demand by `delta` (never below zero).
     Credit {
@@ -296,6 +335,8 @@ pub struct Delivery {
     pub lock_token: Option<Uuid>,
     /// The message's record as it was delivered (to store it again if it is given back).
     pub record: Record,
+    /// Its session, in a lane that requires sessions (to store it again if given back).
+    pub session: Option<crate::entity::sessions::SessionId>,
     /// The stored message bytes (filled by the actor from the entity's log).
     pub bytes: Bytes,
     /// What the engine writes into the header and annotations on the way out.
@@ -325,6 +366,15 @@ pub enum EntityEvent {
         consumer: ConsumerId,
         /// Why ([`EntityError::Deleted`]: `amqp:not-found`).
         error: EntityError,
+    },
+    /// A session receiver holds a session now.
+    SessionAccepted {
+        /// The consumer.
+        consumer: ConsumerId,
+        /// The session's id.
+        session: String,
+        /// When its lock ends unless renewed, in ms since the Unix epoch.
+        locked_until_ms: i64,
     },
     /// A management operation's answer.
     Managed {

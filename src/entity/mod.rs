@@ -9,5 +9,6 @@ pub mod operation;
 pub mod queue;
 pub mod registry;
 pub mod schedule;
+pub mod sessions;
 pub mod setup;
 pub mod topic;

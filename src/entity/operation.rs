@@ -18,6 +18,8 @@ pub enum Operation {
         from: i64,
         /// How many messages at most.
         count: usize,
+        /// Only this session's messages (a session receiver's peek).
+        session: Option<String>,
     },
     /// `renew-lock`.
     RenewLock {
@@ -30,6 +32,8 @@ pub enum Operation {
         seqs: Vec<i64>,
         /// Locked, or deleted on receipt.
         mode: ReceiveMode,
+        /// The session they belong to (a session receiver's request).
+        session: Option<String>,
     },
     /// `schedule-message`: store messages until their `x-opt-scheduled-enqueue-time`.
     Schedule {
@@ -65,6 +69,30 @@ pub enum Operation {
         /// What to do with them.
         settlement: Settlement,
     },
+    /// `renew-session-lock`.
+    RenewSessionLock {
+        /// The session.
+        session: String,
+    },
+    /// `get-session-state`.
+    GetSessionState {
+        /// The session.
+        session: String,
+    },
+    /// `set-session-state`.
+    SetSessionState {
+        /// The session.
+        session: String,
+        /// The new state; `None` clears it.
+        state: Option<Bytes>,
+    },
+    /// `get-message-sessions`: the sessions with messages or state.
+    GetMessageSessions {
+        /// Sessions to skip.
+        skip: usize,
+        /// Most sessions to return.
+        top: usize,
+    },
 }
 
 /// What an entity answers a successful [`Operation`].
@@ -82,6 +110,17 @@ pub enum Answer {
     Scheduled(Vec<i64>),
     /// A page of a subscription's rules (none: nothing past `skip`).
     Rules(Vec<Rule>),
+    /// When the renewed session lock ends (ms since the Unix epoch).
+    SessionLockedUntil(i64),
+    /// A session's state (`None`: it has none).
+    SessionState(Option<Bytes>),
+    /// A page of session ids (none: nothing past `skip`), and the `skip` asked for.
+    Sessions {
+        /// Sessions skipped.
+        skip: usize,
+        /// The ids.
+        ids: Vec<String>,
+    },
     /// Done; nothing to return.
     Done,
 }

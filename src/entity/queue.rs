@@ -16,10 +16,13 @@ use uuid::Uuid;
 use crate::entity::handle::{
     ConsumerId, Delivery, EntityError, LockRef, Properties, ReceiveMode, Settlement,
 };
+use crate::entity::sessions::{SessionId, Sessions};
 use crate::message::DeliveryStamp;
 use crate::node::wire;
 use crate::store::record::{MessageState, Record, NEVER};
-use crate::store::Change;
+use crate::store::{Change, Recovered};
+
+pub mod session_lane;
 
 /// One stored message: its broker record and, while delivered, its lock.
 #[derive(Debug)]
@@ -28,6 +31,8 @@ struct Entry {
     /// `header.delivery-count`.
     record: Record,
     lock: Option<Lock>,
+    /// Its session, in a lane that requires sessions.
+    session: Option<SessionId>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -76,6 +81,8 @@ pub struct Rules {
     pub expires: bool,
     /// Whether an expired message is dead-lettered (else deleted).
     pub dead_letter_on_expiry: bool,
+    /// Whether messages are received through sessions (design.md D8).
+    pub requires_session: bool,
 }
 
 impl Rules {
@@ -88,6 +95,7 @@ impl Rules {
             default_ttl_ms: NEVER,
             expires: false,
             dead_letter_on_expiry: false,
+            requires_session: false,
         }
     }
 }
@@ -130,13 +138,25 @@ pub struct QueueCore {
     journal: Vec<Change>,
     /// Messages removed for dead-lettering, not yet handed to the dead-letter queue.
     dead_letters: Vec<DeadLetter>,
+    /// The lane's sessions, when it requires them.
+    sessions: Option<Sessions>,
+    /// Session receivers waiting for the next available session, with when they give up.
+    waiting: VecDeque<(ConsumerId, i64)>,
+    /// Session receivers whose session lock lapsed, not yet told.
+    lapsed: Vec<(ConsumerId, SessionId)>,
 }
 
 impl QueueCore {
-    /// A lane holding `records` (recovered from its log), nothing deliverable until
+    /// A lane holding what recovery found in its log, nothing deliverable until
     /// [`QueueCore::reveal_up_to`]. Locks are volatile: every message is available again
-    /// (deferred ones stay deferred, scheduled ones scheduled).
-    pub fn new(rules: Rules, records: Vec<(i64, Record)>) -> Self {
+    /// (deferred ones stay deferred, scheduled ones scheduled), every session unlocked.
+    pub fn new(rules: Rules, recovered: Recovered) -> Self {
+        let Recovered {
+            records,
+            mut sessions,
+            session_states,
+            ..
+        } = recovered;
         let mut lane = Self {
             rules,
             size_bytes: 0,
@@ -150,13 +170,43 @@ impl QueueCore {
             ready: VecDeque::new(),
             journal: Vec::new(),
             dead_letters: Vec::new(),
+            sessions: rules.requires_session.then(Sessions::default),
+            waiting: VecDeque::new(),
+            lapsed: Vec::new(),
         };
         for (seq, record) in records {
-            lane.size_bytes += u64::from(record.size);
-            lane.messages.insert(seq, Entry { record, lock: None });
-            lane.index(seq, &record);
+            let session = sessions.remove(&seq);
+            lane.file(seq, record, session.as_deref());
+        }
+        if let Some(table) = &mut lane.sessions {
+            for (id, state) in session_states {
+                let id = table.intern(&id);
+                table.set_state(&id, Some(state));
+            }
         }
         lane
+    }
+
+    /// Adds a message to the lane's records (and its session's) and indexes it.
+    fn file(&mut self, seq: i64, record: Record, session: Option<&str>) {
+        let session = match (&mut self.sessions, session) {
+            (Some(table), Some(id)) => {
+                let id = table.intern(id);
+                table.add_message(&id, seq);
+                Some(id)
+            }
+            _ => None,
+        };
+        self.size_bytes += u64::from(record.size);
+        self.messages.insert(
+            seq,
+            Entry {
+                record,
+                lock: None,
+                session,
+            },
+        );
+        self.index(seq, &record);
     }
 
     /// The lane's rules.
@@ -167,6 +217,7 @@ impl QueueCore {
     /// Makes messages numbered below `next_seq` deliverable: their writes are durable.
     pub fn reveal_up_to(&mut self, next_seq: i64) {
         self.visible_below = self.visible_below.max(next_seq);
+        self.wake_session_receivers();
     }
 
     /// Bytes of the messages the lane holds.
@@ -206,7 +257,7 @@ impl QueueCore {
             size: u32::try_from(body.len()).unwrap_or(u32::MAX),
             ..record
         };
-        self.insert(seq, record, body);
+        self.insert(seq, record, body, None);
     }
 
     /// Replaces a message's bytes (its application properties changed); its record stays.
@@ -251,20 +302,22 @@ impl QueueCore {
         expired
     }
 
-    /// Stores a message under `seq` (its number from the intake, or its own when given back).
-    pub fn insert(&mut self, seq: i64, record: Record, body: Bytes) {
-        self.size_bytes += u64::from(record.size);
-        self.messages.insert(seq, Entry { record, lock: None });
-        self.index(seq, &record);
+    /// Stores a message under `seq` (its number from the intake, or its own when given back),
+    /// in `session` when the lane requires sessions.
+    pub fn insert(&mut self, seq: i64, record: Record, body: Bytes, session: Option<&str>) {
+        self.file(seq, record, session);
         self.journal.push(Change::Put { seq, record, body });
     }
 
     /// Files an unlocked message in the indexes its state calls for.
     fn index(&mut self, seq: i64, record: &Record) {
         match record.state {
-            MessageState::Active => {
-                self.available.insert(seq);
-            }
+            MessageState::Active => match self.session_of(seq) {
+                Some(id) => self.make_session_message_available(&id, seq),
+                None => {
+                    self.available.insert(seq);
+                }
+            },
             MessageState::Deferred => {}
             MessageState::Scheduled => return,
         }
@@ -275,8 +328,24 @@ impl QueueCore {
 
     /// Takes a message out of every index.
     fn unindex(&mut self, seq: i64, record: &Record) {
-        self.available.remove(&seq);
+        match (&mut self.sessions, self.messages.get(&seq)) {
+            (
+                Some(table),
+                Some(Entry {
+                    session: Some(id), ..
+                }),
+            ) => table.make_unavailable(id, seq),
+            _ => {
+                self.available.remove(&seq);
+            }
+        }
         self.expiry.remove(&(record.expires_ms, seq));
+    }
+
+    /// The session of a message, in a lane that requires sessions.
+    fn session_of(&self, seq: i64) -> Option<SessionId> {
+        self.sessions.as_ref()?;
+        self.messages.get(&seq)?.session.clone()
     }
 
     /// Deletes every message (the lane's subscription is deleted).
@@ -289,12 +358,18 @@ impl QueueCore {
 
     /// Deletes a message (a scheduled one cancelled or activated, through the entity).
     pub fn remove(&mut self, seq: i64) {
+        let Some(record) = self.record(seq).copied() else {
+            return;
+        };
+        self.unindex(seq, &record);
         if let Some(entry) = self.messages.remove(&seq) {
             if let Some(lock) = entry.lock {
                 self.tokens.remove(&lock.token);
                 self.lock_expiry.remove(&(lock.until_ms, seq));
             }
-            self.unindex(seq, &entry.record);
+            if let (Some(table), Some(id)) = (&mut self.sessions, &entry.session) {
+                table.remove_message(id, seq);
+            }
             self.size_bytes -= u64::from(entry.record.size);
             self.journal.push(Change::Delete { seq });
         }
@@ -336,9 +411,14 @@ impl QueueCore {
 
     /// Removes a consumer. Its locks stay, as in Service Bus: nobody else receives those
     /// messages until the locks expire (then they come back with a counted delivery), and
-    /// until then they can still be settled by lock token (`update-disposition`).
+    /// until then they can still be settled by lock token (`update-disposition`). A session
+    /// receiver's session is free again at once, and its messages' locks go with it.
     pub fn unsubscribe(&mut self, consumer: ConsumerId) {
         self.consumers.remove(&consumer);
+        if self.sessions.is_some() {
+            self.waiting.retain(|(waiting, _)| *waiting != consumer);
+            self.end_session(consumer);
+        }
     }
 
     /// Adds (or with a negative delta takes back) demand of a consumer.
@@ -366,7 +446,7 @@ impl QueueCore {
     }
 
     /// Puts a consumer that can take a message into the round-robin queue.
-    fn make_ready(&mut self, consumer: ConsumerId) {
+    pub(super) fn make_ready(&mut self, consumer: ConsumerId) {
         if let Some(state) = self.consumers.get_mut(&consumer) {
             if state.can_take() && !state.ready && !state.draining {
                 state.ready = true;
@@ -377,6 +457,9 @@ impl QueueCore {
 
     /// Hands available messages to consumers with demand, one each in turn.
     pub fn dispatch(&mut self, now_ms: i64) -> Vec<Delivery> {
+        if self.sessions.is_some() {
+            return self.dispatch_sessions(now_ms);
+        }
         let mut out = Vec::new();
         while self.has_deliverable() {
             let Some(consumer) = self.ready.pop_front() else {
@@ -415,7 +498,7 @@ impl QueueCore {
             return (out, true);
         };
         loop {
-            let deliverable = self.has_deliverable();
+            let deliverable = self.has_deliverable_for(consumer);
             let Some(state) = self.consumers.get_mut(&consumer) else {
                 return (out, true);
             };
@@ -458,7 +541,7 @@ impl QueueCore {
             .get(&lock.seq)
             .and_then(|entry| entry.lock)
             .filter(|held| held.token == lock.token && held.consumer == consumer)
-            .ok_or(EntityError::LockLost)?;
+            .ok_or_else(|| self.lock_lost(consumer))?;
         if let Settlement::DeadLetter { .. } = settlement {
             if !self.rules.dead_letter_allowed {
                 return Err(EntityError::NotAllowed(
@@ -533,15 +616,18 @@ impl QueueCore {
                     size: u32::try_from(delivery.bytes.len()).unwrap_or(u32::MAX),
                     ..delivery.record
                 };
-                self.insert(delivery.seq, record, delivery.bytes);
+                let session = delivery.session.as_deref();
+                self.insert(delivery.seq, record, delivery.bytes, session);
             }
         }
         draining
     }
 
-    /// Unlocks every message whose lock ran out by `now_ms`; each counts a delivery.
-    /// Returns how many expired.
+    /// Unlocks every message whose lock ran out by `now_ms`; each counts a delivery. Ends
+    /// the session locks that ran out too (see [`QueueCore::take_lapsed`]). Returns how many
+    /// message locks expired.
     pub fn expire_locks(&mut self, now_ms: i64) -> usize {
+        self.end_lapsed_sessions(now_ms);
         let mut expired = 0;
         while let Some(&(until, seq)) = self.lock_expiry.first() {
             if until > now_ms {
@@ -554,9 +640,19 @@ impl QueueCore {
         expired
     }
 
-    /// When the next lock ends. (Expiry needs no deadline: the sweeper asks for it.)
+    /// When the next lock ends, or a session receiver stops waiting. (Expiry needs no
+    /// deadline: the sweeper asks for it.)
     pub fn next_lock_expiry_ms(&self) -> Option<i64> {
-        self.lock_expiry.first().map(|(until, _)| *until)
+        let sessions = self.sessions.as_ref().and_then(Sessions::next_lock_end_ms);
+        let waiting = self.waiting.iter().map(|(_, until)| *until).min();
+        [
+            self.lock_expiry.first().map(|(until, _)| *until),
+            sessions,
+            waiting,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Whether a message can be delivered now. `available` is ordered: if its first message
@@ -615,15 +711,18 @@ impl QueueCore {
         mode: ReceiveMode,
         now_ms: i64,
     ) -> Option<Delivery> {
-        while self.has_deliverable() {
-            let seq = self.available.pop_first()?;
+        loop {
+            let seq = match self.sessions.is_some() {
+                true => self.next_session_message(consumer)?,
+                false if self.has_deliverable() => self.available.pop_first()?,
+                false => return None,
+            };
             if self.has_expired(seq, now_ms) {
                 self.expire(seq);
                 continue;
             }
             return self.take(seq, consumer, mode, now_ms);
         }
-        None
     }
 
     /// Whether a message's time to live ran out (never in a queue where nothing expires).
@@ -644,6 +743,7 @@ impl QueueCore {
         mode: ReceiveMode,
         now_ms: i64,
     ) -> Option<Delivery> {
+        let session = self.messages.get(&seq)?.session.clone();
         let (record, lock) = match mode {
             ReceiveMode::ReceiveAndDelete => {
                 let record = self.messages.get(&seq)?.record;
@@ -651,15 +751,22 @@ impl QueueCore {
                 (record, None)
             }
             ReceiveMode::PeekLock => {
+                // A session's messages are locked as long as the session is.
+                let session_lock = self.session_lock_of(seq);
                 let lock = Lock {
                     token: Uuid::new_v4(),
                     consumer,
-                    until_ms: now_ms.saturating_add(self.rules.lock_duration_ms),
+                    until_ms: session_lock.map_or_else(
+                        || now_ms.saturating_add(self.rules.lock_duration_ms),
+                        |lock| lock.until_ms,
+                    ),
                 };
                 let entry = self.messages.get_mut(&seq)?;
                 entry.lock = Some(lock);
                 self.expiry.remove(&(entry.record.expires_ms, seq));
-                self.lock_expiry.insert((lock.until_ms, seq));
+                if session_lock.is_none() {
+                    self.lock_expiry.insert((lock.until_ms, seq));
+                }
                 self.tokens.insert(lock.token, seq);
                 (entry.record, Some(lock))
             }
@@ -672,19 +779,40 @@ impl QueueCore {
             seq,
             lock_token: lock.map(|lock| lock.token),
             record,
+            session,
             bytes: Bytes::new(),
             stamp: stamp(seq, &record, lock, false),
         })
     }
 
-    /// Up to `count` messages from sequence number `from` on, in any state, locked or not,
-    /// with the stamp a delivery would carry; nothing changes.
-    pub fn peek(&self, from: i64, count: usize) -> Vec<(i64, DeliveryStamp)> {
-        self.messages
-            .range(from..)
-            .take(count)
-            .map(|(seq, entry)| (*seq, stamp(*seq, &entry.record, None, true)))
-            .collect()
+    /// Up to `count` messages (of `session` only, when given) from sequence number `from`
+    /// on, in any state, locked or not, with the stamp a delivery would carry; nothing
+    /// changes.
+    pub fn peek(
+        &self,
+        from: i64,
+        count: usize,
+        session: Option<&str>,
+    ) -> Vec<(i64, DeliveryStamp)> {
+        let stamped = |seq: i64| {
+            let entry = self.messages.get(&seq)?;
+            Some((seq, stamp(seq, &entry.record, None, true)))
+        };
+        match (session, &self.sessions) {
+            (Some(id), Some(table)) => table
+                .messages(id)
+                .filter(|seq| *seq >= from)
+                .take(count)
+                .filter_map(stamped)
+                .collect(),
+            (Some(_), None) => Vec::new(),
+            (None, _) => self
+                .messages
+                .range(from..)
+                .take(count)
+                .filter_map(|(seq, _)| stamped(*seq))
+                .collect(),
+        }
     }
 
     /// Extends the lock of a message by the entity's lock duration; returns the new expiry.
@@ -692,7 +820,14 @@ impl QueueCore {
     /// # Errors
     /// [`EntityError::LockLost`] when the token holds no lock.
     pub fn renew_lock(&mut self, token: Uuid, now_ms: i64) -> Result<i64, EntityError> {
-        let seq = *self.tokens.get(&token).ok_or(EntityError::LockLost)?;
+        let seq = *self
+            .tokens
+            .get(&token)
+            .ok_or_else(|| self.lock_lost(MANAGEMENT))?;
+        // A session's messages are locked as long as the session: renew-session-lock.
+        if let Some(lock) = self.session_lock_of(seq) {
+            return Ok(lock.until_ms);
+        }
         let entry = self.messages.get_mut(&seq).ok_or(EntityError::LockLost)?;
         let lock = entry
             .lock
@@ -706,23 +841,33 @@ impl QueueCore {
     }
 
     /// Takes a deferred message by sequence number (`receive-by-sequence-number`): locked
-    /// under a management lock, or removed in receive-and-delete. It stays deferred.
+    /// under a management lock, or removed in receive-and-delete. It stays deferred. In a
+    /// lane with sessions the message must be of `session`, whose lock then covers it.
     ///
     /// # Errors
-    /// [`EntityError::MessageNotFound`] when no unlocked deferred message has that number
-    /// (an expired one leaves the queue then).
+    /// [`EntityError::MessageNotFound`] when no unlocked deferred message (of `session`) has
+    /// that number (an expired one leaves the queue then), and
+    /// [`EntityError::SessionLockLost`] when nobody holds its session.
     pub fn receive_deferred(
         &mut self,
         seq: i64,
         mode: ReceiveMode,
         now_ms: i64,
+        session: Option<&str>,
     ) -> Result<Delivery, EntityError> {
         let not_found = EntityError::MessageNotFound(seq, "deferred");
         let deferred = self.messages.get(&seq).is_some_and(|entry| {
-            entry.record.state == MessageState::Deferred && entry.lock.is_none()
+            entry.record.state == MessageState::Deferred
+                && entry.lock.is_none()
+                && entry.session.as_deref() == session.filter(|_| self.sessions.is_some())
         });
         if !deferred {
             return Err(not_found);
+        }
+        if let Some(id) = session.filter(|_| self.sessions.is_some()) {
+            if self.session_lock_of(seq).is_none() {
+                return Err(EntityError::SessionLockLost(id.into()));
+            }
         }
         if self.has_expired(seq, now_ms) {
             self.expire(seq);
@@ -740,8 +885,9 @@ impl QueueCore {
         token: Uuid,
         settlement: &Settlement,
     ) -> Result<i64, EntityError> {
-        let seq = *self.tokens.get(&token).ok_or(EntityError::LockLost)?;
-        let holder = self.lock_holder(seq).ok_or(EntityError::LockLost)?;
+        let lost = || self.lock_lost(MANAGEMENT);
+        let seq = *self.tokens.get(&token).ok_or_else(lost)?;
+        let holder = self.lock_holder(seq).ok_or_else(lost)?;
         self.settle(holder, LockRef { seq, token }, settlement)?;
         Ok(seq)
     }

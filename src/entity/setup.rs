@@ -14,8 +14,9 @@ use crate::entity::handle::LaneId;
 use crate::entity::queue::Rules;
 use crate::entity::topic::{Route, Rule};
 use crate::filter::{CorrelationFilter, Filter, SqlAction, SqlFilter, Value};
+use crate::message;
 use crate::store::record::NEVER;
-use crate::store::{EntityLog, StoreError};
+use crate::store::{EntityLog, Recovered, StoreError};
 
 /// The rules of a queue's or subscription's own lane.
 fn lane_rules(
@@ -23,6 +24,7 @@ fn lane_rules(
     max_delivery_count: u32,
     default_ttl: Option<Duration>,
     dead_letter_on_expiry: bool,
+    requires_session: bool,
 ) -> Rules {
     Rules {
         lock_duration_ms: millis(lock_duration),
@@ -31,7 +33,26 @@ fn lane_rules(
         default_ttl_ms: default_ttl.map_or(NEVER, millis),
         expires: true,
         dead_letter_on_expiry,
+        requires_session,
     }
+}
+
+/// What recovery found for a lane; for one that requires sessions, with each message's
+/// session id, read from its bytes.
+fn recover(
+    log: &mut EntityLog,
+    lane: LaneId,
+    requires_session: bool,
+) -> Result<Recovered, StoreError> {
+    let mut recovered = log.recover(lane)?;
+    if requires_session {
+        for (seq, _) in &recovered.records {
+            if let Some(id) = message::session_id(&log.body(lane, *seq)?) {
+                recovered.sessions.insert(*seq, id);
+            }
+        }
+    }
+    Ok(recovered)
 }
 
 /// A queue's parts, recovered from its log.
@@ -44,11 +65,12 @@ pub fn queue(config: &QueueConfig, mut log: EntityLog) -> Result<Parts, StoreErr
         config.max_delivery_count,
         config.default_message_time_to_live,
         config.dead_lettering_on_message_expiration,
+        config.requires_session,
     );
     let core = EntityCore::queue(
         rules,
         config.max_size_in_megabytes.saturating_mul(1024 * 1024),
-        log.recover(LaneId::MAIN)?,
+        recover(&mut log, LaneId::MAIN, config.requires_session)?,
         log.recover(LaneId::DEAD_LETTER)?,
     );
     Ok(Parts {
@@ -86,8 +108,9 @@ pub fn topic(config: &TopicConfig, mut log: EntityLog) -> Result<Parts, StoreErr
                 subscription.max_delivery_count,
                 subscription.default_message_time_to_live,
                 subscription.dead_lettering_on_message_expiration,
+                subscription.requires_session,
             ),
-            main: log.recover(lane)?,
+            main: recover(&mut log, lane, subscription.requires_session)?,
             dead_letter: log.recover(lane.dead_letter_lane())?,
         });
     }

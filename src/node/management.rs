@@ -213,6 +213,21 @@ pub fn respond(result: Result<Answer, EntityError>) -> Response {
                 .collect();
             Response::ok(vec![("rules", Value::List(rules))])
         }
+        Ok(Answer::SessionLockedUntil(until)) => Response::ok(vec![(
+            "expiration",
+            Value::Timestamp(Timestamp::from_milliseconds(until)),
+        )]),
+        Ok(Answer::SessionState(state)) => {
+            Response::ok(vec![("session-state", state.map_or(Value::Null, binary))])
+        }
+        Ok(Answer::Sessions { ids, .. }) if ids.is_empty() => Response::no_content(),
+        Ok(Answer::Sessions { skip, ids }) => {
+            let ids = ids.into_iter().map(Value::String).collect();
+            Response::ok(vec![
+                ("skip", Value::Int(i32::try_from(skip).unwrap_or(i32::MAX))),
+                ("sessions-ids", Value::Array(Array(ids))),
+            ])
+        }
         Ok(Answer::Done) => Response::ok(Vec::new()),
     }
 }
@@ -234,6 +249,7 @@ pub fn parse(request: &Request) -> Result<Operation, Response> {
         "com.microsoft:peek-message" => Ok(Operation::Peek {
             from: long(body, "from-sequence-number")?,
             count: usize::try_from(int(body, "message-count")?.max(0)).unwrap_or(0),
+            session: optional_session(body)?,
         }),
         "com.microsoft:renew-lock" => Ok(Operation::RenewLock {
             tokens: uuids(body, "lock-tokens")?,
@@ -244,6 +260,7 @@ pub fn parse(request: &Request) -> Result<Operation, Response> {
                 Some(Value::Uint(0)) => ReceiveMode::ReceiveAndDelete,
                 _ => ReceiveMode::PeekLock,
             },
+            session: optional_session(body)?,
         }),
         "com.microsoft:schedule-message" => Ok(Operation::Schedule {
             messages: scheduled_messages(body)?,
@@ -265,11 +282,43 @@ pub fn parse(request: &Request) -> Result<Operation, Response> {
             tokens: uuids(body, "lock-tokens")?,
             settlement: disposition(body)?,
         }),
+        "com.microsoft:renew-session-lock" => Ok(Operation::RenewSessionLock {
+            session: session(body)?,
+        }),
+        "com.microsoft:get-session-state" => Ok(Operation::GetSessionState {
+            session: session(body)?,
+        }),
+        "com.microsoft:set-session-state" => Ok(Operation::SetSessionState {
+            session: session(body)?,
+            state: match field(body, "session-state") {
+                None | Some(Value::Null) => None,
+                Some(Value::Binary(state)) => Some(Bytes::from(state.to_vec())),
+                Some(_) => return Err(missing("session-state", "a binary or null")),
+            },
+        }),
+        "com.microsoft:get-message-sessions" => Ok(Operation::GetMessageSessions {
+            skip: usize::try_from(int(body, "skip")?.max(0)).unwrap_or(0),
+            top: usize::try_from(int(body, "top")?.max(0)).unwrap_or(0),
+        }),
         other => Err(Response::error(
             501,
             wire::condition::NOT_IMPLEMENTED,
             format!("the management operation '{other}' is not implemented by Tidebus"),
         )),
+    }
+}
+
+/// The `session-id` of a session request: a string.
+fn session(body: &OrderedMap<Value, Value>) -> Result<String, Response> {
+    optional_session(body)?.ok_or_else(|| missing("session-id", "a string"))
+}
+
+/// The `session-id` a session receiver's request may carry.
+fn optional_session(body: &OrderedMap<Value, Value>) -> Result<Option<String>, Response> {
+    match field(body, "session-id") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(id)) => Ok(Some(id.clone())),
+        Some(_) => Err(missing("session-id", "a string")),
     }
 }
 
@@ -472,7 +521,14 @@ mod tests {
             body: Value::Map(body),
             ..Request::default()
         };
-        assert_eq!(parse(&request), Ok(Operation::Peek { from: 3, count: 2 }));
+        assert_eq!(
+            parse(&request),
+            Ok(Operation::Peek {
+                from: 3,
+                count: 2,
+                session: None
+            })
+        );
     }
 
     #[test]
@@ -513,7 +569,14 @@ mod tests {
                 ("message-count", Value::Int(10)),
             ],
         );
-        assert_eq!(parse(&peek), Ok(Operation::Peek { from: 5, count: 10 }));
+        assert_eq!(
+            parse(&peek),
+            Ok(Operation::Peek {
+                from: 5,
+                count: 10,
+                session: None
+            })
+        );
         let token = Uuid::from_u128(42);
         let dispose = request(
             "com.microsoft:update-disposition",
@@ -536,7 +599,7 @@ mod tests {
 
     #[test]
     fn refuses_unknown_and_malformed_requests_clearly() {
-        let unknown = parse(&request("com.microsoft:get-message-sessions", vec![]));
+        let unknown = parse(&request("com.microsoft:no-such-operation", vec![]));
         let unknown = unknown.expect_err("refused");
         assert_eq!(
             (unknown.status, unknown.condition),

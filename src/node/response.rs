@@ -21,6 +21,12 @@ pub fn status_of(error: &EntityError) -> (i32, &'static str) {
         EntityError::Storage(_) => (500, wire::condition::INTERNAL_ERROR),
         EntityError::RuleExists(_) => (409, wire::condition::ENTITY_ALREADY_EXISTS),
         EntityError::RuleNotFound(_) => (404, wire::condition::NOT_FOUND),
+        EntityError::SessionIdMissing(_)
+        | EntityError::SessionIdTooLong(_)
+        | EntityError::SessionMismatch(_) => (400, wire::condition::NOT_ALLOWED),
+        EntityError::SessionCannotBeLocked(_) => (410, wire::condition::SESSION_CANNOT_BE_LOCKED),
+        EntityError::SessionLockLost(_) => (410, wire::condition::SESSION_LOCK_LOST),
+        EntityError::NoSessionAvailable => (408, wire::condition::TIMEOUT),
     }
 }
 

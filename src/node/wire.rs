@@ -52,4 +52,10 @@ pub mod condition {
     pub const ENTITY_ALREADY_EXISTS: &str = "com.microsoft:entity-already-exists";
     /// The entity does not exist (any more).
     pub const NOT_FOUND: &str = "amqp:not-found";
+    /// The session's lock expired or its receiver is gone.
+    pub const SESSION_LOCK_LOST: &str = "com.microsoft:session-lock-lost";
+    /// Another receiver holds the session.
+    pub const SESSION_CANNOT_BE_LOCKED: &str = "com.microsoft:session-cannot-be-locked";
+    /// No session became available in time.
+    pub const TIMEOUT: &str = "com.microsoft:timeout";
 }

@@ -4,6 +4,8 @@
 //! - `h`: the next sequence number (the high-water mark), one for the whole entity;
 //! - `s` + name: a topic subscription's lane number (see [`EntityLog::subscription_numbers`]);
 //! - `r` + subscription number + name: a rule added to that subscription at run time;
+//! - `x` + session id: the state of a session of the lane (`X` + subscription number + id
+//!   for a subscription's lane);
 //! - `c` + first: a chunk (see [`crate::store::chunk`]): the lane's messages that one write
 //!   stored under fresh, consecutive sequence numbers;
 //! - `g` + first: which messages have left that chunk, once any has;
@@ -41,6 +43,9 @@ const BODIES_MAX_GAP: i64 = 64;
 const RULE_PREFIX: u8 = b'r';
 /// Prefix of a topic's subscription numbers (`s` + lower-cased name: u32 big-endian).
 const SUBSCRIPTION_PREFIX: u8 = b's';
+/// Prefix of a lane's session states (`x` + id; upper-cased and followed by the
+/// subscription number for a subscription's lane).
+const SESSION_STATE_PREFIX: u8 = b'x';
 /// Most message bytes in one chunk: a write with more stores several. sled splits a leaf only
 /// past 16 keys and rewrites whole leaves, so big chunks make big leaves: 1 MiB chunks were
 /// 10% faster than 16 KiB ones but took the broker's RSS with a 100k backlog from 130 MB to
@@ -111,6 +116,16 @@ fn key(kind: Kind, lane: LaneId, seq: i64) -> Key {
     let mut key = prefix(kind, lane);
     key.bytes[key.len..key.len + 8].copy_from_slice(&seq.to_be_bytes());
     key.len += 8;
+    key
+}
+
+/// The prefix of the session states of `lane` (a lane that takes sends).
+fn session_state_prefix(lane: LaneId) -> Vec<u8> {
+    if lane.subscription == 0 {
+        return vec![SESSION_STATE_PREFIX];
+    }
+    let mut key = vec![SESSION_STATE_PREFIX.to_ascii_uppercase()];
+    key.extend_from_slice(&lane.subscription.to_be_bytes());
     key
 }
 
@@ -255,7 +270,10 @@ impl BodyCache {
                 }
             }
             Change::Delete { seq } => self.remove(lane, *seq),
-            Change::Update { .. } | Change::NextSeq(_) | Change::Rule { .. } => {}
+            Change::Update { .. }
+            | Change::NextSeq(_)
+            | Change::Rule { .. }
+            | Change::SessionState { .. } => {}
         }
     }
 
@@ -340,7 +358,7 @@ impl EntityLog {
         let Some(tree) = self.tree.clone() else {
             return Ok(Recovered {
                 next_seq: 1,
-                records: Vec::new(),
+                ..Recovered::default()
             });
         };
         let started = Instant::now();
@@ -363,6 +381,15 @@ impl EntityLog {
             })?;
             records.push((seq, record));
         }
+        let mut session_states = Vec::new();
+        if !lane.dead_letter {
+            let prefix = session_state_prefix(lane);
+            for item in tree.scan_prefix(&prefix) {
+                let (key, value) = item?;
+                let id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+                session_states.push((id, Bytes::copy_from_slice(&value)));
+            }
+        }
         let highest = records.iter().map(|(seq, _)| *seq).max().unwrap_or(0);
         if !lane.dead_letter {
             let chunks = self.chunks.entry(lane).or_default();
@@ -376,7 +403,12 @@ impl EntityLog {
             elapsed = ?started.elapsed(),
             "recovered"
         );
-        Ok(Recovered { next_seq, records })
+        Ok(Recovered {
+            next_seq,
+            records,
+            sessions: HashMap::new(),
+            session_states,
+        })
     }
 
     /// Ends recovery: forgets what it read of lanes nobody recovered (subscriptions no longer
@@ -508,7 +540,10 @@ impl EntityLog {
                 Change::Delete { seq } => {
                     self.staged_bodies.remove(&(*sub, *seq));
                 }
-                Change::Update { .. } | Change::NextSeq(_) | Change::Rule { .. } => {}
+                Change::Update { .. }
+                | Change::NextSeq(_)
+                | Change::Rule { .. }
+                | Change::SessionState { .. } => {}
             }
         }
         self.staged_moves |= moves;
@@ -619,6 +654,14 @@ impl EntityLog {
                     let key = rule_key(lane, &name);
                     match stored {
                         Some(stored) => batch.insert(&key, stored.to_vec()),
+                        None => batch.remove(&key),
+                    }
+                }
+                Change::SessionState { session, state } => {
+                    let mut key = session_state_prefix(lane);
+                    key.extend_from_slice(session.as_bytes());
+                    match state {
+                        Some(state) => batch.insert(&key, state.to_vec()),
                         None => batch.remove(&key),
                     }
                 }

@@ -12,6 +12,7 @@ pub mod log;
 pub mod record;
 
 use bytes::Bytes;
+use std::collections::HashMap;
 
 use crate::config::{BrokerConfig, Durability};
 use crate::store::chunk::ChunkError;
@@ -148,6 +149,13 @@ pub enum Change {
         /// Its stored description; `None`: the rule is gone.
         stored: Option<Bytes>,
     },
+    /// A session's state was set, or cleared (`None`).
+    SessionState {
+        /// The session id.
+        session: String,
+        /// The state; `None`: cleared.
+        state: Option<Bytes>,
+    },
 }
 
 /// What recovery found for one of an entity's queues.
@@ -157,6 +165,11 @@ pub struct Recovered {
     pub next_seq: i64,
     /// Every stored message's record, by sequence number.
     pub records: Vec<(i64, Record)>,
+    /// The session id of each message, for a lane that requires sessions (read from the
+    /// messages by the entity's setup: the log does not decode messages).
+    pub sessions: HashMap<i64, String>,
+    /// The stored state of each session that has one.
+    pub session_states: Vec<(String, Bytes)>,
 }
 
 /// The broker's database: absent in `memory` mode.

@@ -324,6 +324,7 @@ fn topic_config(data_dir: &std::path::Path) -> tidebus::config::Config {
         max_delivery_count: 10,
         default_message_time_to_live: None,
         dead_lettering_on_message_expiration: false,
+        requires_session: false,
         dead_lettering_on_filter_evaluation_exceptions: true,
         auto_delete_on_idle: None,
         rules: vec![RuleConfig {

@@ -52,6 +52,14 @@ fn azure_sdk_topics_suite() {
     run("tests/js/topics.test.js");
 }
 
+/// Sessions: `acceptSession` and `acceptNextSession`, order within a session, session state
+/// and lock renewal, `SessionCannotBeLocked`, the timeout with no session available, and
+/// sends without a session id.
+#[test]
+fn azure_sdk_sessions_suite() {
+    run("tests/js/sessions.test.js");
+}
+
 /// Runs `node --test <file>` from the crate root; panics unless it exits 0.
 fn run(file: &str) {
     let extra = std::env::var("TIDEBUS_NODE_TEST_ARGS").unwrap_or_default();

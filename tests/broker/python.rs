@@ -30,3 +30,12 @@ fn azure_sdk_time_suite() {
 fn azure_sdk_topics_suite() {
     pytest::run("tests/python/test_topics.py");
 }
+
+/// The official `azure-servicebus` SDK against sessions: named and next-available session
+/// receivers, order within a session, the session lock (held, renewed, lapsed), session
+/// state, deferral and receive-and-delete inside a session, sends without a session id, and
+/// a topic's session-enabled subscription.
+#[test]
+fn azure_sdk_sessions_suite() {
+    pytest::run("tests/python/test_sessions.py");
+}

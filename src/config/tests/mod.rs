@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::units::SIZE_FORMS;
-use super::validate::{Source, UNSUPPORTED_LANE_KEYS};
+use super::validate::Source;
 use super::*;
 
 fn parse(text: &str) -> Config {
@@ -388,22 +388,14 @@ fn invalid_queue_name_names_the_rule_it_breaks() {
 }
 
 #[test]
-fn unsupported_queue_keys_are_refused_by_name() {
-    let samples = [("requires_session", "false")];
-    assert_eq!(samples.map(|(key, _)| key), UNSUPPORTED_LANE_KEYS);
-    for (key, value) in samples {
-        let error = refuse(&format!(
-            "[[queues]]\nname = \"a\"\n[[queues]]\nname = \"b\"\n{key} = {value}\n"
-        ));
-        let column = key.len() + 4;
-        assert_eq!(
-            error.to_string(),
-            format!(
-                "queues[1].{key} (t.toml:5:{column}): not supported yet by this version of \
-                 Tidebus"
-            )
-        );
-    }
+fn requires_session_is_read_for_queues_and_defaults_to_false() {
+    let config = Config::parse(
+        "[[queues]]\nname = \"a\"\nrequires_session = true\n[[queues]]\nname = \"b\"\n",
+        "t.toml",
+    )
+    .expect("valid");
+    assert!(config.queues[0].requires_session);
+    assert!(!config.queues[1].requires_session);
 }
 
 #[test]
@@ -437,7 +429,7 @@ fn time_keys_are_read_and_bounded() {
 }
 
 #[test]
-fn unsupported_queue_keys_are_still_type_checked() {
+fn lane_keys_are_type_checked() {
     let error = refuse("[[queues]]\nname = \"a\"\nrequires_session = \"yes\"\n");
     assert_eq!(
         error.to_string(),

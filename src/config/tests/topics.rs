@@ -22,6 +22,7 @@ max_delivery_count = 5
 default_message_time_to_live = "PT30M"
 dead_lettering_on_message_expiration = true
 dead_lettering_on_filter_evaluation_exceptions = false
+requires_session = true
 auto_delete_on_idle = "2h"
 
 [[topics.subscriptions.rules]]
@@ -79,6 +80,8 @@ fn every_topic_subscription_and_rule_key_is_read() {
     assert_eq!(eu.default_message_time_to_live, Some(secs(1800)));
     assert!(eu.dead_lettering_on_message_expiration);
     assert!(!eu.dead_lettering_on_filter_evaluation_exceptions);
+    assert!(eu.requires_session);
+    assert!(!orders.subscriptions[1].requires_session);
     assert_eq!(eu.auto_delete_on_idle, Some(secs(7200)));
     let sql = RuleConfig {
         name: "eu-only".to_owned(),
@@ -370,9 +373,9 @@ fn subscriptions_follow_the_queue_rules() {
          allowed: at least 1s"
     );
     assert_eq!(
-        refusal(&in_subscription("requires_session = true\n")),
-        "topics[0].subscriptions[0].requires_session (t.toml:5:20): not supported yet by this \
-         version of Tidebus"
+        refusal(&in_subscription("requires_session = 1\n")),
+        "topics[0].subscriptions[0].requires_session (t.toml:5:20): invalid type: integer \
+         `1`, expected a boolean"
     );
 }
 

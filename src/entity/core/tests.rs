@@ -105,7 +105,7 @@ impl Queue {
         self.core
             .lanes()
             .find(|(id, _)| **id == LaneId::MAIN)
-            .map(|(_, lane)| lane.peek(from, count))
+            .map(|(_, lane)| lane.peek(from, count, None))
             .unwrap_or_default()
     }
 
@@ -173,6 +173,7 @@ pub(super) const RULES: Rules = Rules {
     default_ttl_ms: NEVER,
     expires: true,
     dead_letter_on_expiry: false,
+    requires_session: false,
 };
 const A: ConsumerId = ConsumerId(1);
 const B: ConsumerId = ConsumerId(2);
@@ -184,6 +185,7 @@ fn plain(bytes: Bytes) -> Arrival {
         ttl_ms: None,
         scheduled_ms: None,
         view: None,
+        session_id: None,
     }
 }
 
@@ -410,7 +412,7 @@ fn the_delivery_limit_dead_letters_with_the_service_bus_reason() {
             ),
         ]
     );
-    let mut dlq = QueueCore::new(Rules::dead_letter_queue(1_000), Vec::new());
+    let mut dlq = QueueCore::new(Rules::dead_letter_queue(1_000), Recovered::default());
     dlq.accept_dead_letter(dead[0].seq, dead[0].record, Bytes::from_static(b"m"));
     // Its number is durable: the queue's send was flushed long ago.
     dlq.reveal_up_to(dead[0].seq + 1);
@@ -459,6 +461,7 @@ fn deferred_messages_are_not_delivered_and_stay_deferred_after_recovery() {
         Recovered {
             next_seq: 3,
             records,
+            ..Recovered::default()
         },
     );
     back.subscribe(B, ReceiveMode::PeekLock, u64::MAX);
@@ -549,7 +552,7 @@ fn random_operations_match_a_simple_model() {
                                 stored.remove(&seq);
                             }
                             Change::NextSeq(n) => next_seq_on_disk = n,
-                            Change::Rule { .. } => {}
+                            Change::Rule { .. } | Change::SessionState { .. } => {}
                         }
                     }
                     q = Queue::recover(
@@ -557,6 +560,7 @@ fn random_operations_match_a_simple_model() {
                         Recovered {
                             next_seq: next_seq_on_disk,
                             records: stored.iter().map(|(s, r)| (*s, *r)).collect(),
+                            ..Recovered::default()
                         },
                     );
                     q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
@@ -577,6 +581,7 @@ fn timed(ttl_ms: Option<u32>, scheduled_ms: Option<i64>) -> Arrival {
         ttl_ms,
         scheduled_ms,
         view: None,
+        session_id: None,
     }
 }
 
@@ -684,6 +689,7 @@ fn the_entity_default_caps_the_ttl_and_expired_messages_are_never_delivered() {
 fn a_locked_message_does_not_expire_until_its_lock_ends() {
     let mut q = Queue::new(Rules {
         dead_letter_on_expiry: true,
+        requires_session: false,
         ..RULES
     });
     q.enqueue(0, vec![timed(Some(100), None), timed(Some(100), None)])
@@ -711,7 +717,7 @@ fn a_locked_message_does_not_expire_until_its_lock_ends() {
             SimpleValue::String("TTLExpiredException".into())
         )
     );
-    let mut dlq = QueueCore::new(Rules::dead_letter_queue(1_000), Vec::new());
+    let mut dlq = QueueCore::new(Rules::dead_letter_queue(1_000), Recovered::default());
     dlq.accept_dead_letter(dead[0].seq, dead[0].record, Bytes::from_static(b"t"));
     // Its number is durable: the queue's send was flushed long ago.
     dlq.reveal_up_to(dead[0].seq + 1);
@@ -743,6 +749,7 @@ fn scheduled_and_expiring_messages_keep_their_state_across_recovery() {
         Recovered {
             next_seq: 3,
             records,
+            ..Recovered::default()
         },
     );
     assert!(back.has_scheduled());
@@ -797,6 +804,7 @@ fn random_time_operations_keep_the_time_rules() {
         };
         let rules = Rules {
             dead_letter_on_expiry: run % 2 == 0,
+            requires_session: false,
             default_ttl_ms: if run % 3 == 0 { 300 } else { NEVER },
             ..RULES
         };
@@ -915,7 +923,9 @@ fn random_time_operations_keep_the_time_rules() {
                                 stored.push((seq, record));
                             }
                             Change::Delete { seq } => stored.retain(|(s, _)| *s != seq),
-                            Change::NextSeq(_) | Change::Rule { .. } => {}
+                            Change::NextSeq(_)
+                            | Change::Rule { .. }
+                            | Change::SessionState { .. } => {}
                         }
                     }
                     let next_seq = q.next_seq();
@@ -924,6 +934,7 @@ fn random_time_operations_keep_the_time_rules() {
                         Recovered {
                             next_seq,
                             records: stored.clone(),
+                            ..Recovered::default()
                         },
                     );
                     q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);

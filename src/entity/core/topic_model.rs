@@ -193,6 +193,7 @@ impl Disk {
         Recovered {
             next_seq: self.next_seq,
             records,
+            ..Recovered::default()
         }
     }
 
@@ -420,6 +421,7 @@ impl Harness {
                     },
                     expires: true,
                     dead_letter_on_expiry: rng.one_in(2),
+                    requires_session: false,
                 },
                 dead_letter_on_filter_error: !rng.one_in(3),
             })
@@ -818,6 +820,7 @@ impl Harness {
             seq,
             ReceiveMode::PeekLock,
             self.now,
+            None,
         );
         if !deferred.contains(&(lane, seq)) || self.expired(lane, seq) {
             if deferred.contains(&(lane, seq)) {
@@ -857,7 +860,7 @@ impl Harness {
 
     fn peek(&mut self, lane: LaneId) -> Vec<Seen> {
         let lane = self.core.lane(lane).expect("lane");
-        lane.peek(0, usize::MAX)
+        lane.peek(0, usize::MAX, None)
             .iter()
             .map(|(seq, stamp)| seen(*seq, stamp))
             .collect()
@@ -1157,6 +1160,7 @@ impl Harness {
                         None => rules.remove(&name.to_lowercase()),
                     };
                 }
+                Change::SessionState { .. } => panic!("no lane here requires sessions"),
             }
         }
         assert!(
@@ -1360,6 +1364,7 @@ fn dead_lettering_topic(filter: Filter) -> EntityCore {
             default_ttl_ms: NEVER,
             expires: true,
             dead_letter_on_expiry: true,
+            requires_session: false,
         },
         main: Recovered::default(),
         dead_letter: Recovered::default(),

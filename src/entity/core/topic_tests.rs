@@ -78,6 +78,7 @@ fn message(properties: &[(&str, Value)], ttl_ms: Option<u32>) -> Arrival {
         ttl_ms,
         scheduled_ms: None,
         view: Some(Box::new(view)),
+        session_id: None,
     }
 }
 
@@ -235,6 +236,7 @@ fn recovery_gives_each_subscription_back_its_own_copies() {
     let recovered = |id: LaneId| Recovered {
         next_seq: 3,
         records: lanes.get(&id).cloned().unwrap_or_default(),
+        ..Recovered::default()
     };
     let with = |number: u32, filter: Filter| SubscriptionLanes {
         main: recovered(lane(number)),

@@ -1,0 +1,122 @@
+"use strict";
+// Message sessions against @azure/service-bus: `acceptSession` and `acceptNextSession`, order
+// within a session, session state, lock renewal, a session held by another receiver
+// (`SessionCannotBeLocked`), and no session available in time; the JavaScript side of
+// tests/python/test_sessions.py.
+
+const assert = require("node:assert/strict");
+
+const { ServiceBusClient } = require("@azure/service-bus");
+
+const { brokerTest, ids, receiveExactly, rejection, send } = require("./common");
+
+const QUEUES = [{ name: "sq", requires_session: true }, "plain"];
+
+const inSession = (sessionId, index) => ({
+  body: `${sessionId} body ${index}`,
+  messageId: `${sessionId}-${index}`,
+  sessionId,
+});
+
+/** Runs `body(receiver)` with a session receiver opened by `accept`, closed afterwards. */
+async function withSession(accept, body) {
+  const receiver = await accept;
+  try {
+    return await body(receiver);
+  } finally {
+    await receiver.close().catch(() => {});
+  }
+}
+
+brokerTest(
+  "a named session receiver gets only its session's messages, in order",
+  { queues: QUEUES },
+  async ({ client }) => {
+    await send(client, "sq", [
+      inSession("a", 0),
+      inSession("b", 0),
+      inSession("a", 1),
+      inSession("b", 1),
+    ]);
+    await withSession(client.acceptSession("sq", "b"), async (receiver) => {
+      assert.equal(receiver.sessionId, "b");
+      assert.ok(receiver.sessionLockedUntilUtc > new Date(), String(receiver.sessionLockedUntilUtc));
+      const got = await receiveExactly(receiver, 2);
+      assert.deepEqual(ids(got), ["b-0", "b-1"]);
+      assert.deepEqual(
+        got.map((message) => message.sessionId),
+        ["b", "b"],
+      );
+      for (const message of got) await receiver.completeMessage(message);
+    });
+  },
+);
+
+brokerTest(
+  "acceptNextSession takes the session with the oldest message, and a held one cannot be accepted",
+  { queues: QUEUES },
+  async ({ client }) => {
+    await send(client, "sq", [inSession("first", 0), inSession("second", 0)]);
+    await withSession(client.acceptNextSession("sq"), async (first) => {
+      assert.equal(first.sessionId, "first");
+      const error = await rejection(client.acceptSession("sq", "first"), "accepting a held session");
+      assert.equal(error.code, "SessionCannotBeLocked", String(error));
+      await withSession(client.acceptNextSession("sq"), async (second) => {
+        assert.equal(second.sessionId, "second");
+        assert.deepEqual(ids(await receiveExactly(second, 1)), ["second-0"]);
+      });
+      assert.deepEqual(ids(await receiveExactly(first, 1)), ["first-0"]);
+    });
+  },
+);
+
+brokerTest(
+  "acceptNextSession with no session available fails once its time is up",
+  { queues: QUEUES },
+  async ({ broker }) => {
+    // The SDK waits as long as its operation timeout: a client of its own with a short one.
+    const impatient = new ServiceBusClient(broker.connectionString, {
+      retryOptions: { maxRetries: 0, timeoutInMs: 3_000 },
+    });
+    try {
+      const started = Date.now();
+      const error = await rejection(
+        impatient.acceptNextSession("sq"),
+        "accepting a session from an empty queue",
+      );
+      assert.equal(error.code, "ServiceTimeout", String(error));
+      assert.ok(Date.now() - started >= 2_500, "it waited for a session first");
+    } finally {
+      await impatient.close();
+    }
+  },
+);
+
+brokerTest(
+  "session state is set, read back by a later receiver, and cleared",
+  { queues: QUEUES },
+  async ({ client }) => {
+    await withSession(client.acceptSession("sq", "s"), async (receiver) => {
+      assert.equal(await receiver.getSessionState(), null);
+      await receiver.setSessionState("checkpoint 7");
+      const renewed = await receiver.renewSessionLock();
+      assert.ok(renewed > new Date(), String(renewed));
+    });
+    await withSession(client.acceptSession("sq", "s"), async (receiver) => {
+      const state = await receiver.getSessionState();
+      assert.equal(Buffer.from(state).toString(), "checkpoint 7");
+      await receiver.setSessionState(null);
+      assert.equal(await receiver.getSessionState(), null);
+    });
+  },
+);
+
+brokerTest(
+  "a message without a session id is refused, and a session receiver on a plain queue too",
+  { queues: QUEUES },
+  async ({ client }) => {
+    const error = await rejection(send(client, "sq", { body: "none" }), "a send without session id");
+    assert.match(String(error), /SessionId/);
+    await rejection(client.acceptSession("plain", "s"), "a session receiver on a plain queue");
+  },
+);

@@ -739,6 +739,9 @@ mod topic_tests;
 #[cfg(test)]
 mod topic_model;
 
+#[cfg(test)]
+mod session_model;
+
 /// A copy's bytes with its rules' edits applied (the message as sent when there are none, or
 /// when they cannot be applied, which inspect on arrival rules out).
 fn edited(bytes: &Bytes, edits: &[crate::filter::Edit]) -> Bytes {

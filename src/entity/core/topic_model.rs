@@ -90,15 +90,15 @@ const EVENTS: [&str; 34] = [
 const NAMES: [&str; 8] = ["a", "B", "c", "D", "A", "b", "C", "d"];
 
 /// A tiny seeded generator (xorshift), so a failing run can be replayed by its number.
-struct Rng(u64);
+pub(super) struct Rng(u64);
 
 impl Rng {
-    fn new(seed: u64) -> Rng {
+    pub(super) fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
     }
 
     /// A number below `bound` (at least 1).
-    fn below(&mut self, bound: u64) -> u64 {
+    pub(super) fn below(&mut self, bound: u64) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -106,15 +106,15 @@ impl Rng {
     }
 
     /// A number in `low..high`.
-    fn range(&mut self, low: i64, high: i64) -> i64 {
+    pub(super) fn range(&mut self, low: i64, high: i64) -> i64 {
         low + self.below(high.abs_diff(low)) as i64
     }
 
-    fn one_in(&mut self, n: u64) -> bool {
+    pub(super) fn one_in(&mut self, n: u64) -> bool {
         self.below(n) == 0
     }
 
-    fn index(&mut self, len: usize) -> usize {
+    pub(super) fn index(&mut self, len: usize) -> usize {
         self.below(len as u64) as usize
     }
 }

@@ -220,3 +220,35 @@ def test_a_topic_copy_keeps_its_session_id(client):
         assert {m.session_id for m in got} == {"s"}
     with client.get_subscription_receiver("t", "plain") as receiver:
         assert ids(receive_exactly(receiver, 2)) == ["s-0", "s-1"]
+
+
+@pytest.mark.broker(durability="sync", queues=SESSION_QUEUES)
+def test_session_state_and_unsettled_session_messages_survive_kill_9(broker):
+    client = open_client(broker)
+    send(client, "sq", [in_session("s", i) for i in range(3)] + [in_session("t", 0)])
+    receiver = client.get_queue_receiver("sq", session_id="s")
+    receiver.__enter__()
+    receiver.session.set_state(b"after s-0", timeout=OPERATION_TIMEOUT_S)
+    first, _unsettled = receive_exactly(receiver, 2)
+    receiver.complete_message(first)
+    # The broker dies with s-1 locked and unsettled.
+    broker.kill9()
+    for closing in (receiver, client):
+        try:
+            closing.close()
+        except Exception:  # the connection died with the broker
+            pass
+
+    broker.start()
+    with open_client(broker) as client:
+        with client.get_queue_receiver("sq", session_id="s") as receiver:
+            assert receiver.session.get_state(timeout=OPERATION_TIMEOUT_S) == b"after s-0"
+            back = receive_exactly(receiver, 2)
+            assert ids(back) == ["s-1", "s-2"], "the completion held, the lock did not"
+            for message in back:
+                receiver.complete_message(message)
+        with client.get_queue_receiver(
+            "sq", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=5
+        ) as receiver:
+            assert receiver.session.session_id == "t"
+            assert ids(receive_exactly(receiver, 1)) == ["t-0"]

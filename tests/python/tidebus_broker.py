@@ -174,6 +174,11 @@ class Broker:
         # Stopped as asked: a second stop (the fixture's teardown) has nothing to do.
         self.process = None
 
+    def kill9(self):
+        """SIGKILL, as a crash: the next `start()` recovers from what was durable."""
+        self._kill()
+        self.process = None
+
     def _kill(self):
         if self.process is not None and self.process.poll() is None:
             self.process.kill()

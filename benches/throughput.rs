@@ -34,7 +34,6 @@
 //! broker's start and stop are left out.
 
 use std::collections::HashSet;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use fe2o3_amqp::link::receiver::CreditMode;
@@ -47,7 +46,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tidebus::config::Durability;
 
 mod support;
-use support::{connect, now_micros, BenchBroker, BoxError, Flags};
+use support::{connect, now_micros, percentile, BenchBroker, BoxError, Flags, Usage};
 
 /// The queue or topic the producer sends to.
 const ENTITY: &str = "bench";
@@ -250,73 +249,6 @@ async fn consume(
     session.end().await?;
     connection.close().await?;
     Ok(got)
-}
-
-fn percentile(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let index = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[index] as f64 / 1000.0
-}
-
-/// CPU time and storage writes of this process so far.
-struct Usage {
-    /// User + system CPU of the whole process, threads that ended included, in µs.
-    process_us: f64,
-    /// User + system CPU of the client's threads (see the top of the file), in µs.
-    client_us: f64,
-    /// `write_bytes - cancelled_write_bytes` of `/proc/self/io`; `None` where it cannot be
-    /// read.
-    written: Option<u64>,
-}
-
-impl Usage {
-    fn now() -> Result<Usage, BoxError> {
-        // SAFETY: sysconf only reads a system setting.
-        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-        let tick_us = 1e6 / ticks_per_second.max(1) as f64;
-        let main = std::process::id().to_string();
-        let mut client_ticks = 0;
-        for task in std::fs::read_dir("/proc/self/task")? {
-            let task = task?.path();
-            let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
-            let is_main = task.file_name().is_some_and(|tid| *tid == *main);
-            if is_main || name.trim_end() == support::CLIENT_THREADS {
-                client_ticks += cpu_ticks(&task.join("stat"))?;
-            }
-        }
-        Ok(Usage {
-            process_us: cpu_ticks(Path::new("/proc/self/stat"))? as f64 * tick_us,
-            client_us: client_ticks as f64 * tick_us,
-            written: written_bytes(),
-        })
-    }
-}
-
-/// utime + stime, in clock ticks, of a `stat` file of `/proc`.
-fn cpu_ticks(stat: &Path) -> Result<u64, BoxError> {
-    let text = std::fs::read_to_string(stat)?;
-    // The fields after the command name, which is in parentheses and may hold anything,
-    // start at the third: utime and stime are the 14th and 15th.
-    let after_name = text.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let field = |n: usize| -> Result<u64, BoxError> {
-        let value = fields.get(n - 3).ok_or("short stat line")?;
-        Ok(value.parse()?)
-    };
-    Ok(field(14)? + field(15)?)
-}
-
-/// Bytes this process had written to storage so far, those it dirtied and then truncated away
-/// before writeback left out.
-fn written_bytes() -> Option<u64> {
-    let io = std::fs::read_to_string("/proc/self/io").ok()?;
-    let field = |key: &str| {
-        io.lines()
-            .find_map(|line| line.strip_prefix(key)?.trim().parse::<u64>().ok())
-    };
-    Some(field("write_bytes:")?.saturating_sub(field("cancelled_write_bytes:")?))
 }
 
 fn main() -> Result<(), BoxError> {

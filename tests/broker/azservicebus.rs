@@ -400,3 +400,56 @@ async fn rules_managed_at_run_time_pick_copies_and_outlive_a_restart() {
     within("dispose client", again.dispose()).await;
     broker.stop().await;
 }
+
+/// Sessions through azservicebus: its next-available session (sent as a described null
+/// filter) is the one with the oldest message, its messages come in order, state set and read
+/// back, the session lock renewed; a named session after that.
+#[tokio::test(flavor = "current_thread")]
+async fn session_receivers_take_their_sessions_in_order_with_state() {
+    use azservicebus::ServiceBusSessionReceiverOptions;
+    let mut config = config_with_queues(&["sq"]);
+    config.queues[0].requires_session = true;
+    let broker = TestBroker::start(config).await;
+    let mut client = client(&broker).await;
+    let mut sender = within("sender", client.create_sender("sq", Default::default())).await;
+    let messages: Vec<ServiceBusMessage> = [("a", "a-0"), ("b", "b-0"), ("a", "a-1")]
+        .iter()
+        .map(|(session, body)| {
+            let mut message = ServiceBusMessage::new(body.as_bytes());
+            message
+                .set_session_id(session.to_string())
+                .expect("session id");
+            message
+        })
+        .collect();
+    within("send", sender.send_messages(messages)).await;
+    within("dispose sender", sender.dispose()).await;
+
+    let options = ServiceBusSessionReceiverOptions::default();
+    let mut first = within(
+        "accept next session",
+        client.accept_next_session_for_queue("sq", options.clone()),
+    )
+    .await;
+    assert_eq!(first.session_id(), "a", "the oldest message is a's");
+    for expected in ["a-0", "a-1"] {
+        let message = within("receive", first.receive_message()).await;
+        assert_eq!(received_text(&message), expected);
+        assert_eq!(message.session_id(), Some("a"));
+        within("complete", first.complete_message(&message)).await;
+    }
+    within("set state", first.set_session_state(b"done".to_vec())).await;
+    assert_eq!(within("get state", first.session_state()).await, b"done");
+    within("renew session lock", first.renew_session_lock()).await;
+    within("dispose", first.dispose()).await;
+
+    let mut named = within(
+        "accept session b",
+        client.accept_session_for_queue("sq", "b", options),
+    )
+    .await;
+    let message = within("receive", named.receive_message()).await;
+    assert_eq!(received_text(&message), "b-0");
+    within("complete", named.complete_message(&message)).await;
+    within("dispose", named.dispose()).await;
+}

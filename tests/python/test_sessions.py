@@ -252,3 +252,17 @@ def test_session_state_and_unsettled_session_messages_survive_kill_9(broker):
         ) as receiver:
             assert receiver.session.session_id == "t"
             assert ids(receive_exactly(receiver, 1)) == ["t-0"]
+
+
+@pytest.mark.broker(queues=SESSION_QUEUES)
+def test_a_scheduled_message_activates_into_its_session(client):
+    due = now_utc() + timedelta(seconds=2)
+    with client.get_queue_sender("sq") as sender:
+        sender.schedule_messages(in_session("s", 0), due, timeout=OPERATION_TIMEOUT_S)
+        with pytest.raises(ServiceBusError):
+            sender.schedule_messages(ServiceBusMessage("none"), due, timeout=OPERATION_TIMEOUT_S)
+    with client.get_queue_receiver("sq", session_id="s") as receiver:
+        (message,) = receive_exactly(receiver, 1)
+        assert message.message_id == "s-0" and message.session_id == "s"
+        assert message.enqueued_time_utc >= due - timedelta(milliseconds=50)
+        receiver.complete_message(message)

@@ -236,27 +236,18 @@ impl Actor {
                 mode,
                 window,
                 events,
-                session: None,
-            } => match self.core.add_consumer(consumer, lane, mode, window) {
-                Ok(()) => {
-                    self.consumers.insert(consumer, events);
-                }
-                Err(error) => {
-                    let _ = events.send(EntityEvent::Gone { consumer, error });
-                }
-            },
-            Command::AddConsumer {
-                consumer,
-                lane,
-                mode,
-                window,
-                events,
-                session: Some(request),
+                session,
             } => {
-                match self
-                    .core
-                    .accept_session(consumer, lane, mode, window, &request, now)
-                {
+                let added = match &session {
+                    None => self
+                        .core
+                        .add_consumer(consumer, lane, mode, window)
+                        .map(|()| None),
+                    Some(request) => self
+                        .core
+                        .accept_session(consumer, lane, mode, window, request, now),
+                };
+                match added {
                     Ok(bound) => {
                         self.consumers.insert(consumer, events);
                         if let Some(bound) = bound {

@@ -216,8 +216,10 @@ impl QueueCore {
 
     /// Makes messages numbered below `next_seq` deliverable: their writes are durable.
     pub fn reveal_up_to(&mut self, next_seq: i64) {
-        self.visible_below = self.visible_below.max(next_seq);
-        self.wake_session_receivers();
+        if next_seq > self.visible_below {
+            self.visible_below = next_seq;
+            self.wake_session_receivers();
+        }
     }
 
     /// Bytes of the messages the lane holds.

@@ -594,11 +594,17 @@ impl Actor {
                 Ok(Answer::SessionState(state))
             }
             Operation::SetSessionState { session, state } => {
-                self.core.lane(lane)?.set_session_state(&session, state)?;
+                self.core
+                    .lane(lane)?
+                    .set_session_state(&session, state, now)?;
                 Ok(Answer::Done)
             }
-            Operation::GetMessageSessions { skip, top } => {
-                let ids = self.core.lane(lane)?.session_ids(skip, top);
+            Operation::GetMessageSessions {
+                skip,
+                top,
+                updated_after,
+            } => {
+                let ids = self.core.lane(lane)?.session_ids(skip, top, updated_after);
                 Ok(Answer::Sessions { skip, ids })
             }
         }

@@ -86,12 +86,15 @@ pub enum Operation {
         /// The new state; `None` clears it.
         state: Option<Bytes>,
     },
-    /// `get-message-sessions`: the sessions with messages or state.
+    /// `get-message-sessions`: the sessions with messages or state, or (`updated_after`)
+    /// those whose state was set after a time.
     GetMessageSessions {
         /// Sessions to skip.
         skip: usize,
         /// Most sessions to return.
         top: usize,
+        /// Only sessions whose state was set after this (ms since the Unix epoch).
+        updated_after: Option<i64>,
     },
 }
 

@@ -179,9 +179,9 @@ impl QueueCore {
             lane.file(seq, record, session.as_deref());
         }
         if let Some(table) = &mut lane.sessions {
-            for (id, state) in session_states {
+            for (id, stored) in session_states {
                 let id = table.intern(&id);
-                table.set_state(&id, Some(state));
+                table.set_state(&id, Some(stored));
             }
         }
         lane

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::entity::handle::{ConsumerId, EntityError};
+use crate::store::StoredState;
 
 /// A session id (`properties.group-id`), shared by the lane's indexes.
 pub type SessionId = Arc<str>;
@@ -29,8 +30,8 @@ struct Session {
     available: BTreeSet<i64>,
     /// Its lock, while a receiver holds it.
     lock: Option<SessionLock>,
-    /// Its state (`set-session-state`).
-    state: Option<Bytes>,
+    /// Its state (`set-session-state`) and when it was set.
+    state: Option<StoredState>,
     /// Its key in [`Sessions::free`], while it is there.
     free_at: Option<i64>,
 }
@@ -212,20 +213,26 @@ impl Sessions {
 
     /// The state of session `id`.
     pub fn state(&self, id: &str) -> Option<Bytes> {
-        self.table.get(id)?.state.clone()
+        Some(self.table.get(id)?.state.as_ref()?.state.clone())
     }
 
     /// Sets (or with `None` clears) the state of session `id`.
-    pub fn set_state(&mut self, id: &SessionId, state: Option<Bytes>) {
+    pub fn set_state(&mut self, id: &SessionId, state: Option<StoredState>) {
         self.table.entry(id.clone()).or_default().state = state;
         self.refresh(id);
     }
 
-    /// Up to `top` ids, after the first `skip`, of the sessions with messages or state.
-    pub fn ids(&self, skip: usize, top: usize) -> Vec<String> {
+    /// Up to `top` ids, after the first `skip`, of the sessions with messages or state, or
+    /// with `updated_after`, of those whose state was set after that time (ms).
+    pub fn ids(&self, skip: usize, top: usize, updated_after: Option<i64>) -> Vec<String> {
+        let listed = |session: &Session| match (updated_after, &session.state) {
+            (None, state) => !session.messages.is_empty() || state.is_some(),
+            (Some(after), Some(state)) => state.updated_ms > after,
+            (Some(_), None) => false,
+        };
         self.table
             .iter()
-            .filter(|(_, session)| !session.messages.is_empty() || session.state.is_some())
+            .filter(|(_, session)| listed(session))
             .skip(skip)
             .take(top)
             .map(|(id, _)| id.to_string())
@@ -305,13 +312,26 @@ mod tests {
         let mut sessions = Sessions::default();
         let s = id("s");
         sessions.add_message(&s, 1);
-        sessions.set_state(&s, Some(Bytes::from_static(b"x")));
+        let state = StoredState {
+            state: Bytes::from_static(b"x"),
+            updated_ms: 5,
+        };
+        sessions.set_state(&s, Some(state));
         sessions.remove_message("s", 1);
-        assert_eq!(sessions.ids(0, 10), vec!["s".to_string()], "state keeps it");
+        assert_eq!(
+            sessions.ids(0, 10, None),
+            vec!["s".to_string()],
+            "state keeps it"
+        );
+        assert_eq!(sessions.ids(0, 10, Some(4)), vec!["s".to_string()]);
+        assert!(
+            sessions.ids(0, 10, Some(5)).is_empty(),
+            "set at 5, not after"
+        );
         sessions.lock(&s, ConsumerId(7), 50).expect("lock");
         sessions.set_state(&s, None);
         assert_eq!(sessions.len(), 1, "the lock keeps it");
-        assert!(sessions.ids(0, 10).is_empty(), "but it is not listed");
+        assert!(sessions.ids(0, 10, None).is_empty(), "but it is not listed");
         sessions.unlock(ConsumerId(7));
         assert!(sessions.is_empty());
     }
@@ -338,8 +358,12 @@ mod tests {
         for (n, name) in ["c", "a", "b"].into_iter().enumerate() {
             sessions.add_message(&id(name), n as i64);
         }
-        assert_eq!(sessions.ids(0, 2), vec!["a".to_string(), "b".to_string()]);
-        assert_eq!(sessions.ids(2, 2), vec!["c".to_string()]);
-        assert!(sessions.ids(3, 2).is_empty());
+        assert_eq!(
+            sessions.ids(0, 2, None),
+            vec!["a".to_string(), "b".to_string()]
+        );
+        assert_eq!(sessions.ids(2, 2, None), vec!["c".to_string()]);
+        assert!(sessions.ids(3, 2, None).is_empty());
+        assert!(sessions.ids(0, 2, Some(0)).is_empty(), "no state was set");
     }
 }

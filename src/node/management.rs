@@ -299,6 +299,12 @@ pub fn parse(request: &Request) -> Result<Operation, Response> {
         "com.microsoft:get-message-sessions" => Ok(Operation::GetMessageSessions {
             skip: usize::try_from(int(body, "skip")?.max(0)).unwrap_or(0),
             top: usize::try_from(int(body, "top")?.max(0)).unwrap_or(0),
+            updated_after: match field(body, "last-updated-time") {
+                Some(Value::Timestamp(at)) if at.milliseconds() < DATE_TIME_MAX_MS => {
+                    Some(at.milliseconds())
+                }
+                _ => None,
+            },
         }),
         other => Err(Response::error(
             501,
@@ -307,6 +313,10 @@ pub fn parse(request: &Request) -> Result<Operation, Response> {
         )),
     }
 }
+
+/// .NET's `DateTime.MaxValue` in ms since the Unix epoch: as `last-updated-time` of
+/// `get-message-sessions`, it asks for every session with messages or state.
+const DATE_TIME_MAX_MS: i64 = 253_402_300_800_000;
 
 /// The `session-id` of a session request: a string.
 fn session(body: &OrderedMap<Value, Value>) -> Result<String, Response> {

@@ -31,7 +31,7 @@ use bytes::Bytes;
 
 use crate::store::chunk::{self, ChunkError, Departures};
 use crate::store::record::{MessageState, Record, RECORD_LEN};
-use crate::store::{Change, LaneId, Recovered, StoreError};
+use crate::store::{Change, LaneId, Recovered, StoreError, StoredState};
 
 const NEXT_SEQ_KEY: &[u8] = b"h";
 /// Prefix of a topic's shared bodies (`b` + first sequence number).
@@ -127,6 +127,27 @@ fn session_state_prefix(lane: LaneId) -> Vec<u8> {
     let mut key = vec![SESSION_STATE_PREFIX.to_ascii_uppercase()];
     key.extend_from_slice(&lane.subscription.to_be_bytes());
     key
+}
+
+/// A session state's stored value: when it was set (ms, big-endian), then the state.
+fn encode_state(stored: &StoredState) -> Vec<u8> {
+    let mut value = stored.updated_ms.to_be_bytes().to_vec();
+    value.extend_from_slice(&stored.state);
+    value
+}
+
+/// A stored session state back (a value too short for its time reads as set at 0).
+fn decode_state(value: &[u8]) -> StoredState {
+    match value.split_first_chunk::<8>() {
+        Some((time, state)) => StoredState {
+            state: Bytes::copy_from_slice(state),
+            updated_ms: i64::from_be_bytes(*time),
+        },
+        None => StoredState {
+            state: Bytes::copy_from_slice(value),
+            updated_ms: 0,
+        },
+    }
 }
 
 /// The key of a subscription's rule: `r`, the subscription's number, the lower-cased name.
@@ -387,7 +408,7 @@ impl EntityLog {
             for item in tree.scan_prefix(&prefix) {
                 let (key, value) = item?;
                 let id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
-                session_states.push((id, Bytes::copy_from_slice(&value)));
+                session_states.push((id, decode_state(&value)));
             }
         }
         let highest = records.iter().map(|(seq, _)| *seq).max().unwrap_or(0);
@@ -661,7 +682,7 @@ impl EntityLog {
                     let mut key = session_state_prefix(lane);
                     key.extend_from_slice(session.as_bytes());
                     match state {
-                        Some(state) => batch.insert(&key, state.to_vec()),
+                        Some(state) => batch.insert(&key, encode_state(&state)),
                         None => batch.remove(&key),
                     }
                 }

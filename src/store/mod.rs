@@ -154,8 +154,17 @@ pub enum Change {
         /// The session id.
         session: String,
         /// The state; `None`: cleared.
-        state: Option<Bytes>,
+        state: Option<StoredState>,
     },
+}
+
+/// A session's state as stored, with when it was set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredState {
+    /// The state, as the client set it.
+    pub state: Bytes,
+    /// When it was set, in ms since the Unix epoch.
+    pub updated_ms: i64,
 }
 
 /// What recovery found for one of an entity's queues.
@@ -169,7 +178,7 @@ pub struct Recovered {
     /// messages by the entity's setup: the log does not decode messages).
     pub sessions: HashMap<i64, String>,
     /// The stored state of each session that has one.
-    pub session_states: Vec<(String, Bytes)>,
+    pub session_states: Vec<(String, StoredState)>,
 }
 
 /// The broker's database: absent in `memory` mode.

@@ -266,3 +266,21 @@ def test_a_scheduled_message_activates_into_its_session(client):
         assert message.message_id == "s-0" and message.session_id == "s"
         assert message.enqueued_time_utc >= due - timedelta(milliseconds=50)
         receiver.complete_message(message)
+
+
+@pytest.mark.broker(queues=SESSION_QUEUES)
+def test_sessions_with_messages_or_state_are_listed(client):
+    send(client, "sq", [in_session("a", 0), in_session("b", 0)])
+    before = now_utc() - timedelta(seconds=1)
+    with client.get_queue_receiver("sq", session_id="c") as receiver:
+        receiver.session.set_state(b"kept", timeout=OPERATION_TIMEOUT_S)
+    after = now_utc() + timedelta(seconds=1)
+    listed = client.list_queue_sessions("sq", timeout=OPERATION_TIMEOUT_S)
+    assert sorted(listed) == ["a", "b", "c"]
+    updated = client.list_queue_sessions(
+        "sq", state_updated_after=before, timeout=OPERATION_TIMEOUT_S
+    )
+    assert list(updated) == ["c"]
+    later = client.list_queue_sessions("sq", state_updated_after=after, timeout=OPERATION_TIMEOUT_S)
+    assert list(later) == []
+    assert list(client.list_queue_sessions("plain", timeout=OPERATION_TIMEOUT_S)) == []

@@ -24,7 +24,7 @@ use crate::entity::handle::{
 use crate::entity::queue::Rules;
 use crate::message::Arrival;
 use crate::store::record::{Record, NEVER};
-use crate::store::{Change, Recovered};
+use crate::store::{Change, Recovered, StoredState};
 
 const SESSIONS: [&str; 5] = ["a", "b", "c", "d", "e"];
 const LOCK_MS: i64 = 500;
@@ -355,7 +355,7 @@ impl World {
         let lane = self.core.lane(LaneId::MAIN).expect("lane");
         let Some(session) = held.first().cloned() else {
             let free = SESSIONS[0];
-            let refused = lane.set_session_state(free, Some(Bytes::from_static(b"x")));
+            let refused = lane.set_session_state(free, Some(Bytes::from_static(b"x")), self.now);
             assert!(
                 matches!(refused, Err(EntityError::SessionLockLost(_))),
                 "{refused:?}"
@@ -366,7 +366,7 @@ impl World {
             true => None,
             false => Some(Bytes::from(format!("state at {}", self.now))),
         };
-        lane.set_session_state(&session, state.clone())
+        lane.set_session_state(&session, state.clone(), self.now)
             .expect("held");
         assert_eq!(lane.session_state(&session), Ok(state.clone()));
         match state {
@@ -421,7 +421,7 @@ impl World {
                 }
                 Change::NextSeq(next) => self.disk_next_seq = next,
                 Change::SessionState { session, state } => match state {
-                    Some(state) => self.disk_states.insert(session, state),
+                    Some(stored) => self.disk_states.insert(session, stored.state),
                     None => self.disk_states.remove(&session),
                 }
                 .map_or((), |_| ()),
@@ -450,7 +450,13 @@ impl World {
             session_states: self
                 .disk_states
                 .iter()
-                .map(|(id, state)| (id.clone(), state.clone()))
+                .map(|(id, state)| {
+                    let stored = StoredState {
+                        state: state.clone(),
+                        updated_ms: 0,
+                    };
+                    (id.clone(), stored)
+                })
                 .collect(),
         };
         self.core = EntityCore::queue(rules(), u64::MAX, recovered, Recovered::default());

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use super::QueueCore;
 use crate::entity::handle::{ConsumerId, Delivery, EntityError};
 use crate::entity::sessions::{SessionId, SessionLock, Sessions, MAX_SESSION_ID_CHARS};
-use crate::store::Change;
+use crate::store::{Change, StoredState};
 
 /// A session receiver's binding: the session and when its lock ends, or why there is none.
 pub type Binding = Result<(SessionId, i64), EntityError>;
@@ -111,13 +111,23 @@ impl QueueCore {
         Ok(self.locked_sessions(id)?.state(id))
     }
 
-    /// Sets (or with `None` clears) the state of session `id`, stored with the messages.
+    /// Sets (or with `None` clears) the state of session `id` at `now_ms`, stored with the
+    /// messages.
     ///
     /// # Errors
     /// [`EntityError::SessionLockLost`] unless a receiver holds the session.
-    pub fn set_session_state(&mut self, id: &str, state: Option<Bytes>) -> Result<(), EntityError> {
+    pub fn set_session_state(
+        &mut self,
+        id: &str,
+        state: Option<Bytes>,
+        now_ms: i64,
+    ) -> Result<(), EntityError> {
         let table = self.locked_sessions(id)?;
         let id = table.intern(id);
+        let state = state.map(|state| StoredState {
+            state,
+            updated_ms: now_ms,
+        });
         table.set_state(&id, state.clone());
         self.journal.push(Change::SessionState {
             session: id.to_string(),
@@ -126,11 +136,12 @@ impl QueueCore {
         Ok(())
     }
 
-    /// Up to `top` ids, after the first `skip`, of the sessions with messages or state.
-    pub fn session_ids(&self, skip: usize, top: usize) -> Vec<String> {
+    /// Up to `top` ids, after the first `skip`, of the sessions with messages or state, or
+    /// with `updated_after`, of those whose state was set after that time (ms).
+    pub fn session_ids(&self, skip: usize, top: usize, updated_after: Option<i64>) -> Vec<String> {
         self.sessions
             .as_ref()
-            .map(|table| table.ids(skip, top))
+            .map(|table| table.ids(skip, top, updated_after))
             .unwrap_or_default()
     }
 

@@ -194,7 +194,7 @@ async fn drain_sessions(
             break;
         }
         let asked = Instant::now();
-        let attached = Receiver::builder()
+        let attach = Receiver::builder()
             .name(format!("session-receiver-{worker}-{round}"))
             .source(
                 Source::builder()
@@ -205,8 +205,12 @@ async fn drain_sessions(
             .properties(properties.clone())
             .verify_incoming_source(false)
             .credit_mode(CreditMode::Auto(args.per_session as u32))
-            .attach(&mut session)
-            .await;
+            .attach(&mut session);
+        // The broker answers within the accept timeout: a session or a refusal.
+        let answer = Duration::from_millis(u64::from(ACCEPT_TIMEOUT_MS)) + Duration::from_secs(30);
+        let attached = tokio::time::timeout(answer, attach)
+            .await
+            .map_err(|_| format!("receiver {worker}: attach {round} not answered in {answer:?}"))?;
         let Ok(mut receiver) = attached else {
             break; // no session became available in time
         };
@@ -231,7 +235,9 @@ async fn drain_sessions(
             receiver.accept(&delivery).await?;
             drained.note(id, index, started);
         }
-        receiver.close().await?;
+        tokio::time::timeout(Duration::from_secs(30), receiver.close())
+            .await
+            .map_err(|_| format!("receiver {worker}: detach {round} not answered in 30 s"))??;
     }
     session.end().await?;
     connection.close().await?;

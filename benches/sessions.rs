@@ -17,7 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use fe2o3_amqp::connection::ConnectionHandle;
 use fe2o3_amqp::link::receiver::CreditMode;
+use fe2o3_amqp::session::SessionHandle;
 use fe2o3_amqp::types::definitions::Fields;
 use fe2o3_amqp::types::messaging::{
     ApplicationProperties, Body, FilterSet, Message, Outcome, Properties, Source,
@@ -110,9 +112,25 @@ async fn fill(addr: std::net::SocketAddr, args: &Args, queue: &str) -> Result<Du
     }
     let elapsed = started.elapsed();
     sender.close().await?;
-    session.end().await?;
-    connection.close().await?;
+    hang_up(session, connection, "the producer").await?;
     Ok(elapsed)
+}
+
+/// Ends a client's AMQP session and closes its connection; fails, naming `who`, when the
+/// broker does not answer within 30 s.
+async fn hang_up(
+    mut session: SessionHandle<()>,
+    mut connection: ConnectionHandle<()>,
+    who: &str,
+) -> Result<(), BoxError> {
+    let answer = Duration::from_secs(30);
+    tokio::time::timeout(answer, session.end())
+        .await
+        .map_err(|_| format!("{who}: end of session not answered in {answer:?}"))??;
+    tokio::time::timeout(answer, connection.close())
+        .await
+        .map_err(|_| format!("{who}: close not answered in {answer:?}"))??;
+    Ok(())
 }
 
 fn check_accepted<E: std::error::Error + Send + Sync + 'static>(
@@ -232,15 +250,16 @@ async fn drain_sessions(
                 return Err(format!("{id} #{index} out of order (after #{previous})").into());
             }
             previous = index;
-            receiver.accept(&delivery).await?;
+            tokio::time::timeout(Duration::from_secs(30), receiver.accept(&delivery))
+                .await
+                .map_err(|_| format!("receiver {worker}: accepting {id} #{index} took 30 s"))??;
             drained.note(id, index, started);
         }
         tokio::time::timeout(Duration::from_secs(30), receiver.close())
             .await
             .map_err(|_| format!("receiver {worker}: detach {round} not answered in 30 s"))??;
     }
-    session.end().await?;
-    connection.close().await?;
+    hang_up(session, connection, &format!("session receiver {worker}")).await?;
     Ok(())
 }
 
@@ -271,8 +290,7 @@ async fn drain_plain(
         drained.note(id, index, started);
     }
     receiver.close().await?;
-    session.end().await?;
-    connection.close().await?;
+    hang_up(session, connection, &format!("plain receiver {worker}")).await?;
     Ok(())
 }
 

@@ -53,8 +53,9 @@ fn azure_sdk_topics_suite() {
 }
 
 /// Sessions: `acceptSession` and `acceptNextSession`, order within a session, session state
-/// and lock renewal, `SessionCannotBeLocked`, the timeout with no session available, and
-/// sends without a session id.
+/// and lock renewal, `SessionCannotBeLocked`, the timeout with no session available, sends
+/// without a session id, a lapsed session lock (`SessionLockLost`), a session-enabled
+/// subscription.
 #[test]
 fn azure_sdk_sessions_suite() {
     run("tests/js/sessions.test.js");

@@ -8,7 +8,7 @@ const assert = require("node:assert/strict");
 
 const { ServiceBusClient } = require("@azure/service-bus");
 
-const { brokerTest, ids, receiveExactly, rejection, send } = require("./common");
+const { brokerTest, ids, receiveExactly, rejection, send, waitUntilPast } = require("./common");
 
 const QUEUES = [{ name: "sq", requires_session: true }, "plain"];
 
@@ -118,5 +118,41 @@ brokerTest(
     const error = await rejection(send(client, "sq", { body: "none" }), "a send without session id");
     assert.match(String(error), /SessionId/);
     await rejection(client.acceptSession("plain", "s"), "a session receiver on a plain queue");
+  },
+);
+
+brokerTest(
+  "a session lock that lapses loses the session: settling then fails with SessionLockLost",
+  { queues: [{ name: "short", requires_session: true, lock_duration: "2s" }] },
+  async ({ client }) => {
+    await send(client, "short", [inSession("s", 0), inSession("s", 1)]);
+    // No automatic renewal: the lock must lapse.
+    const accept = client.acceptSession("short", "s", { maxAutoLockRenewalDurationInMs: 0 });
+    await withSession(accept, async (receiver) => {
+      const [first] = await receiveExactly(receiver, 1);
+      await waitUntilPast(receiver.sessionLockedUntilUtc);
+      const error = await rejection(receiver.completeMessage(first), "completing after the lapse");
+      assert.equal(error.code, "SessionLockLost", String(error));
+    });
+    // Free again: the message comes back first, its delivery counted.
+    await withSession(client.acceptSession("short", "s"), async (receiver) => {
+      const back = await receiveExactly(receiver, 2);
+      assert.deepEqual(ids(back), ["s-0", "s-1"]);
+      assert.equal(back[0].deliveryCount, 1);
+      for (const message of back) await receiver.completeMessage(message);
+    });
+  },
+);
+
+brokerTest(
+  "a topic's session-enabled subscription is read through acceptSession",
+  { topics: [{ name: "t", subscriptions: [{ name: "ordered", requires_session: true }] }] },
+  async ({ client }) => {
+    await send(client, "t", [inSession("s", 0), inSession("s", 1)]);
+    await withSession(client.acceptSession("t", "ordered", "s"), async (receiver) => {
+      const got = await receiveExactly(receiver, 2);
+      assert.deepEqual(ids(got), ["s-0", "s-1"]);
+      for (const message of got) await receiver.completeMessage(message);
+    });
   },
 );

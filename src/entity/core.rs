@@ -92,15 +92,9 @@ impl EntityCore {
         let mut next_seq = scheduled.next_seq;
         let mut highest = 1;
         let mut last_enqueued = 0;
-        let holder_rules = Rules {
-            lock_duration_ms: 0,
-            max_delivery_count: u32::MAX,
-            dead_letter_allowed: false,
-            default_ttl_ms: NEVER,
-            expires: false,
-            dead_letter_on_expiry: false,
-            requires_session: false,
-        };
+        // Nobody receives from the holder: nothing expires, counts or is dead-lettered there,
+        // as in a dead-letter queue.
+        let holder_rules = Rules::dead_letter_queue(0);
         let mut lanes = BTreeMap::new();
         let mut routes = Vec::new();
         let mut add = |id: LaneId, rules: Rules, recovered: Recovered| {

@@ -328,22 +328,6 @@ impl QueueCore {
         }
     }
 
-    /// Takes a message out of every index.
-    fn unindex(&mut self, seq: i64, record: &Record) {
-        match (&mut self.sessions, self.messages.get(&seq)) {
-            (
-                Some(table),
-                Some(Entry {
-                    session: Some(id), ..
-                }),
-            ) => table.make_unavailable(id, seq),
-            _ => {
-                self.available.remove(&seq);
-            }
-        }
-        self.expiry.remove(&(record.expires_ms, seq));
-    }
-
     /// The session of a message, in a lane that requires sessions.
     fn session_of(&self, seq: i64) -> Option<SessionId> {
         self.sessions.as_ref()?;
@@ -360,21 +344,23 @@ impl QueueCore {
 
     /// Deletes a message (a scheduled one cancelled or activated, through the entity).
     pub fn remove(&mut self, seq: i64) {
-        let Some(record) = self.record(seq).copied() else {
+        let Some(entry) = self.messages.remove(&seq) else {
             return;
         };
-        self.unindex(seq, &record);
-        if let Some(entry) = self.messages.remove(&seq) {
-            if let Some(lock) = entry.lock {
-                self.tokens.remove(&lock.token);
-                self.lock_expiry.remove(&(lock.until_ms, seq));
-            }
-            if let (Some(table), Some(id)) = (&mut self.sessions, &entry.session) {
-                table.remove_message(id, seq);
-            }
-            self.size_bytes -= u64::from(entry.record.size);
-            self.journal.push(Change::Delete { seq });
+        if let Some(lock) = entry.lock {
+            self.tokens.remove(&lock.token);
+            self.lock_expiry.remove(&(lock.until_ms, seq));
         }
+        // Out of every index: its session's (which holds its availability there) or the lane's.
+        match (&mut self.sessions, &entry.session) {
+            (Some(table), Some(id)) => table.remove_message(id, seq),
+            _ => {
+                self.available.remove(&seq);
+            }
+        }
+        self.expiry.remove(&(entry.record.expires_ms, seq));
+        self.size_bytes -= u64::from(entry.record.size);
+        self.journal.push(Change::Delete { seq });
     }
 
     /// An expired message leaves: to the dead-letter queue with reason `TTLExpiredException`
@@ -745,7 +731,7 @@ impl QueueCore {
         mode: ReceiveMode,
         now_ms: i64,
     ) -> Option<Delivery> {
-        let session = self.messages.get(&seq)?.session.clone();
+        let session = self.session_of(seq);
         let (record, lock) = match mode {
             ReceiveMode::ReceiveAndDelete => {
                 let record = self.messages.get(&seq)?.record;

@@ -420,11 +420,18 @@ impl World {
                     self.disk.remove(&seq);
                 }
                 Change::NextSeq(next) => self.disk_next_seq = next,
-                Change::SessionState { session, state } => match state {
-                    Some(stored) => self.disk_states.insert(session, stored.state),
-                    None => self.disk_states.remove(&session),
+                Change::SessionState {
+                    session,
+                    state: Some(stored),
+                } => {
+                    self.disk_states.insert(session, stored.state);
                 }
-                .map_or((), |_| ()),
+                Change::SessionState {
+                    session,
+                    state: None,
+                } => {
+                    self.disk_states.remove(&session);
+                }
                 Change::Rule { .. } => panic!("a queue has no rules"),
             }
         }

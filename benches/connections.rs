@@ -109,7 +109,8 @@ impl Broker {
         std::fs::write(
             &config,
             format!(
-                "[broker]\ndurability = \"{}\"\nmax_connections = {}\n\n[[queues]]\nname = \"{QUEUE}\"\n",
+                "[broker]\ndurability = \"{}\"\nmax_connections = {}\nallow_anonymous = true\n\n\
+                 [[queues]]\nname = \"{QUEUE}\"\n",
                 args.durability,
                 args.connections + 100
             ),

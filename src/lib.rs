@@ -2,7 +2,10 @@
 //!
 //! Map of the crate (design.md §2):
 //! - [`config`]: the TOML schema, the embedded default and validation.
-//! - [`server`]: the accept loop; [`shutdown`]: one signal and a task tracker.
+//! - [`server`]: the accept loops; [`tls`]: its certificates; [`shutdown`]: one signal and a
+//!   task tracker.
+//! - [`auth`]: shared access policies, tokens and SASL PLAIN credentials, and what each
+//!   connection may do.
 //! - [`amqp`]: our own AMQP 1.0 engine over fe2o3-amqp frames: protocol header and SASL,
 //!   connections, sessions and links.
 //! - [`message`]: the message codec (inspect on arrival, the header/annotation splice on the
@@ -17,6 +20,7 @@
 #![deny(missing_docs)]
 
 pub mod amqp;
+pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod encoding;
@@ -29,6 +33,7 @@ pub mod server;
 pub mod shutdown;
 pub mod store;
 pub mod sweeper;
+pub mod tls;
 pub mod trimmer;
 
 use std::future::Future;
@@ -37,8 +42,11 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
 
 use crate::amqp::connection::Shared;
+use crate::auth::Policies;
 use crate::config::{Config, Durability};
 use crate::entity::registry::Registry;
 use crate::shutdown::Shutdown;
@@ -55,20 +63,58 @@ pub enum RunError {
     Store(#[from] StoreError),
 }
 
-/// Runs the broker on a bound listener until `shutdown` resolves, then closes every
+/// The bound sockets the broker serves: plain AMQP, AMQP over TLS, or both.
+pub struct Listeners {
+    /// The plain AMQP listener.
+    pub plain: Option<TcpListener>,
+    /// The TLS listener and its acceptor.
+    pub tls: Option<(TcpListener, TlsAcceptor)>,
+}
+
+impl From<TcpListener> for Listeners {
+    fn from(plain: TcpListener) -> Self {
+        Listeners {
+            plain: Some(plain),
+            tls: None,
+        }
+    }
+}
+
+/// Where the listeners are bound, as `on_ready` learns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bound {
+    /// The plain listener's address.
+    pub plain: Option<SocketAddr>,
+    /// The TLS listener's address.
+    pub tls: Option<SocketAddr>,
+}
+
+/// Runs the broker on bound listeners until `shutdown` resolves, then closes every
 /// connection, waits for every task up to the configured shutdown timeout and flushes the
-/// store. `on_ready` is called with the bound address once every entity is recovered and the
-/// listener accepts.
+/// store. `on_ready` is called with the bound addresses once every entity is recovered and the
+/// listeners accept.
 ///
 /// # Errors
 /// A [`RunError`] when the store cannot be opened or recovered, or the final flush fails.
 pub async fn run(
     config: Config,
-    listener: TcpListener,
+    listeners: impl Into<Listeners>,
     shutdown: impl Future<Output = ()>,
-    on_ready: impl FnOnce(SocketAddr),
+    on_ready: impl FnOnce(Bound),
 ) -> Result<(), RunError> {
-    let address = listener.local_addr()?;
+    let listeners = listeners.into();
+    let bound = Bound {
+        plain: listeners
+            .plain
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()?,
+        tls: listeners
+            .tls
+            .as_ref()
+            .map(|(listener, _)| listener.local_addr())
+            .transpose()?,
+    };
     let tasks = Shutdown::default();
     let store = Store::open(&config.broker)?;
     let flusher = store.flusher()?;
@@ -108,20 +154,32 @@ pub async fn run(
         consumer_window: config.broker.consumer_window,
         max_links_per_connection: config.broker.max_links_per_connection,
         next_link_id: AtomicU64::new(1),
+        policies: Arc::new(Policies::from_config(&config)),
     });
     let entities = shared.registry.len();
-    let accept = tokio::spawn(server::accept_loop(
-        listener,
+    let acceptance = server::Acceptance {
         shared,
-        config.broker.max_connections,
-        tasks.clone(),
-    ));
-    tracing::info!(%address, entities, "listening");
-    on_ready(address);
+        permits: Arc::new(Semaphore::new(config.broker.max_connections)),
+        max_connections: config.broker.max_connections,
+        shutdown: tasks.clone(),
+    };
+    let plain = listeners.plain.map(|listener| (listener, None));
+    let tls = listeners
+        .tls
+        .map(|(listener, acceptor)| (listener, Some(acceptor)));
+    let accepts: Vec<_> = plain
+        .into_iter()
+        .chain(tls)
+        .map(|(listener, tls)| tokio::spawn(server::accept_loop(listener, tls, acceptance.clone())))
+        .collect();
+    tracing::info!(plain = ?bound.plain, tls = ?bound.tls, entities, allow_anonymous = config.broker.allow_anonymous, "listening");
+    on_ready(bound);
     shutdown.await;
     tracing::info!("shutting down");
     let finished = tasks.drain(config.broker.shutdown_timeout).await;
-    let _ = accept.await;
+    for accept in accepts {
+        let _ = accept.await;
+    }
     if !finished {
         tracing::warn!(timeout = ?config.broker.shutdown_timeout, "some tasks did not stop in time");
     }

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use tidebus::config::{Config, ConfigError, DEFAULT_CONFIG_TOML};
+use tidebus::{Bound, Listeners};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::level_filters::LevelFilter;
@@ -40,8 +41,9 @@ struct RunArgs {
     /// Directory of the message store; overrides `broker.data_dir`.
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
-    /// File that receives the bound address (e.g. 127.0.0.1:5672) once the broker accepts
-    /// connections; written atomically.
+    /// File that receives the bound addresses once the broker accepts connections, written
+    /// atomically: the plain listener's (e.g. 127.0.0.1:5672) on the first line, then
+    /// "tls ADDR" for the TLS listener.
     #[arg(long, value_name = "PATH")]
     ready_file: Option<PathBuf>,
 }
@@ -56,6 +58,16 @@ enum Command {
     },
     /// Print the embedded default config, every key commented.
     PrintDefaultConfig,
+    /// Write a development CA and a server certificate it signs, for `[broker.tls]`:
+    /// DIR/ca.pem (trust it in clients), DIR/server.pem and DIR/server-key.pem (the broker's).
+    GenCert {
+        /// A host name or IP address the certificate is valid for; repeat for more.
+        #[arg(long = "host", value_name = "HOST", default_values_t = [String::from("localhost"), String::from("127.0.0.1")])]
+        hosts: Vec<String>,
+        /// Directory to write the three files to, created if absent.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 #[tokio::main]
@@ -64,6 +76,7 @@ async fn main() -> ExitCode {
     match cli.command {
         Some(Command::CheckConfig { path }) => check_config(&path),
         Some(Command::PrintDefaultConfig) => write_stdout(DEFAULT_CONFIG_TOML),
+        Some(Command::GenCert { hosts, out }) => gen_cert(&hosts, &out),
         None => run_broker(cli.run).await,
     }
 }
@@ -77,6 +90,23 @@ fn check_config(path: &Path) -> ExitCode {
             config.topics.len()
         )),
         Err(error) => config_error(&error),
+    }
+}
+
+fn gen_cert(hosts: &[String], out: &Path) -> ExitCode {
+    match tidebus::tls::generate_dev_certificates(hosts, out) {
+        Ok(written) => {
+            let listed: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
+            write_stdout(&format!(
+                "wrote {} (for {})\n",
+                listed.join(", "),
+                hosts.join(", ")
+            ))
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -102,7 +132,7 @@ fn load_config(args: &RunArgs) -> Result<Config, ConfigError> {
         None => Config::embedded_default(),
     };
     if let Some(listen) = args.listen {
-        config.broker.listen = listen;
+        config.broker.listen = Some(listen);
     }
     if let Some(data_dir) = &args.data_dir {
         config.broker.data_dir = data_dir.clone();
@@ -112,22 +142,37 @@ fn load_config(args: &RunArgs) -> Result<Config, ConfigError> {
 
 /// Binds, then runs the broker until SIGINT or SIGTERM.
 async fn serve(config: Config, ready_file: Option<PathBuf>) -> Result<(), String> {
-    let listen = config.broker.listen;
-    // Bind before anything starts, so a bad or busy address fails at once.
-    let listener = TcpListener::bind(listen)
-        .await
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    // Read the certificate and bind before anything starts, so a bad file or a bad or busy
+    // address fails at once.
+    let plain = match config.broker.listen {
+        Some(listen) => Some(bind(listen).await?),
+        None => None,
+    };
+    let tls = match &config.broker.tls {
+        Some(tls) => {
+            let acceptor = tidebus::tls::acceptor(tls).map_err(|e| format!("TLS: {e}"))?;
+            Some((bind(tls.listen).await?, acceptor))
+        }
+        None => None,
+    };
     let shutdown =
         shutdown_signal().map_err(|e| format!("cannot install the signal handlers: {e}"))?;
-    tidebus::run(config, listener, shutdown, move |addr| {
+    let listeners = Listeners { plain, tls };
+    tidebus::run(config, listeners, shutdown, move |bound| {
         if let Some(path) = ready_file {
-            if let Err(error) = write_ready_file(&path, addr) {
+            if let Err(error) = write_ready_file(&path, bound) {
                 tracing::error!(path = %path.display(), %error, "cannot write the ready file");
             }
         }
     })
     .await
     .map_err(|e| format!("broker stopped: {e}"))
+}
+
+async fn bind(address: SocketAddr) -> Result<TcpListener, String> {
+    TcpListener::bind(address)
+        .await
+        .map_err(|e| format!("cannot listen on {address}: {e}"))
 }
 
 /// Resolves on the first SIGINT or SIGTERM. The handlers are installed by this call, before
@@ -144,12 +189,14 @@ fn shutdown_signal() -> io::Result<impl Future<Output = ()>> {
     })
 }
 
-/// Writes `addr` to `path` through a temporary file renamed over it, so a reader never sees
-/// a partial address.
-fn write_ready_file(path: &Path, addr: SocketAddr) -> io::Result<()> {
+/// Writes the bound addresses to `path` (the plain one on the first line, then `tls ADDR`)
+/// through a temporary file renamed over it, so a reader never sees a partial address.
+fn write_ready_file(path: &Path, bound: Bound) -> io::Result<()> {
     let mut temporary = path.as_os_str().to_owned();
     temporary.push(".tmp");
-    std::fs::write(&temporary, addr.to_string())?;
+    let plain = bound.plain.map(|addr| format!("{addr}\n"));
+    let tls = bound.tls.map(|addr| format!("tls {addr}\n"));
+    std::fs::write(&temporary, plain.into_iter().chain(tls).collect::<String>())?;
     std::fs::rename(&temporary, path)
 }
 

@@ -114,7 +114,11 @@ impl BenchBroker {
     /// Starts it with the queues and topics that `entities` declares (`[[queues]]` and
     /// `[[topics]]` tables, read as a config file would be) and no others.
     pub fn start(durability: Durability, entities: &str) -> Result<Self, BoxError> {
-        let declared = Config::parse(entities, "<bench entities>")?;
+        // Only the entities are taken; the broker keys are the embedded default's.
+        let declared = Config::parse(
+            &format!("[broker]\nallow_anonymous = true\n{entities}"),
+            "<bench entities>",
+        )?;
         let runtime = runtime("bench-broker")?;
         let mut config = Config::embedded_default();
         let data_dir = tempfile::tempdir()?;

@@ -15,9 +15,7 @@ use bytes::BytesMut;
 use fe2o3_amqp::frames::amqp::{Frame, FrameBody};
 use fe2o3_amqp::types::definitions::{self, AmqpError, ConnectionError};
 use fe2o3_amqp::types::performatives::{ChannelMax, Close, MaxFrameSize, Open};
-use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::net::tcp::OwnedReadHalf;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -26,6 +24,9 @@ use crate::amqp::frames::{self, FrameError, FrameReader, Outbound};
 use crate::amqp::header;
 use crate::amqp::link::{amqp_error, ReassemblyBudget};
 use crate::amqp::session::{Context, Fault, Outbox, Session};
+use crate::auth::access::Access;
+use crate::auth::{Policies, Principal};
+use crate::clock;
 use crate::entity::handle::{Command, ConsumerId, EntityEvent, EntityHandle, EventSink};
 use crate::entity::registry::Registry;
 
@@ -39,6 +40,8 @@ const EVENT_BATCH: usize = 256;
 const FRAME_BATCH: usize = 64;
 /// Unfinished multi-frame deliveries one connection may hold, in units of max_message_size.
 const REASSEMBLY_MESSAGES: u64 = 4;
+/// The longest a connection's timer waits before it looks at its tokens again.
+const LONGEST_TIMER: Duration = Duration::from_secs(24 * 3600);
 /// How long a `detach`, `end` or `close` waits for the settlements received before it.
 const SETTLE_BARRIER_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -65,21 +68,28 @@ pub struct Shared {
     pub max_links_per_connection: usize,
     /// Source of broker-wide unique link ids.
     pub next_link_id: AtomicU64,
+    /// The shared access policies credentials are checked against.
+    pub policies: Arc<Policies>,
 }
 
-/// Serves one client until it closes, fails, or the broker shuts down. With `refuse` set, the
-/// client gets its `open` answered and then a `close` carrying that error.
-pub async fn serve(
-    stream: TcpStream,
+/// Serves one client, over the two halves of its stream, until it closes, fails, or the
+/// broker shuts down. Its protocol header, SASL and `open` must arrive by `handshake_deadline`.
+/// With `refuse` set, the client gets its `open` answered and then a `close` carrying that
+/// error.
+pub async fn serve<R, W>(
+    (read, mut write): (R, W),
     shared: Arc<Shared>,
     refuse: Option<definitions::Error>,
+    handshake_deadline: Instant,
     shutdown: CancellationToken,
-) {
-    let (read, mut write) = stream.into_split();
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let mut reader = FrameReader::new(read);
     let handshake = open_connection(&mut reader, &mut write, &shared);
-    let (remote_idle, remote_max_frame) = match tokio::time::timeout(
-        shared.handshake_timeout,
+    let (remote_idle, remote_max_frame, principal) = match tokio::time::timeout_at(
+        handshake_deadline,
         handshake,
     )
     .await
@@ -103,7 +113,9 @@ pub async fn serve(
     let (events, events_rx) = mpsc::unbounded_channel();
     let reassembly =
         ReassemblyBudget::new(shared.max_message_size.saturating_mul(REASSEMBLY_MESSAGES));
+    let access = Access::new(shared.policies.clone(), principal);
     let mut connection = Connection {
+        access,
         shared,
         outbound,
         pending: Vec::new(),
@@ -135,14 +147,18 @@ pub async fn serve(
     tracing::debug!("connection closed");
 }
 
-/// Header exchange, SASL and the `open` exchange. Returns the client's idle timeout and its
-/// max frame size; the reader then accepts frames up to the broker's max frame size.
-async fn open_connection<W: AsyncWrite + Unpin>(
-    reader: &mut FrameReader<OwnedReadHalf>,
+/// What the handshake learnt: the client's idle timeout, its max frame size, and the principal
+/// its SASL PLAIN credentials name, if any.
+type Opened = (Option<Duration>, usize, Option<Principal>);
+
+/// Header exchange, SASL and the `open` exchange. The reader then accepts frames up to the
+/// broker's max frame size.
+async fn open_connection<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    reader: &mut FrameReader<R>,
     writer: &mut W,
     shared: &Shared,
-) -> Result<(Option<Duration>, usize), String> {
-    header::negotiate(reader, writer)
+) -> Result<Opened, String> {
+    let principal = header::negotiate(reader, writer, &shared.policies)
         .await
         .map_err(|e| e.to_string())?;
     reader.set_max_frame_size(shared.max_frame_size as usize);
@@ -176,7 +192,7 @@ async fn open_connection<W: AsyncWrite + Unpin>(
         .filter(|ms| *ms > 0)
         .map(|ms| Duration::from_millis(u64::from(ms)));
     tracing::debug!(container = %open.container_id, max_frame = remote_max_frame, idle = ?remote_idle, "open");
-    Ok((remote_idle, remote_max_frame))
+    Ok((remote_idle, remote_max_frame, principal))
 }
 
 /// Writes one frame straight to the socket (before the writer task exists).
@@ -215,7 +231,9 @@ fn our_open(shared: &Shared) -> Frame {
 ///
 /// # Cancel safety
 /// Cancel safe: the reader keeps partial frames.
-async fn read_frame(reader: &mut FrameReader<OwnedReadHalf>) -> Result<Option<Frame>, FrameError> {
+async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut FrameReader<R>,
+) -> Result<Option<Frame>, FrameError> {
     match reader.frame().await? {
         Some(raw) => frames::decode_amqp(raw).map(Some),
         None => Ok(None),
@@ -230,8 +248,10 @@ fn context<'a>(
     remote_max_frame: usize,
     reassembly: &'a ReassemblyBudget,
     links: usize,
+    access: &'a mut Access,
 ) -> Context<'a> {
     Context {
+        access,
         reassembly,
         links_full: links >= shared.max_links_per_connection,
         registry: &shared.registry,
@@ -250,6 +270,8 @@ enum Running {
 
 struct Connection {
     shared: Arc<Shared>,
+    /// What the client may do: its SASL principal and the tokens it put.
+    access: Access,
     /// The writer task's bounded buffer.
     outbound: Outbound,
     /// Frames of the current loop turn, handed to the writer at its end.
@@ -278,9 +300,9 @@ struct Connection {
 }
 
 impl Connection {
-    async fn run(
+    async fn run<R: AsyncRead + Unpin>(
         &mut self,
-        mut reader: FrameReader<OwnedReadHalf>,
+        mut reader: FrameReader<R>,
         mut events: mpsc::UnboundedReceiver<EntityEvent>,
         remote_idle: Option<Duration>,
         shutdown: CancellationToken,
@@ -294,6 +316,7 @@ impl Connection {
         tokio::pin!(idle_deadline);
         loop {
             let barrier = self.held.as_ref().map(|(_, deadline)| *deadline);
+            let lapse = self.next_token_lapse();
             let running = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => {
@@ -330,6 +353,9 @@ impl Connection {
                     }
                     running
                 }
+                _ = tokio::time::sleep_until(lapse.unwrap_or_else(Instant::now)), if lapse.is_some() => {
+                    self.revoke_lapsed().await
+                }
                 _ = heartbeat.tick(), if remote_idle.is_some() => {
                     self.write(Frame::empty())
                 }
@@ -352,6 +378,35 @@ impl Connection {
             }
             return;
         }
+    }
+
+    /// When the first token the connection holds lapses, as a timer deadline.
+    /// The wait is capped (the loop asks again after it), so a token valid for centuries
+    /// cannot overflow the timer.
+    fn next_token_lapse(&self) -> Option<Instant> {
+        let lapse_ms = self.access.next_expiry_ms()?;
+        let wait = u64::try_from(lapse_ms.saturating_sub(clock::now_ms())).unwrap_or(0);
+        Some(Instant::now() + Duration::from_millis(wait).min(LONGEST_TIMER))
+    }
+
+    /// Detaches the links that a lapsed token authorized and no other credential covers.
+    async fn revoke_lapsed(&mut self) -> Running {
+        let now_ms = clock::now_ms();
+        self.access.forget_expired(now_ms);
+        let mut running = Running::Continue;
+        let channels: Vec<u16> = self.sessions.keys().copied().collect();
+        for channel in channels {
+            let Some(session) = self.sessions.get_mut(&channel) else {
+                continue;
+            };
+            let mut out = Outbox::default();
+            session.revoke(&self.access, now_ms, &mut out);
+            let local = session.local_channel;
+            if let Running::Stop = self.perform(local, out).await {
+                running = Running::Stop;
+            }
+        }
+        running
     }
 
     async fn on_read(&mut self, frame: Result<Option<Frame>, FrameError>) -> Running {
@@ -474,12 +529,13 @@ impl Connection {
                     ));
                 };
                 let mut out = Outbox::default();
-                let ctx = context(
+                let mut ctx = context(
                     &self.shared,
                     &self.events,
                     self.remote_max_frame,
                     &self.reassembly,
                     self.link_sessions.len(),
+                    &mut self.access,
                 );
                 let result = match body {
                     FrameBody::Attach(attach) => {
@@ -496,7 +552,7 @@ impl Connection {
                     FrameBody::Transfer {
                         performative,
                         payload,
-                    } => session.on_transfer(performative, payload, &mut out, &ctx),
+                    } => session.on_transfer(performative, payload, &mut out, &mut ctx),
                     FrameBody::Disposition(disposition) => {
                         session.on_disposition(disposition, &self.events, &mut out);
                         Ok(())
@@ -546,6 +602,7 @@ impl Connection {
             self.remote_max_frame,
             &self.reassembly,
             self.link_sessions.len(),
+            &mut self.access,
         );
         match event {
             EntityEvent::Delivered(delivery) => session.on_delivery(delivery, &ctx, &mut out),

@@ -6,6 +6,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::amqp::frames::{FrameError, FrameReader};
 use crate::amqp::sasl;
+use crate::auth::{Policies, Principal};
 
 /// Why the protocol header exchange failed.
 #[derive(Debug, thiserror::Error)]
@@ -24,7 +25,8 @@ pub enum HandshakeError {
     Sasl(String),
 }
 
-/// Reads the client's protocol header and answers it; runs SASL when asked for.
+/// Reads the client's protocol header and answers it; runs SASL when asked for. Returns the
+/// principal SASL PLAIN authenticated, if any (none without SASL or with ANONYMOUS).
 ///
 /// An unsupported header is answered with the AMQP header (AMQP 1.0 §2.2) before the error is
 /// returned, so the client learns what the broker speaks.
@@ -34,7 +36,8 @@ pub enum HandshakeError {
 pub async fn negotiate<R, W>(
     reader: &mut FrameReader<R>,
     writer: &mut W,
-) -> Result<(), HandshakeError>
+    policies: &Policies,
+) -> Result<Option<Principal>, HandshakeError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -42,12 +45,14 @@ where
     let raw = reader.protocol_header().await?;
     match ProtocolHeader::try_from(raw).ok() {
         Some(header) if header.id == ProtocolId::Amqp && is_version_1_0(&header) => {
-            write_header(writer, ProtocolHeader::amqp()).await
+            write_header(writer, ProtocolHeader::amqp()).await?;
+            Ok(None)
         }
         Some(header) if header.id == ProtocolId::Sasl && is_version_1_0(&header) => {
             write_header(writer, ProtocolHeader::sasl()).await?;
-            sasl::authenticate(reader, writer).await?;
-            expect_amqp_header(reader, writer).await
+            let principal = sasl::authenticate(reader, writer, policies).await?;
+            expect_amqp_header(reader, writer).await?;
+            Ok(principal)
         }
         _ => {
             write_header(writer, ProtocolHeader::amqp()).await?;

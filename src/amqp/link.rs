@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::config::Rights;
 use crate::entity::handle::{ConsumerId, EntityHandle, ReceiveMode, SessionRequest};
 use crate::node::Node;
 
@@ -207,6 +208,10 @@ pub struct Link {
     pub id: u64,
     /// Its kind and state.
     pub kind: LinkKind,
+    /// The address it was authorized for and the rights it needs there (one of them is
+    /// enough), checked again when a token of the connection lapses; `None` for `$cbs` and
+    /// refused links.
+    pub authorized: Option<(String, Rights)>,
 }
 
 /// The broker's attach reply to a client attach it accepts: terminus echoed verbatim, role

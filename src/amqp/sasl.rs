@@ -1,6 +1,7 @@
 //! SASL: the broker offers `MSSBCBS` (what the .NET SDK insists on; treated like `ANONYMOUS`,
-//! authorisation then comes from CBS), `ANONYMOUS` and `PLAIN`. Credentials are not checked in
-//! this version (README says so); the user name is logged, the password never.
+//! authorisation then comes from CBS tokens), `ANONYMOUS` and `PLAIN`. PLAIN's user name is a
+//! shared access policy's name and its password the policy's key, as with Service Bus; a wrong
+//! pair gets the outcome `auth`. The user name is logged, the password never.
 
 use bytes::BytesMut;
 use fe2o3_amqp::frames::sasl;
@@ -10,18 +11,22 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::amqp::frames::{self, FrameReader};
 use crate::amqp::header::HandshakeError;
+use crate::auth::{Policies, Principal};
 
 /// Mechanisms offered, in order of preference.
 const MECHANISMS: [&str; 3] = ["MSSBCBS", "ANONYMOUS", "PLAIN"];
 
-/// Runs the SASL exchange that follows the SASL protocol header.
+/// Runs the SASL exchange that follows the SASL protocol header. Returns the principal of
+/// PLAIN credentials, or `None` for the anonymous mechanisms.
 ///
 /// # Errors
-/// A [`HandshakeError`] when the client breaks the exchange or picks an unknown mechanism.
+/// A [`HandshakeError`] when the client breaks the exchange, picks an unknown mechanism, or
+/// presents PLAIN credentials that name no policy.
 pub async fn authenticate<R, W>(
     reader: &mut FrameReader<R>,
     writer: &mut W,
-) -> Result<(), HandshakeError>
+    policies: &Policies,
+) -> Result<Option<Principal>, HandshakeError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -35,7 +40,8 @@ where
             sasl::Frame::Init(init) => init,
             other => {
                 return Err(HandshakeError::Sasl(format!(
-                    "expected sasl-init, got {other:?}"
+                    "expected sasl-init, got {}",
+                    frame_name(&other)
                 )))
             }
         },
@@ -46,28 +52,35 @@ where
         }
     };
     let mechanism = init.mechanism.as_str();
-    let code = if MECHANISMS.contains(&mechanism) {
-        tracing::debug!(
-            mechanism,
-            user = plain_user(&init.initial_response),
-            "SASL accepted"
-        );
-        SaslCode::Ok
-    } else {
-        tracing::info!(mechanism, "SASL mechanism not offered");
-        SaslCode::Auth
+    let outcome = match mechanism {
+        "MSSBCBS" | "ANONYMOUS" => Ok(None),
+        "PLAIN" => match plain_credentials(&init.initial_response) {
+            Some((user, password)) => match policies.authenticate(&user, password) {
+                Some(principal) => {
+                    tracing::info!(mechanism, policy = %principal.policy, "SASL PLAIN authenticated");
+                    Ok(Some(principal))
+                }
+                None => Err(format!("SASL PLAIN: no policy named {user:?} has that key")),
+            },
+            None => {
+                Err("SASL PLAIN: the initial response is not authzid NUL user NUL password".into())
+            }
+        },
+        _ => Err(format!("mechanism {mechanism} is not offered")),
     };
-    let outcome = SaslOutcome {
-        code: code.clone(),
+    let code = match &outcome {
+        Ok(_) => SaslCode::Ok,
+        Err(_) => SaslCode::Auth,
+    };
+    let frame = sasl::Frame::Outcome(SaslOutcome {
+        code,
         additional_data: None,
-    };
-    send(writer, &sasl::Frame::Outcome(outcome)).await?;
-    if code != SaslCode::Ok {
-        return Err(HandshakeError::Sasl(format!(
-            "mechanism {mechanism} is not supported"
-        )));
-    }
-    Ok(())
+    });
+    send(writer, &frame).await?;
+    outcome.map_err(|reason| {
+        tracing::info!(mechanism, %reason, "SASL refused");
+        HandshakeError::Sasl(reason)
+    })
 }
 
 async fn send<W: AsyncWrite + Unpin>(
@@ -80,12 +93,23 @@ async fn send<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
-/// The user name of a PLAIN initial response (`authzid NUL authcid NUL password`).
-fn plain_user(response: &Option<Binary>) -> Option<String> {
+/// The user name and password of a PLAIN initial response (`authzid NUL authcid NUL
+/// password`).
+fn plain_credentials(response: &Option<Binary>) -> Option<(String, &[u8])> {
     let bytes = response.as_ref()?;
-    let mut parts = bytes.split(|b| *b == 0);
+    let mut parts = bytes.splitn(3, |b| *b == 0);
     let _authzid = parts.next()?;
-    parts
-        .next()
-        .map(|user| String::from_utf8_lossy(user).into_owned())
+    let user = std::str::from_utf8(parts.next()?).ok()?;
+    Some((user.to_owned(), parts.next()?))
+}
+
+/// A SASL frame's name, for errors (the frames may carry credentials, so never their fields).
+fn frame_name(frame: &sasl::Frame) -> &'static str {
+    match frame {
+        sasl::Frame::Mechanisms(_) => "sasl-mechanisms",
+        sasl::Frame::Init(_) => "sasl-init",
+        sasl::Frame::Challenge(_) => "sasl-challenge",
+        sasl::Frame::Response(_) => "sasl-response",
+        sasl::Frame::Outcome(_) => "sasl-outcome",
+    }
 }

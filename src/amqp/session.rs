@@ -21,6 +21,9 @@ use fe2o3_amqp::types::primitives::{SimpleValue, Symbol, Value};
 use crate::amqp::link::{
     self, Incoming, Link, LinkKind, Outgoing, Partial, Replies, SENDER_CREDIT,
 };
+use crate::auth::access::Access;
+use crate::clock;
+use crate::config::Rights;
 use crate::entity::handle::{
     Command, ConsumerId, Delivery, EntityError, EntityHandle, EventSink, LaneId, LockRef,
     Properties, Settlement, Ticket,
@@ -75,6 +78,8 @@ pub struct Context<'a> {
     pub reassembly: &'a link::ReassemblyBudget,
     /// Whether the connection holds as many links as it may: new attaches are refused.
     pub links_full: bool,
+    /// What the connection may do; `$cbs` adds tokens to it.
+    pub access: &'a mut Access,
 }
 
 /// Per link: what to tell the entity, and the delivery ids with the outcomes to echo.
@@ -188,7 +193,20 @@ impl Session {
             )),
             false => resolve(&attach, ctx.registry),
         };
-        let node = match found {
+        let authorized = found.and_then(|(node, address)| {
+            let needs = rights_to_attach(&attach.role, &node);
+            needs
+                .map(|rights| {
+                    ctx.access
+                        .check(&address, rights, clock::now_ms())
+                        .map_err(|description| {
+                            link::amqp_error(AmqpError::UnauthorizedAccess, description)
+                        })
+                })
+                .transpose()?;
+            Ok((node, needs.map(|rights| (address, rights))))
+        });
+        let (node, authorized) = match authorized {
             Ok(found) => found,
             Err(error) => {
                 tracing::debug!(link = %attach.name, condition = ?error.condition, "attach refused");
@@ -203,6 +221,7 @@ impl Session {
                         local_handle,
                         id: link_id,
                         kind: LinkKind::Refused,
+                        authorized: None,
                     },
                 );
                 return Ok(None);
@@ -282,6 +301,7 @@ impl Session {
                 local_handle,
                 id: link_id,
                 kind,
+                authorized,
             },
         );
         Ok(Some(link_id))
@@ -370,9 +390,8 @@ impl Session {
         transfer: Transfer,
         payload: Bytes,
         out: &mut Outbox,
-        ctx: &Context<'_>,
+        ctx: &mut Context<'_>,
     ) -> Result<(), Fault> {
-        let events = ctx.events;
         if self.incoming_remaining == 0 {
             return Err(Fault::Session(link::amqp_error(
                 SessionError::WindowViolation,
@@ -392,6 +411,7 @@ impl Session {
             .get_mut(&remote_handle)
             .ok_or_else(|| unattached(remote_handle))?;
         let (local_handle, link_id) = (link.local_handle, link.id);
+        let authorized = link.authorized.clone();
         let incoming = match &mut link.kind {
             LinkKind::Incoming(incoming) => incoming,
             LinkKind::Refused => return Ok(()),
@@ -483,7 +503,8 @@ impl Session {
         }
         let node = incoming.node.clone();
         let Node::Entity(entity, _) = node else {
-            self.on_request(&node, &whole, &partial, events, out);
+            let address = authorized.map(|(address, _)| address);
+            self.on_request(&node, address.as_deref(), &whole, &partial, ctx, out);
             return Ok(());
         };
         let mut inspected = if partial.message_format == BATCH_MESSAGE_FORMAT {
@@ -523,20 +544,22 @@ impl Session {
                 link: link_id,
                 request: u64::from(partial.delivery_id),
             };
-            (ticket, events.clone())
+            (ticket, ctx.events.clone())
         });
         out.posts.push((entity, Command::Send { messages, reply }));
         Ok(())
     }
 
-    /// Answers a request to `$cbs` or a management node: settles it, decodes it, and answers
-    /// on the reply link it names (CBS at once, management once the entity has answered).
+    /// Answers a request to `$cbs` or a management node (at `address`): settles it, decodes
+    /// it, and answers on the reply link it names (CBS at once, management once the entity has
+    /// answered, or at once when the connection lacks the operation's right).
     fn on_request(
         &mut self,
         node: &Node,
+        address: Option<&str>,
         bytes: &Bytes,
         delivery: &Partial,
-        events: &EventSink,
+        ctx: &mut Context<'_>,
         out: &mut Outbox,
     ) {
         if !delivery.settled {
@@ -556,33 +579,43 @@ impl Session {
         };
         match node {
             Node::Cbs => {
-                let response = management::cbs(&request);
+                let registry = ctx.registry;
+                let exists = |path: &str| router::route(registry, path).is_some();
+                let response = management::cbs(&request, ctx.access, exists);
                 let encoded = response.encode(request.message_id, Style::Cbs);
                 self.send_reply(reply_link, encoded, out);
             }
-            Node::Management(entity, lane) => match management::parse(&request) {
-                Ok(operation) => {
-                    let number = self.next_request;
-                    self.next_request += 1;
-                    self.correlations.insert(number, request.message_id);
-                    let ticket = Ticket {
-                        link: reply_link,
-                        request: number,
-                    };
-                    out.posts.push((
-                        entity.clone(),
-                        Command::Manage {
-                            lane: *lane,
-                            operation,
-                            reply: (ticket, events.clone()),
-                        },
-                    ));
+            Node::Management(entity, lane) => {
+                match management::parse(&request).and_then(|operation| {
+                    let rights = management::rights_of(&operation);
+                    ctx.access
+                        .check(address.unwrap_or_default(), rights, clock::now_ms())
+                        .map_err(management::unauthorized)?;
+                    Ok(operation)
+                }) {
+                    Ok(operation) => {
+                        let number = self.next_request;
+                        self.next_request += 1;
+                        self.correlations.insert(number, request.message_id);
+                        let ticket = Ticket {
+                            link: reply_link,
+                            request: number,
+                        };
+                        out.posts.push((
+                            entity.clone(),
+                            Command::Manage {
+                                lane: *lane,
+                                operation,
+                                reply: (ticket, ctx.events.clone()),
+                            },
+                        ));
+                    }
+                    Err(response) => {
+                        let encoded = response.encode(request.message_id, Style::Management);
+                        self.send_reply(reply_link, encoded, out);
+                    }
                 }
-                Err(response) => {
-                    let encoded = response.encode(request.message_id, Style::Management);
-                    self.send_reply(reply_link, encoded, out);
-                }
-            },
+            }
             Node::Entity(..) => {}
         }
     }
@@ -955,6 +988,28 @@ impl Session {
         }
     }
 
+    /// Detaches, with `amqp:unauthorized-access`, every link the connection is no longer
+    /// authorized for (its token lapsed unrefreshed).
+    pub fn revoke(&mut self, access: &Access, now_ms: i64, out: &mut Outbox) {
+        let lapsed: Vec<(u32, String)> = self
+            .links
+            .iter()
+            .filter_map(|(handle, link)| {
+                let (address, rights) = link.authorized.as_ref()?;
+                let refused = access.check(address, *rights, now_ms).err()?;
+                Some((*handle, refused))
+            })
+            .collect();
+        for (handle, description) in lapsed {
+            tracing::info!(%description, "token lapsed: detaching the link");
+            let error = link::amqp_error(AmqpError::UnauthorizedAccess, description);
+            self.detach_with(handle, error, out);
+            if let Some(link) = self.links.get_mut(&handle) {
+                link.authorized = None;
+            }
+        }
+    }
+
     /// The entity applied a settlement the client left unsettled: confirm each outcome.
     pub fn on_settled(
         &mut self,
@@ -1135,10 +1190,10 @@ impl Session {
     }
 }
 
-/// The entity (and which of its queues) an attach names, or the error that refuses it:
-/// `amqp:not-found` for unknown addresses, `amqp:not-allowed` for a send to a dead-letter
-/// queue, `amqp:not-implemented` for a transaction coordinator.
-fn resolve(attach: &Attach, registry: &Registry) -> Result<Node, definitions::Error> {
+/// The node (and which of its queues) an attach names, with its address, or the error that
+/// refuses it: `amqp:not-found` for unknown addresses, `amqp:not-allowed` for a send to a
+/// dead-letter queue, `amqp:not-implemented` for a transaction coordinator.
+fn resolve(attach: &Attach, registry: &Registry) -> Result<(Node, String), definitions::Error> {
     let address = match attach.role {
         Role::Sender => match attach.target.as_deref() {
             Some(TargetArchetype::Target(target)) => target.address.clone(),
@@ -1178,7 +1233,19 @@ fn resolve(attach: &Attach, registry: &Registry) -> Result<Node, definitions::Er
     };
     match refusal {
         Some(description) => Err(link::amqp_error(AmqpError::NotAllowed, description)),
-        None => Ok(node),
+        None => Ok((node, address)),
+    }
+}
+
+/// The rights a client link to `node` needs (any one of them), by its role: a sender Send, a
+/// receiver Listen, a management link any right (each operation checks its own); `None` for
+/// `$cbs`, which every client may use.
+fn rights_to_attach(role: &Role, node: &Node) -> Option<Rights> {
+    match (role, node) {
+        (_, Node::Cbs) => None,
+        (_, Node::Management(..)) => Some(Rights::ANY),
+        (Role::Sender, Node::Entity(..)) => Some(Rights::SEND),
+        (Role::Receiver, Node::Entity(..)) => Some(Rights::LISTEN),
     }
 }
 

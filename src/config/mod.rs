@@ -14,6 +14,7 @@ mod key_path;
 mod limits;
 mod names;
 mod raw;
+mod security;
 #[cfg(test)]
 mod tests;
 mod toml_string;
@@ -31,6 +32,7 @@ use serde::Deserialize;
 use self::raw::RawConfig;
 use self::validate::Source;
 
+pub use self::security::{PolicyConfig, Rights, SecretKey, TlsConfig};
 pub use self::topics::{
     CorrelationConfig, PropertyValue, RuleConfig, RuleFilter, SubscriptionConfig, TopicConfig,
 };
@@ -52,6 +54,9 @@ pub struct Config {
     /// Declared topics (`[[topics]]`) with their subscriptions and rules, in file order; names
     /// are unique ignoring case, among queues and topics.
     pub topics: Vec<TopicConfig>,
+    /// Namespace-level shared access policies (`[[shared_access_policies]]`): a token signed
+    /// with one of their keys reaches every entity. Names are unique ignoring case.
+    pub shared_access_policies: Vec<PolicyConfig>,
 }
 
 /// How much of an acknowledged change survives a crash (`[broker] durability`).
@@ -70,8 +75,13 @@ pub enum Durability {
 /// Settings of `[broker]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerConfig {
-    /// Address the AMQP listener binds.
-    pub listen: SocketAddr,
+    /// Address the plain AMQP listener binds; `None` (written `""`): TLS only.
+    pub listen: Option<SocketAddr>,
+    /// The TLS listener, if any (`[broker.tls]`).
+    pub tls: Option<TlsConfig>,
+    /// Whether a client that presents no credential (SASL ANONYMOUS, or no SASL) may use
+    /// entities without a CBS token. Default `false`; the embedded default sets it.
+    pub allow_anonymous: bool,
     /// Directory of the message store.
     pub data_dir: PathBuf,
     /// Durability mode.
@@ -127,6 +137,9 @@ pub struct QueueConfig {
     /// The queue, its messages and its dead-letter queue are deleted after this long without
     /// activity; `None`: never.
     pub auto_delete_on_idle: Option<Duration>,
+    /// Entity-level shared access policies: their tokens reach this queue and its
+    /// dead-letter queue only.
+    pub shared_access_policies: Vec<PolicyConfig>,
 }
 
 /// A position in a config file, shown as `origin:line:column` (both 1-based; the column counts

@@ -53,6 +53,13 @@ pub(super) const RULE_NAMES: NameRules = NameRules {
     ..SUBSCRIPTION_NAMES
 };
 
+/// Shared access policy names: up to 256 characters, as in Service Bus.
+pub(super) const POLICY_NAMES: NameRules = NameRules {
+    kind: "policy",
+    max_chars: 256,
+    ..SUBSCRIPTION_NAMES
+};
+
 impl NameRules {
     /// Why `name` is not a valid name of this kind, if it is not.
     pub(super) fn check(&self, name: &str) -> Result<(), String> {

@@ -19,6 +19,8 @@ pub(super) struct RawConfig {
     pub(super) queues: Vec<RawQueue>,
     #[serde(default)]
     pub(super) topics: Vec<RawTopic>,
+    #[serde(default)]
+    pub(super) shared_access_policies: Vec<RawPolicy>,
 }
 
 /// `[broker]` as written; absent keys take their defaults in validation.
@@ -40,6 +42,28 @@ pub(super) struct RawBroker {
     pub(super) write_timeout: Option<Spanned<HumanDuration>>,
     pub(super) consumer_window: Option<Spanned<ByteSize>>,
     pub(super) max_links_per_connection: Option<Spanned<u64>>,
+    pub(super) allow_anonymous: Option<Spanned<bool>>,
+    pub(super) tls: Option<RawTls>,
+}
+
+/// `[broker.tls]` as written: every key is required.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub(super) listen: Spanned<String>,
+    pub(super) cert: Spanned<PathBuf>,
+    pub(super) key: Spanned<PathBuf>,
+}
+
+/// One shared access policy as written; validation checks that exactly one of `key` and
+/// `key_env` is set.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPolicy {
+    pub(super) name: Spanned<String>,
+    pub(super) key: Option<Spanned<String>>,
+    pub(super) key_env: Option<Spanned<String>>,
+    pub(super) rights: Spanned<Vec<Spanned<String>>>,
 }
 
 /// Declares `LaneKeys`, the keys queues and subscriptions share (the settings of a lane,
@@ -101,6 +125,8 @@ lane_tables! {
     /// One `[[queues]]` entry as written.
     struct RawQueue {
         max_size_in_megabytes: Option<Spanned<u64>>,
+        #[serde(default)]
+        shared_access_policies: Vec<RawPolicy>,
     }
 
     /// One `[[topics.subscriptions]]` entry as written. `max_size_in_megabytes` is a topic key:
@@ -120,6 +146,8 @@ pub(super) struct RawTopic {
     pub(super) default_message_time_to_live: Option<Spanned<HumanDuration>>,
     pub(super) max_size_in_megabytes: Option<Spanned<u64>>,
     pub(super) auto_delete_on_idle: Option<Spanned<HumanDuration>>,
+    #[serde(default)]
+    pub(super) shared_access_policies: Vec<RawPolicy>,
     #[serde(default)]
     pub(super) subscriptions: Vec<RawSubscription>,
 }

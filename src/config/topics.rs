@@ -22,6 +22,9 @@ pub struct TopicConfig {
     /// The topic, its subscriptions and their messages are deleted after this long without
     /// activity; `None`: never.
     pub auto_delete_on_idle: Option<Duration>,
+    /// Entity-level shared access policies: their tokens reach this topic, its
+    /// subscriptions and their dead-letter queues only.
+    pub shared_access_policies: Vec<super::PolicyConfig>,
     /// `[[topics.subscriptions]]`, in file order; names are unique within the topic ignoring
     /// case. Empty is allowed: the topic accepts messages and keeps none.
     pub subscriptions: Vec<SubscriptionConfig>,

@@ -4,6 +4,9 @@
 use std::collections::hash_map::{Entry, HashMap};
 use std::net::SocketAddr;
 use std::ops::Range;
+
+/// A byte span of the config text.
+type Span = Range<usize>;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -45,6 +48,7 @@ struct Lane {
 impl Source<'_> {
     /// Validates every section; the first problem found is returned.
     pub(super) fn validate(&self, raw: RawConfig) -> Result<Config, ConfigError> {
+        let anonymous = raw.broker.allow_anonymous.as_ref().map(Spanned::span);
         let broker = self.broker(raw.broker)?;
         let queue_names = entry_names("queues", "queue", raw.queues.iter().map(|q| &q.name));
         let topic_names = entry_names("topics", "topic", raw.topics.iter().map(|t| &t.name));
@@ -54,16 +58,59 @@ impl Source<'_> {
         )?;
         let queues = each("queues", raw.queues, |path, queue| self.queue(path, queue))?;
         let topics = each("topics", raw.topics, |path, topic| self.topic(path, topic))?;
-        Ok(Config {
+        let shared_access_policies =
+            self.policies("shared_access_policies", raw.shared_access_policies)?;
+        let config = Config {
             broker,
             queues,
             topics,
-        })
+            shared_access_policies,
+        };
+        self.check_someone_can_connect(&config, anonymous)?;
+        Ok(config)
+    }
+
+    /// Refuses a config that no client could use: anonymous clients refused and no policy to
+    /// present a credential for.
+    fn check_someone_can_connect(
+        &self,
+        config: &Config,
+        anonymous: Option<Span>,
+    ) -> Result<(), ConfigError> {
+        let policies = config.shared_access_policies.len()
+            + config
+                .queues
+                .iter()
+                .map(|queue| queue.shared_access_policies.len())
+                .sum::<usize>()
+            + config
+                .topics
+                .iter()
+                .map(|topic| topic.shared_access_policies.len())
+                .sum::<usize>();
+        if config.broker.allow_anonymous || policies > 0 {
+            return Ok(());
+        }
+        let message = "is false (the default when absent) and no shared access policy is \
+                       declared, so no client could connect; declare a \
+                       [[shared_access_policies]] or set allow_anonymous = true"
+            .to_owned();
+        Err(self.invalid("broker.allow_anonymous", anonymous.unwrap_or(0..0), message))
     }
 
     fn broker(&self, raw: RawBroker) -> Result<BrokerConfig, ConfigError> {
+        let listen = self.listen(raw.listen.as_ref())?;
+        let tls = self.tls(raw.tls)?;
+        if let (None, None, Some(written)) = (listen, &tls, &raw.listen) {
+            let message = "is empty and there is no [broker.tls]: the broker would listen \
+                           nowhere; give an address or configure TLS"
+                .to_owned();
+            return Err(self.invalid("broker.listen", written.span(), message));
+        }
         Ok(BrokerConfig {
-            listen: self.listen(raw.listen)?,
+            listen,
+            tls,
+            allow_anonymous: raw.allow_anonymous.is_some_and(Spanned::into_inner),
             data_dir: self.data_dir(raw.data_dir)?,
             durability: raw.durability.unwrap_or(Durability::Sync),
             flush_interval: self.bounded(
@@ -125,17 +172,29 @@ impl Source<'_> {
         })
     }
 
-    fn listen(&self, raw: Option<Spanned<String>>) -> Result<SocketAddr, ConfigError> {
-        let Some(raw) = raw else {
-            return Ok(DEFAULT_LISTEN);
-        };
+    /// `broker.listen`: the default when absent, `None` when empty (no plain listener).
+    fn listen(&self, raw: Option<&Spanned<String>>) -> Result<Option<SocketAddr>, ConfigError> {
+        match raw {
+            None => Ok(Some(DEFAULT_LISTEN)),
+            Some(raw) if raw.get_ref().is_empty() => Ok(None),
+            Some(raw) => self.socket_address("broker.listen", raw, "5672").map(Some),
+        }
+    }
+
+    /// The socket address at `key`; `port` is the example port errors show.
+    pub(super) fn socket_address(
+        &self,
+        key: &str,
+        raw: &Spanned<String>,
+        port: &str,
+    ) -> Result<SocketAddr, ConfigError> {
         raw.get_ref().parse().map_err(|_| {
             self.invalid(
-                "broker.listen",
+                key,
                 raw.span(),
                 format!(
-                    "{:?} is not a socket address; expected IP:port such as \"127.0.0.1:5672\" \
-                     or \"[::]:5672\" (host names are not resolved)",
+                    "{:?} is not a socket address; expected IP:port such as \"127.0.0.1:{port}\" \
+                     or \"[::]:{port}\" (host names are not resolved)",
                     raw.get_ref()
                 ),
             )
@@ -165,6 +224,10 @@ impl Source<'_> {
             dead_lettering_on_message_expiration: lane.dead_lettering_on_message_expiration,
             requires_session: lane.requires_session,
             auto_delete_on_idle: lane.auto_delete_on_idle,
+            shared_access_policies: self.policies(
+                &format!("{path}.shared_access_policies"),
+                raw.shared_access_policies,
+            )?,
         })
     }
 
@@ -191,6 +254,10 @@ impl Source<'_> {
                 path,
                 "auto_delete_on_idle",
                 raw.auto_delete_on_idle,
+            )?,
+            shared_access_policies: self.policies(
+                &format!("{path}.shared_access_policies"),
+                raw.shared_access_policies,
             )?,
             subscriptions: each(&subscriptions, raw.subscriptions, |path, raw| {
                 self.subscription(path, raw)
@@ -366,7 +433,7 @@ impl Source<'_> {
     }
 
     /// Refuses a name that breaks `rules`; `path` is the table the name belongs to.
-    fn check_name(
+    pub(super) fn check_name(
         &self,
         path: &str,
         name: &Spanned<String>,
@@ -385,7 +452,7 @@ impl Source<'_> {
     /// Refuses a name equal to an earlier one ignoring case, naming both. `names` are (path of
     /// the table, kind of name, name) in file order (see [`entry_names`]); `scope` says where
     /// names must differ.
-    fn check_unique_names<'n>(
+    pub(super) fn check_unique_names<'n>(
         &self,
         names: impl IntoIterator<Item = (String, &'static str, &'n Spanned<String>)>,
         scope: &str,
@@ -465,7 +532,7 @@ impl Source<'_> {
         ConfigError::Invalid { key, at, message }
     }
 
-    fn invalid(&self, key: &str, span: Range<usize>, message: String) -> ConfigError {
+    pub(super) fn invalid(&self, key: &str, span: Range<usize>, message: String) -> ConfigError {
         ConfigError::Invalid {
             key: key.to_owned(),
             at: self.location(span.start),
@@ -498,7 +565,7 @@ impl Source<'_> {
 
 /// The names of the entries of the array `list`, with the path of each entry and the `kind` of
 /// name, for [`Source::check_unique_names`].
-fn entry_names<'a>(
+pub(super) fn entry_names<'a>(
     list: &'a str,
     kind: &'static str,
     names: impl Iterator<Item = &'a Spanned<String>> + 'a,
@@ -509,7 +576,7 @@ fn entry_names<'a>(
 }
 
 /// Validates each entry of the array `list` with its key path, `list[index]`.
-fn each<R, T>(
+pub(super) fn each<R, T>(
     list: &str,
     entries: Vec<R>,
     validate: impl Fn(&str, R) -> Result<T, ConfigError>,

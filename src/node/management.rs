@@ -7,6 +7,9 @@ use fe2o3_amqp::types::messaging::{AmqpValue, ApplicationProperties, MessageId, 
 use fe2o3_amqp::types::primitives::{Array, Binary, OrderedMap, SimpleValue, Timestamp, Value};
 use uuid::Uuid;
 
+use crate::auth::access::{Access, JWT_TOKEN_TYPE, SAS_TOKEN_TYPE};
+use crate::clock;
+use crate::config::Rights;
 use crate::encoding;
 use crate::entity::handle::{EntityError, Properties as AppProperties, ReceiveMode, Settlement};
 use crate::entity::operation::{Answer, Operation};
@@ -91,63 +94,106 @@ impl Request {
 }
 
 /// Token types a `put-token` may carry (amqp-dialect.md §2.2).
-const TOKEN_TYPES: [&str; 2] = ["servicebus.windows.net:sastoken", "jwt"];
+const TOKEN_TYPES: [&str; 2] = [SAS_TOKEN_TYPE, JWT_TOKEN_TYPE];
 
-/// The CBS answer to a request: a well-formed `put-token` is accepted (signatures are not
-/// checked in this version); one without a string token, a known token type or an audience is
-/// refused with 400 `com.microsoft:argument-error`, naming what is wrong.
-pub fn cbs(request: &Request) -> Response {
+/// The CBS answer to a request. A `put-token` is verified and kept by `access` (202), or
+/// refused with 401 and the check that failed (404 for an audience naming no entity); one
+/// without a string token, a known token type or an audience is refused with 400
+/// `com.microsoft:argument-error`, naming what is wrong. `exists` says whether an audience's
+/// path names an entity.
+pub fn cbs(request: &Request, access: &mut Access, exists: impl Fn(&str) -> bool) -> Response {
     if let Some(refusal) = request.refusal() {
         return refusal;
     }
-    match request.operation.as_deref() {
-        Some("put-token") => match put_token_problem(request) {
-            None => Response {
-                status: 202,
-                description: "Accepted".into(),
-                condition: None,
-                body: None,
-            },
-            Some(problem) => Response::error(400, wire::condition::ARGUMENT_ERROR, problem),
-        },
-        other => Response::error(
+    if request.operation.as_deref() != Some("put-token") {
+        return Response::error(
             501,
             wire::condition::NOT_IMPLEMENTED,
-            format!("CBS operation {other:?} is not supported; only put-token is"),
-        ),
+            format!(
+                "CBS operation {:?} is not supported; only put-token is",
+                request.operation
+            ),
+        );
+    }
+    let (kind, audience, token) = match put_token_fields(request) {
+        Ok(fields) => fields,
+        Err(problem) => return Response::error(400, wire::condition::ARGUMENT_ERROR, problem),
+    };
+    match access.put_token(audience, kind, &token, exists, clock::now_ms()) {
+        Ok(_) => Response {
+            status: 202,
+            description: "Accepted".into(),
+            condition: None,
+            body: None,
+        },
+        Err(refusal) => {
+            tracing::info!(status = refusal.status, description = %refusal.description, "put-token refused");
+            let condition = match refusal.status {
+                404 => wire::condition::NOT_FOUND,
+                _ => wire::condition::UNAUTHORIZED_ACCESS,
+            };
+            Response::error(i32::from(refusal.status), condition, refusal.description)
+        }
     }
 }
 
-/// What is wrong with a `put-token` request, if anything.
-fn put_token_problem(request: &Request) -> Option<String> {
+/// The token type, audience and token of a `put-token` request, or what is wrong with it.
+fn put_token_fields(request: &Request) -> Result<(&str, &str, String), String> {
     let text = |key: &str| match request.application_properties.get(key) {
         Some(SimpleValue::String(value)) => Some(value.as_str()),
         Some(SimpleValue::Symbol(value)) => Some(value.as_str()),
         _ => None,
     };
-    match text("type") {
-        Some(kind) if TOKEN_TYPES.contains(&kind) => {}
+    let kind = match text("type") {
+        Some(kind) if TOKEN_TYPES.contains(&kind) => kind,
         Some(kind) => {
-            return Some(format!(
+            return Err(format!(
                 "put-token: token type {kind:?} is not supported; expected one of {TOKEN_TYPES:?}"
             ))
         }
-        None => return Some("put-token: the application property type must be a string".into()),
-    }
-    if text("name").is_none_or(str::is_empty) {
-        return Some(
+        None => return Err("put-token: the application property type must be a string".into()),
+    };
+    let audience = text("name")
+        .filter(|name| !name.is_empty())
+        .ok_or_else(|| {
             "put-token: the application property name (the audience) must be a non-empty string"
-                .into(),
-        );
+                .to_owned()
+        })?;
+    let token = match &request.body {
+        Value::String(token) if !token.is_empty() => token.clone(),
+        Value::Binary(token) if !token.is_empty() => String::from_utf8_lossy(token).into_owned(),
+        other => {
+            return Err(format!(
+                "put-token: the body must be the token as a non-empty string, not {}",
+                value_kind(other)
+            ))
+        }
+    };
+    Ok((kind, audience, token))
+}
+
+/// The rights an operation needs (one of them is enough): settling, peeking, renewing and
+/// session state are a receiver's (Listen), scheduling a sender's (Send), rules Manage.
+pub fn rights_of(operation: &Operation) -> Rights {
+    match operation {
+        Operation::Schedule { .. } | Operation::CancelScheduled { .. } => Rights::SEND,
+        Operation::AddRule { .. }
+        | Operation::RemoveRule { .. }
+        | Operation::EnumerateRules { .. } => Rights::MANAGE,
+        Operation::Peek { .. }
+        | Operation::RenewLock { .. }
+        | Operation::ReceiveBySequence { .. }
+        | Operation::UpdateDisposition { .. }
+        | Operation::RenewSessionLock { .. }
+        | Operation::GetSessionState { .. }
+        | Operation::SetSessionState { .. }
+        | Operation::GetMessageSessions { .. } => Rights::LISTEN,
     }
-    match &request.body {
-        Value::String(token) if !token.is_empty() => None,
-        Value::Binary(token) if !token.is_empty() => None,
-        other => Some(format!(
-            "put-token: the body must be the token as a non-empty string, not {}",
-            value_kind(other)
-        )),
-    }
+}
+
+/// The 401 answer to an operation the connection has no right to.
+pub fn unauthorized(description: String) -> Response {
+    Response::error(401, wire::condition::UNAUTHORIZED_ACCESS, description)
 }
 
 /// A value's AMQP type, for error descriptions.
@@ -477,8 +523,11 @@ fn missing(key: &str, what: &str) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::sas::sign;
+    use crate::auth::Policies;
     use crate::node::response::Style;
     use fe2o3_amqp::types::primitives::Symbol;
+    use std::sync::Arc;
 
     fn request(operation: &str, body: Vec<(&str, Value)>) -> Request {
         Request {
@@ -518,7 +567,12 @@ mod tests {
         let refused = parse(&request).expect_err("refused");
         assert_eq!(refused.status, 400);
         assert_eq!(refused.condition, Some(wire::condition::ARGUMENT_ERROR));
-        assert_eq!(cbs(&request).status, 400);
+        assert_eq!(cbs(&request, &mut access(), |_| true).status, 400);
+    }
+
+    fn access() -> Access {
+        let config = crate::config::Config::embedded_default();
+        Access::new(Arc::new(Policies::from_config(&config)), None)
     }
 
     #[test]
@@ -542,11 +596,39 @@ mod tests {
     }
 
     #[test]
-    fn cbs_accepts_well_formed_tokens_and_refuses_the_rest_with_argument_error() {
+    fn cbs_verifies_tokens_and_refuses_malformed_requests_with_argument_error() {
         let token = || Value::String("SharedAccessSignature sr=x&sig=y".into());
+        let mut access = access();
         for kind in ["jwt", "servicebus.windows.net:sastoken"] {
-            assert_eq!(cbs(&put_token(Some(kind), token())).status, 202, "{kind}");
+            let response = cbs(&put_token(Some(kind), token()), &mut access, |_| true);
+            assert_eq!(response.status, 401, "{kind}");
+            assert_eq!(
+                response.condition,
+                Some(wire::condition::UNAUTHORIZED_ACCESS)
+            );
         }
+        let expiry = u64::try_from(clock::now_ms() / 1000 + 3600).expect("positive");
+        let signed = sign(
+            "sb://h/q",
+            "RootManageSharedAccessKey",
+            b"SAS_KEY_VALUE",
+            expiry,
+        );
+        let sas = Some("servicebus.windows.net:sastoken");
+        let response = cbs(
+            &put_token(sas, Value::String(signed.clone())),
+            &mut access,
+            |_| true,
+        );
+        assert_eq!(
+            (response.status, response.description.as_str()),
+            (202, "Accepted")
+        );
+        let response = cbs(&put_token(sas, Value::String(signed)), &mut access, |_| {
+            false
+        });
+        assert_eq!(response.status, 404);
+        assert_eq!(response.condition, Some(wire::condition::NOT_FOUND));
         for (request, says) in [
             (put_token(Some("jwt"), Value::Int(7)), "an integer"),
             (
@@ -559,7 +641,7 @@ mod tests {
                 "non-empty string",
             ),
         ] {
-            let response = cbs(&request);
+            let response = cbs(&request, &mut access, |_| true);
             assert_eq!(response.status, 400, "{says}");
             assert_eq!(response.condition, Some(wire::condition::ARGUMENT_ERROR));
             assert!(

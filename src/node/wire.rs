@@ -56,6 +56,8 @@ pub mod condition {
     pub const SESSION_LOCK_LOST: &str = "com.microsoft:session-lock-lost";
     /// Another receiver holds the session.
     pub const SESSION_CANNOT_BE_LOCKED: &str = "com.microsoft:session-cannot-be-locked";
+    /// The connection lacks the right (no valid token, or one without it).
+    pub const UNAUTHORIZED_ACCESS: &str = "amqp:unauthorized-access";
     /// No session became available in time.
     pub const TIMEOUT: &str = "com.microsoft:timeout";
 }

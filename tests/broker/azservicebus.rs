@@ -42,8 +42,8 @@ async fn within<T, E: std::fmt::Debug>(what: &str, fut: impl Future<Output = Res
     }
 }
 
-/// A client of `broker` over plain TCP with a made-up key (the broker takes any well-formed
-/// token) and no retries, so that whatever the broker refuses shows at once.
+/// A client of `broker` over plain TCP with the embedded default's policy and key (the broker
+/// verifies its tokens) and no retries, so that whatever the broker refuses shows at once.
 async fn client(broker: &TestBroker) -> Client {
     let options = ServiceBusClientOptions {
         retry_options: ServiceBusRetryOptions {
@@ -57,7 +57,7 @@ async fn client(broker: &TestBroker) -> Client {
         "connect",
         ServiceBusClient::unsecured().new_from_named_key_credential(
             format!("127.0.0.1:{}", broker.addr.port()),
-            AzureNamedKeyCredential::new("RootManageSharedAccessKey", "c2VjcmV0LWtleQ=="),
+            AzureNamedKeyCredential::new("RootManageSharedAccessKey", "SAS_KEY_VALUE"),
             options,
         ),
     )
@@ -338,6 +338,7 @@ fn topic_config(data_dir: &std::path::Path) -> tidebus::config::Config {
         default_message_time_to_live: None,
         max_size_in_megabytes: 1024,
         auto_delete_on_idle: None,
+        shared_access_policies: Vec::new(),
         subscriptions: vec![subscription("s1"), subscription("s2")],
     }];
     config

@@ -83,7 +83,8 @@ impl ChildBroker {
         let started = Instant::now();
         loop {
             if let Ok(text) = std::fs::read_to_string(&ready) {
-                if let Ok(addr) = text.trim().parse() {
+                // The plain listener's address is the first line.
+                if let Some(Ok(addr)) = text.lines().next().map(str::parse) {
                     broker.addr = addr;
                     return broker;
                 }

@@ -21,7 +21,10 @@ use crate::support::{connect_session, next_delivery, DEADLINE};
 const OUTCOME_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn config(durability: &str) -> String {
-    format!("[broker]\ndurability = \"{durability}\"\nflush_interval = \"1h\"\n\n[[queues]]\nname = \"q\"\n")
+    format!(
+        "[broker]\ndurability = \"{durability}\"\nflush_interval = \"1h\"\n\
+         allow_anonymous = true\n\n[[queues]]\nname = \"q\"\n"
+    )
 }
 
 /// Sends messages with application property `id` to queue `q`, 100 in flight; returns the ids
@@ -372,6 +375,7 @@ async fn kill_9_mid_load_keeps_acknowledged_sends_and_confirmed_completions() {
 /// ids (correlation) and none (SQL).
 const TOPIC_CONFIG: &str = r#"[broker]
 durability = "sync"
+allow_anonymous = true
 
 [[topics]]
 name = "t"

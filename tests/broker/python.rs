@@ -39,3 +39,12 @@ fn azure_sdk_topics_suite() {
 fn azure_sdk_sessions_suite() {
     pytest::run("tests/python/test_sessions.py");
 }
+
+/// Security with the official `azure-servicebus` SDK and python-qpid-proton: the emulator's
+/// connection string with anonymous clients refused, wrong keys, entity-level and Listen-only
+/// policies, expired signatures, SASL PLAIN right and wrong, a token lapsing under a link, no
+/// secret in the log, and the SDK over TLS with a `gen-cert` certificate.
+#[test]
+fn security_suite() {
+    pytest::run("tests/python/test_security.py");
+}

@@ -11,9 +11,15 @@ const START_DEADLINE_MS = 30_000;
 const STOP_DEADLINE_MS = 20_000;
 const POLL_MS = 50;
 
-// What every test broker runs with unless a test asks otherwise.
-const DEFAULT_SETTINGS = { durability: "memory", idle_timeout: "60s" };
+// What every test broker runs with unless a test asks otherwise: anonymous clients let in, and
+// the emulator's policy, whose key signs the tokens the SDK puts (the broker verifies them).
+const DEFAULT_SETTINGS = { durability: "memory", idle_timeout: "60s", allow_anonymous: true };
 const DEFAULT_QUEUES = ["q1", "q2"];
+const EMULATOR_POLICY = {
+  name: "RootManageSharedAccessKey",
+  key: "SAS_KEY_VALUE",
+  rights: ["Manage", "Send", "Listen"],
+};
 
 // Brokers still running: killed if the test process exits without stopping them.
 const running = new Set();
@@ -26,22 +32,27 @@ function tomlValue(value) {
   if (typeof value === "boolean") return value ? "true" : "false";
   if (Number.isInteger(value)) return String(value);
   if (typeof value === "string") return JSON.stringify(value);
+  if (Array.isArray(value)) return `[${value.map(tomlValue).join(", ")}]`;
   throw new TypeError(`no TOML encoding for ${value} (${typeof value})`);
 }
 
 /**
- * The config file text: `[broker]` settings, one `[[queues]]` table per queue, then one
- * `[[topics]]` table per topic. A queue is a name, or an object with `name` and any other
- * `[[queues]]` keys; a topic is an object with `name` and `subscriptions`, each a name or an
- * object with `name` and any other `[[topics.subscriptions]]` keys.
+ * The config file text: `[broker]` settings (a `tls` object becomes `[broker.tls]`), one
+ * `[[shared_access_policies]]` table per policy, one `[[queues]]` table per queue, then one
+ * `[[topics]]` table per topic. A policy is an object with `name`, `key` and `rights`; a queue
+ * is a name, or an object with `name` and any other `[[queues]]` keys; a topic is an object with
+ * `name` and `subscriptions`, each a name or an object with `name` and any other
+ * `[[topics.subscriptions]]` keys.
  */
-function renderConfig(settings, queues, topics) {
+function renderConfig({ tls, ...settings }, queues, topics, policies) {
   const lines = ["[broker]"];
   const table = (header, entries) => {
     lines.push("", header);
     for (const [key, value] of Object.entries(entries)) lines.push(`${key} = ${tomlValue(value)}`);
   };
   for (const [key, value] of Object.entries(settings)) lines.push(`${key} = ${tomlValue(value)}`);
+  if (tls) table("[broker.tls]", tls);
+  for (const policy of policies) table("[[shared_access_policies]]", policy);
   for (const queue of queues) table("[[queues]]", typeof queue === "string" ? { name: queue } : queue);
   for (const { subscriptions = [], ...topic } of topics) {
     table("[[topics]]", topic);
@@ -65,16 +76,23 @@ function brokerBinary() {
   return bin;
 }
 
-/** `{ host, port }` once the ready file holds `host:port`, else null. */
+/**
+ * `{ host, port, tlsPort }` once the ready file holds `host:port` on its first line (and
+ * `tls host:port` on the next when TLS is on; `tlsPort` is null otherwise), else null.
+ */
 function parseReadyFile(file) {
-  let text;
+  let lines;
   try {
-    text = fs.readFileSync(file, "utf8").trim();
+    lines = fs.readFileSync(file, "utf8").split("\n");
   } catch {
     return null;
   }
-  const match = /^\[?(.+?)\]?:(\d+)$/.exec(text);
-  return match ? { host: match[1], port: Number(match[2]) } : null;
+  const address = (text) => /^\[?(.+?)\]?:(\d+)$/.exec(text);
+  const plain = address(lines[0]);
+  if (!plain) return null;
+  const tls = lines.slice(1).map((line) => line.startsWith("tls ") && address(line.slice(4)))
+    .find(Boolean);
+  return { host: plain[1], port: Number(plain[2]), tlsPort: tls ? Number(tls[2]) : null };
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -83,12 +101,17 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 class Broker {
   /**
    * Starts a broker with `settings` merged over DEFAULT_SETTINGS, `queues` (default
-   * DEFAULT_QUEUES) and `topics` (default none) in a new temporary directory; resolves once it
-   * accepts connections.
+   * DEFAULT_QUEUES), `topics` (default none) and `policies` (default the emulator's) in a new
+   * temporary directory; resolves once it accepts connections.
    */
-  static async start({ settings = {}, queues = DEFAULT_QUEUES, topics = [] } = {}) {
+  static async start({
+    settings = {},
+    queues = DEFAULT_QUEUES,
+    topics = [],
+    policies = [EMULATOR_POLICY],
+  } = {}) {
     const broker = new Broker(fs.mkdtempSync(path.join(os.tmpdir(), "tidebus-js-")));
-    const config = renderConfig({ ...DEFAULT_SETTINGS, ...settings }, queues, topics);
+    const config = renderConfig({ ...DEFAULT_SETTINGS, ...settings }, queues, topics, policies);
     fs.writeFileSync(broker.configPath, config);
     await broker.#spawn();
     return broker;
@@ -104,6 +127,7 @@ class Broker {
     this.exit = null;
     this.host = null;
     this.port = null;
+    this.tlsPort = null;
   }
 
   async #spawn() {

@@ -12,18 +12,21 @@ from tidebus_broker import Broker, BrokerError
 def broker(request, tmp_path):
     """A fresh broker ($TIDEBUS_BIN) on a free loopback port, stopped with SIGTERM after the test.
 
-    Defaults: `durability = "memory"`, `idle_timeout = "60s"`, queues q1..q4 and queue.1.
+    Defaults: `durability = "memory"`, `idle_timeout = "60s"`, `allow_anonymous = true`, queues
+    q1..q4 and queue.1, and the emulator's policy (RootManageSharedAccessKey, SAS_KEY_VALUE).
     A test changes them with a marker:
 
         @pytest.mark.broker(idle_timeout="1s")
         @pytest.mark.broker(queues=["q1", {"name": "q2", "max_delivery_count": 2}])
         @pytest.mark.broker(topics=[{"name": "t1", "subscriptions": ["s1", "s2"]}])
+        @pytest.mark.broker(allow_anonymous=False, policies=[{"name": ..., "key": ..., ...}])
     """
     marker = request.node.get_closest_marker("broker")
     settings = dict(marker.kwargs) if marker else {}
     queues = settings.pop("queues", None)
     topics = settings.pop("topics", None)
-    instance = Broker(tmp_path / "broker", settings, queues, topics)
+    policies = settings.pop("policies", None)
+    instance = Broker(tmp_path / "broker", settings, queues, topics, policies)
     brokers_of(request.node).append(instance)
     fail_if(instance.start, "broker did not start")
     yield instance

@@ -71,7 +71,10 @@ def test_default_link_names_send_and_receive_in_order(broker):
 
 @pytest.mark.parametrize(
     "mechanism, credentials",
-    [("PLAIN", {"user": "user", "password": "pass"}), ("ANONYMOUS", {})],
+    [
+        ("PLAIN", {"user": "RootManageSharedAccessKey", "password": "SAS_KEY_VALUE"}),
+        ("ANONYMOUS", {}),
+    ],
     ids=["PLAIN", "ANONYMOUS"],
 )
 def test_sasl_mechanism_connects_and_transfers(broker, mechanism, credentials):

@@ -10,9 +10,16 @@ START_DEADLINE_S = 30.0
 STOP_DEADLINE_S = 20.0
 POLL_S = 0.05
 
-# What every test broker runs with unless a test asks otherwise.
-DEFAULT_SETTINGS = {"durability": "memory", "idle_timeout": "60s"}
+# What every test broker runs with unless a test asks otherwise: anonymous clients let in, and
+# the emulator's policy, whose key signs the tokens the SDKs put (the broker verifies them).
+DEFAULT_SETTINGS = {"durability": "memory", "idle_timeout": "60s", "allow_anonymous": True}
 DEFAULT_QUEUES = ["q1", "q2", "q3", "q4", "queue.1"]
+EMULATOR_POLICY = {
+    "name": "RootManageSharedAccessKey",
+    "key": "SAS_KEY_VALUE",
+    "rights": ["Manage", "Send", "Listen"],
+}
+DEFAULT_POLICIES = [EMULATOR_POLICY]
 
 
 class BrokerError(Exception):
@@ -27,26 +34,42 @@ def toml_value(value):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, str):
         escaped = value.replace("\\", "\\\\").replace('"', '\\"')
         return f'"{escaped}"'
     raise TypeError(f"no TOML encoding for {value!r} ({type(value).__name__})")
 
 
-def render_config(settings, queues, topics=()):
-    """The config file text: `[broker]` settings, one `[[queues]]` table per queue, then one
+def render_config(settings, queues, topics=(), policies=()):
+    """The config file text: `[broker]` settings (a `tls` dict becomes `[broker.tls]`), one
+    `[[shared_access_policies]]` table per policy, one `[[queues]]` table per queue, then one
     `[[topics]]` table per topic.
 
-    A queue is a name, or a dict with `name` and any other `[[queues]]` keys. A topic is a dict
-    with `name`, its keys, and `subscriptions`: names, or dicts with `name`, their keys and
+    A policy is a dict with `name`, `key` (or `key_env`) and `rights`. A queue is a name, or a
+    dict with `name`, any other `[[queues]]` keys and `shared_access_policies`. A topic is a
+    dict with `name`, its keys, and `subscriptions`: names, or dicts with `name`, their keys and
     `rules` (dicts with `name` and `sql`, `action` or `correlation`).
     """
+    settings = dict(settings)
+    tls = settings.pop("tls", None)
     lines = ["[broker]"]
     lines += [f"{key} = {toml_value(value)}" for key, value in settings.items()]
+    if tls:
+        lines += ["", "[broker.tls]"]
+        lines += [f"{key} = {toml_value(value)}" for key, value in tls.items()]
+    for policy in policies:
+        lines += ["", "[[shared_access_policies]]"]
+        lines += [f"{key} = {toml_value(value)}" for key, value in policy.items()]
     for queue in queues:
         table = {"name": queue} if isinstance(queue, str) else dict(queue)
+        queue_policies = table.pop("shared_access_policies", [])
         lines += ["", "[[queues]]"]
         lines += [f"{key} = {toml_value(value)}" for key, value in table.items()]
+        for policy in queue_policies:
+            lines += ["", "[[queues.shared_access_policies]]"]
+            lines += [f"{key} = {toml_value(value)}" for key, value in policy.items()]
     for topic in topics:
         topic = dict(topic)
         subscriptions = topic.pop("subscriptions", [])
@@ -76,13 +99,16 @@ def broker_binary():
 
 
 class Broker:
-    """One running broker. `host`, `port` and `url` say where it listens."""
+    """One running broker. `host`, `port` and `url` say where it listens; `tls_port` where its
+    TLS listener does, if it has one."""
 
-    def __init__(self, workdir: Path, settings=None, queues=None, topics=None):
+    def __init__(self, workdir: Path, settings=None, queues=None, topics=None, policies=None):
         self.workdir = Path(workdir)
         self.settings = {**DEFAULT_SETTINGS, **(settings or {})}
         self.queues = list(DEFAULT_QUEUES if queues is None else queues)
         self.topics = list(topics or [])
+        self.policies = list(DEFAULT_POLICIES if policies is None else policies)
+        self.tls_port = None
         self.config_path = self.workdir / "tidebus.toml"
         self.ready_path = self.workdir / "ready"
         self.data_dir = self.workdir / "data"
@@ -111,7 +137,9 @@ class Broker:
         A restart gets a new port: clients must reconnect to `address`.
         """
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(render_config(self.settings, self.queues, self.topics))
+        self.config_path.write_text(
+            render_config(self.settings, self.queues, self.topics, self.policies)
+        )
         # The previous run's address must not pass for this run's.
         self.ready_path.unlink(missing_ok=True)
         command = [
@@ -132,7 +160,7 @@ class Broker:
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env
             )
         try:
-            self.host, self.port = self._wait_ready()
+            (self.host, self.port), self.tls_port = self._wait_ready()
         except BaseException:
             self._kill()
             raise
@@ -186,12 +214,21 @@ class Broker:
 
 
 def parse_ready_file(path):
-    """`(host, port)` once the ready file holds `host:port`, else None."""
+    """`((host, port), tls_port)` once the ready file holds `host:port` on its first line (and
+    `tls host:port` on the next when TLS is on; `tls_port` is None otherwise), else None."""
     try:
-        text = Path(path).read_text().strip()
+        lines = Path(path).read_text().splitlines()
     except FileNotFoundError:
         return None
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
+
+    def address(text):
+        host, sep, port = text.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            return None
+        return host.strip("[]"), int(port)
+
+    plain = address(lines[0]) if lines else None
+    if plain is None:
         return None
-    return host.strip("[]"), int(port)
+    tls = next((address(line[4:]) for line in lines[1:] if line.startswith("tls ")), None)
+    return plain, tls[1] if tls else None

@@ -1,6 +1,7 @@
 //! Behaviour of [`Config::parse`] and [`Config::load`]: what is read, what is refused and how
 //! the refusal reads. Topics, subscriptions and rules are in `topics`.
 
+mod security;
 mod topics;
 
 use std::path::PathBuf;
@@ -10,8 +11,13 @@ use super::units::SIZE_FORMS;
 use super::validate::Source;
 use super::*;
 
+/// A policy appended to configs that test other keys, so that some client could connect.
+const A_POLICY: &str =
+    "\n[[shared_access_policies]]\nname = \"p\"\nkey = \"k\"\nrights = [\"Send\"]\n";
+
+/// `text`, with [`A_POLICY`] appended, parsed; it must be valid.
 fn parse(text: &str) -> Config {
-    Config::parse(text, "t.toml").expect("config should be valid")
+    Config::parse(&format!("{text}{A_POLICY}"), "t.toml").expect("config should be valid")
 }
 
 fn refuse(text: &str) -> ConfigError {
@@ -46,7 +52,10 @@ fn secs(seconds: u64) -> Duration {
 fn embedded_default_parses_with_three_queues_and_a_topic() {
     let config = Config::embedded_default();
     let broker = &config.broker;
-    assert_eq!(broker.listen, "127.0.0.1:5672".parse().expect("address"));
+    assert_eq!(
+        broker.listen,
+        Some("127.0.0.1:5672".parse().expect("address"))
+    );
     assert_eq!(broker.data_dir, PathBuf::from("tidebus-data"));
     assert_eq!(broker.durability, Durability::Sync);
     assert_eq!(broker.flush_interval, Duration::from_millis(100));
@@ -133,7 +142,16 @@ fn names_nothing() -> CorrelationConfig {
 fn absent_keys_take_the_same_defaults_as_the_embedded_file() {
     let config = parse("[[queues]]\nname = \"queue.1\"\n");
     let default = Config::embedded_default();
-    assert_eq!(config.broker, default.broker);
+    assert!(
+        default.broker.allow_anonymous,
+        "the embedded default lets anyone in"
+    );
+    assert!(!config.broker.allow_anonymous, "absent, it is false");
+    let broker = BrokerConfig {
+        allow_anonymous: true,
+        ..config.broker
+    };
+    assert_eq!(broker, default.broker);
     assert_eq!(config.queues[0], default.queues[0]);
     assert!(parse("").queues.is_empty());
 }
@@ -147,7 +165,10 @@ fn every_broker_key_is_read() {
          max_frame_size = \"4MiB\"\nshutdown_timeout = \"0s\"\n",
     );
     let broker = config.broker;
-    assert_eq!(broker.listen, "0.0.0.0:5673".parse().expect("address"));
+    assert_eq!(
+        broker.listen,
+        Some("0.0.0.0:5673".parse().expect("address"))
+    );
     assert_eq!(broker.data_dir, PathBuf::from("/var/lib/tb"));
     assert_eq!(broker.durability, Durability::Interval);
     assert_eq!(broker.flush_interval, Duration::from_millis(250));
@@ -389,24 +410,19 @@ fn invalid_queue_name_names_the_rule_it_breaks() {
 
 #[test]
 fn requires_session_is_read_for_queues_and_defaults_to_false() {
-    let config = Config::parse(
-        "[[queues]]\nname = \"a\"\nrequires_session = true\n[[queues]]\nname = \"b\"\n",
-        "t.toml",
-    )
-    .expect("valid");
+    let config =
+        parse("[[queues]]\nname = \"a\"\nrequires_session = true\n[[queues]]\nname = \"b\"\n");
     assert!(config.queues[0].requires_session);
     assert!(!config.queues[1].requires_session);
 }
 
 #[test]
 fn time_keys_are_read_and_bounded() {
-    let config = Config::parse(
+    let config = parse(
         "[[queues]]\nname = \"a\"\ndefault_message_time_to_live = \"2s\"\n\
          dead_lettering_on_message_expiration = true\nauto_delete_on_idle = \"PT1H\"\n\
          [[queues]]\nname = \"b\"\n",
-        "t.toml",
-    )
-    .expect("valid");
+    );
     let (a, b) = (&config.queues[0], &config.queues[1]);
     assert_eq!(a.default_message_time_to_live, Some(Duration::from_secs(2)));
     assert!(a.dead_lettering_on_message_expiration);

@@ -29,7 +29,8 @@ const MEMORY_BOUND_KIB: u64 = 64 * 1024;
 
 fn config(broker_keys: &str) -> String {
     format!(
-        "[broker]\ndurability = \"memory\"\n{broker_keys}\n\n[[queues]]\nname = \"q\"\n\n\
+        "[broker]\ndurability = \"memory\"\nallow_anonymous = true\n{broker_keys}\n\n\
+         [[queues]]\nname = \"q\"\n\n\
          [[queues]]\nname = \"bystander\"\n"
     )
 }
@@ -389,7 +390,8 @@ async fn half_open_sockets_are_closed_at_the_handshake_deadline() {
 async fn a_clean_close_is_answered_after_its_settlements_are_durable() {
     const MESSAGES: u32 = 200;
     let dir = tempfile::tempdir().expect("tempdir");
-    let sync = "[broker]\ndurability = \"sync\"\n\n[[queues]]\nname = \"q\"\n";
+    let sync =
+        "[broker]\ndurability = \"sync\"\nallow_anonymous = true\n\n[[queues]]\nname = \"q\"\n";
     let broker = ChildBroker::start(dir.path(), sync);
     let mut client = RawClient::connect(broker.addr, 65536).await;
     send_all(&mut client, MESSAGES, 10).await;
@@ -511,7 +513,10 @@ async fn memory_is_given_back_after_a_drain() {
     const MESSAGES: u32 = 30_000;
     const CACHE_KIB: u64 = 64 * 1024;
     let dir = tempfile::tempdir().expect("tempdir");
-    let broker = ChildBroker::start(dir.path(), "[[queues]]\nname = \"q\"\n");
+    let broker = ChildBroker::start(
+        dir.path(),
+        "[broker]\nallow_anonymous = true\n\n[[queues]]\nname = \"q\"\n",
+    );
     let (idle, _) = broker.memory_kib();
     let mut client = RawClient::connect(broker.addr, 65536).await;
     send_all(&mut client, MESSAGES, 2048).await;

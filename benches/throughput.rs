@@ -2,13 +2,17 @@
 //! the queue or for each subscription of a topic.
 //!
 //! `cargo bench --bench throughput -- [--messages N] [--size BYTES] [--window N] [--credit N]
-//! [--durability sync|interval|memory] [--fill-first] [--receive-and-delete] [--topic N]`
+//! [--durability sync|interval|memory] [--fill-first] [--receive-and-delete] [--topic N]
+//! [--tls]`
 //!
 //! The producer sends to the entity `bench`: a queue, or with `--topic N` a topic with N
 //! subscriptions `sub-1` .. `sub-N`, each with the default rule (`$Default`, the true filter),
 //! declared in the TOML the bench gives the broker. One consumer, on a connection of its own,
 //! receives from the queue or from each subscription (`bench/Subscriptions/sub-i`), and each
 //! must get every message exactly once.
+//!
+//! With `--tls` every client connects over TLS (a `gen-cert` certificate for `localhost`,
+//! verified), to the broker's TLS listener.
 //!
 //! The consumers are peek-lock and complete every message (the SDK default), or with
 //! `--receive-and-delete` take pre-settled deliveries.
@@ -36,6 +40,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
+use fe2o3_amqp::connection::ConnectionHandle;
 use fe2o3_amqp::link::receiver::CreditMode;
 use fe2o3_amqp::types::definitions::SenderSettleMode;
 use fe2o3_amqp::types::messaging::{ApplicationProperties, Body, Message, Outcome};
@@ -45,8 +50,27 @@ use futures_util::future::try_join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tidebus::config::Durability;
 
+#[allow(dead_code)]
 mod support;
-use support::{connect, now_micros, percentile, BenchBroker, BoxError, Flags, Usage};
+use support::{
+    connect, connect_tls, now_micros, percentile, BenchBroker, BoxError, Flags, TlsEndpoint, Usage,
+};
+
+/// Where the clients connect.
+#[derive(Clone)]
+enum Dial {
+    Plain(std::net::SocketAddr),
+    Tls(TlsEndpoint),
+}
+
+impl Dial {
+    async fn open(&self, name: &str) -> Result<ConnectionHandle<()>, BoxError> {
+        match self {
+            Dial::Plain(addr) => connect(*addr, name).await,
+            Dial::Tls(endpoint) => connect_tls(endpoint, name).await,
+        }
+    }
+}
 
 /// The queue or topic the producer sends to.
 const ENTITY: &str = "bench";
@@ -61,6 +85,8 @@ struct Args {
     credit: u32,
     /// Subscriptions of the topic sent to; `None`: send to a queue.
     topic: Option<u64>,
+    /// Whether the clients connect over TLS.
+    tls: bool,
 }
 
 impl Args {
@@ -98,6 +124,7 @@ fn parse_args() -> Result<Args, String> {
         window: 100,
         credit: 200,
         topic: None,
+        tls: false,
     };
     let mut flags = Flags::from_env();
     while let Some(flag) = flags.next_flag() {
@@ -110,6 +137,7 @@ fn parse_args() -> Result<Args, String> {
             "--fill-first" => args.fill_first = true,
             "--receive-and-delete" => args.receive_and_delete = true,
             "--topic" => args.topic = Some(flags.number(&flag)?.max(1)),
+            "--tls" => args.tls = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -118,11 +146,8 @@ fn parse_args() -> Result<Args, String> {
 
 /// Sends every message; returns how many were accepted, the elapsed time and each send's round
 /// trip (send to outcome) in µs.
-async fn produce(
-    addr: std::net::SocketAddr,
-    args: &Args,
-) -> Result<(u64, Duration, Vec<u64>), BoxError> {
-    let mut connection = connect(addr, "bench-producer").await?;
+async fn produce(dial: &Dial, args: &Args) -> Result<(u64, Duration, Vec<u64>), BoxError> {
+    let mut connection = dial.open("bench-producer").await?;
     let mut session = Session::begin(&mut connection).await?;
     let mut sender = Sender::attach(&mut session, "bench-sender", ENTITY).await?;
     let payload = vec![0xA5u8; args.size];
@@ -187,12 +212,8 @@ struct Received {
 }
 
 /// Receives from `source` until every message came once; fails after 30 s without one.
-async fn consume(
-    addr: std::net::SocketAddr,
-    args: &Args,
-    source: &str,
-) -> Result<Received, BoxError> {
-    let mut connection = connect(addr, &format!("bench-consumer {source}")).await?;
+async fn consume(dial: &Dial, args: &Args, source: &str) -> Result<Received, BoxError> {
+    let mut connection = dial.open(&format!("bench-consumer {source}")).await?;
     let mut session = Session::begin(&mut connection).await?;
     let mut receiver = Receiver::builder()
         .name("bench-receiver")
@@ -253,16 +274,19 @@ async fn consume(
 
 fn main() -> Result<(), BoxError> {
     let args = parse_args()?;
-    let broker = BenchBroker::start(args.durability, &args.entities())?;
-    let addr = broker.addr;
+    let broker = BenchBroker::start_with(args.durability, &args.entities(), args.tls)?;
+    let dial = match &broker.tls {
+        Some(endpoint) => Dial::Tls(endpoint.clone()),
+        None => Dial::Plain(broker.addr),
+    };
     let sources = args.sources();
     let client_runtime = support::runtime(support::CLIENT_THREADS)?;
     let before = Usage::now()?;
     let started = Instant::now();
     let (sent, received) = client_runtime.block_on(async {
-        let consumers = try_join_all(sources.iter().map(|source| consume(addr, &args, source)));
+        let consumers = try_join_all(sources.iter().map(|source| consume(&dial, &args, source)));
         if args.fill_first {
-            let sent = produce(addr, &args).await?;
+            let sent = produce(&dial, &args).await?;
             println!(
                 "backlog:    {} messages queued, process RSS {:.1} MiB",
                 sent.0,
@@ -270,7 +294,7 @@ fn main() -> Result<(), BoxError> {
             );
             return Ok::<_, BoxError>((sent, consumers.await?));
         }
-        let (sent, received) = tokio::join!(produce(addr, &args), consumers);
+        let (sent, received) = tokio::join!(produce(&dial, &args), consumers);
         Ok::<_, BoxError>((sent?, received?))
     })?;
     let after = Usage::now()?;
@@ -280,7 +304,7 @@ fn main() -> Result<(), BoxError> {
 
     let rate = |n: u64, d: Duration| n as f64 / d.as_secs_f64().max(1e-9);
     println!(
-        "throughput: messages={} size={} window={} credit={} durability={:?} consumer={}{} {}",
+        "throughput: messages={} size={} window={} credit={} durability={:?} consumer={}{} {}{}",
         args.messages,
         args.size,
         args.window,
@@ -295,7 +319,8 @@ fn main() -> Result<(), BoxError> {
         match args.topic {
             None => "queue".to_owned(),
             Some(n) => format!("topic with {n} subscriptions"),
-        }
+        },
+        if args.tls { " over TLS" } else { "" }
     );
     println!(
         "send:       accepted={accepted} elapsed={send_elapsed:.3?} rate={:.0} msg/s",

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fe2o3_amqp::connection::ConnectionHandle;
@@ -12,6 +13,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
+use tokio_rustls::TlsConnector;
 
 /// Any error, for `?` across the fe2o3-amqp and tokio calls.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -64,6 +69,30 @@ pub async fn connect(addr: SocketAddr, name: &str) -> Result<ConnectionHandle<()
         .await?)
 }
 
+/// The broker's TLS listener and a connector that trusts the CA its certificate came from.
+#[derive(Clone)]
+pub struct TlsEndpoint {
+    /// Where the TLS listener is.
+    pub addr: SocketAddr,
+    connector: TlsConnector,
+}
+
+/// Opens an AMQP connection to the bench broker over TLS (host name `localhost`, verified
+/// against the bench CA) on a `TCP_NODELAY` stream.
+pub async fn connect_tls(
+    endpoint: &TlsEndpoint,
+    name: &str,
+) -> Result<ConnectionHandle<()>, BoxError> {
+    let stream = TcpStream::connect(endpoint.addr).await?;
+    stream.set_nodelay(true)?;
+    let server = ServerName::try_from("localhost")?;
+    let stream = endpoint.connector.connect(server, stream).await?;
+    Ok(Connection::builder()
+        .container_id(name)
+        .open_with_stream(stream)
+        .await?)
+}
+
 /// The command line, read as `--flag [value]` pairs; `--bench` (passed by `cargo bench`) is
 /// skipped.
 pub struct Flags(std::iter::Skip<std::env::Args>);
@@ -104,6 +133,8 @@ impl Flags {
 pub struct BenchBroker {
     /// Where it listens.
     pub addr: SocketAddr,
+    /// Its TLS listener, when started with one.
+    pub tls: Option<TlsEndpoint>,
     runtime: Runtime,
     stop: oneshot::Sender<()>,
     task: JoinHandle<Result<(), tidebus::RunError>>,
@@ -114,6 +145,12 @@ impl BenchBroker {
     /// Starts it with the queues and topics that `entities` declares (`[[queues]]` and
     /// `[[topics]]` tables, read as a config file would be) and no others.
     pub fn start(durability: Durability, entities: &str) -> Result<Self, BoxError> {
+        Self::start_with(durability, entities, false)
+    }
+
+    /// As [`BenchBroker::start`], with a TLS listener beside the plain one when `tls` is
+    /// set: a `gen-cert` certificate for `localhost`, generated into the data directory.
+    pub fn start_with(durability: Durability, entities: &str, tls: bool) -> Result<Self, BoxError> {
         // Only the entities are taken; the broker keys are the embedded default's.
         let declared = Config::parse(
             &format!("[broker]\nallow_anonymous = true\n{entities}"),
@@ -128,13 +165,31 @@ impl BenchBroker {
         config.topics = declared.topics;
         let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0"))?;
         let addr = listener.local_addr()?;
+        let mut listeners = tidebus::Listeners::from(listener);
+        let mut endpoint = None;
+        if tls {
+            let certificates = data_dir.path().join("certs");
+            tidebus::tls::generate_dev_certificates(&["localhost".to_owned()], &certificates)?;
+            let tls_config = tidebus::config::TlsConfig {
+                listen: "127.0.0.1:0".parse()?,
+                cert: certificates.join("server.pem"),
+                key: certificates.join("server-key.pem"),
+            };
+            let tls_listener = runtime.block_on(TcpListener::bind(tls_config.listen))?;
+            endpoint = Some(TlsEndpoint {
+                addr: tls_listener.local_addr()?,
+                connector: trusting(&certificates.join("ca.pem"))?,
+            });
+            listeners.tls = Some((tls_listener, tidebus::tls::acceptor(&tls_config)?));
+        }
         let (stop, stopped) = oneshot::channel::<()>();
         let stopped = async move {
             let _ = stopped.await;
         };
-        let task = runtime.spawn(tidebus::run(config, listener, stopped, |_| {}));
+        let task = runtime.spawn(tidebus::run(config, listeners, stopped, |_| {}));
         Ok(BenchBroker {
             addr,
+            tls: endpoint,
             runtime,
             stop,
             task,
@@ -148,6 +203,20 @@ impl BenchBroker {
         self.runtime.block_on(self.task)??;
         Ok(())
     }
+}
+
+/// A TLS connector that trusts the CA in the PEM file `ca` only.
+fn trusting(ca: &Path) -> Result<TlsConnector, BoxError> {
+    let mut roots = RootCertStore::empty();
+    for certificate in CertificateDer::pem_file_iter(ca)? {
+        roots.add(certificate?)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(TlsConnector::from(Arc::new(config)))
 }
 
 /// CPU time and storage writes of this process so far, read from `/proc` (clock-tick

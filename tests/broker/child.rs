@@ -12,6 +12,8 @@ use crate::support::DEADLINE;
 pub struct ChildBroker {
     /// Where it listens.
     pub addr: std::net::SocketAddr,
+    /// Where its TLS listener is, if the config has one.
+    pub tls_addr: Option<std::net::SocketAddr>,
     child: Option<Child>,
     log: PathBuf,
 }
@@ -77,15 +79,20 @@ impl ChildBroker {
             .expect("spawn tidebus");
         let mut broker = ChildBroker {
             addr: "127.0.0.1:0".parse().expect("addr"),
+            tls_addr: None,
             child: Some(child),
             log,
         };
         let started = Instant::now();
         loop {
             if let Ok(text) = std::fs::read_to_string(&ready) {
-                // The plain listener's address is the first line.
+                // The plain listener's address is the first line, the TLS one's `tls ADDR`.
                 if let Some(Ok(addr)) = text.lines().next().map(str::parse) {
                     broker.addr = addr;
+                    broker.tls_addr = text
+                        .lines()
+                        .find_map(|line| line.strip_prefix("tls "))
+                        .and_then(|tls| tls.parse().ok());
                     return broker;
                 }
             }

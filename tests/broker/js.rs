@@ -61,6 +61,14 @@ fn azure_sdk_sessions_suite() {
     run("tests/js/sessions.test.js");
 }
 
+/// Security: the emulator's connection string with anonymous clients refused, a wrong key
+/// refused (`UnauthorizedAccess`), and the SDK over TLS trusting a `gen-cert` CA through
+/// `NODE_EXTRA_CA_CERTS`.
+#[test]
+fn security_suite() {
+    run("tests/js/security.test.js");
+}
+
 /// Runs `node --test <file>` from the crate root; panics unless it exits 0.
 fn run(file: &str) {
     let extra = std::env::var("TIDEBUS_NODE_TEST_ARGS").unwrap_or_default();

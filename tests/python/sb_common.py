@@ -11,7 +11,7 @@ import time
 from datetime import datetime, timedelta, timezone
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
-from azure.servicebus.exceptions import MessagingEntityNotFoundError
+from azure.servicebus.exceptions import ServiceBusAuthenticationError
 
 # Bound on collecting the messages a test expects, over several receive calls.
 DEADLINE_S = 30.0
@@ -25,6 +25,19 @@ CLOCK_SLACK = timedelta(seconds=1)
 # How far past an instant (a lock's or a message's expiry) a test waits before it counts it as
 # passed.
 EXPIRY_MARGIN = timedelta(milliseconds=250)
+
+
+# What this SDK raises for an entity that does not exist: Service Bus refuses the CBS token put
+# for it with 404 "The messaging entity '...' could not be found", which the SDK reports as an
+# authentication error (its own live test_sb_client_bad_entity expects exactly that).
+ENTITY_NOT_FOUND = ServiceBusAuthenticationError
+
+
+def is_missing_entity(error, name=None):
+    """Whether `error` (an ENTITY_NOT_FOUND) is the broker's 404 for a missing entity (named
+    `name`, if given), not another refused token."""
+    cause = str(getattr(error, "inner_exception", "") or "")
+    return "Status code: 404" in cause and (name is None or f"'{name}'" in cause)
 
 
 def connection_string(broker):
@@ -149,7 +162,8 @@ def wait_until_not_found(attach, what, poll_s=0.25):
     while True:
         try:
             attach()
-        except MessagingEntityNotFoundError:
+        except ENTITY_NOT_FOUND as error:
+            assert is_missing_entity(error), f"{what}: refused for another reason: {error!r}"
             return now_utc()
         assert time.monotonic() < deadline, f"{what} still exists after {DEADLINE_S:.0f} s"
         time.sleep(poll_s)

@@ -21,15 +21,16 @@ from azure.servicebus.exceptions import (
     MessageLockLostError,
     MessageNotFoundError,
     MessageSizeExceededError,
-    MessagingEntityNotFoundError,
 )
 
 from sb_common import (
     CLOCK_SLACK,
+    ENTITY_NOT_FOUND,
     OPERATION_TIMEOUT_S,
     assert_only_marker_left,
     expected_summary,
     ids,
+    is_missing_entity,
     now_utc,
     numbered,
     receive_exactly,
@@ -255,11 +256,11 @@ def test_peek_does_not_lock(client):
 
 
 def test_send_to_unknown_queue_raises_entity_not_found(client):
-    # The SDK attaches its sender link when the sender opens, so the error may come from there.
-    with pytest.raises(MessagingEntityNotFoundError) as caught:
+    # The token put for the queue is refused with 404, before any link is attached.
+    with pytest.raises(ENTITY_NOT_FOUND) as caught:
         with client.get_queue_sender("no-such-queue") as sender:
             sender.send_messages(ServiceBusMessage("lost"), timeout=OPERATION_TIMEOUT_S)
-    assert "no-such-queue" in str(caught.value), f"the error names the entity: {caught.value}"
+    assert is_missing_entity(caught.value, "no-such-queue"), repr(caught.value.inner_exception)
 
 
 @pytest.mark.broker(queues=[{"name": "q1", "lock_duration": "2s"}])

@@ -16,7 +16,7 @@ from azure.servicebus.exceptions import (
     ServiceBusAuthenticationError,
     ServiceBusAuthorizationError,
 )
-from proton import ConnectionException, Message
+from proton import ConnectionException, Message, int32
 from proton.utils import LinkDetached
 
 from proton_client import DEADLINE_S, assert_round_trip, connect
@@ -162,6 +162,26 @@ def test_sasl_plain_with_a_policy_name_and_key_authenticates_the_connection(brok
             conn.create_receiver("orders")
         assert "amqp:unauthorized-access" in str(refused.value), str(refused.value)
         assert "'Listen' claim(s) are required" in str(refused.value), str(refused.value)
+
+
+@pytest.mark.broker(**SECURED)
+def test_a_management_operation_without_its_right_is_answered_401(broker):
+    with connect(broker, allowed_mechs="PLAIN", user="orders-writer", password=WRITER_KEY) as conn:
+        # A management link needs any right; peeking needs Listen, which a writer lacks.
+        requests = conn.create_sender("orders/$management")
+        replies = conn.create_receiver("orders/$management", name="replies")
+        requests.send(
+            Message(
+                id="peek-1",
+                reply_to="replies",
+                properties={"operation": "com.microsoft:peek-message"},
+                body={"from-sequence-number": 1, "message-count": int32(1)},
+            )
+        )
+        reply = replies.receive(timeout=DEADLINE_S)
+        assert reply.properties["statusCode"] == 401, reply.properties
+        assert "'Listen' claim(s) are required" in reply.properties["statusDescription"]
+        assert reply.correlation_id == "peek-1"
 
 
 @pytest.mark.broker(**SECURED)

@@ -28,12 +28,14 @@ from azure.servicebus import (
     ServiceBusReceiveMode,
     ServiceBusSubQueue,
 )
-from azure.servicebus.exceptions import MessageNotFoundError, MessagingEntityNotFoundError
+from azure.servicebus.exceptions import MessageNotFoundError
 
 from sb_common import (
     DEADLINE_S,
+    ENTITY_NOT_FOUND,
     OPERATION_TIMEOUT_S,
     assert_only_marker_left,
+    is_missing_entity,
     expected_summary,
     ids,
     now_utc,
@@ -433,12 +435,11 @@ def test_idle_queue_is_deleted_with_its_dead_letter_queue(client):
     seen_gone = wait_until_deleted(client, "idle")
     # The send was activity at some instant after `started`.
     assert seen_gone >= started + IDLE, f"deleted {seen_gone - started} after a send"
-    with pytest.raises(MessagingEntityNotFoundError):
-        with client.get_queue_receiver("idle"):
-            pass
-    with pytest.raises(MessagingEntityNotFoundError):
-        with client.get_queue_receiver("idle", sub_queue=DEAD_LETTER):
-            pass
+    for sub_queue in (None, DEAD_LETTER):
+        with pytest.raises(ENTITY_NOT_FOUND) as caught:
+            with client.get_queue_receiver("idle", sub_queue=sub_queue):
+                pass
+        assert is_missing_entity(caught.value), repr(caught.value.inner_exception)
     send(client, "q1", numbered("other", 0))  # other queues are untouched
 
 

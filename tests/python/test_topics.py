@@ -11,12 +11,13 @@ from datetime import timedelta
 
 import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode, ServiceBusSubQueue
-from azure.servicebus.exceptions import MessagingEntityNotFoundError
 
 from sb_common import (
+    ENTITY_NOT_FOUND,
     OPERATION_TIMEOUT_S,
     expected_summary,
     ids,
+    is_missing_entity,
     now_utc,
     numbered,
     properties_of,
@@ -205,9 +206,10 @@ def test_the_shortest_of_message_topic_and_subscription_ttl_wins(client):
 
 @pytest.mark.broker(topics=TWO_SUBSCRIPTIONS)
 def test_unknown_subscription_raises_entity_not_found(client):
-    with pytest.raises(MessagingEntityNotFoundError):
+    with pytest.raises(ENTITY_NOT_FOUND) as caught:
         with client.get_subscription_receiver("t1", "no-such-subscription") as receiver:
             receiver.receive_messages(max_wait_time=1)
+    assert is_missing_entity(caught.value), repr(caught.value.inner_exception)
 
 
 @pytest.mark.broker(
@@ -265,8 +267,9 @@ def test_an_idle_subscription_is_deleted_and_its_topic_and_siblings_go_on(client
 
     gone = wait_until_subscription_deleted(client, "t1", "brief")
     assert gone >= started + timedelta(seconds=2), f"deleted {gone - started} after start"
-    with pytest.raises(MessagingEntityNotFoundError):
+    with pytest.raises(ENTITY_NOT_FOUND) as caught:
         with client.get_subscription_receiver("t1", "brief", sub_queue=ServiceBusSubQueue.DEAD_LETTER):
             pass
+    assert is_missing_entity(caught.value), repr(caught.value.inner_exception)
     publish(client, "t1", numbered("idle", 1))
     assert ids(peek_all(client, "t1", "kept")) == ["idle-0", "idle-1"]

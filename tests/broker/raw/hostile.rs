@@ -331,6 +331,68 @@ async fn a_receiver_that_never_reads_holds_only_its_window() {
     );
 }
 
+/// The TLS listener speaks TLS only: a plain AMQP header gets a TLS alert, not an AMQP header,
+/// and sockets that never finish the TLS handshake are closed at `handshake_timeout`, which
+/// counts the TLS handshake too. The plain listener beside it goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tls_listener_refuses_plain_amqp_and_closes_unfinished_handshakes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certificates = dir.path().join("certs");
+    tidebus::tls::generate_dev_certificates(&["localhost".to_owned()], &certificates)
+        .expect("certificates");
+    let tls = format!(
+        "handshake_timeout = \"1s\"\n[broker.tls]\nlisten = \"127.0.0.1:0\"\n\
+         cert = {:?}\nkey = {:?}",
+        certificates.join("server.pem"),
+        certificates.join("server-key.pem")
+    );
+    let broker = ChildBroker::start(dir.path(), &config(&tls));
+    let tls_addr = broker
+        .tls_addr
+        .expect("the ready file names the TLS listener");
+
+    let mut plain_header = TcpStream::connect(tls_addr).await.expect("connect");
+    plain_header
+        .write_all(&[b'A', b'M', b'Q', b'P', 0, 1, 0, 0])
+        .await
+        .expect("write");
+    let mut answer = Vec::new();
+    timeout(DEADLINE, plain_header.read_to_end(&mut answer))
+        .await
+        .expect("closed in time")
+        .expect("read");
+    assert!(
+        !answer.starts_with(b"AMQP"),
+        "an AMQP header over the TLS port"
+    );
+    assert_eq!(
+        answer.first(),
+        Some(&0x15),
+        "a TLS alert record: {answer:02x?}"
+    );
+
+    let started = Instant::now();
+    // Nothing at all, and the first bytes of a ClientHello record.
+    for bytes in [&[][..], &[0x16, 0x03, 0x01, 0x00, 0xc8, 0x01][..]] {
+        let mut socket = TcpStream::connect(tls_addr).await.expect("connect");
+        socket.write_all(bytes).await.expect("write");
+        let mut sink = Vec::new();
+        let closed = timeout(DEADLINE, socket.read_to_end(&mut sink)).await;
+        assert!(closed.is_ok(), "{bytes:02x?}: still open");
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed < Duration::from_secs(4),
+            "{bytes:02x?}: closed only after {elapsed:?}"
+        );
+    }
+    let (mut connection, mut session) = connect_session(broker.addr).await;
+    let mut sender = Sender::attach(&mut session, "beside", "q")
+        .await
+        .expect("the plain listener serves");
+    sender.send("hello").await.expect("send");
+    connection.close().await.expect("close");
+}
+
 /// Defect 4: sockets that never finish their handshake are closed at `handshake_timeout`,
 /// so they cannot hold the connection slots for long.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

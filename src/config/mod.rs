@@ -10,6 +10,7 @@
 //! maps an offset inside a string value (a SQL expression) back to the file. `units` reads
 //! durations and sizes.
 
+mod emulator;
 mod key_path;
 mod limits;
 mod names;
@@ -172,11 +173,13 @@ pub enum ConfigError {
         /// The underlying I/O error.
         source: std::io::Error,
     },
-    /// The text is not valid TOML.
-    #[error("{at}: invalid TOML: {message}")]
+    /// The text is not valid TOML (or JSON, for an emulator `Config.json`).
+    #[error("{at}: invalid {format}: {message}")]
     Syntax {
         /// Where the parser stopped.
         at: Location,
+        /// `TOML` or `JSON`.
+        format: &'static str,
         /// The parser's description.
         message: String,
     },
@@ -211,17 +214,26 @@ impl Config {
         source.validate(raw)
     }
 
-    /// Reads and validates the config file at `path`.
+    /// Reads and validates the config file at `path`: TOML, or Microsoft's emulator
+    /// `Config.json` when the file ends in `.json` or its text opens a JSON object (its
+    /// entities, with the embedded default's broker settings and policy).
     ///
     /// # Errors
     ///
     /// [`ConfigError::Read`] naming the path when the file cannot be read, otherwise as
-    /// [`Config::parse`].
+    /// [`Config::parse`], with JSON paths for a `Config.json`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
         })?;
-        Config::parse(&text, &path.display().to_string())
+        let origin = path.display().to_string();
+        let json = path
+            .extension()
+            .is_some_and(|ext| ext.eq_ignore_ascii_case("json"));
+        if json || emulator::is_json(&text) {
+            return emulator::parse(&text, &origin);
+        }
+        Config::parse(&text, &origin)
     }
 }

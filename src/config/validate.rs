@@ -526,7 +526,11 @@ impl Source<'_> {
         let at = self.location(offset);
         let message = error.message().trim().replace('\n', "; ");
         if toml::from_str::<toml::Table>(self.text).is_err() {
-            return ConfigError::Syntax { at, message };
+            return ConfigError::Syntax {
+                at,
+                format: "TOML",
+                message,
+            };
         }
         let key = key_path_at(self.text, offset).unwrap_or_else(|| "<document>".to_owned());
         ConfigError::Invalid { key, at, message }

@@ -3,6 +3,7 @@
 mod azservicebus;
 mod child;
 mod durability;
+mod emulator_config;
 mod fe2o3_client;
 mod js;
 mod lifetime;

@@ -1,6 +1,7 @@
 //! Behaviour of [`Config::parse`] and [`Config::load`]: what is read, what is refused and how
 //! the refusal reads. Topics, subscriptions and rules are in `topics`.
 
+mod emulator;
 mod security;
 mod topics;
 

@@ -2,7 +2,7 @@
 //! entity whether it has been idle for its `auto_delete_on_idle` time. An entity that was
 //! deletes itself (messages, dead-letter queue and all) and the reaper then removes it from
 //! the registry, so its address answers `amqp:not-found`. A queue declared in the config comes
-//! back, empty, at the next start. On the same tick a topic deletes those of its subscriptions
+//! back, empty, at the next start; one created at run time does not. On the same tick a topic deletes those of its subscriptions
 //! that were idle for theirs.
 
 use std::sync::Arc;
@@ -37,8 +37,10 @@ pub async fn run(registry: Arc<Registry>, shutdown: CancellationToken) {
                 deleted = deleted => deleted.unwrap_or(false),
             };
             if deleted {
-                registry.remove(entity.name());
                 tracing::info!(entity = entity.name(), "auto-deleted after being idle");
+                if let Err(error) = registry.forget(entity.name()).await {
+                    tracing::error!(entity = entity.name(), %error, "its declaration stays stored");
+                }
             }
         }
     }

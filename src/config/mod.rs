@@ -10,6 +10,7 @@
 //! maps an offset inside a string value (a SQL expression) back to the file. `units` reads
 //! durations and sizes.
 
+mod declaration;
 mod emulator;
 mod key_path;
 mod limits;
@@ -33,6 +34,7 @@ use serde::Deserialize;
 use self::raw::RawConfig;
 use self::validate::Source;
 
+pub use self::declaration::Declaration;
 pub use self::security::{PolicyConfig, Rights, SecretKey, TlsConfig};
 pub use self::topics::{
     CorrelationConfig, PropertyValue, RuleConfig, RuleFilter, SubscriptionConfig, TopicConfig,

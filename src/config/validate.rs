@@ -26,7 +26,7 @@ use super::{
 };
 
 /// The rule a subscription declared without rules gets, as in Service Bus.
-const DEFAULT_RULE_NAME: &str = "$Default";
+pub(super) const DEFAULT_RULE_NAME: &str = "$Default";
 
 /// The text being parsed and its name, to turn byte spans into [`Location`]s.
 pub(super) struct Source<'a> {

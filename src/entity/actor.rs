@@ -95,6 +95,15 @@ pub fn spawn(
     EntityHandle::new(parts.name, tx, deleted, subscriptions)
 }
 
+/// Why an entity deletes itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Removal {
+    /// Idle for its `auto_delete_on_idle` time (the reaper).
+    Idle,
+    /// Asked to (the administration API).
+    Asked,
+}
+
 /// An answer held back until its changes are durable.
 type HeldReply = (EventSink, EntityEvent);
 
@@ -134,9 +143,9 @@ struct Actor {
     deleted: Arc<AtomicBool>,
     /// When a client last used the entity (auto-delete on idle).
     last_active_ms: i64,
-    /// A reaper's request found the entity idle: it is deleted after this turn unless the
-    /// rest of the turn used it.
-    reap: Option<oneshot::Sender<bool>>,
+    /// A request to delete the entity after this turn: the reaper's, which found it idle (it
+    /// is deleted unless the turn used it), or the administration API's (`forced`).
+    reap: Option<(oneshot::Sender<bool>, Removal)>,
 }
 
 impl Actor {
@@ -168,9 +177,10 @@ impl Actor {
                 _ = sleep_until_deadline(deadline) => {}
             }
             self.on_time(now_ms());
-            if let Some(reply) = self.reap.take() {
-                if self.is_idle(now_ms()) {
-                    self.delete(&mut mailbox, flushing.take(), reply).await;
+            if let Some((reply, removal)) = self.reap.take() {
+                if removal == Removal::Asked || self.is_idle(now_ms()) {
+                    self.delete(&mut mailbox, flushing.take(), reply, removal)
+                        .await;
                     return;
                 }
                 let _ = reply.send(false);
@@ -328,11 +338,12 @@ impl Actor {
                 }
             }
             Command::ReapIfIdle { reply } => match self.reap_subscriptions(now).is_idle(now) {
-                true => self.reap = Some(reply),
+                true => self.reap = Some((reply, Removal::Idle)),
                 false => {
                     let _ = reply.send(false);
                 }
             },
+            Command::Delete { reply } => self.reap = Some((reply, Removal::Asked)),
         }
     }
 
@@ -461,14 +472,15 @@ impl Actor {
         self
     }
 
-    /// Deletes the entity (auto-delete on idle): answers what is still owed, refuses what is
-    /// queued in the mailbox, tells every consumer its link is gone, and drops the stored
-    /// messages of both queues.
+    /// Deletes the entity (auto-delete on idle, or asked to): answers what is still owed,
+    /// refuses what is queued in the mailbox, tells every consumer its link is gone, and drops
+    /// the stored messages of all its queues.
     async fn delete(
         mut self,
         mailbox: &mut mpsc::Receiver<Command>,
         flushing: Option<Flushing>,
         reply: oneshot::Sender<bool>,
+        removal: Removal,
     ) {
         self.deleted.store(true, Ordering::Release);
         mailbox.close();
@@ -490,11 +502,12 @@ impl Actor {
                 error: EntityError::Deleted,
             });
         }
+        let why = match removal {
+            Removal::Idle => "after being idle (auto_delete_on_idle)",
+            Removal::Asked => "as asked",
+        };
         match self.log.destroy() {
-            Ok(()) => tracing::info!(
-                messages = self.core.len(),
-                "deleted after being idle (auto_delete_on_idle)"
-            ),
+            Ok(()) => tracing::info!(messages = self.core.len(), "deleted {why}"),
             Err(error) => tracing::error!(%error, "deleted, but its messages could not be dropped"),
         }
         let _ = reply.send(true);

@@ -250,6 +250,12 @@ pub enum Command {
         /// Where the answer goes.
         reply: oneshot::Sender<bool>,
     },
+    /// Delete the entity now, with its messages, its dead-letter queues and its links (which
+    /// get `amqp:not-found`); answers `true` once done.
+    Delete {
+        /// Where the answer goes.
+        reply: oneshot::Sender<bool>,
+    },
 }
 
 impl Command {
@@ -268,7 +274,8 @@ impl Command {
             | Command::GiveBack { .. }
             | Command::RemoveConsumer { .. }
             | Command::ExpireDue { .. }
-            | Command::ReapIfIdle { .. } => false,
+            | Command::ReapIfIdle { .. }
+            | Command::Delete { .. } => false,
         }
     }
 
@@ -317,7 +324,7 @@ impl Command {
             | Command::GiveBack { .. }
             | Command::RemoveConsumer { .. }
             | Command::ExpireDue { .. } => {}
-            Command::ReapIfIdle { reply } => {
+            Command::ReapIfIdle { reply } | Command::Delete { reply } => {
                 let _ = reply.send(false);
             }
         }

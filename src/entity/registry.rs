@@ -1,29 +1,76 @@
 //! Entity names to handles. Names compare case-insensitively, as in Service Bus.
+//!
+//! The config file's entities are started at start (design.md D6), with those created at run
+//! time ([`Registry::create`]) that the file does not declare: their declarations are stored
+//! (`Store::set_declaration`) and come back at every start until [`Registry::delete`]. The
+//! file is the declaration of its entities: at start its settings apply to them.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
 
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, Durability};
-use crate::entity::actor::{self, Commit};
-use crate::entity::handle::EntityHandle;
+use crate::config::{Config, Declaration, Durability};
+use crate::entity::actor::{self, Commit, Parts};
+use crate::entity::handle::{Command, EntityHandle};
 use crate::entity::setup;
 use crate::store::{Flusher, Store, StoreError};
 
-/// Every live entity, by lower-cased name. Built at start; afterwards entities only leave it
-/// (auto-delete on idle).
-#[derive(Debug, Default)]
+/// Why an entity could not be created or deleted.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// A queue or topic of that name exists (names compare ignoring case).
+    #[error("the messaging entity '{0}' already exists")]
+    Exists(String),
+    /// No queue or topic of that name exists.
+    #[error("the messaging entity '{0}' could not be found")]
+    NotFound(String),
+    /// The store failed.
+    #[error("message store: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// What starting an entity's actor takes.
+#[derive(Debug)]
+struct Launcher {
+    store: Store,
+    commit: Commit,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl Launcher {
+    /// Recovers the entity's log and starts its actor.
+    fn launch(&self, declaration: &Declaration) -> Result<EntityHandle, StoreError> {
+        let parts: Parts = match declaration {
+            Declaration::Queue(queue) => setup::queue(queue, self.store.log(&queue.name)?)?,
+            Declaration::Topic(topic) => setup::topic(topic, self.store.log(&topic.name)?)?,
+        };
+        Ok(actor::spawn(
+            parts,
+            self.commit.clone(),
+            self.shutdown.child_token(),
+            &self.tracker,
+        ))
+    }
+}
+
+/// Every live entity, by lower-cased name.
+#[derive(Debug)]
 pub struct Registry {
     entities: RwLock<HashMap<String, EntityHandle>>,
+    launcher: Launcher,
 }
 
 impl Registry {
-    /// Recovers and starts an actor for every queue and topic the config declares.
+    /// Recovers and starts an actor for every queue and topic the config declares, and for
+    /// every entity created at run time that it does not.
     ///
     /// # Errors
-    /// A [`StoreError`] when an entity's log cannot be opened or read back.
+    /// A [`StoreError`] when an entity's log cannot be opened or read back, or a stored
+    /// declaration no longer reads.
     pub fn start(
         config: &Config,
         store: &Store,
@@ -35,22 +82,100 @@ impl Registry {
             (Durability::Sync, Some(flusher)) => Commit::AfterFlush(flusher.clone()),
             (_, flusher) => Commit::AfterWrite(flusher.cloned()),
         };
+        let launcher = Launcher {
+            store: store.clone(),
+            commit,
+            shutdown: shutdown.clone(),
+            tracker: tracker.clone(),
+        };
+        let mut declarations: Vec<Declaration> = config
+            .queues
+            .iter()
+            .cloned()
+            .map(Declaration::Queue)
+            .chain(config.topics.iter().cloned().map(Declaration::Topic))
+            .collect();
+        for (name, text) in store.declarations()? {
+            if declarations
+                .iter()
+                .any(|d| d.name().eq_ignore_ascii_case(&name))
+            {
+                tracing::info!(entity = %name, "created at run time and declared in the config: the config's settings apply");
+                continue;
+            }
+            let declaration = Declaration::parse(&text, &format!("<stored declaration of {name}>"))
+                .map_err(|e| StoreError::Sled(format!("stored declaration of {name}: {e}")))?;
+            declarations.push(declaration);
+        }
         let mut entities = HashMap::new();
-        let mut parts = Vec::new();
-        for queue in &config.queues {
-            parts.push(setup::queue(queue, store.log(&queue.name)?)?);
-        }
-        for topic in &config.topics {
-            parts.push(setup::topic(topic, store.log(&topic.name)?)?);
-        }
-        for entity in parts {
-            let name = entity.name.to_lowercase();
-            let handle = actor::spawn(entity, commit.clone(), shutdown.child_token(), tracker);
-            entities.insert(name, handle);
+        for declaration in &declarations {
+            let handle = launcher.launch(declaration)?;
+            entities.insert(declaration.name().to_lowercase(), handle);
         }
         Ok(Self {
             entities: RwLock::new(entities),
+            launcher,
         })
+    }
+
+    /// Creates and starts a queue or topic at run time; its declaration is stored first, so
+    /// it comes back at the next start. Blocks while the store flushes.
+    ///
+    /// # Errors
+    /// [`RegistryError::Exists`] when the name is taken, [`RegistryError::Store`] when the
+    /// declaration cannot be stored or the log opened.
+    pub fn create(&self, declaration: &Declaration) -> Result<EntityHandle, RegistryError> {
+        let name = declaration.name().to_lowercase();
+        let mut entities = self.write();
+        if entities.contains_key(&name) {
+            return Err(RegistryError::Exists(declaration.name().to_owned()));
+        }
+        self.launcher
+            .store
+            .set_declaration(&name, Some(&declaration.to_toml()))?;
+        let handle = self.launcher.launch(declaration)?;
+        entities.insert(name, handle.clone());
+        tracing::info!(entity = declaration.name(), "created");
+        Ok(handle)
+    }
+
+    /// Deletes a queue or topic with its messages: its links get `amqp:not-found`, its
+    /// address stops resolving, and a stored declaration is forgotten. A config-declared
+    /// entity comes back, empty, at the next start (the file declares it).
+    ///
+    /// # Errors
+    /// [`RegistryError::NotFound`] when no such entity exists, [`RegistryError::Store`] when
+    /// its declaration cannot be forgotten.
+    pub async fn delete(&self, name: &str) -> Result<(), RegistryError> {
+        let handle = self
+            .write()
+            .remove(&name.to_lowercase())
+            .ok_or_else(|| RegistryError::NotFound(name.to_owned()))?;
+        let (reply, deleted) = oneshot::channel();
+        if handle.post(Command::Delete { reply }).await.is_ok() {
+            // An entity that went meanwhile (auto-delete) has nothing left to drop.
+            let _ = deleted.await;
+        }
+        self.forget_declaration(name).await
+    }
+
+    /// Forgets an entity that deleted itself (auto-delete on idle): its address answers
+    /// `amqp:not-found` from now on, and one created at run time does not come back.
+    ///
+    /// # Errors
+    /// [`RegistryError::Store`] when its declaration cannot be forgotten.
+    pub async fn forget(&self, name: &str) -> Result<(), RegistryError> {
+        self.write().remove(&name.to_lowercase());
+        self.forget_declaration(name).await
+    }
+
+    async fn forget_declaration(&self, name: &str) -> Result<(), RegistryError> {
+        let store = self.launcher.store.clone();
+        let key = name.to_lowercase();
+        tokio::task::spawn_blocking(move || store.set_declaration(&key, None))
+            .await
+            .map_err(|e| StoreError::Sled(format!("forgetting a declaration: {e}")))??;
+        Ok(())
     }
 
     /// The entity with this name, compared case-insensitively.
@@ -61,14 +186,6 @@ impl Registry {
     /// Every live entity, for the background ticks.
     pub fn handles(&self) -> Vec<EntityHandle> {
         self.read().values().cloned().collect()
-    }
-
-    /// Forgets a deleted entity: its address answers `amqp:not-found` from now on.
-    pub fn remove(&self, name: &str) {
-        self.entities
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&name.to_lowercase());
     }
 
     /// How many entities exist.
@@ -86,5 +203,101 @@ impl Registry {
         self.entities
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, EntityHandle>> {
+        self.entities
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::QueueConfig;
+
+    /// A registry on `dir` in `sync` mode with the config's `declared` queues; run `body`
+    /// with it, then stop its actors.
+    async fn with_registry<F, Fut>(dir: &std::path::Path, declared: &[&str], body: F)
+    where
+        F: FnOnce(Registry) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let mut config = Config::embedded_default();
+        config.broker.data_dir = dir.to_path_buf();
+        config.broker.durability = Durability::Sync;
+        let template = config.queues[0].clone();
+        config.topics.clear();
+        config.queues = declared
+            .iter()
+            .map(|name| QueueConfig {
+                name: (*name).to_owned(),
+                ..template.clone()
+            })
+            .collect();
+        let store = Store::open(&config.broker).expect("store");
+        let flusher = store.flusher().expect("flusher");
+        let shutdown = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let registry =
+            Registry::start(&config, &store, flusher.as_ref(), &shutdown, &tracker).expect("start");
+        body(registry).await;
+        shutdown.cancel();
+        tracker.close();
+        tracker.wait().await;
+        store.flush_blocking().expect("flush");
+    }
+
+    fn queue(name: &str) -> Declaration {
+        let mut queue = Config::embedded_default().queues[0].clone();
+        queue.name = name.to_owned();
+        queue.max_delivery_count = 4;
+        Declaration::Queue(queue)
+    }
+
+    #[tokio::test]
+    async fn entities_created_at_run_time_come_back_until_deleted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        with_registry(dir.path(), &["declared"], |registry| async move {
+            assert!(registry.lookup("Made").is_none());
+            registry.create(&queue("Made")).expect("created");
+            assert!(registry.lookup("made").is_some(), "names ignore case");
+            assert!(matches!(
+                registry.create(&queue("MADE")),
+                Err(RegistryError::Exists(_))
+            ));
+            assert!(matches!(
+                registry.create(&queue("Declared")),
+                Err(RegistryError::Exists(_)),
+            ));
+        })
+        .await;
+        with_registry(dir.path(), &["declared"], |registry| async move {
+            assert!(registry.lookup("made").is_some(), "back after a restart");
+            assert_eq!(registry.len(), 2);
+            registry.delete("MADE").await.expect("deleted");
+            assert!(registry.lookup("made").is_none());
+            assert!(matches!(
+                registry.delete("made").await,
+                Err(RegistryError::NotFound(_))
+            ));
+            registry
+                .delete("declared")
+                .await
+                .expect("a declared one too");
+        })
+        .await;
+        with_registry(dir.path(), &["declared"], |registry| async move {
+            assert!(
+                registry.lookup("made").is_none(),
+                "a deleted one stays gone"
+            );
+            assert!(
+                registry.lookup("declared").is_some(),
+                "the file declares it again"
+            );
+        })
+        .await;
     }
 }

@@ -28,6 +28,8 @@ const BODY_CACHE_BYTES: usize = 8 * 1024 * 1024;
 const SEGMENT_SIZE: usize = 2 * 1024 * 1024;
 /// Tree-name prefix of entity trees.
 const ENTITY_TREE_PREFIX: &str = "entity:";
+/// Tree of the declarations of entities created at run time.
+const DECLARATIONS_TREE: &str = "declarations";
 
 /// A storage failure. Fatal for the entity that meets it (it stops acknowledging).
 #[derive(Debug, Clone, thiserror::Error)]
@@ -242,6 +244,45 @@ impl Store {
             usize::MAX
         };
         Ok(EntityLog::new(self.db.clone(), tree, name, budget))
+    }
+
+    /// The declarations of entities created at run time, by lower-cased name: each the TOML
+    /// text of a [`crate::config::Declaration`]. None in `memory` mode.
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when the tree cannot be read.
+    pub fn declarations(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let Some(db) = &self.db else {
+            return Ok(Vec::new());
+        };
+        let tree = db.open_tree(DECLARATIONS_TREE)?;
+        tree.iter()
+            .map(|entry| {
+                let (name, declaration) = entry?;
+                let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+                Ok((text(&name), text(&declaration)))
+            })
+            .collect()
+    }
+
+    /// Keeps (`Some`) or forgets (`None`) the declaration of the entity `name`, flushed to
+    /// disk before it returns in every mode but `memory`, where it does nothing. Blocks for
+    /// the flush.
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when the write or the flush fails.
+    pub fn set_declaration(&self, name: &str, text: Option<&str>) -> Result<(), StoreError> {
+        let Some(db) = &self.db else {
+            return Ok(());
+        };
+        let tree = db.open_tree(DECLARATIONS_TREE)?;
+        let key = name.to_lowercase();
+        match text {
+            Some(text) => tree.insert(key, text.as_bytes())?,
+            None => tree.remove(key)?,
+        };
+        tree.flush()?;
+        Ok(())
     }
 
     /// Flushes everything written so far (used once at shutdown).

@@ -122,6 +122,8 @@ impl Broker {
             .arg(&config)
             .arg("--listen")
             .arg("127.0.0.1:0")
+            .arg("--admin-listen")
+            .arg("127.0.0.1:0")
             .arg("--data-dir")
             .arg(dir.path().join("data"))
             .arg("--ready-file")
@@ -140,7 +142,8 @@ impl Broker {
         loop {
             if let Some(addr) = std::fs::read_to_string(&ready)
                 .ok()
-                .and_then(|text| text.trim().parse().ok())
+                // The plain listener's address is the first line.
+                .and_then(|text| text.lines().next()?.parse().ok())
             {
                 broker.addr = addr;
                 return Ok(broker);

@@ -19,6 +19,7 @@
 //!   heap memory back (background ticks).
 #![deny(missing_docs)]
 
+pub mod admin;
 pub mod amqp;
 pub mod auth;
 pub mod clock;
@@ -69,6 +70,9 @@ pub struct Listeners {
     pub plain: Option<TcpListener>,
     /// The TLS listener and its acceptor.
     pub tls: Option<(TcpListener, TlsAcceptor)>,
+    /// The administration endpoint's listener (HTTPS with the TLS listener's acceptor, when
+    /// there is one).
+    pub admin: Option<TcpListener>,
 }
 
 impl From<TcpListener> for Listeners {
@@ -76,6 +80,7 @@ impl From<TcpListener> for Listeners {
         Listeners {
             plain: Some(plain),
             tls: None,
+            admin: None,
         }
     }
 }
@@ -87,6 +92,8 @@ pub struct Bound {
     pub plain: Option<SocketAddr>,
     /// The TLS listener's address.
     pub tls: Option<SocketAddr>,
+    /// The administration endpoint's address.
+    pub admin: Option<SocketAddr>,
 }
 
 /// Runs the broker on bound listeners until `shutdown` resolves, then closes every
@@ -113,6 +120,11 @@ pub async fn run(
             .tls
             .as_ref()
             .map(|(listener, _)| listener.local_addr())
+            .transpose()?,
+        admin: listeners
+            .admin
+            .as_ref()
+            .map(TcpListener::local_addr)
             .transpose()?,
     };
     let tasks = Shutdown::default();
@@ -163,6 +175,22 @@ pub async fn run(
         max_connections: config.broker.max_connections,
         shutdown: tasks.clone(),
     };
+    let admin_tls = listeners.tls.as_ref().map(|(_, acceptor)| acceptor.clone());
+    let admin = listeners.admin.map(|listener| {
+        let admin = Arc::new(admin::Admin {
+            registry: acceptance.shared.registry.clone(),
+            policies: acceptance.shared.policies.clone(),
+            max_message_size: config.broker.max_message_size,
+            started_ms: clock::now_ms(),
+            https: admin_tls.is_some(),
+        });
+        tokio::spawn(admin::accept_loop(
+            listener,
+            admin_tls,
+            admin,
+            acceptance.clone(),
+        ))
+    });
     let plain = listeners.plain.map(|listener| (listener, None));
     let tls = listeners
         .tls
@@ -171,8 +199,9 @@ pub async fn run(
         .into_iter()
         .chain(tls)
         .map(|(listener, tls)| tokio::spawn(server::accept_loop(listener, tls, acceptance.clone())))
+        .chain(admin)
         .collect();
-    tracing::info!(plain = ?bound.plain, tls = ?bound.tls, entities, allow_anonymous = config.broker.allow_anonymous, "listening");
+    tracing::info!(plain = ?bound.plain, tls = ?bound.tls, admin = ?bound.admin, entities, allow_anonymous = config.broker.allow_anonymous, "listening");
     on_ready(bound);
     shutdown.await;
     tracing::info!("shutting down");

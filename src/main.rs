@@ -38,12 +38,15 @@ struct RunArgs {
     /// Address to listen on, as IP:port; overrides `broker.listen`.
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
+    /// Address of the administration endpoint, as IP:port; overrides `admin.listen`.
+    #[arg(long, value_name = "ADDR")]
+    admin_listen: Option<SocketAddr>,
     /// Directory of the message store; overrides `broker.data_dir`.
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// File that receives the bound addresses once the broker accepts connections, written
     /// atomically: the plain listener's (e.g. 127.0.0.1:5672) on the first line, then
-    /// "tls ADDR" for the TLS listener.
+    /// "tls ADDR" for the TLS listener and "admin ADDR" for the administration endpoint.
     #[arg(long, value_name = "PATH")]
     ready_file: Option<PathBuf>,
 }
@@ -134,6 +137,9 @@ fn load_config(args: &RunArgs) -> Result<Config, ConfigError> {
     if let Some(listen) = args.listen {
         config.broker.listen = Some(listen);
     }
+    if let Some(listen) = args.admin_listen {
+        config.admin.listen = Some(listen);
+    }
     if let Some(data_dir) = &args.data_dir {
         config.broker.data_dir = data_dir.clone();
     }
@@ -155,9 +161,13 @@ async fn serve(config: Config, ready_file: Option<PathBuf>) -> Result<(), String
         }
         None => None,
     };
+    let admin = match config.admin.listen {
+        Some(listen) => Some(bind(listen).await?),
+        None => None,
+    };
     let shutdown =
         shutdown_signal().map_err(|e| format!("cannot install the signal handlers: {e}"))?;
-    let listeners = Listeners { plain, tls };
+    let listeners = Listeners { plain, tls, admin };
     tidebus::run(config, listeners, shutdown, move |bound| {
         if let Some(path) = ready_file {
             if let Err(error) = write_ready_file(&path, bound) {
@@ -196,7 +206,9 @@ fn write_ready_file(path: &Path, bound: Bound) -> io::Result<()> {
     temporary.push(".tmp");
     let plain = bound.plain.map(|addr| format!("{addr}\n"));
     let tls = bound.tls.map(|addr| format!("tls {addr}\n"));
-    std::fs::write(&temporary, plain.into_iter().chain(tls).collect::<String>())?;
+    let admin = bound.admin.map(|addr| format!("admin {addr}\n"));
+    let lines: String = plain.into_iter().chain(tls).chain(admin).collect();
+    std::fs::write(&temporary, lines)?;
     std::fs::rename(&temporary, path)
 }
 

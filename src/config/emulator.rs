@@ -213,6 +213,7 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
         queues,
         topics,
         shared_access_policies: default.shared_access_policies,
+        admin: default.admin,
     })
 }
 

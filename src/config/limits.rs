@@ -117,6 +117,9 @@ pub(super) const MAX_DELIVERY_COUNT: Limits<u32> = Limits {
 pub(super) const DEFAULT_LISTEN: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 5672);
 pub(super) const DEFAULT_DATA_DIR: &str = "tidebus-data";
+/// The emulator's administration port.
+pub(super) const DEFAULT_ADMIN_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 5300);
 /// Service Bus's default for subscriptions (`CreateSubscriptionOptions`): a message whose rule
 /// evaluation fails is dead-lettered rather than lost.
 pub(super) const DEAD_LETTERING_ON_FILTER_EVALUATION_EXCEPTIONS: bool = true;

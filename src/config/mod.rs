@@ -39,6 +39,7 @@ pub use self::security::{PolicyConfig, Rights, SecretKey, TlsConfig};
 pub use self::topics::{
     CorrelationConfig, PropertyValue, RuleConfig, RuleFilter, SubscriptionConfig, TopicConfig,
 };
+pub use self::units::parse_duration;
 
 /// The embedded default configuration (`config/default.toml`).
 pub const DEFAULT_CONFIG_TOML: &str = include_str!("../../config/default.toml");
@@ -60,6 +61,16 @@ pub struct Config {
     /// Namespace-level shared access policies (`[[shared_access_policies]]`): a token signed
     /// with one of their keys reaches every entity. Names are unique ignoring case.
     pub shared_access_policies: Vec<PolicyConfig>,
+    /// The administration endpoint (`[admin]`).
+    pub admin: AdminConfig,
+}
+
+/// Settings of `[admin]`: the HTTP(S) administration endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminConfig {
+    /// Address the administration endpoint binds (HTTPS when `[broker.tls]` is set); `None`
+    /// (written `""`): no endpoint.
+    pub listen: Option<SocketAddr>,
 }
 
 /// How much of an acknowledged change survives a crash (`[broker] durability`).

@@ -16,6 +16,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) broker: RawBroker,
     #[serde(default)]
+    pub(super) admin: RawAdmin,
+    #[serde(default)]
     pub(super) queues: Vec<RawQueue>,
     #[serde(default)]
     pub(super) topics: Vec<RawTopic>,
@@ -44,6 +46,13 @@ pub(super) struct RawBroker {
     pub(super) max_links_per_connection: Option<Spanned<u64>>,
     pub(super) allow_anonymous: Option<Spanned<bool>>,
     pub(super) tls: Option<RawTls>,
+}
+
+/// `[admin]` as written.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAdmin {
+    pub(super) listen: Option<Spanned<String>>,
 }
 
 /// `[broker.tls]` as written: every key is required.

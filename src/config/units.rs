@@ -27,7 +27,7 @@ impl<'de> Deserialize<'de> for HumanDuration {
 }
 
 /// Parses humantime or, when it starts with `P`, an ISO 8601 duration.
-pub(super) fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let parsed = match text.strip_prefix('P') {
         Some(body) => parse_iso8601(body),
         None => humantime::parse_duration(text).map_err(|e| e.to_string()),

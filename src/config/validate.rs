@@ -21,8 +21,8 @@ use super::raw::{LaneKeys, RawBroker, RawConfig, RawQueue, RawRule, RawSubscript
 use super::toml_string::offset_in_token;
 use super::units::HumanDuration;
 use super::{
-    BrokerConfig, Config, ConfigError, Durability, Location, QueueConfig, RuleConfig, RuleFilter,
-    SubscriptionConfig, TopicConfig,
+    AdminConfig, BrokerConfig, Config, ConfigError, Durability, Location, QueueConfig, RuleConfig,
+    RuleFilter, SubscriptionConfig, TopicConfig,
 };
 
 /// The rule a subscription declared without rules gets, as in Service Bus.
@@ -60,11 +60,19 @@ impl Source<'_> {
         let topics = each("topics", raw.topics, |path, topic| self.topic(path, topic))?;
         let shared_access_policies =
             self.policies("shared_access_policies", raw.shared_access_policies)?;
+        let admin = AdminConfig {
+            listen: match &raw.admin.listen {
+                None => Some(DEFAULT_ADMIN_LISTEN),
+                Some(written) if written.get_ref().is_empty() => None,
+                Some(written) => Some(self.socket_address("admin.listen", written, "5300")?),
+            },
+        };
         let config = Config {
             broker,
             queues,
             topics,
             shared_access_policies,
+            admin,
         };
         self.check_someone_can_connect(&config, anonymous)?;
         Ok(config)

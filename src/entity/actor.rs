@@ -22,8 +22,8 @@ use tracing::Instrument;
 use crate::clock::{millis, now_ms};
 use crate::entity::core::EntityCore;
 use crate::entity::handle::{
-    Command, ConsumerId, Delivery, EntityError, EntityEvent, EntityHandle, EventSink, LaneId,
-    LockRef, Properties, Settlement, Subscriptions,
+    Command, ConsumerId, Delivery, EntityError, EntityEvent, EntityHandle, EntityStats, EventSink,
+    LaneId, LockRef, Properties, Settlement, Subscriptions,
 };
 use crate::entity::operation::{Answer, Operation};
 use crate::entity::queue::session_lane::Binding;
@@ -344,6 +344,12 @@ impl Actor {
                 }
             },
             Command::Delete { reply } => self.reap = Some((reply, Removal::Asked)),
+            Command::Describe { reply } => {
+                let _ = reply.send(EntityStats {
+                    lanes: self.core.counts(),
+                    accessed_ms: self.last_active_ms,
+                });
+            }
         }
     }
 

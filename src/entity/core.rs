@@ -15,7 +15,7 @@ use crate::entity::handle::{
 };
 use crate::entity::intake::{self, Intake};
 use crate::entity::queue::session_lane::Binding;
-use crate::entity::queue::{DeadLetter, QueueCore, Rules};
+use crate::entity::queue::{DeadLetter, LaneCounts, QueueCore, Rules};
 use crate::entity::schedule::Schedule;
 use crate::entity::sessions::SessionId;
 use crate::entity::topic::{self, Copy, Route, Rule};
@@ -711,6 +711,15 @@ impl EntityCore {
             self.consumers.remove(consumer);
         }
         consumers
+    }
+
+    /// Each lane's counts, by lane id (main lanes and dead-letter lanes of every
+    /// subscription).
+    pub fn counts(&self) -> Vec<(LaneId, LaneCounts)> {
+        self.lanes
+            .iter()
+            .map(|(lane, core)| (*lane, core.counts()))
+            .collect()
     }
 
     /// Messages stored, in every lane.

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::entity::operation::{Answer, Operation};
+use crate::entity::queue::LaneCounts;
 use crate::message::{Arrival, DeliveryStamp};
 use crate::store::record::Record;
 pub use crate::store::LaneId;
@@ -256,6 +257,21 @@ pub enum Command {
         /// Where the answer goes.
         reply: oneshot::Sender<bool>,
     },
+    /// Tell what the entity holds (the administration API's runtime properties).
+    Describe {
+        /// Where the answer goes.
+        reply: oneshot::Sender<EntityStats>,
+    },
+}
+
+/// What an entity holds, lane by lane, and when a client last used it.
+#[derive(Debug, Clone, Default)]
+pub struct EntityStats {
+    /// Each lane's counts.
+    pub lanes: Vec<(LaneId, LaneCounts)>,
+    /// When a client last used the entity (a send, receive, settlement or management
+    /// operation), in ms since the Unix epoch.
+    pub accessed_ms: i64,
 }
 
 impl Command {
@@ -275,7 +291,8 @@ impl Command {
             | Command::RemoveConsumer { .. }
             | Command::ExpireDue { .. }
             | Command::ReapIfIdle { .. }
-            | Command::Delete { .. } => false,
+            | Command::Delete { .. }
+            | Command::Describe { .. } => false,
         }
     }
 
@@ -323,7 +340,8 @@ impl Command {
             | Command::Forwarded { .. }
             | Command::GiveBack { .. }
             | Command::RemoveConsumer { .. }
-            | Command::ExpireDue { .. } => {}
+            | Command::ExpireDue { .. }
+            | Command::Describe { .. } => {}
             Command::ReapIfIdle { reply } | Command::Delete { reply } => {
                 let _ = reply.send(false);
             }

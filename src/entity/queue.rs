@@ -112,6 +112,19 @@ pub struct DeadLetter {
     pub properties: Properties,
 }
 
+/// How many messages a lane holds in each state, and their bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LaneCounts {
+    /// Receivable messages, locked ones included.
+    pub active: u64,
+    /// Deferred messages.
+    pub deferred: u64,
+    /// Scheduled messages not yet due.
+    pub scheduled: u64,
+    /// Bytes of all its messages.
+    pub bytes: u64,
+}
+
 /// One lane's state: everything the actor owns for it, minus the I/O.
 #[derive(Debug)]
 pub struct QueueCore {
@@ -274,6 +287,22 @@ impl QueueCore {
                 body,
             });
         }
+    }
+
+    /// What the lane holds, by state, and its bytes (an administration client's counts).
+    pub fn counts(&self) -> LaneCounts {
+        let mut counts = LaneCounts {
+            bytes: self.size_bytes,
+            ..LaneCounts::default()
+        };
+        for entry in self.messages.values() {
+            match entry.record.state {
+                MessageState::Active => counts.active += 1,
+                MessageState::Deferred => counts.deferred += 1,
+                MessageState::Scheduled => counts.scheduled += 1,
+            }
+        }
+        counts
     }
 
     /// Number of stored messages (locked or not).

@@ -12,6 +12,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::clock::now_ms;
 use crate::config::{Config, Declaration, Durability};
 use crate::entity::actor::{self, Commit, Parts};
 use crate::entity::handle::{Command, EntityHandle};
@@ -57,10 +58,21 @@ impl Launcher {
     }
 }
 
+/// A live entity: its actor, what declared it, and since when it runs.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// Its actor.
+    pub handle: EntityHandle,
+    /// Its declaration (from the file, or from the administration API).
+    pub declaration: Declaration,
+    /// When this broker started it (or created it), in ms since the Unix epoch.
+    pub started_ms: i64,
+}
+
 /// Every live entity, by lower-cased name.
 #[derive(Debug)]
 pub struct Registry {
-    entities: RwLock<HashMap<String, EntityHandle>>,
+    entities: RwLock<HashMap<String, Entry>>,
     launcher: Launcher,
 }
 
@@ -108,9 +120,14 @@ impl Registry {
             declarations.push(declaration);
         }
         let mut entities = HashMap::new();
-        for declaration in &declarations {
-            let handle = launcher.launch(declaration)?;
-            entities.insert(declaration.name().to_lowercase(), handle);
+        for declaration in declarations {
+            let handle = launcher.launch(&declaration)?;
+            let entry = Entry {
+                handle,
+                declaration,
+                started_ms: now_ms(),
+            };
+            entities.insert(entry.declaration.name().to_lowercase(), entry);
         }
         Ok(Self {
             entities: RwLock::new(entities),
@@ -134,7 +151,12 @@ impl Registry {
             .store
             .set_declaration(&name, Some(&declaration.to_toml()))?;
         let handle = self.launcher.launch(declaration)?;
-        entities.insert(name, handle.clone());
+        let entry = Entry {
+            handle: handle.clone(),
+            declaration: declaration.clone(),
+            started_ms: now_ms(),
+        };
+        entities.insert(name, entry);
         tracing::info!(entity = declaration.name(), "created");
         Ok(handle)
     }
@@ -150,7 +172,8 @@ impl Registry {
         let handle = self
             .write()
             .remove(&name.to_lowercase())
-            .ok_or_else(|| RegistryError::NotFound(name.to_owned()))?;
+            .ok_or_else(|| RegistryError::NotFound(name.to_owned()))?
+            .handle;
         let (reply, deleted) = oneshot::channel();
         if handle.post(Command::Delete { reply }).await.is_ok() {
             // An entity that went meanwhile (auto-delete) has nothing left to drop.
@@ -180,12 +203,29 @@ impl Registry {
 
     /// The entity with this name, compared case-insensitively.
     pub fn lookup(&self, name: &str) -> Option<EntityHandle> {
+        self.read()
+            .get(&name.to_lowercase())
+            .map(|entry| entry.handle.clone())
+    }
+
+    /// The entity with this name with its declaration, compared case-insensitively.
+    pub fn entry(&self, name: &str) -> Option<Entry> {
         self.read().get(&name.to_lowercase()).cloned()
+    }
+
+    /// Every live entity with its declaration, by lower-cased name.
+    pub fn entries(&self) -> Vec<Entry> {
+        let mut entries: Vec<Entry> = self.read().values().cloned().collect();
+        entries.sort_by_key(|entry| entry.declaration.name().to_lowercase());
+        entries
     }
 
     /// Every live entity, for the background ticks.
     pub fn handles(&self) -> Vec<EntityHandle> {
-        self.read().values().cloned().collect()
+        self.read()
+            .values()
+            .map(|entry| entry.handle.clone())
+            .collect()
     }
 
     /// How many entities exist.
@@ -198,14 +238,14 @@ impl Registry {
         self.read().is_empty()
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, EntityHandle>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Entry>> {
         // The map is never left half-changed, so a panic elsewhere cannot poison its meaning.
         self.entities
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, EntityHandle>> {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Entry>> {
         self.entities
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

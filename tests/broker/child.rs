@@ -67,6 +67,8 @@ impl ChildBroker {
             .arg(&config_path)
             .arg("--listen")
             .arg("127.0.0.1:0")
+            .arg("--admin-listen")
+            .arg("127.0.0.1:0")
             .arg("--data-dir")
             .arg(dir.join("data"))
             .arg("--ready-file")

@@ -69,6 +69,13 @@ fn security_suite() {
     run("tests/js/security.test.js");
 }
 
+/// The administration client over HTTPS: create, describe, runtime counts, list, conflicts,
+/// missing entities, delete.
+#[test]
+fn admin_suite() {
+    run("tests/js/admin.test.js");
+}
+
 /// Runs `node --test <file>` from the crate root; panics unless it exits 0.
 fn run(file: &str) {
     let extra = std::env::var("TIDEBUS_NODE_TEST_ARGS").unwrap_or_default();

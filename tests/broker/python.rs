@@ -48,3 +48,12 @@ fn azure_sdk_sessions_suite() {
 fn security_suite() {
     pytest::run("tests/python/test_security.py");
 }
+
+/// The official `azure-servicebus` SDK's `ServiceBusAdministrationClient` over HTTPS: the
+/// namespace, declared and created queues and topics, runtime counts after sends, a
+/// dead-letter and a schedule, conflicts, missing entities, refused properties, a wrong key,
+/// and a created queue surviving a restart.
+#[test]
+fn admin_suite() {
+    pytest::run("tests/python/test_admin.py");
+}

@@ -77,8 +77,9 @@ function brokerBinary() {
 }
 
 /**
- * `{ host, port, tlsPort }` once the ready file holds `host:port` on its first line (and
- * `tls host:port` on the next when TLS is on; `tlsPort` is null otherwise), else null.
+ * `{ host, port, tlsPort, adminPort }` once the ready file holds `host:port` on its first line
+ * (then `tls host:port` when TLS is on and `admin host:port` for the administration endpoint;
+ * a port is null when its line is absent), else null.
  */
 function parseReadyFile(file) {
   let lines;
@@ -90,9 +91,13 @@ function parseReadyFile(file) {
   const address = (text) => /^\[?(.+?)\]?:(\d+)$/.exec(text);
   const plain = address(lines[0]);
   if (!plain) return null;
-  const tls = lines.slice(1).map((line) => line.startsWith("tls ") && address(line.slice(4)))
-    .find(Boolean);
-  return { host: plain[1], port: Number(plain[2]), tlsPort: tls ? Number(tls[2]) : null };
+  const portOf = (prefix) => {
+    const found = lines.slice(1)
+      .map((line) => line.startsWith(prefix) && address(line.slice(prefix.length)))
+      .find(Boolean);
+    return found ? Number(found[2]) : null;
+  };
+  return { host: plain[1], port: Number(plain[2]), tlsPort: portOf("tls "), adminPort: portOf("admin ") };
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -128,12 +133,14 @@ class Broker {
     this.host = null;
     this.port = null;
     this.tlsPort = null;
+    this.adminPort = null;
   }
 
   async #spawn() {
     const args = [
       "--config", this.configPath,
       "--listen", "127.0.0.1:0",
+      "--admin-listen", "127.0.0.1:0",
       "--data-dir", this.dataDir,
       "--ready-file", this.readyPath,
     ];

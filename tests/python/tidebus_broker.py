@@ -109,6 +109,7 @@ class Broker:
         self.topics = list(topics or [])
         self.policies = list(DEFAULT_POLICIES if policies is None else policies)
         self.tls_port = None
+        self.admin_port = None
         self.config_path = self.workdir / "tidebus.toml"
         self.ready_path = self.workdir / "ready"
         self.data_dir = self.workdir / "data"
@@ -146,6 +147,7 @@ class Broker:
             broker_binary(),
             "--config", str(self.config_path),
             "--listen", "127.0.0.1:0",
+            "--admin-listen", "127.0.0.1:0",
             "--data-dir", str(self.data_dir),
             "--ready-file", str(self.ready_path),
         ]
@@ -160,7 +162,7 @@ class Broker:
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env
             )
         try:
-            (self.host, self.port), self.tls_port = self._wait_ready()
+            (self.host, self.port), self.tls_port, self.admin_port = self._wait_ready()
         except BaseException:
             self._kill()
             raise
@@ -214,8 +216,9 @@ class Broker:
 
 
 def parse_ready_file(path):
-    """`((host, port), tls_port)` once the ready file holds `host:port` on its first line (and
-    `tls host:port` on the next when TLS is on; `tls_port` is None otherwise), else None."""
+    """`((host, port), tls_port, admin_port)` once the ready file holds `host:port` on its first
+    line (then `tls host:port` when TLS is on and `admin host:port` for the administration
+    endpoint; a port is None when its line is absent), else None."""
     try:
         lines = Path(path).read_text().splitlines()
     except FileNotFoundError:
@@ -230,5 +233,9 @@ def parse_ready_file(path):
     plain = address(lines[0]) if lines else None
     if plain is None:
         return None
-    tls = next((address(line[4:]) for line in lines[1:] if line.startswith("tls ")), None)
-    return plain, tls[1] if tls else None
+
+    def port_of(prefix):
+        found = next((address(line[len(prefix):]) for line in lines if line.startswith(prefix)), None)
+        return found[1] if found else None
+
+    return plain, port_of("tls "), port_of("admin ")

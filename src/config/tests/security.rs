@@ -140,3 +140,21 @@ fn tls_is_read_and_listen_may_be_empty_with_it() {
     )
     .starts_with("broker.tls (t.toml:3:1): missing field `key`"));
 }
+
+#[test]
+fn the_admin_endpoint_listens_on_5300_unless_told_otherwise() {
+    assert_eq!(
+        parse("").admin.listen,
+        Some("127.0.0.1:5300".parse().expect("address"))
+    );
+    assert_eq!(parse("[admin]\nlisten = \"\"\n").admin.listen, None);
+    assert_eq!(
+        parse("[admin]\nlisten = \"0.0.0.0:5301\"\n").admin.listen,
+        Some("0.0.0.0:5301".parse().expect("address"))
+    );
+    assert_eq!(
+        refusal("[admin]\nlisten = \"localhost\"\n"),
+        "admin.listen (t.toml:2:10): \"localhost\" is not a socket address; expected IP:port \
+         such as \"127.0.0.1:5300\" or \"[::]:5300\" (host names are not resolved)"
+    );
+}

@@ -1,0 +1,657 @@
+//! Administration requests to registry operations: `$namespaceinfo`, the `$Resources` feeds,
+//! and each queue's, topic's and subscription's description with its runtime counts; queues
+//! and topics are created and deleted here. What this version does not manage (updates,
+//! subscriptions and rules at run time) is answered 501 naming it.
+//!
+//! Paths are percent-decoded and their keywords (`$Resources/Queues`, `Subscriptions`,
+//! `Rules`) compared ignoring case: the Python client writes them lower-case, the JS client
+//! capitalised.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, HOST, IF_MATCH};
+use hyper::{Method, Request, Response, StatusCode};
+use percent_encoding::percent_decode_str;
+use tokio::sync::oneshot;
+
+use super::atom::{self, Counts, Times};
+use super::{Admin, MAX_BODY};
+use crate::auth::sas::Token;
+use crate::auth::{path_covers, resource_path};
+use crate::clock::now_ms;
+use crate::config::{Declaration, QueueConfig, Rights, TopicConfig};
+use crate::entity::handle::{Command, EntityStats, LaneId};
+use crate::entity::queue::LaneCounts;
+use crate::entity::registry::{Entry, RegistryError};
+
+/// Entries per feed page when the client names no `$top`.
+const DEFAULT_TOP: usize = 100;
+
+/// What a path names.
+enum Target {
+    Namespace,
+    Queues,
+    Topics,
+    Entity(String),
+    Subscriptions(String),
+    Subscription(String, String),
+    Rules,
+}
+
+/// The 503 answer on a connection over the connection limit.
+pub fn busy() -> Response<Full<Bytes>> {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the broker serves as many connections as max_connections allows".into(),
+    )
+}
+
+/// Answers one request.
+pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    let path = percent_decode_str(request.uri().path())
+        .decode_utf8_lossy()
+        .trim_matches('/')
+        .to_owned();
+    let query = query(request.uri().query().unwrap_or_default());
+    if let Err(detail) = authorize(admin, &request, &path) {
+        return error(StatusCode::UNAUTHORIZED, detail);
+    }
+    let base = base_url(admin, &request);
+    let api_version = query
+        .get("api-version")
+        .cloned()
+        .unwrap_or_else(|| "2021-05".to_owned());
+    let page = Page {
+        skip: query.get("$skip").and_then(|n| n.parse().ok()).unwrap_or(0),
+        top: query
+            .get("$top")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(DEFAULT_TOP),
+    };
+    let urls = Urls { base, api_version };
+    let method = request.method().clone();
+    let updating = request.headers().contains_key(IF_MATCH);
+    match (method, target(&path)) {
+        (Method::GET, Target::Namespace) => {
+            let content = atom::namespace_info("tidebus", admin.started_ms);
+            entry_response(
+                StatusCode::OK,
+                &urls.of("$namespaceinfo"),
+                "tidebus",
+                admin.started_ms,
+                &content,
+            )
+        }
+        (Method::GET, Target::Queues) => {
+            list(admin, &urls, "Queues", page, |entry| {
+                matches!(entry.declaration, Declaration::Queue(_))
+            })
+            .await
+        }
+        (Method::GET, Target::Topics) => {
+            list(admin, &urls, "Topics", page, |entry| {
+                matches!(entry.declaration, Declaration::Topic(_))
+            })
+            .await
+        }
+        (Method::GET, Target::Entity(name)) => match admin.registry.entry(&name) {
+            Some(entry) => {
+                let (title, content, updated) = describe(admin, &entry).await;
+                entry_response(StatusCode::OK, &urls.of(&title), &title, updated, &content)
+            }
+            None => not_found(&name),
+        },
+        (Method::GET, Target::Subscription(topic, name)) => {
+            match subscription(admin, &topic, &name).await {
+                Some((title, content, updated)) => {
+                    let id = urls.of(&format!("{topic}/Subscriptions/{title}"));
+                    entry_response(StatusCode::OK, &id, &title, updated, &content)
+                }
+                None => not_found(&format!("{topic}/Subscriptions/{name}")),
+            }
+        }
+        (Method::GET, Target::Subscriptions(topic)) => {
+            list_subscriptions(admin, &urls, &topic, page).await
+        }
+        (Method::PUT, Target::Entity(_)) if updating => not_implemented(
+            "updating an entity through the administration API is not supported yet; \
+             change its declaration in the config file and restart",
+        ),
+        (Method::PUT, Target::Entity(name)) => create(admin, &urls, &name, request).await,
+        (Method::DELETE, Target::Entity(name)) => match admin.registry.delete(&name).await {
+            Ok(()) => Response::builder()
+                .status(StatusCode::OK)
+                .header(CONTENT_TYPE, "application/xml; charset=utf-8")
+                .body(Full::new(Bytes::new()))
+                .expect("a valid response"),
+            Err(RegistryError::NotFound(_)) => not_found(&name),
+            Err(other) => error(StatusCode::INTERNAL_SERVER_ERROR, other.to_string()),
+        },
+        (_, Target::Subscription(..) | Target::Subscriptions(_) | Target::Rules) => {
+            not_implemented(
+                "managing subscriptions and rules through the administration API is not \
+                 supported yet: declare them in the config file, or manage rules over AMQP \
+                 (the SDKs' rule managers)",
+            )
+        }
+        (method, _) => error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("{method} is not an operation on /{path}"),
+        ),
+    }
+}
+
+/// A page of a feed.
+#[derive(Clone, Copy)]
+struct Page {
+    skip: usize,
+    top: usize,
+}
+
+/// The absolute URLs the answers carry: clients take entity names from them.
+struct Urls {
+    base: String,
+    api_version: String,
+}
+
+impl Urls {
+    fn of(&self, path: &str) -> String {
+        format!("{}/{path}?api-version={}", self.base, self.api_version)
+    }
+
+    fn page(&self, path: &str, skip: usize, top: usize) -> String {
+        format!(
+            "{}/{path}?$skip={skip}&$top={top}&api-version={}",
+            self.base, self.api_version
+        )
+    }
+}
+
+/// What a (decoded, trimmed) path names.
+fn target(path: &str) -> Target {
+    let lower = path.to_ascii_lowercase();
+    match lower.as_str() {
+        "$namespaceinfo" => return Target::Namespace,
+        "$resources/queues" => return Target::Queues,
+        "$resources/topics" => return Target::Topics,
+        _ => {}
+    }
+    let segments: Vec<&str> = path.split('/').collect();
+    let keyword = |index: usize, word: &str| {
+        segments
+            .get(index)
+            .is_some_and(|segment| segment.eq_ignore_ascii_case(word))
+    };
+    let n = segments.len();
+    let joined = |end: usize| segments[..end].join("/");
+    if n >= 2 && (keyword(n - 1, "rules") || (n >= 3 && keyword(n - 2, "rules"))) {
+        return Target::Rules;
+    }
+    if n >= 2 && keyword(n - 1, "subscriptions") {
+        return Target::Subscriptions(joined(n - 1));
+    }
+    if n >= 3 && keyword(n - 2, "subscriptions") {
+        return Target::Subscription(joined(n - 2), segments[n - 1].to_owned());
+    }
+    Target::Entity(path.to_owned())
+}
+
+/// The query's parameters, percent-decoded (the JS client encodes `$skip` as `%24skip`).
+fn query(text: &str) -> BTreeMap<String, String> {
+    text.split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(key, value)| {
+            let decode = |text: &str| percent_decode_str(text).decode_utf8_lossy().into_owned();
+            (decode(key), decode(value))
+        })
+        .collect()
+}
+
+/// `https://<host the client dialled>`.
+fn base_url(admin: &Admin, request: &Request<Incoming>) -> String {
+    let host = request
+        .headers()
+        .get(HOST)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("localhost");
+    let scheme = if admin.https { "https" } else { "http" };
+    format!("{scheme}://{host}")
+}
+
+/// Checks the request's `Authorization`: a shared access signature of a policy with Manage
+/// whose resource covers the path; no header passes only when anonymous clients are allowed.
+fn authorize(admin: &Admin, request: &Request<Incoming>, path: &str) -> Result<(), String> {
+    let Some(header) = request.headers().get(AUTHORIZATION) else {
+        return match admin.policies.allow_anonymous() {
+            true => Ok(()),
+            false => Err("the request has no Authorization header; send a \
+                          SharedAccessSignature of a policy with the Manage right"
+                .into()),
+        };
+    };
+    let text = header.to_str().unwrap_or_default();
+    let token = Token::parse(text).map_err(|e| e.to_string())?;
+    let principal = admin.policies.verify(&token).ok_or_else(|| {
+        format!(
+            "the signature does not verify with the key of a policy named {:?}",
+            token.key_name
+        )
+    })?;
+    let expiry_ms = i64::try_from(token.expiry)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(1000);
+    if expiry_ms <= now_ms() {
+        return Err(format!("the token expired at {}", token.expiry));
+    }
+    let resource = token.resource.split('?').next().unwrap_or_default();
+    let (resource, path) = (resource_path(resource), path.to_ascii_lowercase());
+    if !path_covers(&resource, &path) || !principal.reaches(&path) {
+        return Err(format!(
+            "the token's resource '{resource}' does not cover '{path}'"
+        ));
+    }
+    if !principal.rights.grants_any_of(Rights::MANAGE) {
+        return Err(
+            "Unauthorized access. 'Manage' claim(s) are required to perform this operation.".into(),
+        );
+    }
+    Ok(())
+}
+
+/// What an entity's actor reports (empty when it has gone meanwhile).
+async fn stats(entry: &Entry) -> EntityStats {
+    let (reply, answer) = oneshot::channel();
+    if entry
+        .handle
+        .post(Command::Describe { reply })
+        .await
+        .is_err()
+    {
+        return EntityStats::default();
+    }
+    answer.await.unwrap_or_default()
+}
+
+fn lane(stats: &EntityStats, lane: LaneId) -> LaneCounts {
+    stats
+        .lanes
+        .iter()
+        .find(|(id, _)| *id == lane)
+        .map(|(_, counts)| *counts)
+        .unwrap_or_default()
+}
+
+/// The entity's title, description and update time.
+async fn describe(admin: &Admin, entry: &Entry) -> (String, String, i64) {
+    let stats = stats(entry).await;
+    let times = Times {
+        created_ms: entry.started_ms,
+        accessed_ms: stats.accessed_ms,
+    };
+    let kib = admin.max_message_size / 1024;
+    let content = match &entry.declaration {
+        Declaration::Queue(queue) => {
+            let counts = Counts::of(
+                lane(&stats, LaneId::MAIN),
+                lane(&stats, LaneId::DEAD_LETTER),
+            );
+            atom::queue(queue, &counts, &times, kib)
+        }
+        Declaration::Topic(topic) => {
+            let main = lane(&stats, LaneId::MAIN);
+            let counts = Counts {
+                scheduled: main.scheduled,
+                bytes: stats.lanes.iter().map(|(_, counts)| counts.bytes).sum(),
+                ..Counts::default()
+            };
+            atom::topic(topic, &counts, &times, kib)
+        }
+    };
+    (
+        entry.declaration.name().to_owned(),
+        content,
+        entry.started_ms,
+    )
+}
+
+/// A subscription's title, description and update time.
+async fn subscription(admin: &Admin, topic: &str, name: &str) -> Option<(String, String, i64)> {
+    let entry = admin.registry.entry(topic)?;
+    let Declaration::Topic(declaration) = &entry.declaration else {
+        return None;
+    };
+    let config = declaration
+        .subscriptions
+        .iter()
+        .find(|subscription| subscription.name.eq_ignore_ascii_case(name))?;
+    let number = entry.handle.subscription(name)?;
+    let stats = stats(&entry).await;
+    let main = LaneId {
+        subscription: number,
+        dead_letter: false,
+    };
+    let counts = Counts::of(lane(&stats, main), lane(&stats, main.dead_letter_lane()));
+    let times = Times {
+        created_ms: entry.started_ms,
+        accessed_ms: stats.accessed_ms,
+    };
+    let content = atom::subscription(config, &counts, &times);
+    Some((config.name.clone(), content, entry.started_ms))
+}
+
+/// A feed of the queues or topics (`keep` picks them).
+async fn list(
+    admin: &Admin,
+    urls: &Urls,
+    title: &str,
+    page: Page,
+    keep: impl Fn(&Entry) -> bool,
+) -> Response<Full<Bytes>> {
+    let all: Vec<Entry> = admin.registry.entries().into_iter().filter(keep).collect();
+    let mut entries = Vec::new();
+    for entry in all.iter().skip(page.skip).take(page.top) {
+        let (name, content, updated) = describe(admin, entry).await;
+        entries.push((urls.of(&name), name, updated, content));
+    }
+    feed(
+        urls,
+        &format!("$Resources/{title}"),
+        title,
+        page,
+        all.len(),
+        &entries,
+    )
+}
+
+/// A feed of a topic's subscriptions.
+async fn list_subscriptions(
+    admin: &Admin,
+    urls: &Urls,
+    topic: &str,
+    page: Page,
+) -> Response<Full<Bytes>> {
+    let Some(entry) = admin.registry.entry(topic) else {
+        return not_found(topic);
+    };
+    let Declaration::Topic(declaration) = &entry.declaration else {
+        return not_found(topic);
+    };
+    let names: Vec<&str> = declaration
+        .subscriptions
+        .iter()
+        .map(|subscription| subscription.name.as_str())
+        .filter(|name| entry.handle.subscription(name).is_some())
+        .collect();
+    let mut entries = Vec::new();
+    for name in names.iter().skip(page.skip).take(page.top) {
+        if let Some((title, content, updated)) = subscription(admin, topic, name).await {
+            let id = urls.of(&format!("{topic}/Subscriptions/{title}"));
+            entries.push((id, title, updated, content));
+        }
+    }
+    let path = format!("{topic}/Subscriptions");
+    feed(urls, &path, "Subscriptions", page, names.len(), &entries)
+}
+
+fn feed(
+    urls: &Urls,
+    path: &str,
+    title: &str,
+    page: Page,
+    total: usize,
+    entries: &[(String, String, i64, String)],
+) -> Response<Full<Bytes>> {
+    let next_skip = page.skip.saturating_add(page.top);
+    let next = (next_skip < total).then(|| urls.page(path, next_skip, page.top));
+    let body = atom::feed(
+        title,
+        &urls.page(path, page.skip, page.top),
+        next.as_deref(),
+        now_ms(),
+        entries,
+    );
+    xml(
+        StatusCode::OK,
+        "application/atom+xml;type=feed;charset=utf-8",
+        body,
+    )
+}
+
+/// Creates a queue or topic from the description in the request's body.
+async fn create(
+    admin: &Admin,
+    urls: &Urls,
+    name: &str,
+    request: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let body = match Limited::new(request.into_body(), MAX_BODY).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("the body does not read: {e}"),
+            )
+        }
+    };
+    let declaration = match atom::read_description(&body).and_then(|sent| declaration(name, &sent))
+    {
+        Ok(declaration) => declaration,
+        Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
+    };
+    let registry = admin.registry.clone();
+    let created = {
+        let declaration = declaration.clone();
+        tokio::task::spawn_blocking(move || registry.create(&declaration)).await
+    };
+    match created {
+        Ok(Ok(_)) => {}
+        Ok(Err(RegistryError::Exists(_))) => {
+            return error(
+                StatusCode::CONFLICT,
+                format!("The messaging entity '{name}' already exists. SubCode=40900."),
+            )
+        }
+        Ok(Err(other)) => return error(StatusCode::INTERNAL_SERVER_ERROR, other.to_string()),
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+    match admin.registry.entry(name) {
+        Some(entry) => {
+            let (title, content, updated) = describe(admin, &entry).await;
+            entry_response(
+                StatusCode::CREATED,
+                &urls.of(&title),
+                &title,
+                updated,
+                &content,
+            )
+        }
+        None => not_found(name),
+    }
+}
+
+/// Properties the broker keeps but a client cannot set: read back by the Python client on
+/// update, ignored.
+const READ_ONLY: [&str; 9] = [
+    "SizeInBytes",
+    "MessageCount",
+    "CreatedAt",
+    "UpdatedAt",
+    "AccessedAt",
+    "CountDetails",
+    "SubscriptionCount",
+    "EntityAvailabilityStatus",
+    "AuthorizationRules",
+];
+
+/// Properties for what Tidebus does not do, with the only values it accepts (a JS or Python
+/// client sends some of them at their defaults).
+const OFF_ONLY: [(&str, &[&str]); 11] = [
+    ("RequiresDuplicateDetection", &["false"]),
+    ("EnablePartitioning", &["false"]),
+    ("EnableExpress", &["false"]),
+    ("EnableSubscriptionPartitioning", &["false"]),
+    ("FilteringMessagesBeforePublishing", &["false"]),
+    ("IsAnonymousAccessible", &["false"]),
+    ("ForwardTo", &[""]),
+    ("ForwardDeadLetteredMessagesTo", &[""]),
+    ("UserMetadata", &[""]),
+    ("Status", &["Active"]),
+    ("SupportOrdering", &["true"]),
+];
+
+/// Properties accepted whatever their value, because they change nothing Tidebus does:
+/// batching is a hint, and the window means nothing while duplicate detection is off.
+const IGNORED: [&str; 3] = [
+    "EnableBatchedOperations",
+    "DuplicateDetectionHistoryTimeWindow",
+    "MaxMessageSizeInKilobytes",
+];
+
+/// The declaration a client's description asks for, validated as a config entry would be.
+fn declaration(name: &str, sent: &atom::Sent) -> Result<Declaration, String> {
+    let is_queue = match sent.kind.as_str() {
+        "QueueDescription" => true,
+        "TopicDescription" => false,
+        other => return Err(format!("{other} cannot be created at /{name}")),
+    };
+    let base = match is_queue {
+        true => format!(
+            "[[queues]]\nname = {}\n",
+            toml::Value::String(name.to_owned())
+        ),
+        false => format!(
+            "[[topics]]\nname = {}\n",
+            toml::Value::String(name.to_owned())
+        ),
+    };
+    let mut declaration = Declaration::parse(&base, "the request").map_err(|e| e.to_string())?;
+    for (property, value) in &sent.fields {
+        if READ_ONLY.contains(&property.as_str()) || IGNORED.contains(&property.as_str()) {
+            continue;
+        }
+        if let Some((_, allowed)) = OFF_ONLY.iter().find(|(name, _)| name == property) {
+            if allowed
+                .iter()
+                .any(|accepted| accepted.eq_ignore_ascii_case(value))
+            {
+                continue;
+            }
+            return Err(format!(
+                "{property} = {value:?} is not supported; Tidebus accepts only {allowed:?}"
+            ));
+        }
+        let applied = match &mut declaration {
+            Declaration::Queue(queue) => set_queue(queue, property, value),
+            Declaration::Topic(topic) => set_topic(topic, property, value),
+        };
+        match applied {
+            Ok(true) => {}
+            Ok(false) => return Err(format!("{property} is not a property Tidebus supports")),
+            Err(reason) => return Err(format!("{property} = {value:?}: {reason}")),
+        }
+    }
+    // Back through the config's validation, so an API entity obeys the file's bounds.
+    Declaration::parse(&declaration.to_toml(), "the request")
+        .map_err(|e| e.to_string().replace("the request", "the description"))
+}
+
+fn boolean(value: &str) -> Result<bool, String> {
+    value
+        .to_ascii_lowercase()
+        .parse()
+        .map_err(|_| "expected true or false".to_owned())
+}
+
+fn number<T: std::str::FromStr>(value: &str) -> Result<T, String> {
+    value
+        .parse()
+        .map_err(|_| "expected a whole number".to_owned())
+}
+
+/// Applies one property to a queue; `false` when a queue has no such property.
+fn set_queue(queue: &mut QueueConfig, property: &str, value: &str) -> Result<bool, String> {
+    match property {
+        "LockDuration" => {
+            queue.lock_duration = atom::read_duration(value)?.ok_or("a lock cannot last forever")?
+        }
+        "MaxSizeInMegabytes" => queue.max_size_in_megabytes = number(value)?,
+        "RequiresSession" => queue.requires_session = boolean(value)?,
+        "DefaultMessageTimeToLive" => {
+            queue.default_message_time_to_live = atom::read_duration(value)?
+        }
+        "DeadLetteringOnMessageExpiration" => {
+            queue.dead_lettering_on_message_expiration = boolean(value)?
+        }
+        "MaxDeliveryCount" => queue.max_delivery_count = number(value)?,
+        "AutoDeleteOnIdle" => queue.auto_delete_on_idle = atom::read_duration(value)?,
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// Applies one property to a topic; `false` when a topic has no such property.
+fn set_topic(topic: &mut TopicConfig, property: &str, value: &str) -> Result<bool, String> {
+    match property {
+        "MaxSizeInMegabytes" => topic.max_size_in_megabytes = number(value)?,
+        "DefaultMessageTimeToLive" => {
+            topic.default_message_time_to_live = atom::read_duration(value)?
+        }
+        "AutoDeleteOnIdle" => topic.auto_delete_on_idle = atom::read_duration(value)?,
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+fn entry_response(
+    status: StatusCode,
+    id: &str,
+    title: &str,
+    updated_ms: i64,
+    content: &str,
+) -> Response<Full<Bytes>> {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"utf-8\"?>{}",
+        atom::entry(id, title, updated_ms, content)
+    );
+    xml(
+        status,
+        "application/atom+xml;type=entry;charset=utf-8",
+        body,
+    )
+}
+
+fn not_found(name: &str) -> Response<Full<Bytes>> {
+    error(
+        StatusCode::NOT_FOUND,
+        format!("The messaging entity '{name}' could not be found."),
+    )
+}
+
+fn not_implemented(detail: &str) -> Response<Full<Bytes>> {
+    error(StatusCode::NOT_IMPLEMENTED, detail.to_owned())
+}
+
+fn error(status: StatusCode, detail: String) -> Response<Full<Bytes>> {
+    if status.is_server_error() {
+        tracing::warn!(%status, %detail, "admin request failed");
+    } else {
+        tracing::info!(%status, %detail, "admin request refused");
+    }
+    xml(
+        status,
+        "application/xml; charset=utf-8",
+        atom::error(status.as_u16(), &detail),
+    )
+}
+
+fn xml(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}

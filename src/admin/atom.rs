@@ -1,0 +1,460 @@
+//! The Service Bus ATOM/XML documents: entity descriptions, feeds, errors, written the way the
+//! Python and JavaScript administration clients parse them, and the descriptions they send,
+//! read by element name in any order (the SDKs order and prefix them differently).
+//!
+//! What the SDKs need (checked against both): an unprefixed `entry` with an absolute `id`
+//! (the JS client takes the entity's name from it, with `Subscriptions` capitalised), a
+//! `title`, `CountDetails` with exactly one namespace attribute, no nil elements.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::time::{Duration, UNIX_EPOCH};
+
+use quick_xml::events::Event;
+use quick_xml::Reader;
+
+use crate::config::{parse_duration, QueueConfig, SubscriptionConfig, TopicConfig};
+use crate::entity::queue::LaneCounts;
+
+/// The Service Bus description namespace.
+const CONNECT: &str = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect";
+/// The namespace of `CountDetails`'s children.
+const COUNTS: &str = "http://schemas.microsoft.com/netservices/2011/06/servicebus";
+/// .NET's `TimeSpan.MaxValue`, what Service Bus writes for "never".
+pub const NEVER: &str = "P10675199DT2H48M5.4775807S";
+/// Days from which a duration reads as "never" (`TimeSpan.MaxValue` is 10,675,199 days).
+const NEVER_DAYS: u64 = 10_675_199;
+
+/// What an entity holds, summed the way Service Bus reports it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counts {
+    /// Receivable messages of the main queue.
+    pub active: u64,
+    /// Messages in its dead-letter queue.
+    pub dead_letter: u64,
+    /// Scheduled messages.
+    pub scheduled: u64,
+    /// Deferred messages (counted in `MessageCount`).
+    pub deferred: u64,
+    /// Bytes of every message.
+    pub bytes: u64,
+}
+
+impl Counts {
+    /// The counts of a main lane and its dead-letter lane.
+    pub fn of(main: LaneCounts, dead_letter: LaneCounts) -> Counts {
+        Counts {
+            active: main.active,
+            dead_letter: dead_letter.active + dead_letter.deferred,
+            scheduled: main.scheduled,
+            deferred: main.deferred,
+            bytes: main.bytes + dead_letter.bytes,
+        }
+    }
+
+    fn total(&self) -> u64 {
+        self.active + self.dead_letter + self.scheduled + self.deferred
+    }
+}
+
+/// Times of an entity, in ms since the Unix epoch.
+#[derive(Debug, Clone, Copy)]
+pub struct Times {
+    /// `CreatedAt` and `UpdatedAt`.
+    pub created_ms: i64,
+    /// `AccessedAt`.
+    pub accessed_ms: i64,
+}
+
+/// An ISO 8601 duration as .NET writes it (`PT1M`, `P14D`, `PT1.5S`), or [`NEVER`].
+pub fn duration(value: Option<Duration>) -> String {
+    let Some(value) = value else {
+        return NEVER.to_owned();
+    };
+    let total = value.as_secs();
+    let (days, hours, minutes, seconds) = (
+        total / 86_400,
+        total / 3_600 % 24,
+        total / 60 % 60,
+        total % 60,
+    );
+    let mut out = String::from("P");
+    if days > 0 {
+        let _ = write!(out, "{days}D");
+    }
+    let millis = value.subsec_millis();
+    if hours + minutes + seconds > 0 || millis > 0 || days == 0 {
+        out.push('T');
+        if hours > 0 {
+            let _ = write!(out, "{hours}H");
+        }
+        if minutes > 0 {
+            let _ = write!(out, "{minutes}M");
+        }
+        if seconds > 0 || millis > 0 || (hours == 0 && minutes == 0) {
+            match millis {
+                0 => {
+                    let _ = write!(out, "{seconds}S");
+                }
+                _ => {
+                    let _ = write!(out, "{seconds}.{millis:03}S");
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A time as .NET writes it, `2024-05-01T10:00:00.123Z`.
+pub fn time(ms: i64) -> String {
+    let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
+/// Escapes text for an XML element or attribute.
+fn escape(text: &str) -> String {
+    quick_xml::escape::escape(text).into_owned()
+}
+
+/// An XML document being written.
+#[derive(Default)]
+struct Xml(String);
+
+impl Xml {
+    fn element(&mut self, name: &str, value: impl std::fmt::Display) {
+        let _ = write!(self.0, "<{name}>{}</{name}>", escape(&value.to_string()));
+    }
+
+    fn counts(&mut self, counts: &Counts) {
+        let _ = write!(self.0, "<CountDetails xmlns:d2p1=\"{COUNTS}\">");
+        for (name, value) in [
+            ("ActiveMessageCount", counts.active),
+            ("DeadLetterMessageCount", counts.dead_letter),
+            ("ScheduledMessageCount", counts.scheduled),
+            ("TransferMessageCount", 0),
+            ("TransferDeadLetterMessageCount", 0),
+        ] {
+            let _ = write!(self.0, "<d2p1:{name}>{value}</d2p1:{name}>");
+        }
+        self.0.push_str("</CountDetails>");
+    }
+
+    fn times(&mut self, times: &Times) {
+        self.element("CreatedAt", time(times.created_ms));
+        self.element("UpdatedAt", time(times.created_ms));
+        self.element("AccessedAt", time(times.accessed_ms));
+    }
+
+    fn open(&mut self, description: &str) {
+        let _ = write!(
+            self.0,
+            "<{description} xmlns=\"{CONNECT}\" xmlns:i=\"http://www.w3.org/2001/XMLSchema-instance\">"
+        );
+    }
+}
+
+/// A queue's `QueueDescription`.
+pub fn queue(queue: &QueueConfig, counts: &Counts, times: &Times, max_message_kib: u64) -> String {
+    let mut xml = Xml::default();
+    xml.open("QueueDescription");
+    xml.element("LockDuration", duration(Some(queue.lock_duration)));
+    xml.element("MaxSizeInMegabytes", queue.max_size_in_megabytes);
+    xml.element("RequiresDuplicateDetection", false);
+    xml.element("RequiresSession", queue.requires_session);
+    xml.element(
+        "DefaultMessageTimeToLive",
+        duration(queue.default_message_time_to_live),
+    );
+    xml.element(
+        "DeadLetteringOnMessageExpiration",
+        queue.dead_lettering_on_message_expiration,
+    );
+    xml.element("DuplicateDetectionHistoryTimeWindow", "PT10M");
+    xml.element("MaxDeliveryCount", queue.max_delivery_count);
+    xml.element("EnableBatchedOperations", true);
+    xml.element("SizeInBytes", counts.bytes);
+    xml.element("MessageCount", counts.total());
+    xml.element("IsAnonymousAccessible", false);
+    xml.0.push_str("<AuthorizationRules></AuthorizationRules>");
+    xml.element("Status", "Active");
+    xml.times(times);
+    xml.element("SupportOrdering", true);
+    xml.counts(counts);
+    xml.element("AutoDeleteOnIdle", duration(queue.auto_delete_on_idle));
+    xml.element("EnablePartitioning", false);
+    xml.element("EntityAvailabilityStatus", "Available");
+    xml.element("EnableExpress", false);
+    xml.element("MaxMessageSizeInKilobytes", max_message_kib);
+    xml.0.push_str("</QueueDescription>");
+    xml.0
+}
+
+/// A topic's `TopicDescription`.
+pub fn topic(topic: &TopicConfig, counts: &Counts, times: &Times, max_message_kib: u64) -> String {
+    let mut xml = Xml::default();
+    xml.open("TopicDescription");
+    xml.element(
+        "DefaultMessageTimeToLive",
+        duration(topic.default_message_time_to_live),
+    );
+    xml.element("MaxSizeInMegabytes", topic.max_size_in_megabytes);
+    xml.element("RequiresDuplicateDetection", false);
+    xml.element("DuplicateDetectionHistoryTimeWindow", "PT10M");
+    xml.element("EnableBatchedOperations", true);
+    xml.element("SizeInBytes", counts.bytes);
+    xml.element("FilteringMessagesBeforePublishing", false);
+    xml.element("IsAnonymousAccessible", false);
+    xml.0.push_str("<AuthorizationRules></AuthorizationRules>");
+    xml.element("Status", "Active");
+    xml.times(times);
+    xml.element("SupportOrdering", true);
+    xml.counts(counts);
+    xml.element("SubscriptionCount", topic.subscriptions.len());
+    xml.element("AutoDeleteOnIdle", duration(topic.auto_delete_on_idle));
+    xml.element("EnablePartitioning", false);
+    xml.element("EntityAvailabilityStatus", "Available");
+    xml.element("EnableSubscriptionPartitioning", false);
+    xml.element("EnableExpress", false);
+    xml.element("MaxMessageSizeInKilobytes", max_message_kib);
+    xml.0.push_str("</TopicDescription>");
+    xml.0
+}
+
+/// A subscription's `SubscriptionDescription`.
+pub fn subscription(subscription: &SubscriptionConfig, counts: &Counts, times: &Times) -> String {
+    let mut xml = Xml::default();
+    xml.open("SubscriptionDescription");
+    xml.element("LockDuration", duration(Some(subscription.lock_duration)));
+    xml.element("RequiresSession", subscription.requires_session);
+    xml.element(
+        "DefaultMessageTimeToLive",
+        duration(subscription.default_message_time_to_live),
+    );
+    xml.element(
+        "DeadLetteringOnMessageExpiration",
+        subscription.dead_lettering_on_message_expiration,
+    );
+    xml.element(
+        "DeadLetteringOnFilterEvaluationExceptions",
+        subscription.dead_lettering_on_filter_evaluation_exceptions,
+    );
+    xml.element("MessageCount", counts.total());
+    xml.element("MaxDeliveryCount", subscription.max_delivery_count);
+    xml.element("EnableBatchedOperations", true);
+    xml.element("Status", "Active");
+    xml.times(times);
+    xml.counts(counts);
+    xml.element(
+        "AutoDeleteOnIdle",
+        duration(subscription.auto_delete_on_idle),
+    );
+    xml.element("EntityAvailabilityStatus", "Available");
+    xml.0.push_str("</SubscriptionDescription>");
+    xml.0
+}
+
+/// `NamespaceInfo` for `$namespaceinfo`.
+pub fn namespace_info(name: &str, created_ms: i64) -> String {
+    let mut xml = Xml::default();
+    xml.open("NamespaceInfo");
+    xml.element("CreatedTime", time(created_ms));
+    xml.element("MessagingSKU", "Standard");
+    xml.element("ModifiedTime", time(created_ms));
+    xml.element("Name", name);
+    xml.element("NamespaceType", "Messaging");
+    xml.0.push_str("</NamespaceInfo>");
+    xml.0
+}
+
+/// An Atom `entry` around `content`, with `id` the entity's absolute URL.
+pub fn entry(id: &str, title: &str, updated_ms: i64, content: &str) -> String {
+    format!(
+        "<entry xmlns=\"http://www.w3.org/2005/Atom\">{}",
+        entry_body(id, title, updated_ms, content)
+    )
+}
+
+fn entry_body(id: &str, title: &str, updated_ms: i64, content: &str) -> String {
+    let (id, title, updated) = (escape(id), escape(title), time(updated_ms));
+    format!(
+        "<id>{id}</id><title type=\"text\">{title}</title><published>{updated}</published>\
+         <updated>{updated}</updated><author><name>tidebus</name></author>\
+         <link rel=\"self\" href=\"{id}\"/><content type=\"application/xml\">{content}</content>\
+         </entry>"
+    )
+}
+
+/// An Atom `feed` of `entries` (each `(id, title, updated_ms, content)`); `next` is the URL
+/// of the next page, when there is one (the Python client follows a feed's second link).
+pub fn feed(
+    title: &str,
+    self_url: &str,
+    next: Option<&str>,
+    now_ms: i64,
+    entries: &[(String, String, i64, String)],
+) -> String {
+    let mut out = format!(
+        "<feed xmlns=\"http://www.w3.org/2005/Atom\"><title type=\"text\">{}</title>\
+         <id>{}</id><updated>{}</updated><link rel=\"self\" href=\"{}\"/>",
+        escape(title),
+        escape(self_url),
+        time(now_ms),
+        escape(self_url)
+    );
+    if let Some(next) = next {
+        let _ = write!(out, "<link rel=\"next\" href=\"{}\"/>", escape(next));
+    }
+    for (id, title, updated_ms, content) in entries {
+        out.push_str("<entry>");
+        out.push_str(&entry_body(id, title, *updated_ms, content));
+    }
+    out.push_str("</feed>");
+    out
+}
+
+/// The error document Service Bus answers with.
+pub fn error(status: u16, detail: &str) -> String {
+    format!(
+        "<Error><Code>{status}</Code><Detail>{}</Detail></Error>",
+        escape(detail)
+    )
+}
+
+/// A description a client sent: the name of its element (`QueueDescription`, ...) and its
+/// children's text by local name.
+#[derive(Debug, Default)]
+pub struct Sent {
+    /// The description's element name.
+    pub kind: String,
+    /// Each child element's text, by local name (children of children are not kept).
+    pub fields: BTreeMap<String, String>,
+}
+
+/// Reads the description inside an Atom entry's `content`.
+///
+/// # Errors
+/// A description of what does not read.
+pub fn read_description(body: &[u8]) -> Result<Sent, String> {
+    let mut reader = Reader::from_reader(body);
+    reader.config_mut().trim_text(true);
+    let mut sent = Sent::default();
+    let mut depth_in = None::<usize>;
+    let mut depth = 0usize;
+    let mut field: Option<String> = None;
+    let mut buffer = Vec::new();
+    loop {
+        let event = reader
+            .read_event_into(&mut buffer)
+            .map_err(|e| format!("the body is not XML: {e}"))?;
+        match event {
+            Event::Start(start) => {
+                depth += 1;
+                let name = String::from_utf8_lossy(start.local_name().as_ref()).into_owned();
+                match depth_in {
+                    None if name.ends_with("Description") => {
+                        sent.kind = name;
+                        depth_in = Some(depth);
+                    }
+                    Some(level) if depth == level + 1 => field = Some(name),
+                    _ => {}
+                }
+            }
+            Event::Empty(empty) => {
+                let name = String::from_utf8_lossy(empty.local_name().as_ref()).into_owned();
+                match depth_in {
+                    None if name.ends_with("Description") => sent.kind = name,
+                    Some(level) if depth == level => {
+                        sent.fields.insert(name, String::new());
+                    }
+                    _ => {}
+                }
+            }
+            Event::Text(text) => {
+                if let Some(name) = &field {
+                    let text = text
+                        .unescape()
+                        .map_err(|e| format!("{name}: {e}"))?
+                        .into_owned();
+                    sent.fields.insert(name.clone(), text);
+                }
+            }
+            Event::End(_) => {
+                if let Some(name) = field.take() {
+                    sent.fields.entry(name).or_default();
+                }
+                if depth_in == Some(depth) {
+                    depth_in = None;
+                }
+                depth = depth.saturating_sub(1);
+            }
+            Event::Eof => break,
+            _ => {}
+        }
+        buffer.clear();
+    }
+    if sent.kind.is_empty() {
+        return Err("the body holds no entity description".to_owned());
+    }
+    Ok(sent)
+}
+
+/// An ISO 8601 duration a client sent; `None` for "never" (10,675,199 days or more).
+///
+/// # Errors
+/// Why it does not read.
+pub fn read_duration(text: &str) -> Result<Option<Duration>, String> {
+    // .NET's seconds may carry 7 fractional digits; whole milliseconds are enough here.
+    let trimmed = match text.split_once('.') {
+        Some((whole, fraction)) if fraction.ends_with('S') => {
+            let digits: String = fraction.trim_end_matches('S').chars().take(3).collect();
+            format!("{whole}.{digits}S")
+        }
+        _ => text.to_owned(),
+    };
+    let duration = parse_duration(&trimmed)?;
+    Ok((duration.as_secs() / 86_400 < NEVER_DAYS).then_some(duration))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_and_write_as_dotnet_does() {
+        for (text, value) in [
+            ("PT1M", Duration::from_secs(60)),
+            ("PT30S", Duration::from_secs(30)),
+            ("P14D", Duration::from_secs(14 * 86_400)),
+            ("P1DT2H3M4S", Duration::from_secs(93_784)),
+            ("PT1.5S", Duration::from_millis(1500)),
+        ] {
+            assert_eq!(duration(Some(value)), text);
+            assert_eq!(read_duration(text), Ok(Some(value)), "{text}");
+        }
+        assert_eq!(duration(None), NEVER);
+        assert_eq!(read_duration(NEVER), Ok(None));
+        assert_eq!(read_duration("P10675199DT2H48M5.477539S"), Ok(None));
+        assert!(read_duration("soon").is_err());
+    }
+
+    #[test]
+    fn descriptions_read_by_local_name_in_any_order_and_prefix() {
+        let python = br#"<?xml version='1.0' encoding='utf-8'?>
+<ns0:entry xmlns:ns0="http://www.w3.org/2005/Atom" xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"><ns0:content type="application/xml"><QueueDescription><MaxDeliveryCount>4</MaxDeliveryCount><LockDuration>PT30S</LockDuration><CountDetails><d2p1:ActiveMessageCount xmlns:d2p1="x">3</d2p1:ActiveMessageCount></CountDetails><UserMetadata /></QueueDescription></ns0:content></ns0:entry>"#;
+        let sent = read_description(python).expect("reads");
+        assert_eq!(sent.kind, "QueueDescription");
+        assert_eq!(sent.fields["MaxDeliveryCount"], "4");
+        assert_eq!(sent.fields["LockDuration"], "PT30S");
+        assert_eq!(sent.fields["UserMetadata"], "");
+        assert!(
+            !sent.fields.contains_key("ActiveMessageCount"),
+            "children of children"
+        );
+        let js = br#"<?xml version="1.0" encoding="UTF-8" standalone="yes"?><entry xmlns="http://www.w3.org/2005/Atom"><updated>2026-11-24T06:29:18.790Z</updated><content type="application/xml"><QueueDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect" xmlns:i="http://www.w3.org/2001/XMLSchema-instance"/></content></entry>"#;
+        let sent = read_description(js).expect("reads");
+        assert_eq!(sent.kind, "QueueDescription");
+        assert!(sent.fields.is_empty());
+        assert!(read_description(b"<entry/>").is_err());
+        assert!(read_description(b"<a><b></a>").is_err());
+    }
+}

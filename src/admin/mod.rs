@@ -1,0 +1,131 @@
+//! The administration endpoint (`[admin] listen`, the emulator's port 5300): Service Bus's
+//! ATOM management API over HTTP/1.1, HTTPS with the broker's certificate when `[broker.tls]`
+//! is set (the SDKs' administration clients speak HTTPS only). It shares the broker's
+//! connection limit and shutdown; requests are authorized as Service Bus does, with a
+//! `SharedAccessSignature` in `Authorization` granting Manage.
+//!
+//! `atom` writes and reads the documents; `api` maps requests to the registry.
+
+mod api;
+pub mod atom;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::auth::Policies;
+use crate::entity::registry::Registry;
+use crate::server::Acceptance;
+
+/// Largest request body read.
+const MAX_BODY: usize = 1024 * 1024;
+/// How long a client may take to send a request's head.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What every administration request needs.
+pub struct Admin {
+    /// The entities.
+    pub registry: Arc<Registry>,
+    /// Who may manage them.
+    pub policies: Arc<Policies>,
+    /// Largest message the broker accepts, reported as `MaxMessageSizeInKilobytes`.
+    pub max_message_size: u64,
+    /// When the broker started (the namespace's creation time), in ms since the Unix epoch.
+    pub started_ms: i64,
+    /// Whether the endpoint speaks HTTPS (the scheme of the URLs it writes).
+    pub https: bool,
+}
+
+/// Accepts administration connections until shutdown; each one counts toward
+/// `max_connections` (beyond it, 503).
+pub async fn accept_loop(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    admin: Arc<Admin>,
+    acceptance: Acceptance,
+) {
+    let shutdown = acceptance.shutdown.clone();
+    loop {
+        let (stream, peer) = tokio::select! {
+            biased;
+            _ = shutdown.token.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(error) => {
+                    tracing::warn!(%error, "admin accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let permit = acceptance.permits.clone().try_acquire_owned().ok();
+        let (admin, tls, token) = (admin.clone(), tls.clone(), shutdown.token.child_token());
+        let deadline = acceptance.shared.handshake_timeout;
+        let span = tracing::info_span!("admin", %peer);
+        shutdown.tracker.spawn(
+            async move {
+                let full = permit.is_none();
+                match tls {
+                    None => serve(stream, admin, full, token).await,
+                    Some(acceptor) => {
+                        match tokio::time::timeout(deadline, acceptor.accept(stream)).await {
+                            Ok(Ok(stream)) => serve(stream, admin, full, token).await,
+                            Ok(Err(error)) => tracing::info!(%error, "TLS handshake failed"),
+                            Err(_) => tracing::info!("TLS handshake not finished in time"),
+                        }
+                    }
+                }
+                drop(permit);
+            }
+            .instrument(span),
+        );
+    }
+}
+
+/// Serves HTTP/1.1 requests on one connection until it closes or the broker stops; `full`:
+/// every request is answered 503 (the connection limit is reached).
+async fn serve<S>(stream: S, admin: Arc<Admin>, full: bool, shutdown: CancellationToken)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |request: Request<Incoming>| {
+        let admin = admin.clone();
+        async move {
+            let response = match full {
+                true => api::busy(),
+                false => api::handle(&admin, request).await,
+            };
+            Ok::<Response<Full<Bytes>>, Infallible>(response)
+        }
+    });
+    let connection = http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        result = connection.as_mut() => {
+            if let Err(error) = result {
+                tracing::debug!(%error, "admin connection ended");
+            }
+        }
+        _ = shutdown.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(Duration::from_secs(5), connection).await;
+        }
+    }
+}

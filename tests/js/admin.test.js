@@ -1,0 +1,86 @@
+"use strict";
+// The administration endpoint through @azure/service-bus's `ServiceBusAdministrationClient`,
+// over HTTPS trusting a `tidebus gen-cert` CA through NODE_EXTRA_CA_CERTS (read when Node.js
+// starts, so the client runs in a child process); the JavaScript side of
+// tests/python/test_admin.py.
+
+const assert = require("node:assert/strict");
+const { execFile, execFileSync } = require("node:child_process");
+const fs = require("node:fs");
+const os = require("node:os");
+const path = require("node:path");
+
+const { brokerTest, numbered, send } = require("./common");
+
+const CHILD_DEADLINE_MS = 60_000;
+
+// Creates a queue, reads it back with its runtime counts after two sends, lists, refuses a
+// second create and a missing queue, deletes; prints what it saw as JSON.
+const ADMIN_CLIENT = `
+const { ServiceBusAdministrationClient } = require("@azure/service-bus");
+(async () => {
+  const client = new ServiceBusAdministrationClient(process.env.CONNECTION_STRING);
+  const seen = {};
+  const created = await client.createQueue("made", { maxDeliveryCount: 4, lockDuration: "PT30S" });
+  seen.created = [created.name, created.maxDeliveryCount, created.lockDuration];
+  seen.exists = await client.createQueue("made").then(() => "created twice", (e) => e.code);
+  seen.missing = await client.getQueue("nothing").then(() => "found", (e) => e.code);
+  const names = [];
+  for await (const queue of client.listQueues()) names.push(queue.name);
+  seen.names = names.sort();
+  const runtime = await client.getQueueRuntimeProperties("declared");
+  seen.runtime = [runtime.name, runtime.activeMessageCount, runtime.totalMessageCount];
+  seen.namespace = (await client.getNamespaceProperties()).messagingSku;
+  await client.deleteQueue("made");
+  seen.deleted = await client.queueExists("made");
+  console.log(JSON.stringify(seen));
+})().catch((error) => { console.error(error.code, error.message); process.exit(1); });
+`;
+
+function runAdmin(env) {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      ["-e", ADMIN_CLIENT],
+      { env: { ...process.env, ...env }, timeout: CHILD_DEADLINE_MS },
+      (error, stdout, stderr) => resolve({ code: error ? error.code ?? error.signal : 0, stdout, stderr }),
+    );
+  });
+}
+
+const certificates = fs.mkdtempSync(path.join(os.tmpdir(), "tidebus-js-admin-"));
+execFileSync(process.env.TIDEBUS_BIN, ["gen-cert", "--host", "localhost", "--out", certificates]);
+
+brokerTest(
+  "the administration client creates, describes, counts, lists and deletes over HTTPS",
+  {
+    queues: ["declared"],
+    settings: {
+      allow_anonymous: false,
+      tls: {
+        listen: "127.0.0.1:0",
+        cert: path.join(certificates, "server.pem"),
+        key: path.join(certificates, "server-key.pem"),
+      },
+    },
+  },
+  async ({ broker, client }) => {
+    assert.ok(broker.adminPort, "the ready file names the administration endpoint");
+    await send(client, "declared", [numbered("count", 0), numbered("count", 1)]);
+    const outcome = await runAdmin({
+      CONNECTION_STRING:
+        `Endpoint=sb://localhost:${broker.adminPort}/;` +
+        "SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE",
+      NODE_EXTRA_CA_CERTS: path.join(certificates, "ca.pem"),
+    });
+    assert.equal(outcome.code, 0, outcome.stderr);
+    const seen = JSON.parse(outcome.stdout.trim().split("\n").pop());
+    assert.deepEqual(seen.created, ["made", 4, "PT30S"]);
+    assert.equal(seen.exists, "MessageEntityAlreadyExistsError");
+    assert.equal(seen.missing, "MessageEntityNotFoundError");
+    assert.deepEqual(seen.names, ["declared", "made"]);
+    assert.deepEqual(seen.runtime, ["declared", 2, 2]);
+    assert.equal(seen.namespace, "Standard");
+    assert.equal(seen.deleted, false);
+  },
+);

@@ -1,0 +1,144 @@
+"""The administration endpoint through the official SDK's `ServiceBusAdministrationClient`,
+over HTTPS with a `tidebus gen-cert` certificate (the client speaks HTTPS only).
+
+One broker serves the module: TLS on, anonymous clients refused, `sync` durability (a created
+queue must survive a restart).
+"""
+
+import subprocess
+from datetime import timedelta
+
+import pytest
+from azure.core.exceptions import (
+    ClientAuthenticationError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceNotFoundError,
+)
+from azure.servicebus import ServiceBusMessage
+from azure.servicebus.management import ServiceBusAdministrationClient
+
+from sb_common import RECEIVE_WAIT_S, now_utc, open_client, receive_exactly
+from tidebus_broker import EMULATOR_POLICY, Broker, broker_binary
+
+KEY = EMULATOR_POLICY["key"]
+
+
+@pytest.fixture
+def secured(tmp_path):
+    """A broker with TLS and an administration endpoint, and the CA that signed its
+    certificate."""
+    certificates = tmp_path / "certs"
+    subprocess.run(
+        [broker_binary(), "gen-cert", "--host", "localhost", "--out", str(certificates)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    settings = {
+        "durability": "sync",
+        "allow_anonymous": False,
+        "tls": {
+            "listen": "127.0.0.1:0",
+            "cert": str(certificates / "server.pem"),
+            "key": str(certificates / "server-key.pem"),
+        },
+    }
+    broker = Broker(tmp_path / "broker", settings, queues=["declared"]).start()
+    broker.ca = str(certificates / "ca.pem")
+    yield broker
+    broker.stop()
+
+
+def admin(broker, key=KEY):
+    assert broker.admin_port, "the ready file names the administration endpoint"
+    return ServiceBusAdministrationClient.from_connection_string(
+        f"Endpoint=sb://localhost:{broker.admin_port}/;"
+        f"SharedAccessKeyName={EMULATOR_POLICY['name']};SharedAccessKey={key}",
+        connection_verify=broker.ca,
+        retry_total=0,
+    )
+
+
+def test_namespace_and_declared_entities_are_described(secured):
+    with admin(secured) as client:
+        namespace = client.get_namespace_properties()
+        assert namespace.messaging_sku == "Standard"
+        queue = client.get_queue("declared")
+        assert queue.name == "declared"
+        assert queue.lock_duration == timedelta(minutes=1)
+        assert queue.max_delivery_count == 10
+        assert not queue.requires_session
+        assert [q.name for q in client.list_queues()] == ["declared"]
+
+
+def test_a_queue_created_at_run_time_is_used_counted_deleted(secured):
+    with admin(secured) as client:
+        created = client.create_queue(
+            "made", max_delivery_count=4, lock_duration=timedelta(seconds=30)
+        )
+        assert (created.name, created.max_delivery_count) == ("made", 4)
+        assert client.get_queue("made").lock_duration == timedelta(seconds=30)
+        with pytest.raises(ResourceExistsError):
+            client.create_queue("made")
+        with pytest.raises(ResourceExistsError):
+            client.create_queue("DECLARED")
+        assert sorted(q.name for q in client.list_queues()) == ["declared", "made"]
+
+        with open_client(secured) as data:
+            with data.get_queue_sender("made") as sender:
+                sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(3)])
+                far = now_utc() + timedelta(hours=1)
+                sender.schedule_messages(ServiceBusMessage("later"), far)
+            with data.get_queue_receiver("made", max_wait_time=RECEIVE_WAIT_S) as receiver:
+                first = receive_exactly(receiver, 1)[0]
+                receiver.dead_letter_message(first, reason="admin-test")
+        runtime = client.get_queue_runtime_properties("made")
+        assert runtime.active_message_count == 2
+        assert runtime.dead_letter_message_count == 1
+        assert runtime.scheduled_message_count == 1
+        assert runtime.total_message_count == 4
+        assert runtime.size_in_bytes > 0
+
+        client.delete_queue("made")
+        with pytest.raises(ResourceNotFoundError):
+            client.get_queue("made")
+        with pytest.raises(ResourceNotFoundError):
+            client.delete_queue("made")
+
+
+def test_a_created_queue_survives_a_restart(secured):
+    with admin(secured) as client:
+        client.create_queue("kept", requires_session=True)
+    with open_client(secured) as data:
+        with data.get_queue_sender("kept") as sender:
+            sender.send_messages(ServiceBusMessage("stored", session_id="s"))
+    secured.stop()
+    secured.start()
+    with admin(secured) as client:
+        kept = client.get_queue("kept")
+        assert kept.requires_session
+        assert client.get_queue_runtime_properties("kept").active_message_count == 1
+        client.create_topic("topic-made")
+        assert client.get_topic("topic-made").name == "topic-made"
+        client.delete_topic("topic-made")
+
+
+def test_what_tidebus_does_not_do_is_refused_naming_it(secured):
+    with admin(secured) as client:
+        with pytest.raises(HttpResponseError) as refused:
+            client.create_queue("dedup", requires_duplicate_detection=True)
+        assert refused.value.status_code == 400
+        assert "RequiresDuplicateDetection" in str(refused.value), str(refused.value)
+        with pytest.raises(HttpResponseError) as refused:
+            client.create_queue("bad", lock_duration=timedelta(minutes=10))
+        assert refused.value.status_code == 400
+        assert "lock_duration" in str(refused.value), str(refused.value)
+        with pytest.raises(ResourceNotFoundError):
+            client.get_queue("dedup")
+
+
+def test_a_wrong_key_is_refused(secured):
+    with admin(secured, key="not-the-key") as client:
+        with pytest.raises(ClientAuthenticationError):
+            client.get_queue("declared")

@@ -97,7 +97,8 @@ pub fn duration(value: Option<Duration>) -> String {
                     let _ = write!(out, "{seconds}S");
                 }
                 _ => {
-                    let _ = write!(out, "{seconds}.{millis:03}S");
+                    let fraction = format!("{millis:03}");
+                    let _ = write!(out, "{seconds}.{}S", fraction.trim_end_matches('0'));
                 }
             }
         }

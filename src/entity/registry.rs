@@ -276,7 +276,19 @@ mod tests {
                 ..template.clone()
             })
             .collect();
-        let store = Store::open(&config.broker).expect("store");
+        // The previous run's flusher thread lets go of the database a moment after it is
+        // told to stop: wait for the lock.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let store = loop {
+            match Store::open(&config.broker) {
+                Ok(store) => break store,
+                Err(error) if std::time::Instant::now() < deadline => {
+                    tracing::debug!(%error, "waiting for the database");
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                Err(error) => panic!("store: {error}"),
+            }
+        };
         let flusher = store.flusher().expect("flusher");
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();

@@ -209,6 +209,7 @@ pub async fn run(
     for accept in accepts {
         let _ = accept.await;
     }
+    acceptance.shared.registry.close();
     if !finished {
         tracing::warn!(timeout = ?config.broker.shutdown_timeout, "some tasks did not stop in time");
     }

@@ -116,10 +116,9 @@ pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<
         (Method::GET, Target::Subscriptions(topic)) => {
             list_subscriptions(admin, &urls, &topic, page).await
         }
-        (Method::PUT, Target::Entity(_)) if updating => not_implemented(
-            "updating an entity through the administration API is not supported yet; \
-             change its declaration in the config file and restart",
-        ),
+        (Method::PUT, Target::Entity(name)) if updating => {
+            update(admin, &urls, &name, request).await
+        }
         (Method::PUT, Target::Entity(name)) => create(admin, &urls, &name, request).await,
         (Method::DELETE, Target::Entity(name)) => match admin.registry.delete(&name).await {
             Ok(()) => Response::builder()
@@ -127,8 +126,7 @@ pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<
                 .header(CONTENT_TYPE, "application/xml; charset=utf-8")
                 .body(Full::new(Bytes::new()))
                 .expect("a valid response"),
-            Err(RegistryError::NotFound(_)) => not_found(&name),
-            Err(other) => error(StatusCode::INTERNAL_SERVER_ERROR, other.to_string()),
+            Err(refused) => refusal(&refused, &name),
         },
         (_, Target::Subscription(..) | Target::Subscriptions(_) | Target::Rules) => {
             not_implemented(
@@ -420,6 +418,57 @@ fn feed(
     )
 }
 
+/// The description in a request's body.
+async fn sent(request: Request<Incoming>) -> Result<atom::Sent, String> {
+    let body = Limited::new(request.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| format!("the body does not read: {e}"))?
+        .to_bytes();
+    atom::read_description(&body)
+}
+
+/// Updates a queue or topic from the description in the request's body (`If-Match: *`): the
+/// properties it sets change, the others keep their values.
+async fn update(
+    admin: &Admin,
+    urls: &Urls,
+    name: &str,
+    request: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let Some(entry) = admin.registry.entry(name) else {
+        return not_found(name);
+    };
+    let changed = match sent(request).await {
+        Ok(sent) => apply(entry.declaration.clone(), &sent),
+        Err(detail) => Err(detail),
+    };
+    let changed = match changed {
+        Ok(changed) => changed,
+        Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
+    };
+    if let (Declaration::Queue(before), Declaration::Queue(after)) = (&entry.declaration, &changed)
+    {
+        if before.requires_session != after.requires_session {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "RequiresSession cannot be changed on an existing queue, as in Service Bus".into(),
+            );
+        }
+    }
+    match admin.registry.update(&changed).await {
+        Ok(()) => {}
+        Err(refused) => return refusal(&refused, name),
+    }
+    match admin.registry.entry(name) {
+        Some(entry) => {
+            let (title, content, updated) = describe(admin, &entry).await;
+            entry_response(StatusCode::OK, &urls.of(&title), &title, updated, &content)
+        }
+        None => not_found(name),
+    }
+}
+
 /// Creates a queue or topic from the description in the request's body.
 async fn create(
     admin: &Admin,
@@ -427,16 +476,9 @@ async fn create(
     name: &str,
     request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
-    let body = match Limited::new(request.into_body(), MAX_BODY).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("the body does not read: {e}"),
-            )
-        }
-    };
-    let declaration = match atom::read_description(&body).and_then(|sent| declaration(name, &sent))
+    let declaration = match sent(request)
+        .await
+        .and_then(|sent| declaration(name, &sent))
     {
         Ok(declaration) => declaration,
         Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
@@ -448,13 +490,7 @@ async fn create(
     };
     match created {
         Ok(Ok(_)) => {}
-        Ok(Err(RegistryError::Exists(_))) => {
-            return error(
-                StatusCode::CONFLICT,
-                format!("The messaging entity '{name}' already exists. SubCode=40900."),
-            )
-        }
-        Ok(Err(other)) => return error(StatusCode::INTERNAL_SERVER_ERROR, other.to_string()),
+        Ok(Err(refused)) => return refusal(&refused, name),
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
     match admin.registry.entry(name) {
@@ -512,22 +548,33 @@ const IGNORED: [&str; 3] = [
 
 /// The declaration a client's description asks for, validated as a config entry would be.
 fn declaration(name: &str, sent: &atom::Sent) -> Result<Declaration, String> {
-    let is_queue = match sent.kind.as_str() {
-        "QueueDescription" => true,
-        "TopicDescription" => false,
+    let table = match sent.kind.as_str() {
+        "QueueDescription" => "queues",
+        "TopicDescription" => "topics",
         other => return Err(format!("{other} cannot be created at /{name}")),
     };
-    let base = match is_queue {
-        true => format!(
-            "[[queues]]\nname = {}\n",
-            toml::Value::String(name.to_owned())
-        ),
-        false => format!(
-            "[[topics]]\nname = {}\n",
-            toml::Value::String(name.to_owned())
-        ),
+    let base = format!(
+        "[[{table}]]\nname = {}\n",
+        toml::Value::String(name.to_owned())
+    );
+    let defaults = Declaration::parse(&base, "the request").map_err(|e| e.to_string())?;
+    apply(defaults, sent)
+}
+
+/// `declaration` with the properties of a client's description applied, validated as a config
+/// entry would be.
+fn apply(mut declaration: Declaration, sent: &atom::Sent) -> Result<Declaration, String> {
+    let expected = match declaration {
+        Declaration::Queue(_) => "QueueDescription",
+        Declaration::Topic(_) => "TopicDescription",
     };
-    let mut declaration = Declaration::parse(&base, "the request").map_err(|e| e.to_string())?;
+    if sent.kind != expected {
+        return Err(format!(
+            "{} describes another kind of entity than '{}'",
+            sent.kind,
+            declaration.name()
+        ));
+    }
     for (property, value) in &sent.fields {
         if READ_ONLY.contains(&property.as_str()) || IGNORED.contains(&property.as_str()) {
             continue;
@@ -621,6 +668,19 @@ fn entry_response(
         "application/atom+xml;type=entry;charset=utf-8",
         body,
     )
+}
+
+/// The answer to a registry's refusal, as Service Bus gives it.
+fn refusal(refused: &RegistryError, name: &str) -> Response<Full<Bytes>> {
+    match refused {
+        RegistryError::NotFound(_) => not_found(name),
+        RegistryError::Exists(_) => error(
+            StatusCode::CONFLICT,
+            format!("The messaging entity '{name}' already exists. SubCode=40900."),
+        ),
+        RegistryError::Stopping => error(StatusCode::SERVICE_UNAVAILABLE, refused.to_string()),
+        RegistryError::Store(_) => error(StatusCode::INTERNAL_SERVER_ERROR, refused.to_string()),
+    }
 }
 
 fn not_found(name: &str) -> Response<Full<Bytes>> {

@@ -344,6 +344,15 @@ impl Actor {
                 }
             },
             Command::Delete { reply } => self.reap = Some((reply, Removal::Asked)),
+            Command::Reconfigure { settings, reply } => {
+                self.core.reconfigure(
+                    settings.max_size_bytes,
+                    settings.default_ttl_ms,
+                    settings.rules,
+                );
+                self.auto_delete_ms = settings.auto_delete_on_idle.map(millis);
+                let _ = reply.send(());
+            }
             Command::Describe { reply } => {
                 let _ = reply.send(EntityStats {
                     lanes: self.core.counts(),

@@ -713,6 +713,15 @@ impl EntityCore {
         consumers
     }
 
+    /// Applies a queue's or topic's changed settings at run time: the entity's size limit and
+    /// default time to live, and for a queue the rules of its own lane (`rules`).
+    pub fn reconfigure(&mut self, max_size_bytes: u64, default_ttl_ms: i64, rules: Option<Rules>) {
+        self.intake.reconfigure(max_size_bytes, default_ttl_ms);
+        if let (Some(rules), Some(lane)) = (rules, self.lanes.get_mut(&LaneId::MAIN)) {
+            lane.set_rules(rules);
+        }
+    }
+
     /// Each lane's counts, by lane id (main lanes and dead-letter lanes of every
     /// subscription).
     pub fn counts(&self) -> Vec<(LaneId, LaneCounts)> {

@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use crate::entity::operation::{Answer, Operation};
 use crate::entity::queue::LaneCounts;
+use crate::entity::setup::Settings;
 use crate::message::{Arrival, DeliveryStamp};
 use crate::store::record::Record;
 pub use crate::store::LaneId;
@@ -257,6 +258,13 @@ pub enum Command {
         /// Where the answer goes.
         reply: oneshot::Sender<bool>,
     },
+    /// Apply changed settings (an entity updated at run time); answers once applied.
+    Reconfigure {
+        /// The new settings.
+        settings: Settings,
+        /// Where the answer goes.
+        reply: oneshot::Sender<()>,
+    },
     /// Tell what the entity holds (the administration API's runtime properties).
     Describe {
         /// Where the answer goes.
@@ -292,6 +300,7 @@ impl Command {
             | Command::ExpireDue { .. }
             | Command::ReapIfIdle { .. }
             | Command::Delete { .. }
+            | Command::Reconfigure { .. }
             | Command::Describe { .. } => false,
         }
     }
@@ -341,6 +350,7 @@ impl Command {
             | Command::GiveBack { .. }
             | Command::RemoveConsumer { .. }
             | Command::ExpireDue { .. }
+            | Command::Reconfigure { .. }
             | Command::Describe { .. } => {}
             Command::ReapIfIdle { reply } | Command::Delete { reply } => {
                 let _ = reply.send(false);

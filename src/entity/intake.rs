@@ -37,6 +37,13 @@ impl Intake {
         }
     }
 
+    /// Applies a changed size limit and default time to live (an entity updated at run time);
+    /// messages already stored keep their expiry.
+    pub fn reconfigure(&mut self, max_size_bytes: u64, default_ttl_ms: i64) {
+        self.max_size_bytes = max_size_bytes;
+        self.default_ttl_ms = default_ttl_ms;
+    }
+
     /// The sequence number the next message gets.
     pub fn next_seq(&self) -> i64 {
         self.next_seq

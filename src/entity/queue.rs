@@ -227,6 +227,16 @@ impl QueueCore {
         &self.rules
     }
 
+    /// Applies changed rules (an entity updated at run time): new locks last the new lock
+    /// duration, new deliveries count against the new limit, new messages get the new time to
+    /// live. Whether the lane requires sessions does not change.
+    pub fn set_rules(&mut self, rules: Rules) {
+        self.rules = Rules {
+            requires_session: self.rules.requires_session,
+            ..rules
+        };
+    }
+
     /// Makes messages numbered below `next_seq` deliverable: their writes are durable.
     pub fn reveal_up_to(&mut self, next_seq: i64) {
         if next_seq > self.visible_below {

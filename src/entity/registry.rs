@@ -31,6 +31,9 @@ pub enum RegistryError {
     /// The store failed.
     #[error("message store: {0}")]
     Store(#[from] StoreError),
+    /// The broker is stopping: no entity is created, changed or deleted any more.
+    #[error("the broker is shutting down")]
+    Stopping,
 }
 
 /// What starting an entity's actor takes.
@@ -73,7 +76,8 @@ pub struct Entry {
 #[derive(Debug)]
 pub struct Registry {
     entities: RwLock<HashMap<String, Entry>>,
-    launcher: Launcher,
+    /// `None` once the broker stops ([`Registry::close`]), so that the store is let go.
+    launcher: std::sync::Mutex<Option<Launcher>>,
 }
 
 impl Registry {
@@ -131,8 +135,29 @@ impl Registry {
         }
         Ok(Self {
             entities: RwLock::new(entities),
-            launcher,
+            launcher: std::sync::Mutex::new(Some(launcher)),
         })
+    }
+
+    /// Lets go of the store and its flusher as the broker stops (the database closes when
+    /// the last holder drops it): the entities stay readable, and nothing is created, changed
+    /// or deleted any more.
+    pub fn close(&self) {
+        self.launcher().take();
+    }
+
+    fn launcher(&self) -> std::sync::MutexGuard<'_, Option<Launcher>> {
+        self.launcher
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The store, unless the broker is stopping.
+    fn store(&self) -> Result<Store, RegistryError> {
+        self.launcher()
+            .as_ref()
+            .map(|launcher| launcher.store.clone())
+            .ok_or(RegistryError::Stopping)
     }
 
     /// Creates and starts a queue or topic at run time; its declaration is stored first, so
@@ -147,10 +172,12 @@ impl Registry {
         if entities.contains_key(&name) {
             return Err(RegistryError::Exists(declaration.name().to_owned()));
         }
-        self.launcher
+        let launcher = self.launcher();
+        let launcher = launcher.as_ref().ok_or(RegistryError::Stopping)?;
+        launcher
             .store
             .set_declaration(&name, Some(&declaration.to_toml()))?;
-        let handle = self.launcher.launch(declaration)?;
+        let handle = launcher.launch(declaration)?;
         let entry = Entry {
             handle: handle.clone(),
             declaration: declaration.clone(),
@@ -159,6 +186,41 @@ impl Registry {
         entities.insert(name, entry);
         tracing::info!(entity = declaration.name(), "created");
         Ok(handle)
+    }
+
+    /// Applies a changed declaration to a live queue or topic (Service Bus's updatable
+    /// settings: size, time to live, auto-delete, and a queue's lock duration, delivery limit
+    /// and dead-lettering on expiry) without losing messages, locks or links, and stores it.
+    /// Blocks while the store flushes.
+    ///
+    /// # Errors
+    /// [`RegistryError::NotFound`] when no such entity exists, [`RegistryError::Store`] when
+    /// the declaration cannot be stored.
+    pub async fn update(&self, declaration: &Declaration) -> Result<(), RegistryError> {
+        let name = declaration.name().to_lowercase();
+        let handle = self
+            .lookup(&name)
+            .ok_or_else(|| RegistryError::NotFound(declaration.name().to_owned()))?;
+        let store = self.store()?;
+        let (key, text) = (name.clone(), declaration.to_toml());
+        tokio::task::spawn_blocking(move || store.set_declaration(&key, Some(&text)))
+            .await
+            .map_err(|e| StoreError::Sled(format!("storing a declaration: {e}")))??;
+        let (reply, applied) = oneshot::channel();
+        let settings = setup::settings(declaration);
+        if handle
+            .post(Command::Reconfigure { settings, reply })
+            .await
+            .is_err()
+            || applied.await.is_err()
+        {
+            return Err(RegistryError::NotFound(declaration.name().to_owned()));
+        }
+        if let Some(entry) = self.write().get_mut(&name) {
+            entry.declaration = declaration.clone();
+        }
+        tracing::info!(entity = declaration.name(), "updated");
+        Ok(())
     }
 
     /// Deletes a queue or topic with its messages: its links get `amqp:not-found`, its
@@ -193,7 +255,7 @@ impl Registry {
     }
 
     async fn forget_declaration(&self, name: &str) -> Result<(), RegistryError> {
-        let store = self.launcher.store.clone();
+        let store = self.store()?;
         let key = name.to_lowercase();
         tokio::task::spawn_blocking(move || store.set_declaration(&key, None))
             .await

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::clock::millis;
 use crate::config::{
-    CorrelationConfig, PropertyValue, QueueConfig, RuleConfig, RuleFilter, SubscriptionConfig,
-    TopicConfig,
+    CorrelationConfig, Declaration, PropertyValue, QueueConfig, RuleConfig, RuleFilter,
+    SubscriptionConfig, TopicConfig,
 };
 use crate::entity::actor::Parts;
 use crate::entity::core::{EntityCore, SubscriptionLanes};
@@ -34,6 +34,45 @@ fn lane_rules(
         expires: true,
         dead_letter_on_expiry,
         requires_session,
+    }
+}
+
+/// The settings of a queue or topic that can change while it runs (Service Bus's updatable
+/// properties): what [`Command::Reconfigure`](crate::entity::handle::Command::Reconfigure)
+/// applies.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The entity's size limit.
+    pub max_size_bytes: u64,
+    /// The entity's default time to live in ms (a topic's; [`NEVER`] for a queue).
+    pub default_ttl_ms: i64,
+    /// A queue's own lane rules; `None` for a topic (its subscriptions keep theirs).
+    pub rules: Option<Rules>,
+    /// Auto-delete on idle.
+    pub auto_delete_on_idle: Option<Duration>,
+}
+
+/// The updatable settings a declaration gives.
+pub fn settings(declaration: &Declaration) -> Settings {
+    match declaration {
+        Declaration::Queue(queue) => Settings {
+            max_size_bytes: queue.max_size_in_megabytes.saturating_mul(1024 * 1024),
+            default_ttl_ms: NEVER,
+            rules: Some(lane_rules(
+                queue.lock_duration,
+                queue.max_delivery_count,
+                queue.default_message_time_to_live,
+                queue.dead_lettering_on_message_expiration,
+                queue.requires_session,
+            )),
+            auto_delete_on_idle: queue.auto_delete_on_idle,
+        },
+        Declaration::Topic(topic) => Settings {
+            max_size_bytes: topic.max_size_in_megabytes.saturating_mul(1024 * 1024),
+            default_ttl_ms: topic.default_message_time_to_live.map_or(NEVER, millis),
+            rules: None,
+            auto_delete_on_idle: topic.auto_delete_on_idle,
+        },
     }
 }
 

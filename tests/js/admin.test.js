@@ -14,8 +14,8 @@ const { brokerTest, numbered, send } = require("./common");
 
 const CHILD_DEADLINE_MS = 60_000;
 
-// Creates a queue, reads it back with its runtime counts after two sends, lists, refuses a
-// second create and a missing queue, deletes; prints what it saw as JSON.
+// Creates a queue, updates it, reads a queue's runtime counts after two sends, lists, refuses
+// a second create and a missing queue, deletes; prints what it saw as JSON.
 const ADMIN_CLIENT = `
 const { ServiceBusAdministrationClient } = require("@azure/service-bus");
 (async () => {
@@ -24,6 +24,12 @@ const { ServiceBusAdministrationClient } = require("@azure/service-bus");
   const created = await client.createQueue("made", { maxDeliveryCount: 4, lockDuration: "PT30S" });
   seen.created = [created.name, created.maxDeliveryCount, created.lockDuration];
   seen.exists = await client.createQueue("made").then(() => "created twice", (e) => e.code);
+  const queue = await client.getQueue("made");
+  queue.maxDeliveryCount = 6;
+  queue.defaultMessageTimeToLive = "PT2H";
+  await client.updateQueue(queue);
+  const updated = await client.getQueue("made");
+  seen.updated = [updated.maxDeliveryCount, updated.defaultMessageTimeToLive, updated.lockDuration];
   seen.missing = await client.getQueue("nothing").then(() => "found", (e) => e.code);
   const names = [];
   for await (const queue of client.listQueues()) names.push(queue.name);
@@ -52,7 +58,7 @@ const certificates = fs.mkdtempSync(path.join(os.tmpdir(), "tidebus-js-admin-"))
 execFileSync(process.env.TIDEBUS_BIN, ["gen-cert", "--host", "localhost", "--out", certificates]);
 
 brokerTest(
-  "the administration client creates, describes, counts, lists and deletes over HTTPS",
+  "the administration client creates, updates, describes, counts, lists and deletes over HTTPS",
   {
     queues: ["declared"],
     settings: {
@@ -77,6 +83,7 @@ brokerTest(
     const seen = JSON.parse(outcome.stdout.trim().split("\n").pop());
     assert.deepEqual(seen.created, ["made", 4, "PT30S"]);
     assert.equal(seen.exists, "MessageEntityAlreadyExistsError");
+    assert.deepEqual(seen.updated, [6, "PT2H", "PT30S"]);
     assert.equal(seen.missing, "MessageEntityNotFoundError");
     assert.deepEqual(seen.names, ["declared", "made"]);
     assert.deepEqual(seen.runtime, ["declared", 2, 2]);

@@ -142,3 +142,36 @@ def test_a_wrong_key_is_refused(secured):
     with admin(secured, key="not-the-key") as client:
         with pytest.raises(ClientAuthenticationError):
             client.get_queue("declared")
+
+
+def test_an_update_applies_to_the_live_queue_keeping_messages_and_locks(secured):
+    with admin(secured) as client:
+        client.create_queue("live", max_delivery_count=2, lock_duration=timedelta(seconds=10))
+        with open_client(secured) as data:
+            with data.get_queue_sender("live") as sender:
+                sender.send_messages([ServiceBusMessage("a"), ServiceBusMessage("b")])
+            with data.get_queue_receiver("live", max_wait_time=RECEIVE_WAIT_S) as receiver:
+                locked = receive_exactly(receiver, 1)[0]
+                queue = client.get_queue("live")
+                queue.max_delivery_count = 7
+                queue.lock_duration = timedelta(seconds=45)
+                queue.default_message_time_to_live = timedelta(hours=2)
+                client.update_queue(queue)
+                receiver.complete_message(locked)  # the lock taken before the update holds
+                renewed = receive_exactly(receiver, 1)[0]
+                assert renewed.locked_until_utc - now_utc() > timedelta(seconds=35), (
+                    "a lock taken after the update lasts the new duration"
+                )
+                receiver.complete_message(renewed)
+        updated = client.get_queue("live")
+        assert updated.max_delivery_count == 7
+        assert updated.lock_duration == timedelta(seconds=45)
+        assert updated.default_message_time_to_live == timedelta(hours=2)
+        updated.requires_session = True
+        with pytest.raises(HttpResponseError) as refused:
+            client.update_queue(updated)
+        assert "RequiresSession" in str(refused.value)
+        missing = client.get_queue("live")
+        missing.name = "nowhere"
+        with pytest.raises(ResourceNotFoundError):
+            client.update_queue(missing)

@@ -18,14 +18,17 @@ use percent_encoding::percent_decode_str;
 use tokio::sync::oneshot;
 
 use super::atom::{self, Counts, Times};
+use super::rules;
 use super::{Admin, MAX_BODY};
 use crate::auth::sas::Token;
 use crate::auth::{path_covers, resource_path};
 use crate::clock::now_ms;
 use crate::config::{Declaration, QueueConfig, Rights, TopicConfig};
-use crate::entity::handle::{Command, EntityStats, LaneId};
+use crate::entity::handle::{Command, EntityError, EntityEvent, EntityStats, LaneId, Ticket};
+use crate::entity::operation::{Answer, Operation};
 use crate::entity::queue::LaneCounts;
 use crate::entity::registry::{Entry, RegistryError};
+use crate::entity::topic::Rule;
 
 /// Entries per feed page when the client names no `$top`.
 const DEFAULT_TOP: usize = 100;
@@ -38,7 +41,28 @@ enum Target {
     Entity(String),
     Subscriptions(String),
     Subscription(String, String),
-    Rules,
+    Rules(Subscription),
+    Rule(Subscription, String),
+}
+
+/// A topic's subscription, by names.
+struct Subscription {
+    topic: String,
+    name: String,
+}
+
+impl Subscription {
+    fn at(topic: String, name: &str) -> Subscription {
+        Subscription {
+            topic,
+            name: name.to_owned(),
+        }
+    }
+
+    /// Its path as the JS client reads names from ids.
+    fn path(&self) -> String {
+        format!("{}/Subscriptions/{}", self.topic, self.name)
+    }
 }
 
 /// The 503 answer on a connection over the connection limit.
@@ -121,20 +145,32 @@ pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<
         }
         (Method::PUT, Target::Entity(name)) => create(admin, &urls, &name, request).await,
         (Method::DELETE, Target::Entity(name)) => match admin.registry.delete(&name).await {
-            Ok(()) => Response::builder()
-                .status(StatusCode::OK)
-                .header(CONTENT_TYPE, "application/xml; charset=utf-8")
-                .body(Full::new(Bytes::new()))
-                .expect("a valid response"),
+            Ok(()) => empty_ok(),
             Err(refused) => refusal(&refused, &name),
         },
-        (_, Target::Subscription(..) | Target::Subscriptions(_) | Target::Rules) => {
-            not_implemented(
-                "managing subscriptions and rules through the administration API is not \
-                 supported yet: declare them in the config file, or manage rules over AMQP \
-                 (the SDKs' rule managers)",
-            )
+        (Method::GET, Target::Rules(subscription)) => {
+            list_rules(admin, &urls, &subscription, page).await
         }
+        (Method::GET, Target::Rule(subscription, name)) => {
+            get_rule(admin, &urls, &subscription, &name).await
+        }
+        (Method::PUT, Target::Rule(..)) if updating => {
+            not_implemented("updating a rule is not supported yet: delete it and create it again")
+        }
+        (Method::PUT, Target::Rule(subscription, name)) => {
+            create_rule(admin, &urls, &subscription, &name, request).await
+        }
+        (Method::DELETE, Target::Rule(subscription, name)) => {
+            let operation = Operation::RemoveRule { name: name.clone() };
+            match manage(admin, &subscription, operation).await {
+                Ok(_) => empty_ok(),
+                Err(refused) => refused,
+            }
+        }
+        (_, Target::Subscription(..) | Target::Subscriptions(_)) => not_implemented(
+            "creating, updating and deleting subscriptions through the administration API is \
+             not supported yet: declare them in the config file",
+        ),
         (method, _) => error(
             StatusCode::METHOD_NOT_ALLOWED,
             format!("{method} is not an operation on /{path}"),
@@ -185,8 +221,14 @@ fn target(path: &str) -> Target {
     };
     let n = segments.len();
     let joined = |end: usize| segments[..end].join("/");
-    if n >= 2 && (keyword(n - 1, "rules") || (n >= 3 && keyword(n - 2, "rules"))) {
-        return Target::Rules;
+    // `<topic>/Subscriptions/<sub>/Rules` and `.../Rules/<rule>`.
+    if n >= 4 && keyword(n - 1, "rules") && keyword(n - 3, "subscriptions") {
+        let subscription = Subscription::at(joined(n - 3), segments[n - 2]);
+        return Target::Rules(subscription);
+    }
+    if n >= 5 && keyword(n - 2, "rules") && keyword(n - 4, "subscriptions") {
+        let subscription = Subscription::at(joined(n - 4), segments[n - 3]);
+        return Target::Rule(subscription, segments[n - 1].to_owned());
     }
     if n >= 2 && keyword(n - 1, "subscriptions") {
         return Target::Subscriptions(joined(n - 1));
@@ -668,6 +710,172 @@ fn entry_response(
         "application/atom+xml;type=entry;charset=utf-8",
         body,
     )
+}
+
+/// Performs a management operation on a subscription's lane, as its `$management` node
+/// would; the refusal is the answer to send.
+async fn manage(
+    admin: &Admin,
+    subscription: &Subscription,
+    operation: Operation,
+) -> Result<Answer, Response<Full<Bytes>>> {
+    let missing = || not_found(&subscription.path());
+    let entry = admin
+        .registry
+        .entry(&subscription.topic)
+        .ok_or_else(missing)?;
+    let number = entry
+        .handle
+        .subscription(&subscription.name)
+        .ok_or_else(missing)?;
+    let lane = LaneId {
+        subscription: number,
+        dead_letter: false,
+    };
+    let (sink, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let ticket = Ticket {
+        link: 0,
+        request: 0,
+    };
+    let command = Command::Manage {
+        lane,
+        operation,
+        reply: (ticket, sink),
+    };
+    if entry.handle.post(command).await.is_err() {
+        return Err(missing());
+    }
+    match events.recv().await {
+        Some(EntityEvent::Managed {
+            result: Ok(answer), ..
+        }) => Ok(answer),
+        Some(EntityEvent::Managed {
+            result: Err(error), ..
+        }) => Err(entity_refusal(&error)),
+        _ => Err(missing()),
+    }
+}
+
+/// An entity's refusal of a rule operation, as Service Bus answers it.
+fn entity_refusal(refused: &EntityError) -> Response<Full<Bytes>> {
+    let status = match refused {
+        EntityError::RuleExists(_) => StatusCode::CONFLICT,
+        EntityError::RuleNotFound(_) => StatusCode::NOT_FOUND,
+        EntityError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        EntityError::Deleted => StatusCode::NOT_FOUND,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    error(status, refused.to_string())
+}
+
+/// Every rule of a subscription.
+async fn all_rules(
+    admin: &Admin,
+    subscription: &Subscription,
+) -> Result<Vec<Rule>, Response<Full<Bytes>>> {
+    let operation = Operation::EnumerateRules {
+        skip: 0,
+        top: usize::MAX,
+    };
+    match manage(admin, subscription, operation).await? {
+        Answer::Rules(rules) => Ok(rules),
+        _ => Ok(Vec::new()),
+    }
+}
+
+fn rule_entry(
+    urls: &Urls,
+    subscription: &Subscription,
+    rule: &Rule,
+) -> (String, String, i64, String) {
+    let id = urls.of(&format!("{}/Rules/{}", subscription.path(), rule.name));
+    (
+        id,
+        rule.name.clone(),
+        rule.created_ms,
+        rules::describe(rule),
+    )
+}
+
+async fn list_rules(
+    admin: &Admin,
+    urls: &Urls,
+    subscription: &Subscription,
+    page: Page,
+) -> Response<Full<Bytes>> {
+    let all = match all_rules(admin, subscription).await {
+        Ok(all) => all,
+        Err(refused) => return refused,
+    };
+    let entries: Vec<_> = all
+        .iter()
+        .skip(page.skip)
+        .take(page.top)
+        .map(|rule| rule_entry(urls, subscription, rule))
+        .collect();
+    let path = format!("{}/Rules", subscription.path());
+    feed(urls, &path, "Rules", page, all.len(), &entries)
+}
+
+async fn get_rule(
+    admin: &Admin,
+    urls: &Urls,
+    subscription: &Subscription,
+    name: &str,
+) -> Response<Full<Bytes>> {
+    let all = match all_rules(admin, subscription).await {
+        Ok(all) => all,
+        Err(refused) => return refused,
+    };
+    match all.iter().find(|rule| rule.name.eq_ignore_ascii_case(name)) {
+        Some(rule) => {
+            let (id, title, updated, content) = rule_entry(urls, subscription, rule);
+            entry_response(StatusCode::OK, &id, &title, updated, &content)
+        }
+        None => not_found(&format!("{}/Rules/{name}", subscription.path())),
+    }
+}
+
+async fn create_rule(
+    admin: &Admin,
+    urls: &Urls,
+    subscription: &Subscription,
+    name: &str,
+    request: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let body = match Limited::new(request.into_body(), MAX_BODY).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("the body does not read: {e}"),
+            )
+        }
+    };
+    let rule = match rules::read(&body, name, now_ms()) {
+        Ok(rule) => rule,
+        Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
+    };
+    let created = rule_entry(urls, subscription, &rule);
+    match manage(admin, subscription, Operation::AddRule { rule }).await {
+        Ok(_) => entry_response(
+            StatusCode::CREATED,
+            &created.0,
+            &created.1,
+            created.2,
+            &created.3,
+        ),
+        Err(refused) => refused,
+    }
+}
+
+fn empty_ok() -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::new()));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/xml; charset=utf-8"),
+    );
+    response
 }
 
 /// The answer to a registry's refusal, as Service Bus gives it.

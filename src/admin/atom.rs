@@ -147,11 +147,15 @@ impl Xml {
     }
 
     fn open(&mut self, description: &str) {
-        let _ = write!(
-            self.0,
-            "<{description} xmlns=\"{CONNECT}\" xmlns:i=\"http://www.w3.org/2001/XMLSchema-instance\">"
-        );
+        self.0.push_str(&opening(description));
     }
+}
+
+/// The start tag of a description element, with the namespaces the SDKs expect.
+pub fn opening(description: &str) -> String {
+    format!(
+        "<{description} xmlns=\"{CONNECT}\" xmlns:i=\"http://www.w3.org/2001/XMLSchema-instance\">"
+    )
 }
 
 /// A queue's `QueueDescription`.
@@ -321,6 +325,111 @@ pub fn error(status: u16, detail: &str) -> String {
     )
 }
 
+/// An XML element as read: its local name, attributes by local name, text and children.
+#[derive(Debug, Default, Clone)]
+pub struct Element {
+    /// The local name (prefixes dropped: the SDKs write different ones).
+    pub name: String,
+    /// Attributes by local name (`i:type` is `type`).
+    pub attributes: BTreeMap<String, String>,
+    /// The text directly inside it.
+    pub text: String,
+    /// Child elements, in order.
+    pub children: Vec<Element>,
+}
+
+impl Element {
+    /// The first child called `name`.
+    pub fn child(&self, name: &str) -> Option<&Element> {
+        self.children.iter().find(|child| child.name == name)
+    }
+
+    /// The first element called `name`, this one or below it (depth first).
+    pub fn find(&self, name: &str) -> Option<&Element> {
+        if self.name == name {
+            return Some(self);
+        }
+        self.children.iter().find_map(|child| child.find(name))
+    }
+
+    /// The first element whose name ends with `suffix`, this one or below it.
+    fn find_ending(&self, suffix: &str) -> Option<&Element> {
+        if self.name.ends_with(suffix) {
+            return Some(self);
+        }
+        self.children
+            .iter()
+            .find_map(|child| child.find_ending(suffix))
+    }
+}
+
+/// Most elements nested in a request body.
+const MAX_DEPTH: usize = 32;
+
+/// Reads an XML document into its root element.
+///
+/// # Errors
+/// Why it is not XML, or nests deeper than 32 elements.
+pub fn parse(body: &[u8]) -> Result<Element, String> {
+    let mut reader = Reader::from_reader(body);
+    reader.config_mut().trim_text(true);
+    let mut stack: Vec<Element> = vec![Element::default()];
+    let mut buffer = Vec::new();
+    let local = |name: &[u8]| {
+        let name = String::from_utf8_lossy(name).into_owned();
+        name.rsplit(':').next().unwrap_or_default().to_owned()
+    };
+    loop {
+        let event = reader
+            .read_event_into(&mut buffer)
+            .map_err(|e| format!("the body is not XML: {e}"))?;
+        let empty = matches!(event, Event::Empty(_));
+        match event {
+            Event::Start(start) | Event::Empty(start) => {
+                let mut element = Element {
+                    name: local(start.name().as_ref()),
+                    ..Element::default()
+                };
+                for attribute in start.attributes().flatten() {
+                    let value = attribute
+                        .unescape_value()
+                        .map_err(|e| format!("an attribute: {e}"))?
+                        .into_owned();
+                    element
+                        .attributes
+                        .insert(local(attribute.key.as_ref()), value);
+                }
+                if empty {
+                    stack.last_mut().expect("a root").children.push(element);
+                } else {
+                    if stack.len() > MAX_DEPTH {
+                        return Err(format!("the body nests deeper than {MAX_DEPTH} elements"));
+                    }
+                    stack.push(element);
+                }
+            }
+            Event::Text(text) => {
+                let text = text.unescape().map_err(|e| format!("text: {e}"))?;
+                stack.last_mut().expect("a root").text.push_str(&text);
+            }
+            Event::End(_) => {
+                let element = stack.pop().expect("balanced: quick-xml checks end tags");
+                match stack.last_mut() {
+                    Some(parent) => parent.children.push(element),
+                    None => return Err("the body closes more elements than it opens".into()),
+                }
+            }
+            Event::Eof => break,
+            _ => {}
+        }
+        buffer.clear();
+    }
+    if stack.len() != 1 {
+        return Err("the body ends inside an element".into());
+    }
+    Ok(stack.pop().expect("the root"))
+}
+
 /// A description a client sent: the name of its element (`QueueDescription`, ...) and its
 /// children's text by local name.
 #[derive(Debug, Default)]
@@ -331,72 +440,23 @@ pub struct Sent {
     pub fields: BTreeMap<String, String>,
 }
 
-/// Reads the description inside an Atom entry's `content`.
+/// Reads the entity description inside an Atom entry's `content`.
 ///
 /// # Errors
 /// A description of what does not read.
 pub fn read_description(body: &[u8]) -> Result<Sent, String> {
-    let mut reader = Reader::from_reader(body);
-    reader.config_mut().trim_text(true);
-    let mut sent = Sent::default();
-    let mut depth_in = None::<usize>;
-    let mut depth = 0usize;
-    let mut field: Option<String> = None;
-    let mut buffer = Vec::new();
-    loop {
-        let event = reader
-            .read_event_into(&mut buffer)
-            .map_err(|e| format!("the body is not XML: {e}"))?;
-        match event {
-            Event::Start(start) => {
-                depth += 1;
-                let name = String::from_utf8_lossy(start.local_name().as_ref()).into_owned();
-                match depth_in {
-                    None if name.ends_with("Description") => {
-                        sent.kind = name;
-                        depth_in = Some(depth);
-                    }
-                    Some(level) if depth == level + 1 => field = Some(name),
-                    _ => {}
-                }
-            }
-            Event::Empty(empty) => {
-                let name = String::from_utf8_lossy(empty.local_name().as_ref()).into_owned();
-                match depth_in {
-                    None if name.ends_with("Description") => sent.kind = name,
-                    Some(level) if depth == level => {
-                        sent.fields.insert(name, String::new());
-                    }
-                    _ => {}
-                }
-            }
-            Event::Text(text) => {
-                if let Some(name) = &field {
-                    let text = text
-                        .unescape()
-                        .map_err(|e| format!("{name}: {e}"))?
-                        .into_owned();
-                    sent.fields.insert(name.clone(), text);
-                }
-            }
-            Event::End(_) => {
-                if let Some(name) = field.take() {
-                    sent.fields.entry(name).or_default();
-                }
-                if depth_in == Some(depth) {
-                    depth_in = None;
-                }
-                depth = depth.saturating_sub(1);
-            }
-            Event::Eof => break,
-            _ => {}
-        }
-        buffer.clear();
-    }
-    if sent.kind.is_empty() {
-        return Err("the body holds no entity description".to_owned());
-    }
-    Ok(sent)
+    let root = parse(body)?;
+    let description = root
+        .find_ending("Description")
+        .ok_or("the body holds no entity description")?;
+    Ok(Sent {
+        kind: description.name.clone(),
+        fields: description
+            .children
+            .iter()
+            .map(|child| (child.name.clone(), child.text.clone()))
+            .collect(),
+    })
 }
 
 /// An ISO 8601 duration a client sent; `None` for "never" (10,675,199 days or more).

@@ -8,6 +8,7 @@
 
 mod api;
 pub mod atom;
+mod rules;
 
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -15,7 +15,8 @@ const { brokerTest, numbered, send } = require("./common");
 const CHILD_DEADLINE_MS = 60_000;
 
 // Creates a queue, updates it, reads a queue's runtime counts after two sends, lists, refuses
-// a second create and a missing queue, deletes; prints what it saw as JSON.
+// a second create and a missing queue, manages a subscription's rules, deletes; prints what it
+// saw as JSON.
 const ADMIN_CLIENT = `
 const { ServiceBusAdministrationClient } = require("@azure/service-bus");
 (async () => {
@@ -37,6 +38,22 @@ const { ServiceBusAdministrationClient } = require("@azure/service-bus");
   const runtime = await client.getQueueRuntimeProperties("declared");
   seen.runtime = [runtime.name, runtime.activeMessageCount, runtime.totalMessageCount];
   seen.namespace = (await client.getNamespaceProperties()).messagingSku;
+  await client.createRule("events", "all", "red", { sqlExpression: "color = 'red'" },
+    { sqlExpression: "SET picked = 'yes'" });
+  await client.createRule("events", "all", "vip", { subject: "vip", applicationProperties: { tier: "gold" } });
+  const red = await client.getRule("events", "all", "red");
+  const vip = await client.getRule("events", "all", "vip");
+  seen.rules = [red.filter.sqlExpression, red.action.sqlExpression, vip.filter.subject,
+    vip.filter.applicationProperties.tier];
+  const ruleNames = [];
+  for await (const rule of client.listRules("events", "all")) ruleNames.push(rule.name);
+  seen.ruleNames = ruleNames.sort();
+  seen.ruleExists = await client.createRule("events", "all", "RED", { sqlExpression: "1=1" })
+    .then(() => "created twice", (e) => e.code);
+  await client.deleteRule("events", "all", "red");
+  seen.ruleGone = await client.ruleExists("events", "all", "red");
+  const subscription = await client.getSubscription("events", "all");
+  seen.subscription = [subscription.subscriptionName, subscription.topicName, subscription.maxDeliveryCount];
   await client.deleteQueue("made");
   seen.deleted = await client.queueExists("made");
   console.log(JSON.stringify(seen));
@@ -61,6 +78,7 @@ brokerTest(
   "the administration client creates, updates, describes, counts, lists and deletes over HTTPS",
   {
     queues: ["declared"],
+    topics: [{ name: "events", subscriptions: ["all"] }],
     settings: {
       allow_anonymous: false,
       tls: {
@@ -88,6 +106,11 @@ brokerTest(
     assert.deepEqual(seen.names, ["declared", "made"]);
     assert.deepEqual(seen.runtime, ["declared", 2, 2]);
     assert.equal(seen.namespace, "Standard");
+    assert.deepEqual(seen.rules, ["color = 'red'", "SET picked = 'yes'", "vip", "gold"]);
+    assert.deepEqual(seen.ruleNames, ["$Default", "red", "vip"]);
+    assert.equal(seen.ruleExists, "MessageEntityAlreadyExistsError");
+    assert.equal(seen.ruleGone, false);
+    assert.deepEqual(seen.subscription, ["all", "events", 10]);
     assert.equal(seen.deleted, false);
   },
 );

@@ -16,7 +16,12 @@ from azure.core.exceptions import (
     ResourceNotFoundError,
 )
 from azure.servicebus import ServiceBusMessage
-from azure.servicebus.management import ServiceBusAdministrationClient
+from azure.servicebus.management import (
+    CorrelationRuleFilter,
+    ServiceBusAdministrationClient,
+    SqlRuleAction,
+    SqlRuleFilter,
+)
 
 from sb_common import RECEIVE_WAIT_S, now_utc, open_client, receive_exactly
 from tidebus_broker import EMULATOR_POLICY, Broker, broker_binary
@@ -44,7 +49,8 @@ def secured(tmp_path):
             "key": str(certificates / "server-key.pem"),
         },
     }
-    broker = Broker(tmp_path / "broker", settings, queues=["declared"]).start()
+    topics = [{"name": "events", "subscriptions": ["all", "picky"]}]
+    broker = Broker(tmp_path / "broker", settings, queues=["declared"], topics=topics).start()
     broker.ca = str(certificates / "ca.pem")
     yield broker
     broker.stop()
@@ -175,3 +181,61 @@ def test_an_update_applies_to_the_live_queue_keeping_messages_and_locks(secured)
         missing.name = "nowhere"
         with pytest.raises(ResourceNotFoundError):
             client.update_queue(missing)
+
+
+def test_rules_are_created_read_listed_and_deleted_and_pick_copies(secured):
+    with admin(secured) as client:
+        subscription = client.get_subscription("events", "picky")
+        assert (subscription.name, subscription.max_delivery_count) == ("picky", 10)
+        assert [s.name for s in client.list_subscriptions("events")] == ["all", "picky"]
+        client.delete_rule("events", "picky", "$Default")
+        client.create_rule(
+            "events",
+            "picky",
+            "red",
+            filter=SqlRuleFilter("color = 'red'"),
+            action=SqlRuleAction("SET picked = 'yes'"),
+        )
+        client.create_rule(
+            "events",
+            "picky",
+            "vip",
+            filter=CorrelationRuleFilter(label="vip", properties={"level": 3, "tier": "gold"}),
+        )
+        with pytest.raises(ResourceExistsError):
+            client.create_rule("events", "picky", "RED", filter=SqlRuleFilter("1=1"))
+        red = client.get_rule("events", "picky", "red")
+        assert red.filter.sql_expression == "color = 'red'"
+        assert red.action.sql_expression == "SET picked = 'yes'"
+        vip = client.get_rule("events", "picky", "vip")
+        assert vip.filter.label == "vip"
+        assert vip.filter.properties == {"level": 3, "tier": "gold"}
+        assert sorted(r.name for r in client.list_rules("events", "picky")) == ["red", "vip"]
+        with pytest.raises(HttpResponseError) as refused:
+            client.create_rule("events", "picky", "bad", filter=SqlRuleFilter("color = = 1"))
+        assert refused.value.status_code == 400
+
+        with open_client(secured) as data:
+            with data.get_topic_sender("events") as sender:
+                sender.send_messages(
+                    [
+                        ServiceBusMessage("red", application_properties={"color": "red"}),
+                        ServiceBusMessage("blue", application_properties={"color": "blue"}),
+                    ]
+                )
+            with data.get_subscription_receiver(
+                "events", "picky", max_wait_time=RECEIVE_WAIT_S
+            ) as receiver:
+                got = receive_exactly(receiver, 1)
+                assert [str(m) for m in got] == ["red"]
+                assert got[0].application_properties[b"picked"] == b"yes"
+                receiver.complete_message(got[0])
+        assert client.get_subscription_runtime_properties("events", "all").active_message_count == 2
+
+        client.delete_rule("events", "picky", "red")
+        with pytest.raises(ResourceNotFoundError):
+            client.get_rule("events", "picky", "red")
+        with pytest.raises(ResourceNotFoundError):
+            client.delete_rule("events", "picky", "red")
+        with pytest.raises(ResourceNotFoundError):
+            client.get_rule("events", "nowhere", "vip")

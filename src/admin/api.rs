@@ -23,7 +23,7 @@ use super::{Admin, MAX_BODY};
 use crate::auth::sas::Token;
 use crate::auth::{path_covers, resource_path};
 use crate::clock::now_ms;
-use crate::config::{Declaration, QueueConfig, Rights, TopicConfig};
+use crate::config::{Declaration, QueueConfig, Rights, SubscriptionConfig, TopicConfig};
 use crate::entity::handle::{Command, EntityError, EntityEvent, EntityStats, LaneId, Ticket};
 use crate::entity::operation::{Answer, Operation};
 use crate::entity::queue::LaneCounts;
@@ -167,10 +167,18 @@ pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<
                 Err(refused) => refused,
             }
         }
-        (_, Target::Subscription(..) | Target::Subscriptions(_)) => not_implemented(
-            "creating, updating and deleting subscriptions through the administration API is \
-             not supported yet: declare them in the config file",
+        (Method::PUT, Target::Subscription(..)) if updating => not_implemented(
+            "updating a subscription is not supported yet: delete it and create it again",
         ),
+        (Method::PUT, Target::Subscription(topic, name)) => {
+            create_subscription(admin, &urls, &topic, &name, request).await
+        }
+        (Method::DELETE, Target::Subscription(topic, name)) => {
+            match admin.registry.remove_subscription(&topic, &name).await {
+                Ok(()) => empty_ok(),
+                Err(refused) => refusal(&refused, &format!("{topic}/Subscriptions/{name}")),
+            }
+        }
         (method, _) => error(
             StatusCode::METHOD_NOT_ALLOWED,
             format!("{method} is not an operation on /{path}"),
@@ -878,6 +886,105 @@ fn empty_ok() -> Response<Full<Bytes>> {
     response
 }
 
+/// Creates a subscription of a live topic from the `SubscriptionDescription` in the body; a
+/// `DefaultRuleDescription` in it becomes its only rule.
+async fn create_subscription(
+    admin: &Admin,
+    urls: &Urls,
+    topic: &str,
+    name: &str,
+    request: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let body = match Limited::new(request.into_body(), MAX_BODY).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("the body does not read: {e}"),
+            )
+        }
+    };
+    let config = match atom::parse(&body).and_then(|root| subscription_config(name, &root)) {
+        Ok(config) => config,
+        Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
+    };
+    let path = format!("{topic}/Subscriptions/{name}");
+    if let Err(refused) = admin.registry.add_subscription(topic, config).await {
+        return refusal(&refused, &path);
+    }
+    match subscription(admin, topic, name).await {
+        Some((title, content, updated)) => {
+            let id = urls.of(&format!("{topic}/Subscriptions/{title}"));
+            entry_response(StatusCode::CREATED, &id, &title, updated, &content)
+        }
+        None => not_found(&path),
+    }
+}
+
+/// The subscription a client's description asks for, from the config's defaults.
+fn subscription_config(name: &str, root: &atom::Element) -> Result<SubscriptionConfig, String> {
+    let description = root
+        .find("SubscriptionDescription")
+        .ok_or("the body holds no SubscriptionDescription")?;
+    let base = format!(
+        "[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = {}\n",
+        toml::Value::String(name.to_owned())
+    );
+    let Declaration::Topic(mut topic) =
+        Declaration::parse(&base, "the request").map_err(|e| e.to_string())?
+    else {
+        return Err("a subscription belongs to a topic".into());
+    };
+    let mut config = topic.subscriptions.remove(0);
+    for child in &description.children {
+        let (property, value) = (child.name.as_str(), child.text.as_str());
+        if property == "DefaultRuleDescription" {
+            let rule_name = child.child("Name").map_or("$Default", |n| n.text.as_str());
+            let rule = rules::from_element(child, rule_name, now_ms())?;
+            config.rules = vec![rules::declared(&rule)?];
+            continue;
+        }
+        if READ_ONLY.contains(&property) || IGNORED.contains(&property) {
+            continue;
+        }
+        if let Some((_, allowed)) = OFF_ONLY.iter().find(|(known, _)| *known == property) {
+            if allowed
+                .iter()
+                .any(|accepted| accepted.eq_ignore_ascii_case(value))
+            {
+                continue;
+            }
+            return Err(format!(
+                "{property} = {value:?} is not supported; Tidebus accepts only {allowed:?}"
+            ));
+        }
+        let applied: Result<(), String> = (|| {
+            match property {
+                "LockDuration" => {
+                    config.lock_duration =
+                        atom::read_duration(value)?.ok_or("a lock cannot last forever")?
+                }
+                "RequiresSession" => config.requires_session = boolean(value)?,
+                "DefaultMessageTimeToLive" => {
+                    config.default_message_time_to_live = atom::read_duration(value)?
+                }
+                "DeadLetteringOnMessageExpiration" => {
+                    config.dead_lettering_on_message_expiration = boolean(value)?
+                }
+                "DeadLetteringOnFilterEvaluationExceptions" => {
+                    config.dead_lettering_on_filter_evaluation_exceptions = boolean(value)?
+                }
+                "MaxDeliveryCount" => config.max_delivery_count = number(value)?,
+                "AutoDeleteOnIdle" => config.auto_delete_on_idle = atom::read_duration(value)?,
+                _ => return Err("not a property Tidebus supports".to_owned()),
+            }
+            Ok(())
+        })();
+        applied.map_err(|reason| format!("{property} = {value:?}: {reason}"))?;
+    }
+    Ok(config)
+}
+
 /// The answer to a registry's refusal, as Service Bus gives it.
 fn refusal(refused: &RegistryError, name: &str) -> Response<Full<Bytes>> {
     match refused {
@@ -887,6 +994,7 @@ fn refusal(refused: &RegistryError, name: &str) -> Response<Full<Bytes>> {
             format!("The messaging entity '{name}' already exists. SubCode=40900."),
         ),
         RegistryError::Stopping => error(StatusCode::SERVICE_UNAVAILABLE, refused.to_string()),
+        RegistryError::Invalid(reason) => error(StatusCode::BAD_REQUEST, reason.clone()),
         RegistryError::Store(_) => error(StatusCode::INTERNAL_SERVER_ERROR, refused.to_string()),
     }
 }

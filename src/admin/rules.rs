@@ -8,6 +8,7 @@
 use std::fmt::Write;
 
 use super::atom::{self, Element};
+use crate::config::{CorrelationConfig, PropertyValue, RuleConfig, RuleFilter};
 use crate::entity::topic::Rule;
 use crate::filter::{CorrelationFilter, Filter, SqlAction, SqlFilter, Value};
 
@@ -91,6 +92,52 @@ fn correlation_filter(out: &mut String, filter: &CorrelationFilter) {
     out.push_str("</Filter>");
 }
 
+/// A rule as the config file declares one, for a subscription created with it.
+///
+/// # Errors
+/// A correlation property of a type the config file cannot declare (a time or a guid).
+pub fn declared(rule: &Rule) -> Result<RuleConfig, String> {
+    let filter = match &rule.filter {
+        Filter::True => RuleFilter::True,
+        Filter::False => RuleFilter::Sql("1=0".to_owned()),
+        Filter::Sql(sql) => RuleFilter::Sql(sql.expression().to_owned()),
+        Filter::Correlation(correlation) => {
+            let mut properties = Vec::new();
+            for (key, value) in &correlation.properties {
+                let value = match value {
+                    Value::Int(number) => PropertyValue::Int(*number),
+                    Value::Float(number) => PropertyValue::Float(*number),
+                    Value::Bool(flag) => PropertyValue::Bool(*flag),
+                    Value::String(text) => PropertyValue::String(text.clone()),
+                    _ => {
+                        return Err(format!(
+                            "property {key:?}: only strings, numbers and booleans"
+                        ))
+                    }
+                };
+                properties.push((key.clone(), value));
+            }
+            properties.sort_by(|a, b| a.0.cmp(&b.0));
+            RuleFilter::Correlation(CorrelationConfig {
+                correlation_id: correlation.correlation_id.clone(),
+                message_id: correlation.message_id.clone(),
+                to: correlation.to.clone(),
+                reply_to: correlation.reply_to.clone(),
+                subject: correlation.subject.clone(),
+                session_id: correlation.session_id.clone(),
+                reply_to_session_id: correlation.reply_to_session_id.clone(),
+                content_type: correlation.content_type.clone(),
+                properties,
+            })
+        }
+    };
+    Ok(RuleConfig {
+        name: rule.name.clone(),
+        filter,
+        action: rule.action.as_ref().map(|a| a.expression().to_owned()),
+    })
+}
+
 /// The system fields of a correlation filter with their element names.
 fn correlation_fields(filter: &CorrelationFilter) -> [(&'static str, Option<&String>); 8] {
     [
@@ -123,6 +170,15 @@ pub fn read(body: &[u8], name: &str, now_ms: i64) -> Result<Rule, String> {
     let description = root
         .find("RuleDescription")
         .ok_or("the body holds no RuleDescription")?;
+    from_element(description, name, now_ms)
+}
+
+/// The rule a `RuleDescription` element (or a subscription's `DefaultRuleDescription`)
+/// describes, named `name`.
+///
+/// # Errors
+/// As [`read`].
+pub fn from_element(description: &Element, name: &str, now_ms: i64) -> Result<Rule, String> {
     let filter = match description.child("Filter") {
         None => Filter::True,
         Some(filter) => read_filter(filter)?,

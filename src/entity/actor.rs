@@ -20,6 +20,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::clock::{millis, now_ms};
+use crate::config::SubscriptionConfig;
 use crate::entity::core::EntityCore;
 use crate::entity::handle::{
     Command, ConsumerId, Delivery, EntityError, EntityEvent, EntityHandle, EntityStats, EventSink,
@@ -28,9 +29,10 @@ use crate::entity::handle::{
 use crate::entity::operation::{Answer, Operation};
 use crate::entity::queue::session_lane::Binding;
 use crate::entity::sessions::MAX_SESSION_ID_CHARS;
+use crate::entity::setup;
 use crate::message;
 use crate::message::{Arrival, DeliveryStamp};
-use crate::store::{EntityLog, Flusher, StoreError};
+use crate::store::{EntityLog, Flusher, Recovered, StoreError};
 
 /// Mailbox capacity: senders wait (backpressure) when this many commands are queued.
 const MAILBOX: usize = 4096;
@@ -344,6 +346,30 @@ impl Actor {
                 }
             },
             Command::Delete { reply } => self.reap = Some((reply, Removal::Asked)),
+            Command::AddSubscription { config, reply } => {
+                let _ = reply.send(self.add_subscription(&config));
+            }
+            Command::RemoveSubscription { name, reply } => {
+                let number = self.subscriptions.as_ref().and_then(|names| {
+                    names
+                        .read()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .get(&name.to_lowercase())
+                        .copied()
+                });
+                let removed = match number {
+                    Some(subscription) => {
+                        let lane = LaneId {
+                            subscription,
+                            dead_letter: false,
+                        };
+                        self.drop_subscription(lane, "as asked");
+                        Ok(())
+                    }
+                    None => Err(format!("the subscription '{name}' could not be found")),
+                };
+                let _ = reply.send(removed);
+            }
             Command::Reconfigure { settings, reply } => {
                 self.core.reconfigure(
                     settings.max_size_bytes,
@@ -465,26 +491,74 @@ impl Actor {
     /// runtime rules go, their links get `amqp:not-found`, their addresses stop resolving.
     fn reap_subscriptions(&mut self, now: i64) -> &Self {
         for lane in self.core.idle_subscriptions(now) {
-            for consumer in self.core.delete_subscription(lane) {
-                if let Some(events) = self.consumers.remove(&consumer) {
-                    let error = EntityError::Deleted;
-                    let _ = events.send(EntityEvent::Gone { consumer, error });
-                }
-            }
-            if let Some(subscriptions) = &self.subscriptions {
-                let mut names = subscriptions
-                    .write()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                names.retain(|name, number| {
-                    let gone = *number == lane.subscription;
-                    if gone {
-                        tracing::info!(subscription = %name, "deleted after being idle (auto_delete_on_idle)");
-                    }
-                    !gone
-                });
-            }
+            self.drop_subscription(lane, "after being idle (auto_delete_on_idle)");
         }
         self
+    }
+
+    /// Deletes a subscription: its messages and runtime rules go, its links get
+    /// `amqp:not-found`, its address stops resolving.
+    fn drop_subscription(&mut self, lane: LaneId, why: &str) {
+        for consumer in self.core.delete_subscription(lane) {
+            if let Some(events) = self.consumers.remove(&consumer) {
+                let error = EntityError::Deleted;
+                let _ = events.send(EntityEvent::Gone { consumer, error });
+            }
+        }
+        if let Some(subscriptions) = &self.subscriptions {
+            let mut names = subscriptions
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            names.retain(|name, number| {
+                let gone = *number == lane.subscription;
+                if gone {
+                    tracing::info!(subscription = %name, "deleted {why}");
+                }
+                !gone
+            });
+        }
+    }
+
+    /// Adds a subscription to this topic (the administration API): numbered after every
+    /// number its log or its lanes use, empty, its declared rules in place.
+    fn add_subscription(&mut self, config: &SubscriptionConfig) -> Result<(), String> {
+        let Some(subscriptions) = self.subscriptions.clone() else {
+            return Err(format!(
+                "'{}' is a queue: it has no subscriptions",
+                self.name
+            ));
+        };
+        let name = config.name.to_lowercase();
+        let taken = subscriptions
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains_key(&name);
+        if taken {
+            return Err(format!("the subscription '{}' already exists", config.name));
+        }
+        let in_use = self.core.highest_subscription();
+        let numbers = self
+            .log
+            .subscription_numbers(std::slice::from_ref(&name), in_use)
+            .map_err(|e| e.to_string())?;
+        let lane = LaneId {
+            subscription: numbers[&name],
+            dead_letter: false,
+        };
+        let lanes = setup::subscription_lanes(
+            config,
+            lane,
+            Vec::new(),
+            Recovered::default(),
+            Recovered::default(),
+        );
+        self.core.add_subscription(lanes);
+        subscriptions
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(name, lane.subscription);
+        tracing::info!(subscription = %config.name, "created");
+        Ok(())
     }
 
     /// Deletes the entity (auto-delete on idle, or asked to): answers what is still owed,

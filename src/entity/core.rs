@@ -713,6 +713,32 @@ impl EntityCore {
         consumers
     }
 
+    /// Adds a subscription to a running topic: its two lanes and its route. Nothing happens
+    /// for a queue.
+    pub fn add_subscription(&mut self, subscription: SubscriptionLanes) {
+        let Some(routes) = self.routes.as_mut() else {
+            return;
+        };
+        let lane = subscription.route.lane;
+        let dead_rules = Rules::dead_letter_queue(subscription.rules.lock_duration_ms);
+        self.lanes
+            .insert(lane, QueueCore::new(subscription.rules, subscription.main));
+        self.lanes.insert(
+            lane.dead_letter_lane(),
+            QueueCore::new(dead_rules, subscription.dead_letter),
+        );
+        routes.push(subscription.route);
+    }
+
+    /// The highest lane number a topic's subscriptions use (0 for none, or a queue).
+    pub fn highest_subscription(&self) -> u32 {
+        self.lanes
+            .keys()
+            .map(|lane| lane.subscription)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Applies a queue's or topic's changed settings at run time: the entity's size limit and
     /// default time to live, and for a queue the rules of its own lane (`rules`).
     pub fn reconfigure(&mut self, max_size_bytes: u64, default_ttl_ms: i64, rules: Option<Rules>) {

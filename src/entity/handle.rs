@@ -12,6 +12,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
+use crate::config::SubscriptionConfig;
 use crate::entity::operation::{Answer, Operation};
 use crate::entity::queue::LaneCounts;
 use crate::entity::setup::Settings;
@@ -258,6 +259,20 @@ pub enum Command {
         /// Where the answer goes.
         reply: oneshot::Sender<bool>,
     },
+    /// Add a subscription to this topic (the administration API); answers why not, if not.
+    AddSubscription {
+        /// Its declaration.
+        config: SubscriptionConfig,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Result<(), String>>,
+    },
+    /// Delete a subscription of this topic with its messages; answers why not, if not.
+    RemoveSubscription {
+        /// Its name.
+        name: String,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Result<(), String>>,
+    },
     /// Apply changed settings (an entity updated at run time); answers once applied.
     Reconfigure {
         /// The new settings.
@@ -300,6 +315,8 @@ impl Command {
             | Command::ExpireDue { .. }
             | Command::ReapIfIdle { .. }
             | Command::Delete { .. }
+            | Command::AddSubscription { .. }
+            | Command::RemoveSubscription { .. }
             | Command::Reconfigure { .. }
             | Command::Describe { .. } => false,
         }
@@ -352,6 +369,9 @@ impl Command {
             | Command::ExpireDue { .. }
             | Command::Reconfigure { .. }
             | Command::Describe { .. } => {}
+            Command::AddSubscription { reply, .. } | Command::RemoveSubscription { reply, .. } => {
+                let _ = reply.send(Err(error.to_string()));
+            }
             Command::ReapIfIdle { reply } | Command::Delete { reply } => {
                 let _ = reply.send(false);
             }

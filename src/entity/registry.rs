@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::clock::now_ms;
-use crate::config::{Config, Declaration, Durability};
+use crate::config::{Config, Declaration, Durability, SubscriptionConfig};
 use crate::entity::actor::{self, Commit, Parts};
 use crate::entity::handle::{Command, EntityHandle};
 use crate::entity::setup;
@@ -31,6 +31,9 @@ pub enum RegistryError {
     /// The store failed.
     #[error("message store: {0}")]
     Store(#[from] StoreError),
+    /// The change is not valid (a name or a setting out of the config file's bounds).
+    #[error("{0}")]
+    Invalid(String),
     /// The broker is stopping: no entity is created, changed or deleted any more.
     #[error("the broker is shutting down")]
     Stopping,
@@ -197,29 +200,103 @@ impl Registry {
     /// [`RegistryError::NotFound`] when no such entity exists, [`RegistryError::Store`] when
     /// the declaration cannot be stored.
     pub async fn update(&self, declaration: &Declaration) -> Result<(), RegistryError> {
-        let name = declaration.name().to_lowercase();
         let handle = self
-            .lookup(&name)
+            .lookup(declaration.name())
             .ok_or_else(|| RegistryError::NotFound(declaration.name().to_owned()))?;
+        let (reply, applied) = oneshot::channel();
+        let settings = setup::settings(declaration);
+        let command = Command::Reconfigure { settings, reply };
+        if handle.post(command).await.is_err() || applied.await.is_err() {
+            return Err(RegistryError::NotFound(declaration.name().to_owned()));
+        }
+        self.keep(declaration.clone()).await?;
+        tracing::info!(entity = declaration.name(), "updated");
+        Ok(())
+    }
+
+    /// Adds a subscription to a live topic, empty, with its declared rules (`$Default` when it
+    /// declares none), and stores the topic's changed declaration. A subscription added to a
+    /// topic the config file declares lasts until the next start, when the file's declaration
+    /// applies again.
+    ///
+    /// # Errors
+    /// [`RegistryError::NotFound`] for no such topic, [`RegistryError::Exists`] for a taken
+    /// name, [`RegistryError::Invalid`] for a declaration out of bounds.
+    pub async fn add_subscription(
+        &self,
+        topic: &str,
+        subscription: SubscriptionConfig,
+    ) -> Result<(), RegistryError> {
+        let entry = self
+            .entry(topic)
+            .ok_or_else(|| RegistryError::NotFound(topic.to_owned()))?;
+        let Declaration::Topic(mut declaration) = entry.declaration.clone() else {
+            return Err(RegistryError::NotFound(topic.to_owned()));
+        };
+        let path = format!("{}/Subscriptions/{}", declaration.name, subscription.name);
+        if entry.handle.subscription(&subscription.name).is_some() {
+            return Err(RegistryError::Exists(path));
+        }
+        declaration
+            .subscriptions
+            .retain(|s| !s.name.eq_ignore_ascii_case(&subscription.name));
+        declaration.subscriptions.push(subscription.clone());
+        let changed = Declaration::parse(&Declaration::Topic(declaration).to_toml(), "the request")
+            .map_err(|e| RegistryError::Invalid(e.to_string()))?;
+        let (reply, added) = oneshot::channel();
+        let command = Command::AddSubscription {
+            config: subscription,
+            reply,
+        };
+        if entry.handle.post(command).await.is_err() {
+            return Err(RegistryError::NotFound(topic.to_owned()));
+        }
+        match added.await {
+            Ok(Ok(())) => self.keep(changed).await,
+            Ok(Err(reason)) => Err(RegistryError::Invalid(reason)),
+            Err(_) => Err(RegistryError::NotFound(topic.to_owned())),
+        }
+    }
+
+    /// Deletes a subscription of a live topic with its messages and stores the topic's changed
+    /// declaration.
+    ///
+    /// # Errors
+    /// [`RegistryError::NotFound`] for no such topic or subscription.
+    pub async fn remove_subscription(&self, topic: &str, name: &str) -> Result<(), RegistryError> {
+        let path = format!("{topic}/Subscriptions/{name}");
+        let entry = self
+            .entry(topic)
+            .ok_or_else(|| RegistryError::NotFound(path.clone()))?;
+        let Declaration::Topic(mut declaration) = entry.declaration.clone() else {
+            return Err(RegistryError::NotFound(path));
+        };
+        let (reply, removed) = oneshot::channel();
+        let command = Command::RemoveSubscription {
+            name: name.to_owned(),
+            reply,
+        };
+        if entry.handle.post(command).await.is_err() || !matches!(removed.await, Ok(Ok(()))) {
+            return Err(RegistryError::NotFound(path));
+        }
+        declaration
+            .subscriptions
+            .retain(|s| !s.name.eq_ignore_ascii_case(name));
+        self.keep(Declaration::Topic(declaration)).await
+    }
+
+    /// Stores a live entity's changed declaration and keeps it with the entity.
+    async fn keep(&self, declaration: Declaration) -> Result<(), RegistryError> {
         let store = self.store()?;
-        let (key, text) = (name.clone(), declaration.to_toml());
+        let name = declaration.name().to_lowercase();
+        let text = declaration.to_toml();
+        let key = name.clone();
         tokio::task::spawn_blocking(move || store.set_declaration(&key, Some(&text)))
             .await
             .map_err(|e| StoreError::Sled(format!("storing a declaration: {e}")))??;
-        let (reply, applied) = oneshot::channel();
-        let settings = setup::settings(declaration);
-        if handle
-            .post(Command::Reconfigure { settings, reply })
-            .await
-            .is_err()
-            || applied.await.is_err()
-        {
-            return Err(RegistryError::NotFound(declaration.name().to_owned()));
-        }
         if let Some(entry) = self.write().get_mut(&name) {
-            entry.declaration = declaration.clone();
+            entry.declaration = declaration;
         }
-        tracing::info!(entity = declaration.name(), "updated");
         Ok(())
     }
 

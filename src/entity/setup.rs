@@ -132,7 +132,7 @@ pub fn topic(config: &TopicConfig, mut log: EntityLog) -> Result<Parts, StoreErr
         .iter()
         .map(|subscription| subscription.name.to_lowercase())
         .collect();
-    let numbers = log.subscription_numbers(&names)?;
+    let numbers = log.subscription_numbers(&names, 0)?;
     let mut subscriptions = Vec::with_capacity(config.subscriptions.len());
     for (subscription, name) in config.subscriptions.iter().zip(&names) {
         let lane = LaneId {
@@ -140,18 +140,15 @@ pub fn topic(config: &TopicConfig, mut log: EntityLog) -> Result<Parts, StoreErr
             dead_letter: false,
         };
         let added = added_rules(&log, lane)?;
-        subscriptions.push(SubscriptionLanes {
-            route: route(lane, subscription, added),
-            rules: lane_rules(
-                subscription.lock_duration,
-                subscription.max_delivery_count,
-                subscription.default_message_time_to_live,
-                subscription.dead_lettering_on_message_expiration,
-                subscription.requires_session,
-            ),
-            main: recover(&mut log, lane, subscription.requires_session)?,
-            dead_letter: log.recover(lane.dead_letter_lane())?,
-        });
+        let main = recover(&mut log, lane, subscription.requires_session)?;
+        let dead_letter = log.recover(lane.dead_letter_lane())?;
+        subscriptions.push(subscription_lanes(
+            subscription,
+            lane,
+            added,
+            main,
+            dead_letter,
+        ));
     }
     let core = EntityCore::topic(
         config.max_size_in_megabytes.saturating_mul(1024 * 1024),
@@ -167,6 +164,30 @@ pub fn topic(config: &TopicConfig, mut log: EntityLog) -> Result<Parts, StoreErr
         auto_delete_on_idle: config.auto_delete_on_idle,
         subscriptions: Some(numbers),
     })
+}
+
+/// A subscription's lanes from its declaration: its route (its declared rules, with the ones
+/// `added` at run time), its lane rules, and what recovery found in its two lanes (nothing,
+/// for one created at run time).
+pub fn subscription_lanes(
+    config: &SubscriptionConfig,
+    lane: LaneId,
+    added: Vec<Rule>,
+    main: Recovered,
+    dead_letter: Recovered,
+) -> SubscriptionLanes {
+    SubscriptionLanes {
+        route: route(lane, config, added),
+        rules: lane_rules(
+            config.lock_duration,
+            config.max_delivery_count,
+            config.default_message_time_to_live,
+            config.dead_lettering_on_message_expiration,
+            config.requires_session,
+        ),
+        main,
+        dead_letter,
+    }
 }
 
 /// The rules a subscription was given at run time, read back; one that does not read is

@@ -984,13 +984,15 @@ impl EntityLog {
     /// The lane numbers of a topic's subscriptions, by (lower-cased) name: the number each
     /// got when it first appeared, kept in the tree under `s` + name, so that a subscription's
     /// messages stay its own whatever the order of the declarations; new names are numbered
-    /// after the highest. In `memory` mode they are numbered from 1.
+    /// after the highest stored one and after `in_use` (the highest number a running topic
+    /// uses). In `memory` mode nothing is stored: they are numbered from `in_use` + 1.
     ///
     /// # Errors
     /// [`StoreError::Sled`] when the numbers cannot be read or stored.
     pub fn subscription_numbers(
         &mut self,
         names: &[String],
+        in_use: u32,
     ) -> Result<HashMap<String, u32>, StoreError> {
         let mut known: HashMap<String, u32> = HashMap::new();
         if let Some(tree) = &self.tree {
@@ -1004,7 +1006,7 @@ impl EntityLog {
                 }
             }
         }
-        let mut next = known.values().max().copied().unwrap_or(0) + 1;
+        let mut next = known.values().max().copied().unwrap_or(0).max(in_use) + 1;
         let mut numbers = HashMap::with_capacity(names.len());
         for name in names {
             let number = match known.get(name) {

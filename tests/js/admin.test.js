@@ -52,6 +52,10 @@ const { ServiceBusAdministrationClient } = require("@azure/service-bus");
     .then(() => "created twice", (e) => e.code);
   await client.deleteRule("events", "all", "red");
   seen.ruleGone = await client.ruleExists("events", "all", "red");
+  await client.createSubscription("events", "made", { maxDeliveryCount: 3 });
+  seen.madeSubscription = (await client.getSubscription("events", "made")).maxDeliveryCount;
+  await client.deleteSubscription("events", "made");
+  seen.subscriptionGone = await client.subscriptionExists("events", "made");
   const subscription = await client.getSubscription("events", "all");
   seen.subscription = [subscription.subscriptionName, subscription.topicName, subscription.maxDeliveryCount];
   await client.deleteQueue("made");
@@ -111,6 +115,8 @@ brokerTest(
     assert.equal(seen.ruleExists, "MessageEntityAlreadyExistsError");
     assert.equal(seen.ruleGone, false);
     assert.deepEqual(seen.subscription, ["all", "events", 10]);
+    assert.equal(seen.madeSubscription, 3);
+    assert.equal(seen.subscriptionGone, false);
     assert.equal(seen.deleted, false);
   },
 );

@@ -116,6 +116,8 @@ def test_a_queue_created_at_run_time_is_used_counted_deleted(secured):
 def test_a_created_queue_survives_a_restart(secured):
     with admin(secured) as client:
         client.create_queue("kept", requires_session=True)
+        client.create_topic("topic-made")
+        client.create_subscription("topic-made", "sub", max_delivery_count=5)
     with open_client(secured) as data:
         with data.get_queue_sender("kept") as sender:
             sender.send_messages(ServiceBusMessage("stored", session_id="s"))
@@ -125,9 +127,11 @@ def test_a_created_queue_survives_a_restart(secured):
         kept = client.get_queue("kept")
         assert kept.requires_session
         assert client.get_queue_runtime_properties("kept").active_message_count == 1
-        client.create_topic("topic-made")
         assert client.get_topic("topic-made").name == "topic-made"
+        assert client.get_subscription("topic-made", "sub").max_delivery_count == 5
         client.delete_topic("topic-made")
+        with pytest.raises(ResourceNotFoundError):
+            client.get_topic("topic-made")
 
 
 def test_what_tidebus_does_not_do_is_refused_naming_it(secured):
@@ -239,3 +243,35 @@ def test_rules_are_created_read_listed_and_deleted_and_pick_copies(secured):
             client.delete_rule("events", "picky", "red")
         with pytest.raises(ResourceNotFoundError):
             client.get_rule("events", "nowhere", "vip")
+
+
+def test_subscriptions_are_created_on_a_live_topic_and_deleted(secured):
+    with admin(secured) as client:
+        created = client.create_subscription(
+            "events", "made", max_delivery_count=3, lock_duration=timedelta(seconds=20)
+        )
+        assert (created.name, created.max_delivery_count) == ("made", 3)
+        with pytest.raises(ResourceExistsError):
+            client.create_subscription("events", "MADE")
+        with pytest.raises(ResourceNotFoundError):
+            client.create_subscription("nowhere", "made")
+        names = [s.name for s in client.list_subscriptions("events")]
+        assert names == ["all", "picky", "made"]
+        assert [r.name for r in client.list_rules("events", "made")] == ["$Default"]
+        with open_client(secured) as data:
+            with data.get_topic_sender("events") as sender:
+                sender.send_messages(ServiceBusMessage("to every subscription"))
+            with data.get_subscription_receiver(
+                "events", "made", max_wait_time=RECEIVE_WAIT_S
+            ) as receiver:
+                got = receive_exactly(receiver, 1)[0]
+                assert got.locked_until_utc - now_utc() < timedelta(seconds=25)
+                receiver.abandon_message(got)
+        runtime = client.get_subscription_runtime_properties("events", "made")
+        assert runtime.active_message_count == 1
+        client.delete_subscription("events", "made")
+        with pytest.raises(ResourceNotFoundError):
+            client.get_subscription("events", "made")
+        with pytest.raises(ResourceNotFoundError):
+            client.delete_subscription("events", "made")
+        assert [s.name for s in client.list_subscriptions("events")] == ["all", "picky"]

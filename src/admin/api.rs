@@ -470,12 +470,16 @@ fn feed(
 
 /// The description in a request's body.
 async fn sent(request: Request<Incoming>) -> Result<atom::Sent, String> {
-    let body = Limited::new(request.into_body(), MAX_BODY)
+    atom::read_description(&body(request).await?)
+}
+
+/// A request's body, at most [`MAX_BODY`] bytes.
+async fn body(request: Request<Incoming>) -> Result<Bytes, String> {
+    Ok(Limited::new(request.into_body(), MAX_BODY)
         .collect()
         .await
         .map_err(|e| format!("the body does not read: {e}"))?
-        .to_bytes();
-    atom::read_description(&body)
+        .to_bytes())
 }
 
 /// Updates a queue or topic from the description in the request's body (`If-Match: *`): the
@@ -596,6 +600,24 @@ const IGNORED: [&str; 3] = [
     "MaxMessageSizeInKilobytes",
 ];
 
+/// Whether a property a client sent changes nothing: read-only, ignored, or for what Tidebus
+/// does not do and at its off value.
+///
+/// # Errors
+/// A property for what Tidebus does not do, asking for it.
+fn passed_over(property: &str, value: &str) -> Result<bool, String> {
+    if READ_ONLY.contains(&property) || IGNORED.contains(&property) {
+        return Ok(true);
+    }
+    match OFF_ONLY.iter().find(|(known, _)| *known == property) {
+        None => Ok(false),
+        Some((_, allowed)) if allowed.iter().any(|a| a.eq_ignore_ascii_case(value)) => Ok(true),
+        Some((_, allowed)) => Err(format!(
+            "{property} = {value:?} is not supported; Tidebus accepts only {allowed:?}"
+        )),
+    }
+}
+
 /// The declaration a client's description asks for, validated as a config entry would be.
 fn declaration(name: &str, sent: &atom::Sent) -> Result<Declaration, String> {
     let table = match sent.kind.as_str() {
@@ -626,19 +648,8 @@ fn apply(mut declaration: Declaration, sent: &atom::Sent) -> Result<Declaration,
         ));
     }
     for (property, value) in &sent.fields {
-        if READ_ONLY.contains(&property.as_str()) || IGNORED.contains(&property.as_str()) {
+        if passed_over(property, value)? {
             continue;
-        }
-        if let Some((_, allowed)) = OFF_ONLY.iter().find(|(name, _)| name == property) {
-            if allowed
-                .iter()
-                .any(|accepted| accepted.eq_ignore_ascii_case(value))
-            {
-                continue;
-            }
-            return Err(format!(
-                "{property} = {value:?} is not supported; Tidebus accepts only {allowed:?}"
-            ));
         }
         let applied = match &mut declaration {
             Declaration::Queue(queue) => set_queue(queue, property, value),
@@ -851,14 +862,9 @@ async fn create_rule(
     name: &str,
     request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
-    let body = match Limited::new(request.into_body(), MAX_BODY).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("the body does not read: {e}"),
-            )
-        }
+    let body = match body(request).await {
+        Ok(body) => body,
+        Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
     };
     let rule = match rules::read(&body, name, now_ms()) {
         Ok(rule) => rule,
@@ -895,14 +901,9 @@ async fn create_subscription(
     name: &str,
     request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
-    let body = match Limited::new(request.into_body(), MAX_BODY).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("the body does not read: {e}"),
-            )
-        }
+    let body = match body(request).await {
+        Ok(body) => body,
+        Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
     };
     let config = match atom::parse(&body).and_then(|root| subscription_config(name, &root)) {
         Ok(config) => config,
@@ -944,19 +945,8 @@ fn subscription_config(name: &str, root: &atom::Element) -> Result<SubscriptionC
             config.rules = vec![rules::declared(&rule)?];
             continue;
         }
-        if READ_ONLY.contains(&property) || IGNORED.contains(&property) {
+        if passed_over(property, value)? {
             continue;
-        }
-        if let Some((_, allowed)) = OFF_ONLY.iter().find(|(known, _)| *known == property) {
-            if allowed
-                .iter()
-                .any(|accepted| accepted.eq_ignore_ascii_case(value))
-            {
-                continue;
-            }
-            return Err(format!(
-                "{property} = {value:?} is not supported; Tidebus accepts only {allowed:?}"
-            ));
         }
         let applied: Result<(), String> = (|| {
             match property {

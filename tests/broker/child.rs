@@ -14,6 +14,8 @@ pub struct ChildBroker {
     pub addr: std::net::SocketAddr,
     /// Where its TLS listener is, if the config has one.
     pub tls_addr: Option<std::net::SocketAddr>,
+    /// Where its administration endpoint is, unless the config turns it off.
+    pub admin_addr: Option<std::net::SocketAddr>,
     child: Option<Child>,
     log: PathBuf,
 }
@@ -82,6 +84,7 @@ impl ChildBroker {
         let mut broker = ChildBroker {
             addr: "127.0.0.1:0".parse().expect("addr"),
             tls_addr: None,
+            admin_addr: None,
             child: Some(child),
             log,
         };
@@ -91,10 +94,13 @@ impl ChildBroker {
                 // The plain listener's address is the first line, the TLS one's `tls ADDR`.
                 if let Some(Ok(addr)) = text.lines().next().map(str::parse) {
                     broker.addr = addr;
-                    broker.tls_addr = text
-                        .lines()
-                        .find_map(|line| line.strip_prefix("tls "))
-                        .and_then(|tls| tls.parse().ok());
+                    let line = |prefix: &str| {
+                        text.lines()
+                            .find_map(|line| line.strip_prefix(prefix))
+                            .and_then(|addr| addr.parse().ok())
+                    };
+                    broker.tls_addr = line("tls ");
+                    broker.admin_addr = line("admin ");
                     return broker;
                 }
             }

@@ -16,6 +16,7 @@ from azure.core.exceptions import (
     ResourceNotFoundError,
 )
 from azure.servicebus import ServiceBusMessage
+from azure.servicebus.exceptions import MessagingEntityNotFoundError
 from azure.servicebus.management import (
     CorrelationRuleFilter,
     ServiceBusAdministrationClient,
@@ -275,3 +276,14 @@ def test_subscriptions_are_created_on_a_live_topic_and_deleted(secured):
         with pytest.raises(ResourceNotFoundError):
             client.delete_subscription("events", "made")
         assert [s.name for s in client.list_subscriptions("events")] == ["all", "picky"]
+
+
+def test_deleting_a_queue_detaches_its_receivers_with_not_found(secured):
+    with admin(secured) as client:
+        client.create_queue("doomed")
+        with open_client(secured) as data:
+            with data.get_queue_receiver("doomed", max_wait_time=RECEIVE_WAIT_S) as receiver:
+                assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
+                client.delete_queue("doomed")
+                with pytest.raises(MessagingEntityNotFoundError):
+                    receiver.receive_messages(max_message_count=1, max_wait_time=RECEIVE_WAIT_S)

@@ -393,6 +393,63 @@ async fn the_tls_listener_refuses_plain_amqp_and_closes_unfinished_handshakes() 
     connection.close().await.expect("close");
 }
 
+/// The administration endpoint bounds what a client sends: a body over 1 MiB and a request
+/// that is not HTTP are refused, an unauthenticated request gets 401, and the broker goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_endpoint_refuses_oversized_and_garbage_requests() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = "[broker]\nallow_anonymous = false\n\n[[shared_access_policies]]\nname = \"p\"\n\
+                  key = \"k\"\nrights = [\"Manage\"]\n\n[[queues]]\nname = \"q\"\n";
+    let broker = ChildBroker::start(dir.path(), config);
+    let admin = broker
+        .admin_addr
+        .expect("the ready file names the admin endpoint");
+    let exchange = |request: Vec<u8>| async move {
+        let mut socket = TcpStream::connect(admin).await.expect("connect");
+        // The broker may answer and close before reading everything: a failed write is fine.
+        let _ = socket.write_all(&request).await;
+        let mut answer = Vec::new();
+        let _ = timeout(DEADLINE, socket.read_to_end(&mut answer)).await;
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    let expiry = u64::try_from(crate::support::now_ms() / 1000 + 3600).expect("positive");
+    let valid = tidebus::auth::sas::sign("https://localhost/", "p", b"k", expiry);
+    let head = |method: &str, token: &str, length: usize| {
+        format!(
+            "{method} /q2?api-version=2021-05 HTTP/1.1\r\nHost: localhost\r\n\
+             Authorization: {token}\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n"
+        )
+        .into_bytes()
+    };
+    let forged = "SharedAccessSignature sr=x&sig=AA%3D%3D&se=1&skn=p";
+    let unauthorized = exchange(head("GET", forged, 0)).await;
+    assert!(unauthorized.starts_with("HTTP/1.1 401"), "{unauthorized}");
+    let missing = exchange(head("GET", &valid, 0)).await;
+    assert!(
+        missing.starts_with("HTTP/1.1 404"),
+        "a valid token passes: {missing}"
+    );
+    let mut oversized = head("PUT", &valid, 2 * 1024 * 1024);
+    oversized.extend(vec![b'x'; 2 * 1024 * 1024]);
+    let answer = exchange(oversized).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 400"),
+        "an oversized body: {answer}"
+    );
+    assert!(answer.contains("does not read"), "{answer}");
+    let garbage = exchange(b"\x16\x03\x01 not http at all\r\n\r\n".to_vec()).await;
+    assert!(
+        garbage.is_empty() || garbage.starts_with("HTTP/1.1 400"),
+        "{garbage}"
+    );
+    let anonymous = exchange(
+        b"GET /$namespaceinfo HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".to_vec(),
+    )
+    .await;
+    assert!(anonymous.starts_with("HTTP/1.1 401"), "{anonymous}");
+    assert!(anonymous.contains("<Code>401</Code>"), "{anonymous}");
+}
+
 /// Defect 4: sockets that never finish their handshake are closed at `handshake_timeout`,
 /// so they cannot hold the connection slots for long.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

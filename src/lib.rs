@@ -29,6 +29,7 @@ pub mod entity;
 pub mod filter;
 pub mod message;
 pub mod node;
+pub mod notify;
 pub mod reaper;
 pub mod server;
 pub mod shutdown;
@@ -94,6 +95,36 @@ pub struct Bound {
     pub tls: Option<SocketAddr>,
     /// The administration endpoint's address.
     pub admin: Option<SocketAddr>,
+}
+
+/// How often the service manager hears the broker's status.
+const STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Tells the service manager the connections and entities every [`STATUS_INTERVAL`], and pings
+/// its watchdog when it asked for pings, until `stop`.
+async fn report_status(
+    notifier: Arc<notify::Notifier>,
+    acceptance: server::Acceptance,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let every = notifier
+        .watchdog
+        .map_or(STATUS_INTERVAL, |watchdog| watchdog.min(STATUS_INTERVAL));
+    let mut ticks = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let connections = acceptance.max_connections - acceptance.permits.available_permits();
+        let entities = acceptance.shared.registry.len();
+        notifier.send(&format!(
+            "STATUS={connections} connections, {entities} entities"
+        ));
+        if notifier.watchdog.is_some() {
+            notifier.send("WATCHDOG=1");
+        }
+    }
 }
 
 /// Runs the broker on bound listeners until `shutdown` resolves, then closes every
@@ -203,8 +234,20 @@ pub async fn run(
         .collect();
     tracing::info!(plain = ?bound.plain, tls = ?bound.tls, admin = ?bound.admin, entities, allow_anonymous = config.broker.allow_anonymous, "listening");
     on_ready(bound);
+    let notifier = notify::Notifier::from_env().map(Arc::new);
+    if let Some(notifier) = &notifier {
+        notifier.send("READY=1");
+        tasks.tracker.spawn(report_status(
+            notifier.clone(),
+            acceptance.clone(),
+            tasks.token.clone(),
+        ));
+    }
     shutdown.await;
     tracing::info!("shutting down");
+    if let Some(notifier) = &notifier {
+        notifier.send("STOPPING=1");
+    }
     let finished = tasks.drain(config.broker.shutdown_timeout).await;
     for accept in accepts {
         let _ = accept.await;

@@ -186,14 +186,23 @@ async fn bind(address: SocketAddr) -> Result<TcpListener, String> {
 }
 
 /// Resolves on the first SIGINT or SIGTERM. The handlers are installed by this call, before
-/// the broker starts, so a failure to install them is a startup error.
+/// the broker starts, so a failure to install them is a startup error. SIGHUP, which asks a
+/// daemon to reload its configuration, is logged and otherwise ignored: reloading is not
+/// supported yet, and a stray SIGHUP must not stop the broker.
 fn shutdown_signal() -> io::Result<impl Future<Output = ()>> {
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
     Ok(async move {
-        let name = tokio::select! {
-            _ = interrupt.recv() => "SIGINT",
-            _ = terminate.recv() => "SIGTERM",
+        let name = loop {
+            tokio::select! {
+                _ = interrupt.recv() => break "SIGINT",
+                _ = terminate.recv() => break "SIGTERM",
+                _ = hangup.recv() => tracing::warn!(
+                    "SIGHUP ignored: reloading the configuration is not supported yet; \
+                     restart the broker to apply a changed file"
+                ),
+            }
         };
         tracing::info!(signal = name, "shutdown requested");
     })

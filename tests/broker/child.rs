@@ -23,17 +23,22 @@ pub struct ChildBroker {
 impl ChildBroker {
     /// Starts the binary with `config` (TOML text) on `data_dir` and waits until it is ready.
     pub fn start(dir: &Path, config: &str) -> Self {
-        Self::spawn(dir, config, None)
+        Self::spawn(dir, config, None, &[])
+    }
+
+    /// Like [`ChildBroker::start`], with `env` added to the process's environment.
+    pub fn start_with_env(dir: &Path, config: &str, env: &[(&str, &Path)]) -> Self {
+        Self::spawn(dir, config, None, env)
     }
 
     /// Like [`ChildBroker::start`], but no file the process writes may grow past
     /// `max_file_bytes` (`RLIMIT_FSIZE`, with `SIGXFSZ` ignored): a write past it fails as on a
     /// full disk.
     pub fn start_with_full_disk_at(dir: &Path, config: &str, max_file_bytes: u64) -> Self {
-        Self::spawn(dir, config, Some(max_file_bytes))
+        Self::spawn(dir, config, Some(max_file_bytes), &[])
     }
 
-    fn spawn(dir: &Path, config: &str, max_file_bytes: Option<u64>) -> Self {
+    fn spawn(dir: &Path, config: &str, max_file_bytes: Option<u64>, env: &[(&str, &Path)]) -> Self {
         let config_path = dir.join("tidebus.toml");
         std::fs::write(&config_path, config).expect("write config");
         let ready = dir.join("ready");
@@ -76,6 +81,7 @@ impl ChildBroker {
             .arg("--ready-file")
             .arg(&ready)
             .env("RUST_LOG", "tidebus=debug")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file)
@@ -147,6 +153,17 @@ impl ChildBroker {
         let mut child = self.child.take().expect("running");
         child.kill().expect("kill -9");
         child.wait().expect("reap");
+    }
+
+    /// SIGHUP (a reload request).
+    pub fn hang_up(&mut self) {
+        let pid = self.child_mut().id();
+        let status = Command::new("kill")
+            .arg("-HUP")
+            .arg(pid.to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -HUP failed");
     }
 
     /// SIGTERM, and the exit status within the deadline.

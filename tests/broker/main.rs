@@ -2,6 +2,7 @@
 
 mod azservicebus;
 mod child;
+mod daemon;
 mod durability;
 mod emulator_config;
 mod fe2o3_client;

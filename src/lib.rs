@@ -1,7 +1,8 @@
 //! Tidebus: an AMQP 1.0 message broker with Azure Service Bus semantics.
 //!
 //! Map of the crate (design.md §2):
-//! - [`config`]: the TOML schema, the embedded default and validation.
+//! - [`config`]: the TOML schema (and the emulator's `Config.json`), the embedded default and
+//!   validation; [`reload`]: a changed file applied while running (SIGHUP).
 //! - [`server`]: the accept loops; [`tls`]: its certificates; [`shutdown`]: one signal and a
 //!   task tracker.
 //! - [`auth`]: shared access policies, tokens and SASL PLAIN credentials, and what each
@@ -15,6 +16,8 @@
 //! - [`entity`]: queues and topics as actors (handle, the pure core, task, setup, registry).
 //! - [`filter`]: the subscription rule language (correlation and SQL filters, SQL actions).
 //! - [`store`]: the sled message log, versioned records and group commit.
+//! - [`admin`]: the administration endpoint (Service Bus's ATOM management API over HTTPS).
+//! - [`notify`]: systemd's readiness and status notifications.
 //! - [`sweeper`]: the TTL sweeper; [`reaper`]: auto-delete on idle; [`trimmer`]: gives freed
 //!   heap memory back (background ticks).
 #![deny(missing_docs)]
@@ -31,6 +34,7 @@ pub mod message;
 pub mod node;
 pub mod notify;
 pub mod reaper;
+pub mod reload;
 pub mod server;
 pub mod shutdown;
 pub mod store;
@@ -97,6 +101,37 @@ pub struct Bound {
     pub admin: Option<SocketAddr>,
 }
 
+/// Applies each reloaded config in turn until `stop`, logging what it did and kept.
+async fn apply_reloads(
+    registry: Arc<Registry>,
+    mut running: Config,
+    mut reloads: tokio::sync::mpsc::UnboundedReceiver<Config>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        let new = tokio::select! {
+            _ = stop.cancelled() => return,
+            new = reloads.recv() => match new {
+                Some(new) => new,
+                None => return,
+            },
+        };
+        let (report, baseline) = reload::apply(&registry, &running, &new).await;
+        for line in &report.applied {
+            tracing::info!("reload: {line}");
+        }
+        for line in &report.kept {
+            tracing::warn!("reload: {line}");
+        }
+        tracing::info!(
+            applied = report.applied.len(),
+            kept = report.kept.len(),
+            "reload applied"
+        );
+        running = baseline;
+    }
+}
+
 /// How often the service manager hears the broker's status.
 const STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -138,6 +173,22 @@ pub async fn run(
     config: Config,
     listeners: impl Into<Listeners>,
     shutdown: impl Future<Output = ()>,
+    on_ready: impl FnOnce(Bound),
+) -> Result<(), RunError> {
+    let (_, reloads) = tokio::sync::mpsc::unbounded_channel();
+    run_with_reloads(config, listeners, shutdown, reloads, on_ready).await
+}
+
+/// Like [`run`], applying each config that `reloads` brings (the daemon's SIGHUP) through
+/// [`reload::apply`].
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_with_reloads(
+    config: Config,
+    listeners: impl Into<Listeners>,
+    shutdown: impl Future<Output = ()>,
+    reloads: tokio::sync::mpsc::UnboundedReceiver<Config>,
     on_ready: impl FnOnce(Bound),
 ) -> Result<(), RunError> {
     let listeners = listeners.into();
@@ -233,6 +284,12 @@ pub async fn run(
         .chain(admin)
         .collect();
     tracing::info!(plain = ?bound.plain, tls = ?bound.tls, admin = ?bound.admin, entities, allow_anonymous = config.broker.allow_anonymous, "listening");
+    tasks.tracker.spawn(apply_reloads(
+        acceptance.shared.registry.clone(),
+        config.clone(),
+        reloads,
+        tasks.token.clone(),
+    ));
     on_ready(bound);
     let notifier = notify::Notifier::from_env().map(Arc::new);
     if let Some(notifier) = &notifier {

@@ -119,7 +119,7 @@ async fn run_broker(args: RunArgs) -> ExitCode {
         Ok(config) => config,
         Err(error) => return config_error(&error),
     };
-    match serve(config, args.ready_file).await {
+    match serve(config, args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("error: {message}");
@@ -147,7 +147,7 @@ fn load_config(args: &RunArgs) -> Result<Config, ConfigError> {
 }
 
 /// Binds, then runs the broker until SIGINT or SIGTERM.
-async fn serve(config: Config, ready_file: Option<PathBuf>) -> Result<(), String> {
+async fn serve(config: Config, args: RunArgs) -> Result<(), String> {
     // Read the certificate and bind before anything starts, so a bad file or a bad or busy
     // address fails at once.
     let plain = match config.broker.listen {
@@ -165,10 +165,12 @@ async fn serve(config: Config, ready_file: Option<PathBuf>) -> Result<(), String
         Some(listen) => Some(bind(listen).await?),
         None => None,
     };
-    let shutdown =
-        shutdown_signal().map_err(|e| format!("cannot install the signal handlers: {e}"))?;
+    let installed = |e: io::Error| format!("cannot install the signal handlers: {e}");
+    let shutdown = shutdown_signal().map_err(installed)?;
+    let ready_file = args.ready_file.clone();
+    let reloads = reload_signal(args).map_err(installed)?;
     let listeners = Listeners { plain, tls, admin };
-    tidebus::run(config, listeners, shutdown, move |bound| {
+    tidebus::run_with_reloads(config, listeners, shutdown, reloads, move |bound| {
         if let Some(path) = ready_file {
             if let Err(error) = write_ready_file(&path, bound) {
                 tracing::error!(path = %path.display(), %error, "cannot write the ready file");
@@ -186,26 +188,41 @@ async fn bind(address: SocketAddr) -> Result<TcpListener, String> {
 }
 
 /// Resolves on the first SIGINT or SIGTERM. The handlers are installed by this call, before
-/// the broker starts, so a failure to install them is a startup error. SIGHUP, which asks a
-/// daemon to reload its configuration, is logged and otherwise ignored: reloading is not
-/// supported yet, and a stray SIGHUP must not stop the broker.
+/// the broker starts, so a failure to install them is a startup error.
 fn shutdown_signal() -> io::Result<impl Future<Output = ()>> {
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
-    let mut hangup = signal(SignalKind::hangup())?;
     Ok(async move {
-        let name = loop {
-            tokio::select! {
-                _ = interrupt.recv() => break "SIGINT",
-                _ = terminate.recv() => break "SIGTERM",
-                _ = hangup.recv() => tracing::warn!(
-                    "SIGHUP ignored: reloading the configuration is not supported yet; \
-                     restart the broker to apply a changed file"
-                ),
-            }
+        let name = tokio::select! {
+            _ = interrupt.recv() => "SIGINT",
+            _ = terminate.recv() => "SIGTERM",
         };
         tracing::info!(signal = name, "shutdown requested");
     })
+}
+
+/// On each SIGHUP, reads the config file again (with the command line's overrides) and
+/// passes it on to be applied; a file with an error changes nothing and is logged with its
+/// position.
+fn reload_signal(args: RunArgs) -> io::Result<tokio::sync::mpsc::UnboundedReceiver<Config>> {
+    let mut hangup = signal(SignalKind::hangup())?;
+    let (reloads, received) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while hangup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the configuration");
+            match load_config(&args) {
+                Ok(config) => {
+                    if reloads.send(config).is_err() {
+                        return;
+                    }
+                }
+                Err(error) => {
+                    tracing::error!(%error, "reload refused: the file has an error, nothing changed")
+                }
+            }
+        }
+    });
+    Ok(received)
 }
 
 /// Writes the bound addresses to `path` (the plain one on the first line, then `tls ADDR`)

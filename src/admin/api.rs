@@ -540,7 +540,7 @@ async fn create(
     let registry = admin.registry.clone();
     let created = {
         let declaration = declaration.clone();
-        tokio::task::spawn_blocking(move || registry.create(&declaration)).await
+        tokio::task::spawn_blocking(move || registry.create(&declaration, false)).await
     };
     match created {
         Ok(Ok(_)) => {}

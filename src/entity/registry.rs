@@ -73,6 +73,9 @@ pub struct Entry {
     pub declaration: Declaration,
     /// When this broker started it (or created it), in ms since the Unix epoch.
     pub started_ms: i64,
+    /// Whether the config file declares it: its declaration is the file's, never stored, and
+    /// changes made at run time last until the next start.
+    pub from_file: bool,
 }
 
 /// Every live entity, by lower-cased name.
@@ -107,32 +110,34 @@ impl Registry {
             shutdown: shutdown.clone(),
             tracker: tracker.clone(),
         };
-        let mut declarations: Vec<Declaration> = config
+        let mut declarations: Vec<(Declaration, bool)> = config
             .queues
             .iter()
             .cloned()
             .map(Declaration::Queue)
             .chain(config.topics.iter().cloned().map(Declaration::Topic))
+            .map(|declaration| (declaration, true))
             .collect();
         for (name, text) in store.declarations()? {
             if declarations
                 .iter()
-                .any(|d| d.name().eq_ignore_ascii_case(&name))
+                .any(|(d, _)| d.name().eq_ignore_ascii_case(&name))
             {
                 tracing::info!(entity = %name, "created at run time and declared in the config: the config's settings apply");
                 continue;
             }
             let declaration = Declaration::parse(&text, &format!("<stored declaration of {name}>"))
                 .map_err(|e| StoreError::Sled(format!("stored declaration of {name}: {e}")))?;
-            declarations.push(declaration);
+            declarations.push((declaration, false));
         }
         let mut entities = HashMap::new();
-        for declaration in declarations {
+        for (declaration, from_file) in declarations {
             let handle = launcher.launch(&declaration)?;
             let entry = Entry {
                 handle,
                 declaration,
                 started_ms: now_ms(),
+                from_file,
             };
             entities.insert(entry.declaration.name().to_lowercase(), entry);
         }
@@ -164,12 +169,17 @@ impl Registry {
     }
 
     /// Creates and starts a queue or topic at run time; its declaration is stored first, so
-    /// it comes back at the next start. Blocks while the store flushes.
+    /// it comes back at the next start, unless `from_file` (a reloaded config file declares
+    /// it: the file brings it back). Blocks while the store flushes.
     ///
     /// # Errors
     /// [`RegistryError::Exists`] when the name is taken, [`RegistryError::Store`] when the
     /// declaration cannot be stored or the log opened.
-    pub fn create(&self, declaration: &Declaration) -> Result<EntityHandle, RegistryError> {
+    pub fn create(
+        &self,
+        declaration: &Declaration,
+        from_file: bool,
+    ) -> Result<EntityHandle, RegistryError> {
         let name = declaration.name().to_lowercase();
         let mut entities = self.write();
         if entities.contains_key(&name) {
@@ -177,14 +187,17 @@ impl Registry {
         }
         let launcher = self.launcher();
         let launcher = launcher.as_ref().ok_or(RegistryError::Stopping)?;
-        launcher
-            .store
-            .set_declaration(&name, Some(&declaration.to_toml()))?;
+        if !from_file {
+            launcher
+                .store
+                .set_declaration(&name, Some(&declaration.to_toml()))?;
+        }
         let handle = launcher.launch(declaration)?;
         let entry = Entry {
             handle: handle.clone(),
             declaration: declaration.clone(),
             started_ms: now_ms(),
+            from_file,
         };
         entities.insert(name, entry);
         tracing::info!(entity = declaration.name(), "created");
@@ -286,14 +299,18 @@ impl Registry {
     }
 
     /// Stores a live entity's changed declaration and keeps it with the entity.
+    /// One the config file declares is not stored: the file declares it at the next start.
     async fn keep(&self, declaration: Declaration) -> Result<(), RegistryError> {
         let store = self.store()?;
         let name = declaration.name().to_lowercase();
-        let text = declaration.to_toml();
-        let key = name.clone();
-        tokio::task::spawn_blocking(move || store.set_declaration(&key, Some(&text)))
-            .await
-            .map_err(|e| StoreError::Sled(format!("storing a declaration: {e}")))??;
+        let from_file = self.read().get(&name).is_some_and(|entry| entry.from_file);
+        if !from_file {
+            let text = declaration.to_toml();
+            let key = name.clone();
+            tokio::task::spawn_blocking(move || store.set_declaration(&key, Some(&text)))
+                .await
+                .map_err(|e| StoreError::Sled(format!("storing a declaration: {e}")))??;
+        }
         if let Some(entry) = self.write().get_mut(&name) {
             entry.declaration = declaration;
         }
@@ -452,14 +469,14 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         with_registry(dir.path(), &["declared"], |registry| async move {
             assert!(registry.lookup("Made").is_none());
-            registry.create(&queue("Made")).expect("created");
+            registry.create(&queue("Made"), false).expect("created");
             assert!(registry.lookup("made").is_some(), "names ignore case");
             assert!(matches!(
-                registry.create(&queue("MADE")),
+                registry.create(&queue("MADE"), false),
                 Err(RegistryError::Exists(_))
             ));
             assert!(matches!(
-                registry.create(&queue("Declared")),
+                registry.create(&queue("Declared"), false),
                 Err(RegistryError::Exists(_)),
             ));
         })

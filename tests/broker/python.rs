@@ -57,3 +57,11 @@ fn security_suite() {
 fn admin_suite() {
     pytest::run("tests/python/test_admin.py");
 }
+
+/// SIGHUP reloads the config file: an added queue created and used through the SDK, a changed
+/// delivery limit applied with a held lock untouched, a file with an error changing nothing,
+/// restart-only settings and removed queues reported.
+#[test]
+fn reload_suite() {
+    pytest::run("tests/python/test_reload.py");
+}

@@ -204,6 +204,28 @@ class Broker:
         # Stopped as asked: a second stop (the fixture's teardown) has nothing to do.
         self.process = None
 
+    def reload(self, queues=None, topics=None, text=None):
+        """Rewrite the config file (new `queues` and `topics`, or raw `text`), send SIGHUP and
+        wait until the broker has applied or refused it; returns the log lines it wrote."""
+        if queues is not None:
+            self.queues = list(queues)
+        if topics is not None:
+            self.topics = list(topics)
+        if text is None:
+            text = render_config(self.settings, self.queues, self.topics, self.policies)
+        before = self.read_log()
+        self.config_path.write_text(text)
+        self.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + START_DEADLINE_S
+        while True:
+            log = self.read_log()
+            added = log[len(before):]
+            if "reload applied" in added or "reload refused" in added:
+                return added
+            if time.monotonic() > deadline:
+                raise BrokerError(f"no reload within {START_DEADLINE_S:.0f} s:\n{added}")
+            time.sleep(POLL_S)
+
     def kill9(self):
         """SIGKILL, as a crash: the next `start()` recovers from what was durable."""
         self._kill()

@@ -1,0 +1,231 @@
+//! Applying a changed config file to the running broker (SIGHUP), through the registry's
+//! run-time paths: queues and topics the file adds are created; the settings Service Bus lets an
+//! update change are applied in place, without losing messages, locks or connections;
+//! subscriptions a topic gains are added. What needs a restart (listeners, the store, limits,
+//! policies, a subscription's or rule's changed settings) keeps its running value and is
+//! reported; entities the file no longer declares are left alone, and said so.
+
+use crate::config::{Config, Declaration, QueueConfig, TopicConfig};
+use crate::entity::registry::Registry;
+
+/// What a reload did or left, a line each, for the log.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Changes applied.
+    pub applied: Vec<String>,
+    /// Changes that need a restart, and entities left alone.
+    pub kept: Vec<String>,
+}
+
+/// Applies `new` over `running` and returns what happened, with the config the next reload
+/// compares with (the new file, but for the settings that kept their running values).
+pub async fn apply(registry: &Registry, running: &Config, new: &Config) -> (Report, Config) {
+    let mut report = Report::default();
+    restart_only(running, new, &mut report);
+    let declared = new
+        .queues
+        .iter()
+        .cloned()
+        .map(Declaration::Queue)
+        .chain(new.topics.iter().cloned().map(Declaration::Topic));
+    for declaration in declared {
+        entity(registry, &declaration, &mut report).await;
+    }
+    let kept = running
+        .queues
+        .iter()
+        .map(|queue| &queue.name)
+        .chain(running.topics.iter().map(|topic| &topic.name))
+        .filter(|name| {
+            let declared = |other: &String| other.eq_ignore_ascii_case(name);
+            !new.queues.iter().any(|queue| declared(&queue.name))
+                && !new.topics.iter().any(|topic| declared(&topic.name))
+        });
+    for name in kept {
+        report.kept.push(format!(
+            "'{name}' is no longer in the file: left alone (delete it through the \
+             administration API, or it goes at the next start)"
+        ));
+    }
+    let baseline = Config {
+        broker: running.broker.clone(),
+        admin: running.admin.clone(),
+        shared_access_policies: running.shared_access_policies.clone(),
+        ..new.clone()
+    };
+    (report, baseline)
+}
+
+/// Reports the settings that only a restart applies.
+fn restart_only(running: &Config, new: &Config, report: &mut Report) {
+    let (old, now) = (&running.broker, &new.broker);
+    let changed = [
+        ("broker.listen", old.listen != now.listen),
+        ("broker.tls", old.tls != now.tls),
+        ("broker.data_dir", old.data_dir != now.data_dir),
+        ("broker.durability", old.durability != now.durability),
+        (
+            "broker.flush_interval",
+            old.flush_interval != now.flush_interval,
+        ),
+        (
+            "broker.max_message_size",
+            old.max_message_size != now.max_message_size,
+        ),
+        (
+            "broker.cache_capacity",
+            old.cache_capacity != now.cache_capacity,
+        ),
+        (
+            "broker.max_connections",
+            old.max_connections != now.max_connections,
+        ),
+        ("broker.idle_timeout", old.idle_timeout != now.idle_timeout),
+        (
+            "broker.max_frame_size",
+            old.max_frame_size != now.max_frame_size,
+        ),
+        (
+            "broker.shutdown_timeout",
+            old.shutdown_timeout != now.shutdown_timeout,
+        ),
+        (
+            "broker.handshake_timeout",
+            old.handshake_timeout != now.handshake_timeout,
+        ),
+        (
+            "broker.connection_buffer",
+            old.connection_buffer != now.connection_buffer,
+        ),
+        (
+            "broker.write_timeout",
+            old.write_timeout != now.write_timeout,
+        ),
+        (
+            "broker.consumer_window",
+            old.consumer_window != now.consumer_window,
+        ),
+        (
+            "broker.max_links_per_connection",
+            old.max_links_per_connection != now.max_links_per_connection,
+        ),
+        (
+            "broker.allow_anonymous",
+            old.allow_anonymous != now.allow_anonymous,
+        ),
+        ("admin.listen", running.admin != new.admin),
+        (
+            "shared_access_policies",
+            running.shared_access_policies != new.shared_access_policies,
+        ),
+    ];
+    for (key, _) in changed.iter().filter(|(_, changed)| *changed) {
+        report.kept.push(format!(
+            "{key} changed: it needs a restart and keeps its running value"
+        ));
+    }
+}
+
+/// Creates, updates or reports one declared entity.
+async fn entity(registry: &Registry, declaration: &Declaration, report: &mut Report) {
+    let name = declaration.name();
+    let Some(entry) = registry.entry(name) else {
+        match registry.create(declaration, true) {
+            Ok(_) => report.applied.push(format!("created '{name}'")),
+            Err(error) => report.kept.push(format!("'{name}' not created: {error}")),
+        }
+        return;
+    };
+    let updated = match (&entry.declaration, declaration) {
+        (Declaration::Queue(before), Declaration::Queue(after)) => queue(before, after, report),
+        (Declaration::Topic(before), Declaration::Topic(after)) => {
+            topic(registry, before, after, report).await
+        }
+        _ => {
+            report.kept.push(format!(
+                "'{name}' changed between queue and topic: it needs deleting first"
+            ));
+            None
+        }
+    };
+    if let Some(updated) = updated {
+        match registry.update(&updated).await {
+            Ok(()) => report.applied.push(format!("updated '{name}'")),
+            Err(error) => report.kept.push(format!("'{name}' not updated: {error}")),
+        }
+    }
+}
+
+/// The queue to update to, if an updatable setting changed; a change an update cannot make
+/// is reported.
+fn queue(before: &QueueConfig, after: &QueueConfig, report: &mut Report) -> Option<Declaration> {
+    if before.requires_session != after.requires_session {
+        report.kept.push(format!(
+            "'{}': requires_session cannot change on a live queue; it keeps {}",
+            before.name, before.requires_session
+        ));
+    }
+    if before.shared_access_policies != after.shared_access_policies {
+        report.kept.push(format!(
+            "'{}': its shared access policies need a restart",
+            before.name
+        ));
+    }
+    let updated = QueueConfig {
+        requires_session: before.requires_session,
+        shared_access_policies: before.shared_access_policies.clone(),
+        ..after.clone()
+    };
+    (updated != *before).then_some(Declaration::Queue(updated))
+}
+
+/// The topic to update to, if a topic setting changed; subscriptions the file adds are added
+/// first, changed ones reported.
+async fn topic(
+    registry: &Registry,
+    before: &TopicConfig,
+    after: &TopicConfig,
+    report: &mut Report,
+) -> Option<Declaration> {
+    let mut subscriptions = before.subscriptions.clone();
+    for subscription in &after.subscriptions {
+        let same_name = |s: &&crate::config::SubscriptionConfig| {
+            s.name.eq_ignore_ascii_case(&subscription.name)
+        };
+        match before.subscriptions.iter().find(same_name) {
+            None => {
+                let path = format!("'{}/Subscriptions/{}'", after.name, subscription.name);
+                match registry
+                    .add_subscription(&after.name, subscription.clone())
+                    .await
+                {
+                    Ok(()) => {
+                        report.applied.push(format!("created {path}"));
+                        subscriptions.push(subscription.clone());
+                    }
+                    Err(error) => report.kept.push(format!("{path} not created: {error}")),
+                }
+            }
+            Some(running) if running != subscription => report.kept.push(format!(
+                "'{}/Subscriptions/{}': changed settings or rules need a restart",
+                after.name, subscription.name
+            )),
+            Some(_) => {}
+        }
+    }
+    if before.shared_access_policies != after.shared_access_policies {
+        report.kept.push(format!(
+            "'{}': its shared access policies need a restart",
+            before.name
+        ));
+    }
+    let updated = TopicConfig {
+        subscriptions,
+        shared_access_policies: before.shared_access_policies.clone(),
+        ..after.clone()
+    };
+    let topic_changed = updated.default_message_time_to_live != before.default_message_time_to_live
+        || updated.max_size_in_megabytes != before.max_size_in_megabytes
+        || updated.auto_delete_on_idle != before.auto_delete_on_idle;
+    topic_changed.then_some(Declaration::Topic(updated))
+}

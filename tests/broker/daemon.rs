@@ -48,3 +48,35 @@ fn ready_comes_once_clients_can_connect_then_status_then_stopping_on_sigterm() {
     assert!(exit.success(), "{exit}");
     until(&socket, "STOPPING=1");
 }
+
+/// `systemd-analyze verify` accepts the unit file (with `ExecStart` naming the binary built
+/// here, since verify checks that the program exists). Skipped, saying so, where the tool is
+/// not installed.
+#[test]
+fn the_unit_file_verifies() {
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/tidebus.service"
+    ))
+    .expect("config/tidebus.service");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tidebus.service");
+    let unit = unit.replace("/usr/local/bin/tidebus", env!("CARGO_BIN_EXE_tidebus"));
+    std::fs::write(&path, unit).expect("write");
+    let output = match std::process::Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+    {
+        Ok(output) => output,
+        Err(error) => {
+            eprintln!("systemd-analyze is not installed ({error}): the unit file is not verified");
+            return;
+        }
+    };
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stderr.trim().is_empty(),
+        "{stderr}"
+    );
+}

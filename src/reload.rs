@@ -1,12 +1,17 @@
 //! Applying a changed config file to the running broker (SIGHUP), through the registry's
 //! run-time paths: queues and topics the file adds are created; the settings Service Bus lets an
 //! update change are applied in place, without losing messages, locks or connections;
-//! subscriptions a topic gains are added. What needs a restart (listeners, the store, limits,
-//! policies, a subscription's or rule's changed settings) keeps its running value and is
-//! reported; entities the file no longer declares are left alone, and said so.
+//! subscriptions a topic gains are added, and a subscription's changed settings and rules
+//! applied. What needs a restart (listeners, the store, limits, policies, `requires_session`)
+//! keeps its running value and is reported; entities the file no longer declares are left
+//! alone, and said so.
 
-use crate::config::{Config, Declaration, QueueConfig, TopicConfig};
+use crate::config::{
+    Config, Declaration, QueueConfig, RuleConfig, SubscriptionConfig, TopicConfig,
+};
+use crate::entity::operation::Operation;
 use crate::entity::registry::Registry;
+use crate::entity::setup;
 
 /// What a reload did or left, a line each, for the log.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -188,10 +193,9 @@ async fn topic(
     report: &mut Report,
 ) -> Option<Declaration> {
     let mut subscriptions = before.subscriptions.clone();
+    let mut settings_changed = false;
     for subscription in &after.subscriptions {
-        let same_name = |s: &&crate::config::SubscriptionConfig| {
-            s.name.eq_ignore_ascii_case(&subscription.name)
-        };
+        let same_name = |s: &&SubscriptionConfig| s.name.eq_ignore_ascii_case(&subscription.name);
         match before.subscriptions.iter().find(same_name) {
             None => {
                 let path = format!("'{}/Subscriptions/{}'", after.name, subscription.name);
@@ -206,10 +210,18 @@ async fn topic(
                     Err(error) => report.kept.push(format!("{path} not created: {error}")),
                 }
             }
-            Some(running) if running != subscription => report.kept.push(format!(
-                "'{}/Subscriptions/{}': changed settings or rules need a restart",
-                after.name, subscription.name
-            )),
+            Some(running) if running != subscription => {
+                let changed =
+                    changed_subscription(registry, &after.name, running, subscription, report)
+                        .await;
+                if let Some(slot) = subscriptions
+                    .iter_mut()
+                    .find(|s| s.name.eq_ignore_ascii_case(&subscription.name))
+                {
+                    *slot = changed;
+                }
+                settings_changed = true;
+            }
             Some(_) => {}
         }
     }
@@ -227,5 +239,77 @@ async fn topic(
     let topic_changed = updated.default_message_time_to_live != before.default_message_time_to_live
         || updated.max_size_in_megabytes != before.max_size_in_megabytes
         || updated.auto_delete_on_idle != before.auto_delete_on_idle;
-    topic_changed.then_some(Declaration::Topic(updated))
+    (topic_changed || settings_changed).then_some(Declaration::Topic(updated))
+}
+
+/// A declared subscription whose settings or rules changed: the rules the file removed or
+/// changed are removed and its new or changed ones added (through the subscription's own
+/// `remove-rule` and `add-rule`; rules added at run time are not touched), and the settings to
+/// apply are returned; `requires_session` keeps its running value.
+async fn changed_subscription(
+    registry: &Registry,
+    topic: &str,
+    running: &SubscriptionConfig,
+    new: &SubscriptionConfig,
+    report: &mut Report,
+) -> SubscriptionConfig {
+    let path = format!("'{topic}/Subscriptions/{}'", new.name);
+    if running.requires_session != new.requires_session {
+        report.kept.push(format!(
+            "{path}: requires_session cannot change on a live subscription; it keeps {}",
+            running.requires_session
+        ));
+    }
+    let same = |a: &RuleConfig, b: &RuleConfig| a.name.eq_ignore_ascii_case(&b.name);
+    for old in &running.rules {
+        if new.rules.iter().any(|rule| rule == old) {
+            continue;
+        }
+        let operation = Operation::RemoveRule {
+            name: old.name.clone(),
+        };
+        match registry.manage(topic, &new.name, operation).await {
+            Ok(_) => report
+                .applied
+                .push(format!("{path}: removed rule '{}'", old.name)),
+            Err(error) => report
+                .kept
+                .push(format!("{path}: rule '{}' not removed: {error}", old.name)),
+        }
+    }
+    let mut rules = running.rules.clone();
+    rules.retain(|old| new.rules.contains(old));
+    for declared in &new.rules {
+        if running.rules.contains(declared) {
+            continue;
+        }
+        let Some(rule) = setup::rule(declared) else {
+            report
+                .kept
+                .push(format!("{path}: rule '{}' does not parse", declared.name));
+            continue;
+        };
+        match registry
+            .manage(topic, &new.name, Operation::AddRule { rule })
+            .await
+        {
+            Ok(_) => {
+                report
+                    .applied
+                    .push(format!("{path}: added rule '{}'", declared.name));
+                rules.retain(|old| !same(old, declared));
+                rules.push(declared.clone());
+            }
+            Err(error) => report.kept.push(format!(
+                "{path}: rule '{}' not added: {error}",
+                declared.name
+            )),
+        }
+    }
+    report.applied.push(format!("{path}: settings applied"));
+    SubscriptionConfig {
+        requires_session: running.requires_session,
+        rules,
+        ..new.clone()
+    }
 }

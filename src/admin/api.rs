@@ -24,7 +24,7 @@ use crate::auth::sas::Token;
 use crate::auth::{path_covers, resource_path};
 use crate::clock::now_ms;
 use crate::config::{Declaration, QueueConfig, Rights, SubscriptionConfig, TopicConfig};
-use crate::entity::handle::{Command, EntityError, EntityEvent, EntityStats, LaneId, Ticket};
+use crate::entity::handle::{Command, EntityError, EntityStats, LaneId};
 use crate::entity::operation::{Answer, Operation};
 use crate::entity::queue::LaneCounts;
 use crate::entity::registry::{Entry, RegistryError};
@@ -738,41 +738,14 @@ async fn manage(
     subscription: &Subscription,
     operation: Operation,
 ) -> Result<Answer, Response<Full<Bytes>>> {
-    let missing = || not_found(&subscription.path());
-    let entry = admin
+    admin
         .registry
-        .entry(&subscription.topic)
-        .ok_or_else(missing)?;
-    let number = entry
-        .handle
-        .subscription(&subscription.name)
-        .ok_or_else(missing)?;
-    let lane = LaneId {
-        subscription: number,
-        dead_letter: false,
-    };
-    let (sink, mut events) = tokio::sync::mpsc::unbounded_channel();
-    let ticket = Ticket {
-        link: 0,
-        request: 0,
-    };
-    let command = Command::Manage {
-        lane,
-        operation,
-        reply: (ticket, sink),
-    };
-    if entry.handle.post(command).await.is_err() {
-        return Err(missing());
-    }
-    match events.recv().await {
-        Some(EntityEvent::Managed {
-            result: Ok(answer), ..
-        }) => Ok(answer),
-        Some(EntityEvent::Managed {
-            result: Err(error), ..
-        }) => Err(entity_refusal(&error)),
-        _ => Err(missing()),
-    }
+        .manage(&subscription.topic, &subscription.name, operation)
+        .await
+        .map_err(|refused| match refused {
+            RegistryError::Refused(error) => entity_refusal(&error),
+            other => refusal(&other, &subscription.path()),
+        })
 }
 
 /// An entity's refusal of a rule operation, as Service Bus answers it.
@@ -985,6 +958,7 @@ fn refusal(refused: &RegistryError, name: &str) -> Response<Full<Bytes>> {
         ),
         RegistryError::Stopping => error(StatusCode::SERVICE_UNAVAILABLE, refused.to_string()),
         RegistryError::Invalid(reason) => error(StatusCode::BAD_REQUEST, reason.clone()),
+        RegistryError::Refused(error) => entity_refusal(error),
         RegistryError::Store(_) => error(StatusCode::INTERNAL_SERVER_ERROR, refused.to_string()),
     }
 }

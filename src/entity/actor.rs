@@ -377,6 +377,22 @@ impl Actor {
                     settings.rules,
                 );
                 self.auto_delete_ms = settings.auto_delete_on_idle.map(millis);
+                for (name, subscription) in &settings.subscriptions {
+                    let number = self.subscriptions.as_ref().and_then(|names| {
+                        names
+                            .read()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .get(name)
+                            .copied()
+                    });
+                    if let Some(number) = number {
+                        let lane = LaneId {
+                            subscription: number,
+                            dead_letter: false,
+                        };
+                        self.core.reconfigure_subscription(lane, subscription);
+                    }
+                }
                 let _ = reply.send(());
             }
             Command::Describe { reply } => {

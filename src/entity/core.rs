@@ -18,6 +18,7 @@ use crate::entity::queue::session_lane::Binding;
 use crate::entity::queue::{DeadLetter, LaneCounts, QueueCore, Rules};
 use crate::entity::schedule::Schedule;
 use crate::entity::sessions::SessionId;
+use crate::entity::setup::SubscriptionSettings;
 use crate::entity::topic::{self, Copy, Route, Rule};
 use crate::message::{self, Arrival};
 use crate::node::wire;
@@ -728,6 +729,22 @@ impl EntityCore {
             QueueCore::new(dead_rules, subscription.dead_letter),
         );
         routes.push(subscription.route);
+    }
+
+    /// Applies a subscription's changed settings: its lane's rules (and its dead-letter lane's
+    /// lock duration), dead-lettering on filter errors and auto-delete on idle.
+    pub fn reconfigure_subscription(&mut self, lane: LaneId, settings: &SubscriptionSettings) {
+        if let Some(core) = self.lanes.get_mut(&lane) {
+            core.set_rules(settings.rules);
+        }
+        if let Some(core) = self.lanes.get_mut(&lane.dead_letter_lane()) {
+            core.set_rules(Rules::dead_letter_queue(settings.rules.lock_duration_ms));
+        }
+        let routes = self.routes.iter_mut().flatten();
+        if let Some(route) = routes.into_iter().find(|route| route.lane == lane) {
+            route.dead_letter_on_filter_error = settings.dead_letter_on_filter_error;
+            route.auto_delete_ms = settings.auto_delete_ms;
+        }
     }
 
     /// The highest lane number a topic's subscriptions use (0 for none, or a queue).

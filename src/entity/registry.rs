@@ -15,7 +15,8 @@ use tokio_util::task::TaskTracker;
 use crate::clock::now_ms;
 use crate::config::{Config, Declaration, Durability, SubscriptionConfig};
 use crate::entity::actor::{self, Commit, Parts};
-use crate::entity::handle::{Command, EntityHandle};
+use crate::entity::handle::{Command, EntityError, EntityEvent, EntityHandle, LaneId, Ticket};
+use crate::entity::operation::{Answer, Operation};
 use crate::entity::setup;
 use crate::store::{Flusher, Store, StoreError};
 
@@ -34,6 +35,9 @@ pub enum RegistryError {
     /// The change is not valid (a name or a setting out of the config file's bounds).
     #[error("{0}")]
     Invalid(String),
+    /// The entity refused a management operation.
+    #[error("{0}")]
+    Refused(EntityError),
     /// The broker is stopping: no entity is created, changed or deleted any more.
     #[error("the broker is shutting down")]
     Stopping,
@@ -315,6 +319,42 @@ impl Registry {
             entry.declaration = declaration;
         }
         Ok(())
+    }
+
+    /// Performs a management operation (`add-rule`, `remove-rule`, `enumerate-rules`, ...) on
+    /// a subscription of a topic, as its `$management` node would.
+    ///
+    /// # Errors
+    /// [`RegistryError::NotFound`] for no such topic or subscription (named by its path),
+    /// [`RegistryError::Refused`] with the entity's refusal.
+    pub async fn manage(
+        &self,
+        topic: &str,
+        subscription: &str,
+        operation: Operation,
+    ) -> Result<Answer, RegistryError> {
+        let missing = || RegistryError::NotFound(format!("{topic}/Subscriptions/{subscription}"));
+        let handle = self.lookup(topic).ok_or_else(missing)?;
+        let number = handle.subscription(subscription).ok_or_else(missing)?;
+        let lane = LaneId {
+            subscription: number,
+            dead_letter: false,
+        };
+        let (sink, mut events) = tokio::sync::mpsc::unbounded_channel();
+        let ticket = Ticket {
+            link: 0,
+            request: 0,
+        };
+        let command = Command::Manage {
+            lane,
+            operation,
+            reply: (ticket, sink),
+        };
+        handle.post(command).await.map_err(|_| missing())?;
+        match events.recv().await {
+            Some(EntityEvent::Managed { result, .. }) => result.map_err(RegistryError::Refused),
+            _ => Err(missing()),
+        }
     }
 
     /// Deletes a queue or topic with its messages: its links get `amqp:not-found`, its

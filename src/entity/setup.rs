@@ -50,6 +50,19 @@ pub struct Settings {
     pub rules: Option<Rules>,
     /// Auto-delete on idle.
     pub auto_delete_on_idle: Option<Duration>,
+    /// A topic's subscriptions' settings, by name (`None` for a queue).
+    pub subscriptions: Vec<(String, SubscriptionSettings)>,
+}
+
+/// The settings of a subscription that can change while it runs.
+#[derive(Debug, Clone)]
+pub struct SubscriptionSettings {
+    /// The rules of its lane.
+    pub rules: Rules,
+    /// Whether a copy whose filter fails to evaluate is dead-lettered.
+    pub dead_letter_on_filter_error: bool,
+    /// `auto_delete_on_idle`, in ms.
+    pub auto_delete_ms: Option<i64>,
 }
 
 /// The updatable settings a declaration gives.
@@ -66,12 +79,32 @@ pub fn settings(declaration: &Declaration) -> Settings {
                 queue.requires_session,
             )),
             auto_delete_on_idle: queue.auto_delete_on_idle,
+            subscriptions: Vec::new(),
         },
         Declaration::Topic(topic) => Settings {
             max_size_bytes: topic.max_size_in_megabytes.saturating_mul(1024 * 1024),
             default_ttl_ms: topic.default_message_time_to_live.map_or(NEVER, millis),
             rules: None,
             auto_delete_on_idle: topic.auto_delete_on_idle,
+            subscriptions: topic
+                .subscriptions
+                .iter()
+                .map(|subscription| {
+                    let settings = SubscriptionSettings {
+                        rules: lane_rules(
+                            subscription.lock_duration,
+                            subscription.max_delivery_count,
+                            subscription.default_message_time_to_live,
+                            subscription.dead_lettering_on_message_expiration,
+                            subscription.requires_session,
+                        ),
+                        dead_letter_on_filter_error: subscription
+                            .dead_lettering_on_filter_evaluation_exceptions,
+                        auto_delete_ms: subscription.auto_delete_on_idle.map(millis),
+                    };
+                    (subscription.name.to_lowercase(), settings)
+                })
+                .collect(),
         },
     }
 }
@@ -229,7 +262,7 @@ fn route(lane: LaneId, config: &SubscriptionConfig, mut added: Vec<Rule>) -> Rou
 
 /// A rule from its declaration. Validation parsed every expression already; one that fails
 /// here all the same is left out, loudly.
-fn rule(config: &RuleConfig) -> Option<Rule> {
+pub fn rule(config: &RuleConfig) -> Option<Rule> {
     let parsed = parse_rule(config);
     if let Err(error) = &parsed {
         tracing::error!(rule = %config.name, %error, "rule left out");

@@ -1,10 +1,13 @@
-"""SIGHUP reloads the config file: entities it adds are created, a queue's changed settings
-apply to the live queue with its messages and locks untouched, and a file with an error
-changes nothing."""
+"""SIGHUP reloads the config file: entities it adds are created, a queue's and a
+subscription's changed settings and rules apply to the live entity with its messages and locks
+untouched, and a file with an error changes nothing."""
 
+from datetime import timedelta
+
+import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 
-from sb_common import RECEIVE_WAIT_S, open_client, receive_exactly
+from sb_common import RECEIVE_WAIT_S, now_utc, open_client, receive_exactly
 
 
 def test_an_added_queue_is_created_and_usable(broker):
@@ -61,3 +64,35 @@ def test_what_needs_a_restart_is_reported_and_a_removed_queue_left_alone(broker)
     with open_client(broker) as client:
         with client.get_queue_sender("q1") as sender:
             sender.send_messages(ServiceBusMessage("q1 stays"))
+
+
+@pytest.mark.broker(topics=[{"name": "t1", "subscriptions": ["s1"]}])
+def test_a_subscription_s_settings_and_rules_change_in_place(broker):
+    topics = [
+        {
+            "name": "t1",
+            "subscriptions": [
+                {
+                    "name": "s1",
+                    "lock_duration": "5s",
+                    "rules": [{"name": "red", "sql": "color = 'red'"}],
+                }
+            ],
+        }
+    ]
+    log = broker.reload(topics=topics)
+    assert "removed rule '$Default'" in log and "added rule 'red'" in log, log
+    with open_client(broker) as client:
+        with client.get_topic_sender("t1") as sender:
+            sender.send_messages(
+                [
+                    ServiceBusMessage("blue", application_properties={"color": "blue"}),
+                    ServiceBusMessage("red", application_properties={"color": "red"}),
+                ]
+            )
+        with client.get_subscription_receiver("t1", "s1", max_wait_time=RECEIVE_WAIT_S) as receiver:
+            got = receive_exactly(receiver, 1)[0]
+            assert str(got) == "red", "the new rule picks the copies"
+            assert got.locked_until_utc - now_utc() < timedelta(seconds=10), "the new lock"
+            receiver.complete_message(got)
+            assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []

@@ -105,7 +105,7 @@ pub struct Bound {
 async fn apply_reloads(
     registry: Arc<Registry>,
     mut running: Config,
-    mut reloads: tokio::sync::mpsc::UnboundedReceiver<Config>,
+    mut reloads: tokio::sync::mpsc::Receiver<Config>,
     stop: tokio_util::sync::CancellationToken,
 ) {
     loop {
@@ -175,7 +175,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
     on_ready: impl FnOnce(Bound),
 ) -> Result<(), RunError> {
-    let (_, reloads) = tokio::sync::mpsc::unbounded_channel();
+    let (_, reloads) = tokio::sync::mpsc::channel(1);
     run_with_reloads(config, listeners, shutdown, reloads, on_ready).await
 }
 
@@ -188,7 +188,7 @@ pub async fn run_with_reloads(
     config: Config,
     listeners: impl Into<Listeners>,
     shutdown: impl Future<Output = ()>,
-    reloads: tokio::sync::mpsc::UnboundedReceiver<Config>,
+    reloads: tokio::sync::mpsc::Receiver<Config>,
     on_ready: impl FnOnce(Bound),
 ) -> Result<(), RunError> {
     let listeners = listeners.into();

@@ -204,15 +204,16 @@ fn shutdown_signal() -> io::Result<impl Future<Output = ()>> {
 /// On each SIGHUP, reads the config file again (with the command line's overrides) and
 /// passes it on to be applied; a file with an error changes nothing and is logged with its
 /// position.
-fn reload_signal(args: RunArgs) -> io::Result<tokio::sync::mpsc::UnboundedReceiver<Config>> {
+fn reload_signal(args: RunArgs) -> io::Result<tokio::sync::mpsc::Receiver<Config>> {
     let mut hangup = signal(SignalKind::hangup())?;
-    let (reloads, received) = tokio::sync::mpsc::unbounded_channel();
+    // A reload waits for the one before it to be applied.
+    let (reloads, received) = tokio::sync::mpsc::channel(1);
     tokio::spawn(async move {
         while hangup.recv().await.is_some() {
             tracing::info!("SIGHUP: reloading the configuration");
             match load_config(&args) {
                 Ok(config) => {
-                    if reloads.send(config).is_err() {
+                    if reloads.send(config).await.is_err() {
                         return;
                     }
                 }

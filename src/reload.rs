@@ -12,6 +12,7 @@ use crate::config::{
 use crate::entity::operation::Operation;
 use crate::entity::registry::Registry;
 use crate::entity::setup;
+use std::sync::Arc;
 
 /// What a reload did or left, a line each, for the log.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -24,7 +25,7 @@ pub struct Report {
 
 /// Applies `new` over `running` and returns what happened, with the config the next reload
 /// compares with (the new file, but for the settings that kept their running values).
-pub async fn apply(registry: &Registry, running: &Config, new: &Config) -> (Report, Config) {
+pub async fn apply(registry: &Arc<Registry>, running: &Config, new: &Config) -> (Report, Config) {
     let mut report = Report::default();
     restart_only(running, new, &mut report);
     let declared = new
@@ -64,67 +65,40 @@ pub async fn apply(registry: &Registry, running: &Config, new: &Config) -> (Repo
 /// Reports the settings that only a restart applies.
 fn restart_only(running: &Config, new: &Config, report: &mut Report) {
     let (old, now) = (&running.broker, &new.broker);
-    let changed = [
-        ("broker.listen", old.listen != now.listen),
-        ("broker.tls", old.tls != now.tls),
-        ("broker.data_dir", old.data_dir != now.data_dir),
-        ("broker.durability", old.durability != now.durability),
-        (
-            "broker.flush_interval",
-            old.flush_interval != now.flush_interval,
-        ),
-        (
-            "broker.max_message_size",
-            old.max_message_size != now.max_message_size,
-        ),
-        (
-            "broker.cache_capacity",
-            old.cache_capacity != now.cache_capacity,
-        ),
-        (
-            "broker.max_connections",
-            old.max_connections != now.max_connections,
-        ),
-        ("broker.idle_timeout", old.idle_timeout != now.idle_timeout),
-        (
-            "broker.max_frame_size",
-            old.max_frame_size != now.max_frame_size,
-        ),
-        (
-            "broker.shutdown_timeout",
-            old.shutdown_timeout != now.shutdown_timeout,
-        ),
-        (
-            "broker.handshake_timeout",
-            old.handshake_timeout != now.handshake_timeout,
-        ),
-        (
-            "broker.connection_buffer",
-            old.connection_buffer != now.connection_buffer,
-        ),
-        (
-            "broker.write_timeout",
-            old.write_timeout != now.write_timeout,
-        ),
-        (
-            "broker.consumer_window",
-            old.consumer_window != now.consumer_window,
-        ),
-        (
-            "broker.max_links_per_connection",
-            old.max_links_per_connection != now.max_links_per_connection,
-        ),
-        (
-            "broker.allow_anonymous",
-            old.allow_anonymous != now.allow_anonymous,
-        ),
+    /// `(key, changed)` for each named `[broker]` setting.
+    macro_rules! broker_keys {
+        ($($field:ident),* $(,)?) => {
+            [$((concat!("broker.", stringify!($field)), old.$field != now.$field),)*]
+        };
+    }
+    let broker = broker_keys!(
+        listen,
+        tls,
+        data_dir,
+        durability,
+        flush_interval,
+        max_message_size,
+        cache_capacity,
+        max_connections,
+        idle_timeout,
+        max_frame_size,
+        shutdown_timeout,
+        handshake_timeout,
+        connection_buffer,
+        write_timeout,
+        consumer_window,
+        max_links_per_connection,
+        allow_anonymous,
+    );
+    let others = [
         ("admin.listen", running.admin != new.admin),
         (
             "shared_access_policies",
             running.shared_access_policies != new.shared_access_policies,
         ),
     ];
-    for (key, _) in changed.iter().filter(|(_, changed)| *changed) {
+    let changed = broker.iter().chain(&others).filter(|(_, changed)| *changed);
+    for (key, _) in changed {
         report.kept.push(format!(
             "{key} changed: it needs a restart and keeps its running value"
         ));
@@ -132,11 +106,14 @@ fn restart_only(running: &Config, new: &Config, report: &mut Report) {
 }
 
 /// Creates, updates or reports one declared entity.
-async fn entity(registry: &Registry, declaration: &Declaration, report: &mut Report) {
+async fn entity(registry: &Arc<Registry>, declaration: &Declaration, report: &mut Report) {
     let name = declaration.name();
     let Some(entry) = registry.entry(name) else {
-        match registry.create(declaration, true) {
-            Ok(_) => report.applied.push(format!("created '{name}'")),
+        // Creating opens and recovers the entity's log: off the async runtime.
+        let (registry, creating) = (registry.clone(), declaration.clone());
+        match tokio::task::spawn_blocking(move || registry.create(&creating, true)).await {
+            Ok(Ok(_)) => report.applied.push(format!("created '{name}'")),
+            Ok(Err(error)) => report.kept.push(format!("'{name}' not created: {error}")),
             Err(error) => report.kept.push(format!("'{name}' not created: {error}")),
         }
         return;

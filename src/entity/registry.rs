@@ -185,12 +185,13 @@ impl Registry {
         from_file: bool,
     ) -> Result<EntityHandle, RegistryError> {
         let name = declaration.name().to_lowercase();
-        let mut entities = self.write();
-        if entities.contains_key(&name) {
-            return Err(RegistryError::Exists(declaration.name().to_owned()));
-        }
+        // The launcher's lock serializes creations; the map is locked only to insert, so that
+        // address lookups do not wait for the store's flush and the log's recovery.
         let launcher = self.launcher();
         let launcher = launcher.as_ref().ok_or(RegistryError::Stopping)?;
+        if self.read().contains_key(&name) {
+            return Err(RegistryError::Exists(declaration.name().to_owned()));
+        }
         if !from_file {
             launcher
                 .store
@@ -203,7 +204,7 @@ impl Registry {
             started_ms: now_ms(),
             from_file,
         };
-        entities.insert(name, entry);
+        self.write().insert(name, entry);
         tracing::info!(entity = declaration.name(), "created");
         Ok(handle)
     }

@@ -16,7 +16,8 @@
 //! - [`entity`]: queues and topics as actors (handle, the pure core, task, setup, registry).
 //! - [`filter`]: the subscription rule language (correlation and SQL filters, SQL actions).
 //! - [`store`]: the sled message log, versioned records and group commit.
-//! - [`admin`]: the administration endpoint (Service Bus's ATOM management API over HTTPS).
+//! - [`admin`]: the administration endpoint (Service Bus's ATOM management API over HTTPS,
+//!   `/health`, `/metrics`); [`metrics`]: the Prometheus text it serves.
 //! - [`notify`]: systemd's readiness and status notifications.
 //! - [`sweeper`]: the TTL sweeper; [`reaper`]: auto-delete on idle; [`trimmer`]: gives freed
 //!   heap memory back (background ticks).
@@ -31,6 +32,7 @@ pub mod encoding;
 pub mod entity;
 pub mod filter;
 pub mod message;
+pub mod metrics;
 pub mod node;
 pub mod notify;
 pub mod reaper;
@@ -265,6 +267,7 @@ pub async fn run_with_reloads(
             max_message_size: config.broker.max_message_size,
             started_ms: clock::now_ms(),
             https: admin_tls.is_some(),
+            shutdown: tasks.token.clone(),
         });
         tokio::spawn(admin::accept_loop(
             listener,

@@ -13,6 +13,7 @@ use tracing::Instrument;
 
 use crate::amqp::connection::{self, Shared};
 use crate::amqp::link::amqp_error;
+use crate::metrics::{self, Held};
 use crate::shutdown::Shutdown;
 
 /// What every accept loop shares.
@@ -67,6 +68,9 @@ async fn serve(
     acceptance: Acceptance,
 ) {
     let deadline = Instant::now() + acceptance.shared.handshake_timeout;
+    let broker = metrics::broker();
+    broker.connections_accepted.inc();
+    let _open = Held::one(&broker.connections);
     let refuse = permit.is_none().then(|| {
         amqp_error(
             AmqpError::ResourceLimitExceeded,

@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 
 use super::atom::{self, Counts, Times};
 use super::rules;
-use super::{Admin, MAX_BODY};
+use super::{respond as xml, Admin, MAX_BODY};
 use crate::auth::sas::Token;
 use crate::auth::{path_covers, resource_path};
 use crate::clock::now_ms;
@@ -310,7 +310,7 @@ fn authorize(admin: &Admin, request: &Request<Incoming>, path: &str) -> Result<(
 }
 
 /// What an entity's actor reports (empty when it has gone meanwhile).
-async fn stats(entry: &Entry) -> EntityStats {
+pub(super) async fn stats(entry: &Entry) -> EntityStats {
     let (reply, answer) = oneshot::channel();
     if entry
         .handle
@@ -985,13 +985,4 @@ fn error(status: StatusCode, detail: String) -> Response<Full<Bytes>> {
         "application/xml; charset=utf-8",
         atom::error(status.as_u16(), &detail),
     )
-}
-
-fn xml(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    response
 }

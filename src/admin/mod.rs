@@ -4,10 +4,12 @@
 //! connection limit and shutdown; requests are authorized as Service Bus does, with a
 //! `SharedAccessSignature` in `Authorization` granting Manage.
 //!
-//! `atom` writes and reads the documents; `api` maps requests to the registry.
+//! `atom` writes and reads the documents; `api` maps requests to the registry; `observe`
+//! answers `/health` and `/metrics`.
 
 mod api;
 pub mod atom;
+mod observe;
 mod rules;
 
 use std::convert::Infallible;
@@ -17,9 +19,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::{Request, Response};
+use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
@@ -48,6 +51,8 @@ pub struct Admin {
     pub started_ms: i64,
     /// Whether the endpoint speaks HTTPS (the scheme of the URLs it writes).
     pub https: bool,
+    /// Cancelled when the broker starts shutting down (`/health` answers 503 then).
+    pub shutdown: CancellationToken,
 }
 
 /// Accepts administration connections until shutdown; each one counts toward
@@ -108,7 +113,7 @@ where
         async move {
             let response = match full {
                 true => api::busy(),
-                false => api::handle(&admin, request).await,
+                false => route(&admin, request).await,
             };
             Ok::<Response<Full<Bytes>>, Infallible>(response)
         }
@@ -129,4 +134,30 @@ where
             let _ = tokio::time::timeout(Duration::from_secs(5), connection).await;
         }
     }
+}
+
+/// Sends a request to what answers its path: `/health` and `/metrics` (asked without an
+/// `api-version`, which every Service Bus client sends: an entity may be named `health`), or
+/// the management API.
+async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    let plain_get = request.method() == Method::GET
+        && !request
+            .uri()
+            .query()
+            .is_some_and(|query| query.contains("api-version="));
+    match (plain_get, request.uri().path()) {
+        (true, "/health") => observe::health(admin),
+        (true, "/metrics") => observe::metrics(admin).await,
+        _ => api::handle(admin, request).await,
+    }
+}
+
+/// A response with a body of `content_type`.
+fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
 }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use crate::config::Rights;
 use crate::entity::handle::{ConsumerId, EntityHandle, ReceiveMode, SessionRequest};
+use crate::metrics::Held;
 use crate::node::Node;
 
 /// Credit the broker grants a client sender, and tops up when half is used.
@@ -212,6 +213,8 @@ pub struct Link {
     /// enough), checked again when a token of the connection lapses; `None` for `$cbs` and
     /// refused links.
     pub authorized: Option<(String, Rights)>,
+    /// Counts it in the links gauge while it lives.
+    pub attached: Held,
 }
 
 /// The broker's attach reply to a client attach it accepts: terminus echoed verbatim, role

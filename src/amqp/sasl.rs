@@ -78,6 +78,7 @@ where
     });
     send(writer, &frame).await?;
     outcome.map_err(|reason| {
+        crate::metrics::broker().sasl_failures.inc();
         tracing::info!(mechanism, %reason, "SASL refused");
         HandshakeError::Sasl(reason)
     })

@@ -31,6 +31,7 @@ use crate::entity::handle::{
 use crate::entity::operation::Answer;
 use crate::entity::registry::Registry;
 use crate::message::{self, BATCH_MESSAGE_FORMAT};
+use crate::metrics::{self, Held};
 use crate::node::management;
 use crate::node::response::{self, Style};
 use crate::node::wire;
@@ -222,6 +223,7 @@ impl Session {
                         id: link_id,
                         kind: LinkKind::Refused,
                         authorized: None,
+                        attached: Held::one(&metrics::broker().links),
                     },
                 );
                 return Ok(None);
@@ -302,6 +304,7 @@ impl Session {
                 id: link_id,
                 kind,
                 authorized,
+                attached: Held::one(&metrics::broker().links),
             },
         );
         Ok(Some(link_id))

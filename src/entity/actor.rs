@@ -78,6 +78,7 @@ pub fn spawn(
     let deleted = Arc::new(AtomicBool::new(false));
     let subscriptions = parts.subscriptions.map(|s| Arc::new(RwLock::new(s)));
     let actor = Actor {
+        flush_asked_below: parts.core.next_seq(),
         name: parts.name.clone(),
         subscriptions: subscriptions.clone(),
         core: parts.core,
@@ -138,6 +139,9 @@ struct Actor {
     answers: Vec<HeldReply>,
     /// Answers whose changes are written but not yet covered by a requested flush.
     unflushed: Vec<HeldReply>,
+    /// Messages numbered below this are covered by a requested flush (the flush metrics
+    /// count the others).
+    flush_asked_below: i64,
     /// `auto_delete_on_idle` in ms, if the entity has it.
     auto_delete_ms: Option<i64>,
     /// Shared with every handle: set once the entity is deleted, so that commands it can no
@@ -398,6 +402,8 @@ impl Actor {
             Command::Describe { reply } => {
                 let _ = reply.send(EntityStats {
                     lanes: self.core.counts(),
+                    activity: self.core.activity(),
+                    sent: self.core.sent(),
                     accessed_ms: self.last_active_ms,
                 });
             }
@@ -884,11 +890,16 @@ impl Actor {
     /// request. A poisoned entity answers them now, as errors, instead.
     fn request_flush(&mut self) -> Option<Flushing> {
         match (&self.commit, &self.poisoned) {
-            (Commit::AfterFlush(flusher), None) => Some(Flushing {
-                done: flusher.request(),
-                answers: std::mem::take(&mut self.unflushed),
-                covers_next_seq: self.core.next_seq(),
-            }),
+            (Commit::AfterFlush(flusher), None) => {
+                let covers_next_seq = self.core.next_seq();
+                let messages = covers_next_seq.saturating_sub(self.flush_asked_below);
+                self.flush_asked_below = covers_next_seq;
+                Some(Flushing {
+                    done: flusher.request(u64::try_from(messages).unwrap_or(0)),
+                    answers: std::mem::take(&mut self.unflushed),
+                    covers_next_seq,
+                })
+            }
             _ => {
                 self.release_answers();
                 None
@@ -965,6 +976,7 @@ impl Actor {
 
     fn poison(&mut self, error: &StoreError) {
         if self.poisoned.is_none() {
+            crate::metrics::broker().storage_errors.inc();
             tracing::error!(%error, "storage failed: the entity stops acknowledging");
             self.poisoned = Some(error.to_string());
         }

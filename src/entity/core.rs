@@ -15,7 +15,7 @@ use crate::entity::handle::{
 };
 use crate::entity::intake::{self, Intake};
 use crate::entity::queue::session_lane::Binding;
-use crate::entity::queue::{DeadLetter, LaneCounts, QueueCore, Rules};
+use crate::entity::queue::{DeadLetter, LaneActivity, LaneCounts, QueueCore, Rules};
 use crate::entity::schedule::Schedule;
 use crate::entity::sessions::SessionId;
 use crate::entity::setup::SubscriptionSettings;
@@ -39,6 +39,8 @@ pub struct EntityCore {
     moves: bool,
     /// A topic's subscriptions (`None`: a queue, whose messages go to its own lane).
     routes: Option<Vec<Route>>,
+    /// Messages sent or scheduled since the broker started.
+    sent: u64,
 }
 
 /// What recovery found for one subscription, and its rules.
@@ -145,6 +147,7 @@ impl EntityCore {
             journal: Vec::new(),
             moves: false,
             routes,
+            sent: 0,
         };
         for lane in core.lanes.values() {
             for (due, seq) in lane.scheduled() {
@@ -218,6 +221,7 @@ impl EntityCore {
         self.intake.admit(held, adding)?;
         let first = self.intake.next_seq();
         let enqueued_ms = self.intake.enqueued_time(now_ms);
+        self.sent += messages.len() as u64;
         for arrival in messages {
             let due = arrival.scheduled_ms.filter(|due| *due > now_ms);
             self.append(enqueued_ms, arrival, due);
@@ -296,6 +300,7 @@ impl EntityCore {
                     lane.insert(seq, record, body, arrival.session_id.as_deref());
                 }
                 Copy::DeadLetter(description) => {
+                    lane.note_dead_lettered(topic::FILTER_EVALUATION_EXCEPTION);
                     let properties = vec![
                         (
                             wire::dead_letter::REASON.to_string(),
@@ -772,6 +777,19 @@ impl EntityCore {
             .iter()
             .map(|(lane, core)| (*lane, core.counts()))
             .collect()
+    }
+
+    /// What happened in each lane since the broker started.
+    pub fn activity(&self) -> Vec<(LaneId, LaneActivity)> {
+        self.lanes
+            .iter()
+            .map(|(lane, core)| (*lane, core.activity().clone()))
+            .collect()
+    }
+
+    /// Messages sent (or scheduled) to the entity since the broker started.
+    pub fn sent(&self) -> u64 {
+        self.sent
     }
 
     /// Messages stored, in every lane.

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use crate::config::SubscriptionConfig;
 use crate::entity::operation::{Answer, Operation};
-use crate::entity::queue::LaneCounts;
+use crate::entity::queue::{LaneActivity, LaneCounts};
 use crate::entity::setup::Settings;
 use crate::message::{Arrival, DeliveryStamp};
 use crate::store::record::Record;
@@ -292,6 +292,10 @@ pub enum Command {
 pub struct EntityStats {
     /// Each lane's counts.
     pub lanes: Vec<(LaneId, LaneCounts)>,
+    /// What happened in each lane since the broker started.
+    pub activity: Vec<(LaneId, LaneActivity)>,
+    /// Messages sent or scheduled to the entity since the broker started.
+    pub sent: u64,
     /// When a client last used the entity (a send, receive, settlement or management
     /// operation), in ms since the Unix epoch.
     pub accessed_ms: i64,

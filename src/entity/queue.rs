@@ -125,10 +125,55 @@ pub struct LaneCounts {
     pub bytes: u64,
 }
 
+/// Most distinct dead-letter reasons a lane counts apart; later ones count as
+/// [`OTHER_REASONS`] (reasons are client text: the metrics' label values stay bounded).
+pub const MAX_REASONS: usize = 32;
+/// The reason counted for dead-letterings past [`MAX_REASONS`] distinct ones.
+pub const OTHER_REASONS: &str = "(other)";
+/// The reason counted for a dead-lettering that gave none.
+pub const NO_REASON: &str = "(none)";
+
+/// What happened in a lane since the broker started, for the metrics: plain counters the
+/// actor bumps as it works, so counting costs the hot path no lock and no allocation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LaneActivity {
+    /// Messages that entered the lane (sent, copied from a topic, dead-lettered into it,
+    /// or given back by a connection that could not deliver them).
+    pub received: u64,
+    /// Messages that left it settled: completed, or received in receive-and-delete mode.
+    pub consumed: u64,
+    /// Locks that ran out before their message was settled.
+    pub lock_expirations: u64,
+    /// Messages whose time to live ran out (deleted or dead-lettered).
+    pub expired: u64,
+    /// Messages moved to the dead-letter queue, by reason, at most [`MAX_REASONS`] + 1.
+    pub dead_lettered: Vec<(String, u64)>,
+}
+
+impl LaneActivity {
+    /// Counts a dead-lettering for `reason`.
+    fn dead_lettered(&mut self, reason: Option<&str>) {
+        let reason = reason.unwrap_or(NO_REASON);
+        if let Some((_, count)) = self.dead_lettered.iter_mut().find(|(r, _)| r == reason) {
+            *count += 1;
+            return;
+        }
+        let reason = match self.dead_lettered.len() < MAX_REASONS {
+            true => reason,
+            false => OTHER_REASONS,
+        };
+        match self.dead_lettered.iter_mut().find(|(r, _)| r == reason) {
+            Some((_, count)) => *count += 1,
+            None => self.dead_lettered.push((reason.to_owned(), 1)),
+        }
+    }
+}
+
 /// One lane's state: everything the actor owns for it, minus the I/O.
 #[derive(Debug)]
 pub struct QueueCore {
     rules: Rules,
+    activity: LaneActivity,
     size_bytes: u64,
     /// Messages numbered from here on are not durable yet and must not be delivered: the
     /// entity reveals them (`reveal_up_to`) once their write is durable.
@@ -172,6 +217,7 @@ impl QueueCore {
         } = recovered;
         let mut lane = Self {
             rules,
+            activity: LaneActivity::default(),
             size_bytes: 0,
             visible_below: 0,
             messages: BTreeMap::new(),
@@ -299,6 +345,16 @@ impl QueueCore {
         }
     }
 
+    /// What happened in the lane since the broker started.
+    pub fn activity(&self) -> &LaneActivity {
+        &self.activity
+    }
+
+    /// Counts a message dead-lettered on its way in (a topic rule's filter failed on it).
+    pub fn note_dead_lettered(&mut self, reason: &str) {
+        self.activity.dead_lettered(Some(reason));
+    }
+
     /// What the lane holds, by state, and its bytes (an administration client's counts).
     pub fn counts(&self) -> LaneCounts {
         let mut counts = LaneCounts {
@@ -346,6 +402,7 @@ impl QueueCore {
     /// Stores a message under `seq` (its number from the intake, or its own when given back),
     /// in `session` when the lane requires sessions.
     pub fn insert(&mut self, seq: i64, record: Record, body: Bytes, session: Option<&str>) {
+        self.activity.received += 1;
         self.file(seq, record, session);
         self.journal.push(Change::Put { seq, record, body });
     }
@@ -405,6 +462,7 @@ impl QueueCore {
     /// An expired message leaves: to the dead-letter queue with reason `TTLExpiredException`
     /// when the entity says so, else deleted.
     fn expire(&mut self, seq: i64) {
+        self.activity.expired += 1;
         if self.rules.dead_letter_on_expiry && self.rules.dead_letter_allowed {
             let properties = dead_letter_properties(
                 Some(wire::dead_letter::TTL_EXPIRED.to_string()),
@@ -578,7 +636,10 @@ impl QueueCore {
         }
         self.lock_expiry.remove(&(held.until_ms, lock.seq));
         match settlement {
-            Settlement::Complete => self.remove(lock.seq),
+            Settlement::Complete => {
+                self.activity.consumed += 1;
+                self.remove(lock.seq);
+            }
             Settlement::Release => self.unlock(lock.seq, false),
             Settlement::Abandon(_) => self.unlock(lock.seq, true),
             Settlement::Defer(_) => self.defer(lock.seq),
@@ -613,6 +674,13 @@ impl QueueCore {
     fn dead_letter(&mut self, seq: i64, properties: Properties) {
         if let Some(entry) = self.messages.get(&seq) {
             let record = entry.record;
+            let reason = properties.iter().find_map(|(key, value)| match value {
+                SimpleValue::String(reason) if key == wire::dead_letter::REASON => {
+                    Some(reason.as_str())
+                }
+                _ => None,
+            });
+            self.activity.dead_lettered(reason);
             self.remove(seq);
             self.dead_letters.push(DeadLetter {
                 seq,
@@ -663,6 +731,7 @@ impl QueueCore {
             self.lock_expiry.remove(&(until, seq));
             self.unlock(seq, true);
             expired += 1;
+            self.activity.lock_expirations += 1;
         }
         expired
     }
@@ -774,6 +843,7 @@ impl QueueCore {
         let (record, lock) = match mode {
             ReceiveMode::ReceiveAndDelete => {
                 let record = self.messages.get(&seq)?.record;
+                self.activity.consumed += 1;
                 self.remove(seq);
                 (record, None)
             }

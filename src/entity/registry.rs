@@ -398,6 +398,11 @@ impl Registry {
         Ok(())
     }
 
+    /// The message store's size on disk in bytes (0 in `memory` mode or once stopping).
+    pub fn store_bytes(&self) -> u64 {
+        self.store().map_or(0, |store| store.size_on_disk())
+    }
+
     /// The entity with this name, compared case-insensitively.
     pub fn lookup(&self, name: &str) -> Option<EntityHandle> {
         self.read()

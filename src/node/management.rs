@@ -127,6 +127,7 @@ pub fn cbs(request: &Request, access: &mut Access, exists: impl Fn(&str) -> bool
             body: None,
         },
         Err(refusal) => {
+            crate::metrics::broker().cbs_failures.inc();
             tracing::info!(status = refusal.status, description = %refusal.description, "put-token refused");
             let condition = match refusal.status {
                 404 => wire::condition::NOT_FOUND,

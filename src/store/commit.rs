@@ -7,13 +7,14 @@
 //! sender waiting on its fsync.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
 use crate::store::StoreError;
 
-/// Waiters get the flush result through this.
-type Waiter = oneshot::Sender<Result<(), StoreError>>;
+/// A flush request: where its result goes, and how many messages it makes durable.
+type Waiter = (oneshot::Sender<Result<(), StoreError>>, u64);
 
 /// A handle to the database's flusher task.
 #[derive(Debug, Clone)]
@@ -47,11 +48,12 @@ impl Flusher {
         self.poisoned.get()
     }
 
-    /// Asks for a flush that covers every write made before this call. The answer arrives on
-    /// the returned channel; several requests share one flush.
-    pub fn request(&self) -> oneshot::Receiver<Result<(), StoreError>> {
+    /// Asks for a flush that covers every write made before this call, among them
+    /// `messages` new messages (for the flush metrics). The answer arrives on the returned
+    /// channel; several requests share one flush.
+    pub fn request(&self, messages: u64) -> oneshot::Receiver<Result<(), StoreError>> {
         let (tx, rx) = oneshot::channel();
-        if let Err(mpsc::error::SendError(tx)) = self.requests.send(tx) {
+        if let Err(mpsc::error::SendError((tx, _))) = self.requests.send((tx, messages)) {
             let _ = tx.send(Err(StoreError::Sled("the flusher has stopped".into())));
         }
         rx
@@ -71,16 +73,24 @@ fn run(
         while let Ok(more) = requests.try_recv() {
             waiters.push(more);
         }
+        let started = Instant::now();
         let result = match poisoned.get() {
             Some(error) => Err(error.clone()),
             None => db.flush().map(|_| ()).map_err(StoreError::from),
         };
+        let metrics = crate::metrics::broker();
+        metrics
+            .flush_seconds
+            .observe(started.elapsed().as_secs_f64());
+        let messages: u64 = waiters.iter().map(|(_, messages)| messages).sum();
+        metrics.flush_messages.observe(messages as f64);
         if let Err(error) = &result {
             if poisoned.set(error.clone()).is_ok() {
+                metrics.storage_errors.inc();
                 tracing::error!(%error, "flush failed: the store stops acknowledging writes");
             }
         }
-        for waiter in waiters.drain(..) {
+        for (waiter, _) in waiters.drain(..) {
             let _ = waiter.send(result.clone());
         }
     }
@@ -100,9 +110,9 @@ pub async fn flush_every(
             _ = shutdown.cancelled() => break,
             _ = ticker.tick() => {}
         }
-        if flusher.request().await.is_err() {
+        if flusher.request(0).await.is_err() {
             break;
         }
     }
-    let _ = flusher.request().await;
+    let _ = flusher.request(0).await;
 }

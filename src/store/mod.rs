@@ -191,6 +191,14 @@ pub struct Store {
 }
 
 impl Store {
+    /// The database's size on disk in bytes (0 in `memory` mode, or when it cannot be read).
+    pub fn size_on_disk(&self) -> u64 {
+        self.db
+            .as_ref()
+            .and_then(|db| db.size_on_disk().ok())
+            .unwrap_or(0)
+    }
+
     /// Opens (or creates) the database under `data_dir`; in `memory` mode opens nothing.
     ///
     /// # Errors

@@ -596,6 +596,12 @@ async fn a_full_disk_refuses_sends_and_loses_nothing_acknowledged() {
         broker.log_text().contains("stops acknowledging"),
         "the failure is logged"
     );
+    let admin = broker
+        .admin_addr
+        .expect("the ready file names the admin endpoint");
+    let (status, health) = crate::observe::http_get(admin, "/health").await;
+    assert_eq!(status, 503, "probes see the failure: {health}");
+    assert!(health.contains("storage failed"), "{health}");
     broker.kill9();
 
     let broker = ChildBroker::start(dir.path(), &config("sync"));

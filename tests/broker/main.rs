@@ -8,6 +8,7 @@ mod emulator_config;
 mod fe2o3_client;
 mod js;
 mod lifetime;
+mod observe;
 mod prepared;
 mod pyenv;
 mod pytest;

@@ -1,0 +1,306 @@
+//! `/health` and `/metrics` on the administration listener of the real binary: the counts
+//! move as messages are sent, completed, dead-lettered and expire; the text is checked line
+//! by line against the OpenMetrics text format.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use fe2o3_amqp::types::definitions::{self, ErrorCondition, Fields};
+use fe2o3_amqp::types::primitives::{Symbol, Value};
+use fe2o3_amqp::{Receiver, Sender};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{sleep, timeout, Instant};
+
+use crate::child::ChildBroker;
+use crate::support::{connect_session, next_delivery, DEADLINE};
+
+/// `GET path` on `addr`: the status code and the body.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let mut socket = TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    socket.write_all(request.as_bytes()).await.expect("write");
+    let mut answer = Vec::new();
+    timeout(DEADLINE, socket.read_to_end(&mut answer))
+        .await
+        .expect("an answer in time")
+        .expect("read");
+    let answer = String::from_utf8(answer).expect("UTF-8");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("a head and a body");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("a status code");
+    (status, body.to_owned())
+}
+
+/// The samples of an OpenMetrics text, by `name{labels}` as written; panics on any line
+/// that breaks the format: a sample of an undeclared family, a bad name, label or value, a
+/// family declared twice, or no `# EOF` at the end.
+fn parse(text: &str) -> HashMap<String, f64> {
+    let valid_name = |name: &str| {
+        !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    };
+    let mut families: HashMap<String, String> = HashMap::new();
+    let mut samples = HashMap::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line == "# EOF" {
+            assert!(lines.peek().is_none(), "text after # EOF");
+            return samples;
+        }
+        if let Some(rest) = line.strip_prefix("# ") {
+            let mut words = rest.splitn(3, ' ');
+            let (keyword, name) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+            assert!(valid_name(name), "bad family name in {line:?}");
+            match keyword {
+                "HELP" | "UNIT" => {}
+                "TYPE" => {
+                    let kind = words.next().unwrap_or("");
+                    assert!(
+                        [
+                            "counter",
+                            "gauge",
+                            "histogram",
+                            "summary",
+                            "info",
+                            "stateset",
+                            "unknown"
+                        ]
+                        .contains(&kind),
+                        "bad type in {line:?}"
+                    );
+                    assert!(
+                        families.insert(name.to_owned(), kind.to_owned()).is_none(),
+                        "{name} declared twice"
+                    );
+                }
+                _ => panic!("unknown comment {line:?}"),
+            }
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').expect("a sample and its value");
+        let value: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            other => other
+                .parse()
+                .unwrap_or_else(|_| panic!("bad value in {line:?}")),
+        };
+        let (name, labels) = match series.split_once('{') {
+            Some((name, labels)) => (name, labels.strip_suffix('}').expect("labels close")),
+            None => (series, ""),
+        };
+        assert!(valid_name(name), "bad sample name in {line:?}");
+        for label in split_labels(labels) {
+            let (key, quoted) = label.split_once('=').expect("label=value");
+            assert!(valid_name(key), "bad label name in {line:?}");
+            assert!(
+                quoted.len() >= 2 && quoted.starts_with('"') && quoted.ends_with('"'),
+                "unquoted label value in {line:?}"
+            );
+        }
+        let family = ["_total", "_bucket", "_sum", "_count", "_created"]
+            .iter()
+            .find_map(|suffix| {
+                name.strip_suffix(suffix)
+                    .filter(|base| families.contains_key(*base))
+            })
+            .unwrap_or(name);
+        let kind = families
+            .get(family)
+            .unwrap_or_else(|| panic!("{name} has no # TYPE"));
+        if kind == "counter" {
+            assert!(
+                name.ends_with("_total") || name.ends_with("_created"),
+                "{line:?}"
+            );
+            assert!(value >= 0.0, "a negative counter: {line:?}");
+        }
+        assert!(
+            samples.insert(series.to_owned(), value).is_none(),
+            "{series} twice"
+        );
+    }
+    panic!("no # EOF at the end");
+}
+
+/// `a="x",b="y, z"` split at the commas between labels (not those inside quoted values).
+fn split_labels(labels: &str) -> Vec<&str> {
+    let (mut parts, mut start, mut quoted, mut escaped) = (Vec::new(), 0, false, false);
+    for (at, c) in labels.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => quoted = !quoted,
+            ',' if !quoted => {
+                parts.push(&labels[start..at]);
+                start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    if start < labels.len() {
+        parts.push(&labels[start..]);
+    }
+    parts
+}
+
+/// Scrapes until `check` holds for the samples (the counts move a moment after the clients
+/// see their answers); panics with the last text at the deadline.
+async fn scrape_until(
+    admin: std::net::SocketAddr,
+    what: &str,
+    check: impl Fn(&HashMap<String, f64>) -> bool,
+) -> HashMap<String, f64> {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let (status, text) = http_get(admin, "/metrics").await;
+        assert_eq!(status, 200, "{text}");
+        let samples = parse(&text);
+        if check(&samples) {
+            return samples;
+        }
+        assert!(Instant::now() < deadline, "{what}; last scrape:\n{text}");
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn get(samples: &HashMap<String, f64>, series: &str) -> f64 {
+    samples.get(series).copied().unwrap_or(f64::NAN)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_metrics_follow_what_the_broker_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = "[broker]\ndurability = \"sync\"\nallow_anonymous = true\n\n\
+                  [[queues]]\nname = \"q\"\ndefault_message_time_to_live = \"1s\"\n\
+                  dead_lettering_on_message_expiration = true\nlock_duration = \"1s\"\n\n\
+                  [[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\n";
+    let broker = ChildBroker::start(dir.path(), config);
+    let admin = broker
+        .admin_addr
+        .expect("the ready file names the admin endpoint");
+
+    let (status, health) = http_get(admin, "/health").await;
+    assert_eq!(status, 200, "{health}");
+    let health: serde_json::Value = serde_json::from_str(&health).expect("JSON");
+    assert_eq!(health["status"], "healthy", "{health}");
+
+    let before = scrape_until(admin, "a first scrape", |_| true).await;
+    assert_eq!(
+        get(
+            &before,
+            r#"tidebus_messages_in_total{entity="q",kind="queue"}"#
+        ),
+        0.0
+    );
+
+    let (mut connection, mut session) = connect_session(broker.addr).await;
+    let mut sender = Sender::attach(&mut session, "s", "q")
+        .await
+        .expect("sender");
+    for n in 0..4 {
+        sender.send(format!("m{n}")).await.expect("send");
+    }
+    let mut to_topic = Sender::attach(&mut session, "t", "t")
+        .await
+        .expect("sender");
+    to_topic.send("fan").await.expect("send");
+    let mut receiver = Receiver::attach(&mut session, "r", "q")
+        .await
+        .expect("receiver");
+    let first = next_delivery::<Value>(&mut receiver).await;
+    receiver.accept(&first).await.expect("complete");
+    let second = next_delivery::<Value>(&mut receiver).await;
+    let mut info = Fields::new();
+    info.insert(
+        Symbol::from("DeadLetterReason"),
+        Value::String("BadInput".into()),
+    );
+    let error = definitions::Error::new(
+        ErrorCondition::Custom(Symbol::from("com.microsoft:dead-letter")),
+        None,
+        Some(info),
+    );
+    receiver.reject(&second, error).await.expect("dead-letter");
+    for _ in 0..2 {
+        next_delivery::<Value>(&mut receiver).await;
+    }
+    receiver.close().await.expect("close");
+
+    // The last two stay locked until their one-second locks run out; by then their
+    // one-second time to live has run out too, and they are dead-lettered as expired.
+    let samples = scrape_until(admin, "the counts moved", |s| {
+        get(
+            s,
+            r#"tidebus_messages_expired_total{entity="q",kind="queue"}"#,
+        ) == 2.0
+    })
+    .await;
+    let q = |name: &str, extra: &str| {
+        get(
+            &samples,
+            &format!(r#"{name}{{entity="q",kind="queue"{extra}}}"#),
+        )
+    };
+    assert_eq!(q("tidebus_messages_in_total", ""), 4.0);
+    assert_eq!(q("tidebus_messages_out_total", ""), 1.0, "one completed");
+    assert_eq!(q("tidebus_lock_expirations_total", ""), 2.0);
+    assert_eq!(q("tidebus_messages", r#",state="active""#), 0.0);
+    assert_eq!(q("tidebus_messages", r#",state="dead_letter""#), 3.0);
+    assert_eq!(
+        q("tidebus_dead_lettered_total", r#",reason="BadInput""#),
+        1.0
+    );
+    assert_eq!(
+        q(
+            "tidebus_dead_lettered_total",
+            r#",reason="TTLExpiredException""#
+        ),
+        2.0
+    );
+    assert!(q("tidebus_entity_bytes", "") > 0.0);
+    let subscription = |name: &str, extra: &str| {
+        get(
+            &samples,
+            &format!(r#"{name}{{entity="t/Subscriptions/s",kind="subscription"{extra}}}"#),
+        )
+    };
+    assert_eq!(
+        get(
+            &samples,
+            r#"tidebus_messages_in_total{entity="t",kind="topic"}"#
+        ),
+        1.0
+    );
+    assert_eq!(subscription("tidebus_messages_in_total", ""), 1.0);
+    assert_eq!(subscription("tidebus_messages", r#",state="active""#), 1.0);
+    assert_eq!(get(&samples, "tidebus_connections"), 1.0);
+    assert_eq!(get(&samples, "tidebus_links"), 2.0, "the two senders");
+    assert!(get(&samples, "tidebus_connections_accepted_total") >= 1.0);
+    assert!(
+        get(&samples, "tidebus_flush_duration_seconds_count") >= 1.0,
+        "sync sends wait for flushes"
+    );
+    assert!(
+        get(&samples, "tidebus_flush_messages_sum") >= 5.0,
+        "each send was flushed"
+    );
+    assert!(get(&samples, "tidebus_store_bytes") > 0.0);
+    assert_eq!(get(&samples, "tidebus_storage_errors_total"), 0.0);
+
+    drop(sender);
+    drop(to_topic);
+    // Dropped links detach on their own; the close may find them half-way.
+    let _ = connection.close().await;
+    scrape_until(admin, "the connection and its links are gone", |s| {
+        get(s, "tidebus_connections") == 0.0 && get(s, "tidebus_links") == 0.0
+    })
+    .await;
+}

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use tidebus::config::{Config, ConfigError, DEFAULT_CONFIG_TOML};
+use tidebus::config::{Config, ConfigError, LogFormat, DEFAULT_CONFIG_TOML};
 use tidebus::{Bound, Listeners};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -114,11 +114,11 @@ fn gen_cert(hosts: &[String], out: &Path) -> ExitCode {
 }
 
 async fn run_broker(args: RunArgs) -> ExitCode {
-    init_tracing();
     let config = match load_config(&args) {
         Ok(config) => config,
         Err(error) => return config_error(&error),
     };
+    init_tracing(config.broker.log_format);
     match serve(config, args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -239,16 +239,24 @@ fn write_ready_file(path: &Path, bound: Bound) -> io::Result<()> {
     std::fs::rename(&temporary, path)
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`); colours only on a terminal.
-fn init_tracing() {
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`), as text (colours only on a
+/// terminal) or one JSON object per line.
+fn init_tracing(format: LogFormat) {
     let filter = EnvFilter::builder()
         .with_default_directive(LevelFilter::INFO.into())
         .from_env_lossy();
     let subscriber = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(io::stderr)
-        .with_ansi(io::stderr().is_terminal());
-    if let Err(error) = subscriber.try_init() {
+        .with_writer(io::stderr);
+    let set = match format {
+        LogFormat::Text => subscriber.with_ansi(io::stderr().is_terminal()).try_init(),
+        LogFormat::Json => subscriber
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .try_init(),
+    };
+    if let Err(error) = set {
         eprintln!("warning: logging is not set up: {error}");
     }
 }

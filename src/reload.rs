@@ -89,6 +89,7 @@ fn restart_only(running: &Config, new: &Config, report: &mut Report) {
         consumer_window,
         max_links_per_connection,
         allow_anonymous,
+        log_format,
     );
     let others = [
         ("admin.listen", running.admin != new.admin),

@@ -53,7 +53,12 @@ pub async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, accept
             tracing::debug!(%error, "TCP_NODELAY not set");
         }
         let permit = acceptance.permits.clone().try_acquire_owned().ok();
-        let span = tracing::info_span!("connection", %peer, tls = tls.is_some());
+        let span = tracing::info_span!(
+            "connection",
+            %peer,
+            tls = tls.is_some(),
+            container = tracing::field::Empty
+        );
         let task = serve(stream, tls.clone(), permit, acceptance.clone());
         shutdown.tracker.spawn(task.instrument(span));
     }

@@ -23,9 +23,10 @@ use tokio_util::sync::CancellationToken;
 use crate::amqp::frames::{self, FrameError, FrameReader, Outbound};
 use crate::amqp::header;
 use crate::amqp::link::{amqp_error, ReassemblyBudget};
+use crate::amqp::sasl::Authenticated;
 use crate::amqp::session::{Context, Fault, Outbox, Session};
 use crate::auth::access::Access;
-use crate::auth::{Policies, Principal};
+use crate::auth::Policies;
 use crate::clock;
 use crate::entity::handle::{Command, ConsumerId, EntityEvent, EntityHandle, EventSink};
 use crate::entity::registry::Registry;
@@ -88,7 +89,7 @@ pub async fn serve<R, W>(
 {
     let mut reader = FrameReader::new(read);
     let handshake = open_connection(&mut reader, &mut write, &shared);
-    let (remote_idle, remote_max_frame, principal) = match tokio::time::timeout_at(
+    let (remote_idle, remote_max_frame, authenticated) = match tokio::time::timeout_at(
         handshake_deadline,
         handshake,
     )
@@ -113,7 +114,17 @@ pub async fn serve<R, W>(
     let (events, events_rx) = mpsc::unbounded_channel();
     let reassembly =
         ReassemblyBudget::new(shared.max_message_size.saturating_mul(REASSEMBLY_MESSAGES));
-    let access = Access::new(shared.policies.clone(), principal);
+    let policy = authenticated
+        .principal
+        .as_ref()
+        .map_or("", |principal| principal.policy.as_str());
+    tracing::info!(
+        mechanism = authenticated.mechanism,
+        policy,
+        "connection opened"
+    );
+    let opened_at = Instant::now();
+    let access = Access::new(shared.policies.clone(), authenticated.principal);
     let mut connection = Connection {
         access,
         shared,
@@ -144,12 +155,12 @@ pub async fn serve<R, W>(
         abort.abort();
         tracing::debug!("unwritten frames dropped: the client did not read them");
     }
-    tracing::debug!("connection closed");
+    tracing::info!(lasted = ?opened_at.elapsed(), "connection closed");
 }
 
-/// What the handshake learnt: the client's idle timeout, its max frame size, and the principal
-/// its SASL PLAIN credentials name, if any.
-type Opened = (Option<Duration>, usize, Option<Principal>);
+/// What the handshake learnt: the client's idle timeout, its max frame size, and who SASL
+/// says it is.
+type Opened = (Option<Duration>, usize, Authenticated);
 
 /// Header exchange, SASL and the `open` exchange. The reader then accepts frames up to the
 /// broker's max frame size.
@@ -158,7 +169,7 @@ async fn open_connection<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     writer: &mut W,
     shared: &Shared,
 ) -> Result<Opened, String> {
-    let principal = header::negotiate(reader, writer, &shared.policies)
+    let authenticated = header::negotiate(reader, writer, &shared.policies)
         .await
         .map_err(|e| e.to_string())?;
     reader.set_max_frame_size(shared.max_frame_size as usize);
@@ -191,8 +202,9 @@ async fn open_connection<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         .idle_time_out
         .filter(|ms| *ms > 0)
         .map(|ms| Duration::from_millis(u64::from(ms)));
-    tracing::debug!(container = %open.container_id, max_frame = remote_max_frame, idle = ?remote_idle, "open");
-    Ok((remote_idle, remote_max_frame, principal))
+    tracing::Span::current().record("container", open.container_id.as_str());
+    tracing::debug!(max_frame = remote_max_frame, idle = ?remote_idle, "open");
+    Ok((remote_idle, remote_max_frame, authenticated))
 }
 
 /// Writes one frame straight to the socket (before the writer task exists).

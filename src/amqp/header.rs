@@ -5,8 +5,8 @@ use fe2o3_amqp::transport::protocol_header::{ProtocolHeader, ProtocolId};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::amqp::frames::{FrameError, FrameReader};
-use crate::amqp::sasl;
-use crate::auth::{Policies, Principal};
+use crate::amqp::sasl::{self, Authenticated};
+use crate::auth::Policies;
 
 /// Why the protocol header exchange failed.
 #[derive(Debug, thiserror::Error)]
@@ -26,7 +26,8 @@ pub enum HandshakeError {
 }
 
 /// Reads the client's protocol header and answers it; runs SASL when asked for. Returns the
-/// principal SASL PLAIN authenticated, if any (none without SASL or with ANONYMOUS).
+/// mechanism and the principal SASL PLAIN authenticated, if any (none without SASL or with
+/// ANONYMOUS).
 ///
 /// An unsupported header is answered with the AMQP header (AMQP 1.0 §2.2) before the error is
 /// returned, so the client learns what the broker speaks.
@@ -37,7 +38,7 @@ pub async fn negotiate<R, W>(
     reader: &mut FrameReader<R>,
     writer: &mut W,
     policies: &Policies,
-) -> Result<Option<Principal>, HandshakeError>
+) -> Result<Authenticated, HandshakeError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -46,13 +47,16 @@ where
     match ProtocolHeader::try_from(raw).ok() {
         Some(header) if header.id == ProtocolId::Amqp && is_version_1_0(&header) => {
             write_header(writer, ProtocolHeader::amqp()).await?;
-            Ok(None)
+            Ok(Authenticated {
+                mechanism: "none",
+                principal: None,
+            })
         }
         Some(header) if header.id == ProtocolId::Sasl && is_version_1_0(&header) => {
             write_header(writer, ProtocolHeader::sasl()).await?;
-            let principal = sasl::authenticate(reader, writer, policies).await?;
+            let authenticated = sasl::authenticate(reader, writer, policies).await?;
             expect_amqp_header(reader, writer).await?;
-            Ok(principal)
+            Ok(authenticated)
         }
         _ => {
             write_header(writer, ProtocolHeader::amqp()).await?;

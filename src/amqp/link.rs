@@ -215,6 +215,8 @@ pub struct Link {
     pub authorized: Option<(String, Rights)>,
     /// Counts it in the links gauge while it lives.
     pub attached: Held,
+    /// Its tracing span (name, id, role, address), inside its connection's.
+    pub span: tracing::Span,
 }
 
 /// The broker's attach reply to a client attach it accepts: terminus echoed verbatim, role

@@ -16,8 +16,18 @@ use crate::auth::{Policies, Principal};
 /// Mechanisms offered, in order of preference.
 const MECHANISMS: [&str; 3] = ["MSSBCBS", "ANONYMOUS", "PLAIN"];
 
-/// Runs the SASL exchange that follows the SASL protocol header. Returns the principal of
-/// PLAIN credentials, or `None` for the anonymous mechanisms.
+/// Who a connection's handshake says the client is.
+#[derive(Debug)]
+pub struct Authenticated {
+    /// The SASL mechanism it used (`none` without SASL).
+    pub mechanism: &'static str,
+    /// The policy its PLAIN credentials name; `None` without SASL, with ANONYMOUS or MSSBCBS
+    /// (CBS tokens come later, per link).
+    pub principal: Option<Principal>,
+}
+
+/// Runs the SASL exchange that follows the SASL protocol header. Returns the mechanism and
+/// the principal of PLAIN credentials, or `None` for the anonymous mechanisms.
 ///
 /// # Errors
 /// A [`HandshakeError`] when the client breaks the exchange, picks an unknown mechanism, or
@@ -26,7 +36,7 @@ pub async fn authenticate<R, W>(
     reader: &mut FrameReader<R>,
     writer: &mut W,
     policies: &Policies,
-) -> Result<Option<Principal>, HandshakeError>
+) -> Result<Authenticated, HandshakeError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -53,13 +63,11 @@ where
     };
     let mechanism = init.mechanism.as_str();
     let outcome = match mechanism {
-        "MSSBCBS" | "ANONYMOUS" => Ok(None),
+        "MSSBCBS" => Ok(("MSSBCBS", None)),
+        "ANONYMOUS" => Ok(("ANONYMOUS", None)),
         "PLAIN" => match plain_credentials(&init.initial_response) {
             Some((user, password)) => match policies.authenticate(&user, password) {
-                Some(principal) => {
-                    tracing::info!(mechanism, policy = %principal.policy, "SASL PLAIN authenticated");
-                    Ok(Some(principal))
-                }
+                Some(principal) => Ok(("PLAIN", Some(principal))),
                 None => Err(format!("SASL PLAIN: no policy named {user:?} has that key")),
             },
             None => {
@@ -77,11 +85,17 @@ where
         additional_data: None,
     });
     send(writer, &frame).await?;
-    outcome.map_err(|reason| {
-        crate::metrics::broker().sasl_failures.inc();
-        tracing::info!(mechanism, %reason, "SASL refused");
-        HandshakeError::Sasl(reason)
-    })
+    match outcome {
+        Ok((mechanism, principal)) => Ok(Authenticated {
+            mechanism,
+            principal,
+        }),
+        Err(reason) => {
+            crate::metrics::broker().sasl_failures.inc();
+            tracing::info!(mechanism, %reason, "SASL refused");
+            Err(HandshakeError::Sasl(reason))
+        }
+    }
 }
 
 async fn send<W: AsyncWrite + Unpin>(

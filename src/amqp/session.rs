@@ -224,6 +224,7 @@ impl Session {
                         kind: LinkKind::Refused,
                         authorized: None,
                         attached: Held::one(&metrics::broker().links),
+                        span: tracing::Span::none(),
                     },
                 );
                 return Ok(None);
@@ -295,7 +296,14 @@ impl Session {
                 })
             }
         };
-        tracing::debug!(link = %attach.name, "link attached");
+        let span = tracing::info_span!(
+            "link",
+            name = %attach.name,
+            id = link_id,
+            role = ?attach.role,
+            address = authorized.as_ref().map_or("", |(address, _)| address.as_str()),
+        );
+        span.in_scope(|| tracing::debug!("link attached"));
         self.insert_link(
             remote_handle,
             Link {
@@ -305,6 +313,7 @@ impl Session {
                 kind,
                 authorized,
                 attached: Held::one(&metrics::broker().links),
+                span,
             },
         );
         Ok(Some(link_id))
@@ -533,7 +542,10 @@ impl Session {
                     AmqpError::DecodeError,
                     format!("delivery {}: {error}", partial.delivery_id),
                 );
-                tracing::info!(description = ?error.description, "message refused");
+                let span = self.links.get(&remote_handle).map(|link| link.span.clone());
+                span.unwrap_or_else(tracing::Span::none).in_scope(
+                    || tracing::info!(description = ?error.description, "message refused"),
+                );
                 if partial.settled {
                     self.detach_with(remote_handle, error, out);
                 } else {
@@ -802,6 +814,8 @@ impl Session {
             return Ok(None);
         };
         let refused = matches!(link.kind, LinkKind::Refused);
+        link.span
+            .in_scope(|| tracing::debug!(closed = detach.closed, "link detached"));
         Self::answer_pending_attach(&link, out);
         self.release_link(link.id, link.kind, out);
         if !refused {
@@ -1004,7 +1018,10 @@ impl Session {
             })
             .collect();
         for (handle, description) in lapsed {
-            tracing::info!(%description, "token lapsed: detaching the link");
+            if let Some(link) = self.links.get(&handle) {
+                link.span
+                    .in_scope(|| tracing::info!(%description, "token lapsed: detaching the link"));
+            }
             let error = link::amqp_error(AmqpError::UnauthorizedAccess, description);
             self.detach_with(handle, error, out);
             if let Some(link) = self.links.get_mut(&handle) {

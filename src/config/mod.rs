@@ -86,6 +86,18 @@ pub enum Durability {
     Memory,
 }
 
+/// How the broker writes its log (`[broker] log_format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One human-readable line per event (the default).
+    #[default]
+    Text,
+    /// One JSON object per line, with the span fields (connection, link, entity) as objects:
+    /// for log collectors.
+    Json,
+}
+
 /// Settings of `[broker]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerConfig {
@@ -127,6 +139,8 @@ pub struct BrokerConfig {
     pub consumer_window: u64,
     /// Most links one connection may hold at once; at least 1.
     pub max_links_per_connection: usize,
+    /// How the log is written.
+    pub log_format: LogFormat,
 }
 
 /// One `[[queues]]` entry.

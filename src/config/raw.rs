@@ -7,7 +7,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::units::{ByteSize, HumanDuration};
-use super::{CorrelationConfig, Durability};
+use super::{CorrelationConfig, Durability, LogFormat};
 
 /// The file as serde reads it: `[broker]`, `[[queues]]` and `[[topics]]`.
 #[derive(Deserialize)]
@@ -45,6 +45,7 @@ pub(super) struct RawBroker {
     pub(super) consumer_window: Option<Spanned<ByteSize>>,
     pub(super) max_links_per_connection: Option<Spanned<u64>>,
     pub(super) allow_anonymous: Option<Spanned<bool>>,
+    pub(super) log_format: Option<LogFormat>,
     pub(super) tls: Option<RawTls>,
 }
 

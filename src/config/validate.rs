@@ -121,6 +121,7 @@ impl Source<'_> {
             allow_anonymous: raw.allow_anonymous.is_some_and(Spanned::into_inner),
             data_dir: self.data_dir(raw.data_dir)?,
             durability: raw.durability.unwrap_or(Durability::Sync),
+            log_format: raw.log_format.unwrap_or_default(),
             flush_interval: self.bounded(
                 "broker.flush_interval",
                 raw.flush_interval,

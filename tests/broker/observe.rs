@@ -304,3 +304,85 @@ async fn health_and_metrics_follow_what_the_broker_does() {
     })
     .await;
 }
+
+/// `log_format = "json"`: every line is a JSON object; a connection's open and close are
+/// logged at info inside its span, with its peer, SASL mechanism and policy, and its links
+/// have spans of their own; the key never appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_name_each_connection_its_mechanism_and_policy_never_the_key() {
+    use fe2o3_amqp::sasl_profile::SaslProfile;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = "a-key-that-must-not-be-logged";
+    let config = format!(
+        "[broker]\nlog_format = \"json\"\n\n[[shared_access_policies]]\nname = \"sender\"\n\
+         key = \"{key}\"\nrights = [\"Send\"]\n\n[[queues]]\nname = \"q\"\n"
+    );
+    let broker = ChildBroker::start(dir.path(), &config);
+    let stream = TcpStream::connect(broker.addr).await.expect("tcp");
+    let mut connection = fe2o3_amqp::Connection::builder()
+        .container_id("json-log-test")
+        .sasl_profile(SaslProfile::Plain {
+            username: "sender".into(),
+            password: key.into(),
+        })
+        .open_with_stream(stream)
+        .await
+        .expect("open");
+    let mut session = fe2o3_amqp::Session::begin(&mut connection)
+        .await
+        .expect("begin");
+    let mut sender = Sender::attach(&mut session, "logged-sender", "q")
+        .await
+        .expect("sender");
+    sender.send("hello").await.expect("send");
+    sender.close().await.expect("detach");
+    connection.close().await.expect("close");
+
+    let deadline = Instant::now() + DEADLINE;
+    let lines: Vec<serde_json::Value> = loop {
+        let text = broker.log_text();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|line| {
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+            })
+            .collect();
+        let closed = lines
+            .iter()
+            .any(|line| line["fields"]["message"] == "connection closed");
+        if closed {
+            assert!(!text.contains(key), "the key is logged:\n{text}");
+            break lines;
+        }
+        assert!(Instant::now() < deadline, "no close logged:\n{text}");
+        sleep(Duration::from_millis(50)).await;
+    };
+    let opened = lines
+        .iter()
+        .find(|line| line["fields"]["message"] == "connection opened")
+        .expect("the open is logged");
+    assert_eq!(opened["level"], "INFO", "{opened}");
+    assert_eq!(opened["fields"]["mechanism"], "PLAIN", "{opened}");
+    assert_eq!(opened["fields"]["policy"], "sender", "{opened}");
+    let span = &opened["span"];
+    assert_eq!(span["name"], "connection", "{opened}");
+    assert!(
+        span["peer"]
+            .as_str()
+            .is_some_and(|peer| peer.starts_with("127.0.0.1:")),
+        "{opened}"
+    );
+    assert_eq!(span["container"], "json-log-test", "{opened}");
+    let attached = lines
+        .iter()
+        .find(|line| line["fields"]["message"] == "link attached")
+        .expect("the attach is logged (debug)");
+    let spans = attached["spans"].as_array().expect("the span list");
+    let link = spans.last().expect("the link's span");
+    assert_eq!(link["name"], "link", "{attached}");
+    assert_eq!(link["address"], "q", "{attached}");
+    assert_eq!(
+        spans[0]["name"], "connection",
+        "inside its connection's: {attached}"
+    );
+}

@@ -163,7 +163,7 @@ fn every_broker_key_is_read() {
         "[broker]\nlisten = \"0.0.0.0:5673\"\ndata_dir = \"/var/lib/tb\"\n\
          durability = \"interval\"\nflush_interval = \"PT0.25S\"\n\
          max_message_size = \"256KB\"\nmax_connections = 7\nidle_timeout = \"2m\"\n\
-         max_frame_size = \"4MiB\"\nshutdown_timeout = \"0s\"\n",
+         max_frame_size = \"4MiB\"\nshutdown_timeout = \"0s\"\nlog_format = \"json\"\n",
     );
     let broker = config.broker;
     assert_eq!(
@@ -178,6 +178,15 @@ fn every_broker_key_is_read() {
     assert_eq!(broker.idle_timeout, secs(120));
     assert_eq!(broker.max_frame_size, 4 * 1024 * 1024);
     assert_eq!(broker.shutdown_timeout, Duration::ZERO);
+    assert_eq!(broker.log_format, crate::config::LogFormat::Json);
+}
+
+#[test]
+fn an_unknown_log_format_is_refused_naming_the_key() {
+    let error = refuse("[broker]\nlog_format = \"xml\"\n");
+    let text = error.to_string();
+    assert!(text.contains("broker.log_format"), "{text}");
+    assert!(text.contains("unknown variant `xml`"), "{text}");
 }
 
 #[test]

@@ -1037,3 +1037,37 @@ fn dead_letter_properties(reason: Option<String>, description: Option<String>) -
     .filter_map(|(key, value)| value.map(|v| (key.to_string(), SimpleValue::String(v))))
     .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reasons are client text: the counts by reason stay bounded whatever clients send.
+    #[test]
+    fn dead_letter_reasons_are_counted_apart_up_to_a_bound() {
+        let mut activity = LaneActivity::default();
+        activity.dead_lettered(Some("BadInput"));
+        activity.dead_lettered(Some("BadInput"));
+        activity.dead_lettered(None);
+        assert_eq!(
+            activity.dead_lettered,
+            vec![("BadInput".to_owned(), 2), (NO_REASON.to_owned(), 1)]
+        );
+        for n in 0..100 {
+            activity.dead_lettered(Some(&format!("reason {n}")));
+        }
+        activity.dead_lettered(Some("BadInput"));
+        assert_eq!(activity.dead_lettered.len(), MAX_REASONS + 1);
+        let count = |reason: &str| {
+            activity
+                .dead_lettered
+                .iter()
+                .find(|(r, _)| r == reason)
+                .map(|(_, count)| *count)
+        };
+        assert_eq!(count("BadInput"), Some(3), "a known reason keeps counting");
+        assert_eq!(count(OTHER_REASONS), Some(100 - (MAX_REASONS as u64 - 2)));
+        let total: u64 = activity.dead_lettered.iter().map(|(_, count)| count).sum();
+        assert_eq!(total, 104, "every dead-lettering is counted once");
+    }
+}

@@ -1,7 +1,7 @@
 //! Administration requests to registry operations: `$namespaceinfo`, the `$Resources` feeds,
-//! and each queue's, topic's and subscription's description with its runtime counts; queues
-//! and topics are created and deleted here. What this version does not manage (updates,
-//! subscriptions and rules at run time) is answered 501 naming it.
+//! and each queue's, topic's and subscription's description with its runtime counts; queues,
+//! topics, subscriptions and rules are created, updated (`If-Match: *`) and deleted here. What
+//! this version does not manage (updating a subscription) is answered 501 naming it.
 //!
 //! Paths are percent-decoded and their keywords (`$Resources/Queues`, `Subscriptions`,
 //! `Rules`) compared ignoring case: the Python client writes them lower-case, the JS client
@@ -154,8 +154,8 @@ pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<
         (Method::GET, Target::Rule(subscription, name)) => {
             get_rule(admin, &urls, &subscription, &name).await
         }
-        (Method::PUT, Target::Rule(..)) if updating => {
-            not_implemented("updating a rule is not supported yet: delete it and create it again")
+        (Method::PUT, Target::Rule(subscription, name)) if updating => {
+            update_rule(admin, &urls, &subscription, &name, request).await
         }
         (Method::PUT, Target::Rule(subscription, name)) => {
             create_rule(admin, &urls, &subscription, &name, request).await
@@ -852,6 +852,34 @@ async fn create_rule(
             created.2,
             &created.3,
         ),
+        Err(refused) => refused,
+    }
+}
+
+/// Replaces a rule's filter and action with those of the `RuleDescription` in the body
+/// (`If-Match: *`), inside the topic's actor: no message is routed between the old rule and
+/// the new one. The rule keeps its place and its creation time.
+async fn update_rule(
+    admin: &Admin,
+    urls: &Urls,
+    subscription: &Subscription,
+    name: &str,
+    request: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let body = match body(request).await {
+        Ok(body) => body,
+        Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
+    };
+    let rule = match rules::read(&body, name, now_ms()) {
+        Ok(rule) => rule,
+        Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
+    };
+    match manage(admin, subscription, Operation::ReplaceRule { rule }).await {
+        Ok(Answer::Rules(replaced)) if !replaced.is_empty() => {
+            let (id, title, updated, content) = rule_entry(urls, subscription, &replaced[0]);
+            entry_response(StatusCode::OK, &id, &title, updated, &content)
+        }
+        Ok(_) => not_found(&format!("{}/Rules/{name}", subscription.path())),
         Err(refused) => refused,
     }
 }

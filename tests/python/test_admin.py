@@ -246,6 +246,44 @@ def test_rules_are_created_read_listed_and_deleted_and_pick_copies(secured):
             client.get_rule("events", "nowhere", "vip")
 
 
+def test_a_rule_updated_in_place_picks_copies_by_its_new_filter(secured):
+    with admin(secured) as client:
+        client.delete_rule("events", "picky", "$Default")
+        client.create_rule("events", "picky", "red", filter=SqlRuleFilter("color = 'red'"))
+        client.create_rule("events", "picky", "never", filter=SqlRuleFilter("1=0"))
+        before = client.get_rule("events", "picky", "red")
+        before.filter = SqlRuleFilter("color = 'green'")
+        before.action = SqlRuleAction("SET picked = 'green'")
+        client.update_rule("events", "picky", before)
+        after = client.get_rule("events", "picky", "RED")
+        assert after.filter.sql_expression == "color = 'green'"
+        assert after.action.sql_expression == "SET picked = 'green'"
+        assert after.created_at_utc == before.created_at_utc
+        assert [r.name for r in client.list_rules("events", "picky")] == ["red", "never"], (
+            "the rule keeps its place"
+        )
+        missing = client.get_rule("events", "picky", "never")
+        missing.name = "nowhere"
+        with pytest.raises(ResourceNotFoundError):
+            client.update_rule("events", "picky", missing)
+
+        with open_client(secured) as data:
+            with data.get_topic_sender("events") as sender:
+                sender.send_messages(
+                    [
+                        ServiceBusMessage("red", application_properties={"color": "red"}),
+                        ServiceBusMessage("green", application_properties={"color": "green"}),
+                    ]
+                )
+            with data.get_subscription_receiver(
+                "events", "picky", max_wait_time=RECEIVE_WAIT_S
+            ) as receiver:
+                got = receive_exactly(receiver, 1)
+                assert [str(m) for m in got] == ["green"]
+                assert got[0].application_properties[b"picked"] == b"green"
+                receiver.complete_message(got[0])
+        assert client.get_subscription_runtime_properties("events", "picky").total_message_count == 0
+
 def test_subscriptions_are_created_on_a_live_topic_and_deleted(secured):
     with admin(secured) as client:
         created = client.create_subscription(

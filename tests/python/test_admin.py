@@ -316,6 +316,48 @@ def test_subscriptions_are_created_on_a_live_topic_and_deleted(secured):
         assert [s.name for s in client.list_subscriptions("events")] == ["all", "picky"]
 
 
+def test_a_subscription_update_applies_to_the_live_subscription_keeping_messages_and_locks(
+    secured,
+):
+    with admin(secured) as client:
+        client.create_subscription(
+            "events", "live", max_delivery_count=1, lock_duration=timedelta(seconds=10)
+        )
+        with open_client(secured) as data:
+            with data.get_topic_sender("events") as sender:
+                sender.send_messages(ServiceBusMessage("kept"))
+            with data.get_subscription_receiver(
+                "events", "live", max_wait_time=RECEIVE_WAIT_S
+            ) as receiver:
+                locked = receive_exactly(receiver, 1)[0]
+                subscription = client.get_subscription("events", "live")
+                subscription.max_delivery_count = 5
+                subscription.lock_duration = timedelta(seconds=45)
+                client.update_subscription("events", subscription)
+                # The lock taken before the update holds; with one delivery allowed the
+                # abandoned message would be dead-lettered, with five it comes back.
+                receiver.abandon_message(locked)
+                again = receive_exactly(receiver, 1)[0]
+                assert str(again) == "kept"
+                assert again.locked_until_utc - now_utc() > timedelta(seconds=35), (
+                    "a lock taken after the update lasts the new duration"
+                )
+                receiver.complete_message(again)
+        updated = client.get_subscription("events", "live")
+        assert updated.max_delivery_count == 5
+        assert updated.lock_duration == timedelta(seconds=45)
+        runtime = client.get_subscription_runtime_properties("events", "live")
+        assert (runtime.total_message_count, runtime.dead_letter_message_count) == (0, 0)
+        updated.requires_session = True
+        with pytest.raises(HttpResponseError) as refused:
+            client.update_subscription("events", updated)
+        assert refused.value.status_code == 400
+        assert "RequiresSession" in str(refused.value), str(refused.value)
+        missing = client.get_subscription("events", "live")
+        missing.name = "nowhere"
+        with pytest.raises(ResourceNotFoundError):
+            client.update_subscription("events", missing)
+
 def test_deleting_a_queue_detaches_its_receivers_with_not_found(secured):
     with admin(secured) as client:
         client.create_queue("doomed")

@@ -4,6 +4,13 @@
 //! time ([`Registry::create`]) that the file does not declare: their declarations are stored
 //! (`Store::set_declaration`) and come back at every start until [`Registry::delete`]. The
 //! file is the declaration of its entities: at start its settings apply to them.
+//!
+//! A topic the file declares has, at start, the file's subscriptions plus those created at run
+//! time that the file does not declare, with their stored settings: for such a topic the store
+//! keeps a topic declaration holding only those (see [`Record`]). The file's settings win for
+//! the topic and for every subscription it declares, and a subscription it declares that was
+//! deleted at run time comes back. A stored declaration for a name the file declares as a
+//! queue is ignored.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -13,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::clock::now_ms;
-use crate::config::{Config, Declaration, Durability, SubscriptionConfig};
+use crate::config::{Config, Declaration, Durability, SubscriptionConfig, TopicConfig};
 use crate::entity::actor::{self, Commit, Parts};
 use crate::entity::handle::{Command, EntityError, EntityEvent, EntityHandle, LaneId, Ticket};
 use crate::entity::operation::{Answer, Operation};
@@ -73,13 +80,77 @@ impl Launcher {
 pub struct Entry {
     /// Its actor.
     pub handle: EntityHandle,
-    /// Its declaration (from the file, or from the administration API).
+    /// Its declaration as it runs (the file's, with what was created or changed at run time).
     pub declaration: Declaration,
     /// When this broker started it (or created it), in ms since the Unix epoch.
     pub started_ms: i64,
-    /// Whether the config file declares it: its declaration is the file's, never stored, and
-    /// changes made at run time last until the next start.
-    pub from_file: bool,
+    /// What the config file declares of it; `None` for an entity created at run time. The
+    /// file's part is never stored: changes made to it at run time last until the next start.
+    /// A subscription a reloaded file stops declaring stays in it while it lives, so that it
+    /// is not stored as one created at run time: it goes at the next start, as the entities the
+    /// file drops do.
+    pub file: Option<Declaration>,
+}
+
+/// What the store keeps of a live entity, by the entity's name.
+#[derive(Debug)]
+enum Record {
+    /// This declaration: the whole of an entity created at run time; for a topic the config
+    /// file declares, the topic with only the subscriptions the file does not declare
+    /// (created at run time; its own settings are ignored at start, where the file's apply).
+    Keep(Declaration),
+    /// Nothing: a topic the file declares with no subscription created at run time.
+    Forget,
+    /// What is stored stays (a queue the file declares: a record of it is ignored at start).
+    Leave,
+}
+
+impl Record {
+    /// The record of a live entity running `live`, of which the config file declares `file`.
+    fn of(file: Option<&Declaration>, live: &Declaration) -> Record {
+        match (file, live) {
+            (None, _) => Record::Keep(live.clone()),
+            (Some(Declaration::Topic(file)), Declaration::Topic(live)) => {
+                let added: Vec<SubscriptionConfig> = live
+                    .subscriptions
+                    .iter()
+                    .filter(|subscription| !declares(file, &subscription.name))
+                    .cloned()
+                    .collect();
+                match added.is_empty() {
+                    true => Record::Forget,
+                    false => Record::Keep(Declaration::Topic(TopicConfig {
+                        subscriptions: added,
+                        ..live.clone()
+                    })),
+                }
+            }
+            (Some(_), _) => Record::Leave,
+        }
+    }
+
+    /// Writes it under the entity's lower-cased `name`. Blocks while the store flushes.
+    fn write(&self, store: &Store, name: &str) -> Result<(), StoreError> {
+        match self {
+            Record::Keep(declaration) => store.set_declaration(name, Some(&declaration.to_toml())),
+            Record::Forget => store.set_declaration(name, None),
+            Record::Leave => Ok(()),
+        }
+    }
+}
+
+/// Whether a topic declares a subscription of that name (ignoring case).
+fn declares(topic: &TopicConfig, subscription: &str) -> bool {
+    topic
+        .subscriptions
+        .iter()
+        .any(|declared| declared.name.eq_ignore_ascii_case(subscription))
+}
+
+/// A stored declaration, read back.
+fn parse_stored(name: &str, text: &str) -> Result<Declaration, StoreError> {
+    Declaration::parse(text, &format!("<stored declaration of {name}>"))
+        .map_err(|e| StoreError::Sled(format!("stored declaration of {name}: {e}")))
 }
 
 /// Every live entity, by lower-cased name.
@@ -114,34 +185,54 @@ impl Registry {
             shutdown: shutdown.clone(),
             tracker: tracker.clone(),
         };
-        let mut declarations: Vec<(Declaration, bool)> = config
+        // Each entity as it will run, with what the file declares of it.
+        let mut declarations: Vec<(Declaration, Option<Declaration>)> = config
             .queues
             .iter()
             .cloned()
             .map(Declaration::Queue)
             .chain(config.topics.iter().cloned().map(Declaration::Topic))
-            .map(|declaration| (declaration, true))
+            .map(|declaration| (declaration.clone(), Some(declaration)))
             .collect();
         for (name, text) in store.declarations()? {
-            if declarations
-                .iter()
-                .any(|(d, _)| d.name().eq_ignore_ascii_case(&name))
-            {
-                tracing::info!(entity = %name, "created at run time and declared in the config: the config's settings apply");
+            let declared = declarations
+                .iter_mut()
+                .find(|(d, _)| d.name().eq_ignore_ascii_case(&name));
+            let Some((live, file)) = declared else {
+                declarations.push((parse_stored(&name, &text)?, None));
                 continue;
+            };
+            let Declaration::Topic(topic) = live else {
+                tracing::info!(entity = %name, "stored and declared in the config as a queue: the config's settings apply");
+                continue;
+            };
+            let Declaration::Topic(stored) = parse_stored(&name, &text)? else {
+                tracing::warn!(entity = %name, "stored as a queue, declared in the config as a topic: the config applies");
+                continue;
+            };
+            let mut shadowed = false;
+            for subscription in stored.subscriptions {
+                if declares(topic, &subscription.name) {
+                    shadowed = true;
+                    continue;
+                }
+                tracing::info!(entity = %name, subscription = %subscription.name, "subscription created at run time");
+                topic.subscriptions.push(subscription);
             }
-            let declaration = Declaration::parse(&text, &format!("<stored declaration of {name}>"))
-                .map_err(|e| StoreError::Sled(format!("stored declaration of {name}: {e}")))?;
-            declarations.push((declaration, false));
+            if shadowed {
+                // The file declares some of them now: they are no longer stored as created at
+                // run time (and go at a start whose file drops them).
+                Record::of(file.as_ref(), live).write(store, &name)?;
+            }
         }
         let mut entities = HashMap::new();
-        for (declaration, from_file) in declarations {
+        for (declaration, file) in declarations {
             let handle = launcher.launch(&declaration)?;
             let entry = Entry {
                 handle,
                 declaration,
                 started_ms: now_ms(),
-                from_file,
+                file,
             };
             entities.insert(entry.declaration.name().to_lowercase(), entry);
         }
@@ -202,7 +293,7 @@ impl Registry {
             handle: handle.clone(),
             declaration: declaration.clone(),
             started_ms: now_ms(),
-            from_file,
+            file: from_file.then(|| declaration.clone()),
         };
         self.write().insert(name, entry);
         tracing::info!(entity = declaration.name(), "created");
@@ -233,9 +324,9 @@ impl Registry {
     }
 
     /// Adds a subscription to a live topic, empty, with its declared rules (`$Default` when it
-    /// declares none), and stores the topic's changed declaration. A subscription added to a
-    /// topic the config file declares lasts until the next start, when the file's declaration
-    /// applies again.
+    /// declares none), and stores the topic's changed declaration (for a topic the config file
+    /// declares, the subscriptions it does not: see [`Record`]), so that it comes back at every
+    /// start until deleted.
     ///
     /// # Errors
     /// [`RegistryError::NotFound`] for no such topic, [`RegistryError::Exists`] for a taken
@@ -303,23 +394,69 @@ impl Registry {
         self.keep(Declaration::Topic(declaration)).await
     }
 
-    /// Stores a live entity's changed declaration and keeps it with the entity.
-    /// One the config file declares is not stored: the file declares it at the next start.
+    /// Stores the record of a live entity's changed declaration ([`Record`]: nothing of what
+    /// the config file declares, which the file declares again at the next start) and keeps
+    /// the declaration with the entity.
     async fn keep(&self, declaration: Declaration) -> Result<(), RegistryError> {
-        let store = self.store()?;
         let name = declaration.name().to_lowercase();
-        let from_file = self.read().get(&name).is_some_and(|entry| entry.from_file);
-        if !from_file {
-            let text = declaration.to_toml();
-            let key = name.clone();
-            tokio::task::spawn_blocking(move || store.set_declaration(&key, Some(&text)))
-                .await
-                .map_err(|e| StoreError::Sled(format!("storing a declaration: {e}")))??;
-        }
+        let file = self.read().get(&name).and_then(|entry| entry.file.clone());
+        self.store_record(&name, Record::of(file.as_ref(), &declaration))
+            .await?;
         if let Some(entry) = self.write().get_mut(&name) {
             entry.declaration = declaration;
         }
         Ok(())
+    }
+
+    /// Writes an entity's record, off the async runtime (it waits for the flush).
+    async fn store_record(&self, name: &str, record: Record) -> Result<(), RegistryError> {
+        let store = self.store()?;
+        let key = name.to_owned();
+        tokio::task::spawn_blocking(move || record.write(&store, &key))
+            .await
+            .map_err(|e| StoreError::Sled(format!("storing a declaration: {e}")))??;
+        Ok(())
+    }
+
+    /// Takes `file` as what the config file now declares of a live entity (a reload applied
+    /// it): the subscriptions it declares stop being stored as created at run time. Those it
+    /// stopped declaring are not stored either while they live (they were not created at run
+    /// time): they go at the next start, as the entities the file drops do. Nothing happens
+    /// for an entity that does not exist or whose file declaration is the same. Blocks while
+    /// the store flushes.
+    ///
+    /// # Errors
+    /// [`RegistryError::Store`] when its record cannot be stored.
+    pub async fn declare(&self, file: &Declaration) -> Result<(), RegistryError> {
+        let name = file.name().to_lowercase();
+        let record = {
+            let mut entities = self.write();
+            let Some(entry) = entities.get_mut(&name) else {
+                return Ok(());
+            };
+            let mut file = file.clone();
+            if let (
+                Some(Declaration::Topic(before)),
+                Declaration::Topic(now),
+                Declaration::Topic(live),
+            ) = (&entry.file, &mut file, &entry.declaration)
+            {
+                let dropped: Vec<SubscriptionConfig> = before
+                    .subscriptions
+                    .iter()
+                    .filter(|s| !declares(now, &s.name) && declares(live, &s.name))
+                    .cloned()
+                    .collect();
+                now.subscriptions.extend(dropped);
+            }
+            if entry.file.as_ref() == Some(&file) {
+                return Ok(());
+            }
+            let record = Record::of(Some(&file), &entry.declaration);
+            entry.file = Some(file);
+            record
+        };
+        self.store_record(&name, record).await
     }
 
     /// Performs a management operation (`add-rule`, `remove-rule`, `enumerate-rules`, ...) on
@@ -359,8 +496,9 @@ impl Registry {
     }
 
     /// Deletes a queue or topic with its messages: its links get `amqp:not-found`, its
-    /// address stops resolving, and a stored declaration is forgotten. A config-declared
-    /// entity comes back, empty, at the next start (the file declares it).
+    /// address stops resolving, and its record is forgotten (with it, the subscriptions
+    /// created at run time on a topic the file declares). A config-declared entity comes back,
+    /// empty, at the next start (the file declares it).
     ///
     /// # Errors
     /// [`RegistryError::NotFound`] when no such entity exists, [`RegistryError::Store`] when
@@ -390,12 +528,8 @@ impl Registry {
     }
 
     async fn forget_declaration(&self, name: &str) -> Result<(), RegistryError> {
-        let store = self.store()?;
-        let key = name.to_lowercase();
-        tokio::task::spawn_blocking(move || store.set_declaration(&key, None))
+        self.store_record(&name.to_lowercase(), Record::Forget)
             .await
-            .map_err(|e| StoreError::Sled(format!("forgetting a declaration: {e}")))??;
-        Ok(())
     }
 
     /// The entity with this name, compared case-insensitively.
@@ -452,11 +586,10 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::QueueConfig;
 
-    /// A registry on `dir` in `sync` mode with the config's `declared` queues; run `body`
+    /// A registry on `dir` in `sync` mode whose config file declares `declared`; run `body`
     /// with it, then stop its actors.
-    async fn with_registry<F, Fut>(dir: &std::path::Path, declared: &[&str], body: F)
+    async fn with_registry<F, Fut>(dir: &std::path::Path, declared: &[Declaration], body: F)
     where
         F: FnOnce(Registry) -> Fut,
         Fut: std::future::Future<Output = ()>,
@@ -464,15 +597,14 @@ mod tests {
         let mut config = Config::embedded_default();
         config.broker.data_dir = dir.to_path_buf();
         config.broker.durability = Durability::Sync;
-        let template = config.queues[0].clone();
+        config.queues.clear();
         config.topics.clear();
-        config.queues = declared
-            .iter()
-            .map(|name| QueueConfig {
-                name: (*name).to_owned(),
-                ..template.clone()
-            })
-            .collect();
+        for declaration in declared.iter().cloned() {
+            match declaration {
+                Declaration::Queue(queue) => config.queues.push(queue),
+                Declaration::Topic(topic) => config.topics.push(topic),
+            }
+        }
         // The previous run's flusher thread lets go of the database a moment after it is
         // told to stop: wait for the lock.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
@@ -505,10 +637,130 @@ mod tests {
         Declaration::Queue(queue)
     }
 
+    /// A subscription with the defaults, `$Default` its rule, delivering `max_delivery_count`
+    /// times.
+    fn subscription(name: &str, max_delivery_count: u32) -> SubscriptionConfig {
+        let mut subscription = Config::embedded_default().topics[0].subscriptions[0].clone();
+        subscription.name = name.to_owned();
+        subscription.max_delivery_count = max_delivery_count;
+        subscription.rules.clear();
+        subscription
+    }
+
+    /// A topic declaring `subscriptions`, each delivering 10 times.
+    fn topic(name: &str, subscriptions: &[&str]) -> Declaration {
+        let mut topic = Config::embedded_default().topics[0].clone();
+        topic.name = name.to_owned();
+        topic.subscriptions = subscriptions.iter().map(|s| subscription(s, 10)).collect();
+        Declaration::Topic(topic)
+    }
+
+    /// The subscriptions a registry's topic runs, each with its delivery limit; every one has
+    /// its lanes in the topic's actor.
+    fn subscriptions(registry: &Registry, topic: &str) -> Vec<(String, u32)> {
+        let entry = registry.entry(topic).expect("the topic");
+        let Declaration::Topic(declaration) = &entry.declaration else {
+            panic!("a topic");
+        };
+        let names = declaration.subscriptions.iter().map(|subscription| {
+            assert!(entry.handle.subscription(&subscription.name).is_some());
+            (subscription.name.clone(), subscription.max_delivery_count)
+        });
+        names.collect()
+    }
+
+    fn pairs(expected: &[(&str, u32)]) -> Vec<(String, u32)> {
+        let owned = expected
+            .iter()
+            .map(|(name, count)| ((*name).to_owned(), *count));
+        owned.collect()
+    }
+
+    #[tokio::test]
+    async fn a_declared_topic_keeps_the_subscriptions_created_at_run_time() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = [topic("events", &["all", "picky"])];
+        with_registry(dir.path(), &file, |registry| async move {
+            let made = subscription("made", 3);
+            registry
+                .add_subscription("events", made)
+                .await
+                .expect("added");
+            registry
+                .remove_subscription("events", "picky")
+                .await
+                .expect("removed");
+            let Some(Declaration::Topic(mut changed)) =
+                registry.entry("events").map(|entry| entry.declaration)
+            else {
+                panic!("a topic");
+            };
+            changed.subscriptions[0].max_delivery_count = 7;
+            let changed = Declaration::Topic(changed);
+            registry.update(&changed).await.expect("updated");
+            assert_eq!(
+                subscriptions(&registry, "events"),
+                pairs(&[("all", 7), ("made", 3)])
+            );
+        })
+        .await;
+        with_registry(dir.path(), &file, |registry| async move {
+            assert_eq!(
+                subscriptions(&registry, "events"),
+                pairs(&[("all", 10), ("picky", 10), ("made", 3)]),
+                "the file's subscriptions with their settings, a deleted one back, and the one \
+                 created at run time"
+            );
+        })
+        .await;
+        // The file declares it now: the file's settings apply, and it is the file's.
+        let declaring = [topic("events", &["all", "made"])];
+        with_registry(dir.path(), &declaring, |registry| async move {
+            assert_eq!(
+                subscriptions(&registry, "events"),
+                pairs(&[("all", 10), ("made", 10)])
+            );
+        })
+        .await;
+        with_registry(dir.path(), &file, |registry| async move {
+            assert_eq!(
+                subscriptions(&registry, "events"),
+                pairs(&[("all", 10), ("picky", 10)]),
+                "no longer stored as created at run time"
+            );
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_reloaded_file_takes_over_the_subscriptions_it_declares() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = [topic("events", &["all", "picky"])];
+        with_registry(dir.path(), &file, |registry| async move {
+            for name in ["made", "other"] {
+                let added = registry.add_subscription("events", subscription(name, 3));
+                added.await.expect("added");
+            }
+            // A reload's file declares `made`, and no longer `picky`.
+            let reloaded = topic("events", &["all", "made"]);
+            registry.declare(&reloaded).await.expect("declared");
+        })
+        .await;
+        let file = [topic("events", &["all"])];
+        with_registry(dir.path(), &file, |registry| async move {
+            assert_eq!(
+                subscriptions(&registry, "events"),
+                pairs(&[("all", 10), ("other", 3)]),
+                "`made` became the file's; `picky` was never created at run time"
+            );
+        })
+        .await;
+    }
+
     #[tokio::test]
     async fn entities_created_at_run_time_come_back_until_deleted() {
         let dir = tempfile::tempdir().expect("tempdir");
-        with_registry(dir.path(), &["declared"], |registry| async move {
+        with_registry(dir.path(), &[queue("declared")], |registry| async move {
             assert!(registry.lookup("Made").is_none());
             registry.create(&queue("Made"), false).expect("created");
             assert!(registry.lookup("made").is_some(), "names ignore case");
@@ -522,7 +774,7 @@ mod tests {
             ));
         })
         .await;
-        with_registry(dir.path(), &["declared"], |registry| async move {
+        with_registry(dir.path(), &[queue("declared")], |registry| async move {
             assert!(registry.lookup("made").is_some(), "back after a restart");
             assert_eq!(registry.len(), 2);
             registry.delete("MADE").await.expect("deleted");
@@ -537,7 +789,7 @@ mod tests {
                 .expect("a declared one too");
         })
         .await;
-        with_registry(dir.path(), &["declared"], |registry| async move {
+        with_registry(dir.path(), &[queue("declared")], |registry| async move {
             assert!(
                 registry.lookup("made").is_none(),
                 "a deleted one stays gone"

@@ -135,6 +135,31 @@ def test_a_created_queue_survives_a_restart(secured):
             client.get_topic("topic-made")
 
 
+def test_a_subscription_created_on_a_declared_topic_survives_a_restart(secured):
+    with admin(secured) as client:
+        client.create_subscription("events", "made", max_delivery_count=3)
+        client.delete_subscription("events", "picky")
+    with open_client(secured) as data:
+        with data.get_topic_sender("events") as sender:
+            sender.send_messages(ServiceBusMessage("kept"))
+    secured.stop()
+    secured.start()
+    with admin(secured) as client:
+        names = [s.name for s in client.list_subscriptions("events")]
+        assert names == ["all", "picky", "made"], "the file's, a deleted one back, and the made one"
+        assert client.get_subscription("events", "made").max_delivery_count == 3
+        made = client.get_subscription_runtime_properties("events", "made")
+        assert made.active_message_count == 1
+        picky = client.get_subscription_runtime_properties("events", "picky")
+        assert picky.total_message_count == 0, "deleted with its messages, back empty"
+    with open_client(secured) as data:
+        with data.get_subscription_receiver(
+            "events", "made", max_wait_time=RECEIVE_WAIT_S
+        ) as receiver:
+            got = receive_exactly(receiver, 1)[0]
+            assert str(got) == "kept"
+            receiver.complete_message(got)
+
 def test_what_tidebus_does_not_do_is_refused_naming_it(secured):
     with admin(secured) as client:
         with pytest.raises(HttpResponseError) as refused:

@@ -28,6 +28,7 @@ use crate::entity::operation::{Answer, Operation};
 use crate::entity::queue::LaneCounts;
 use crate::entity::registry::{Entry, RegistryError};
 use crate::entity::topic::Rule;
+use crate::store::EntityTimes;
 
 /// Entries per feed page when the client names no `$top`.
 const DEFAULT_TOP: usize = 100;
@@ -331,13 +332,22 @@ fn lane(stats: &EntityStats, lane: LaneId) -> LaneCounts {
         .unwrap_or_default()
 }
 
+/// The creation and update times of an entity or subscription (this process's start for one
+/// the registry no longer knows: it went meanwhile), with when a client last used it.
+fn times(admin: &Admin, entity: &str, subscription: Option<&str>, accessed_ms: i64) -> Times {
+    let times = admin.registry.times(entity, subscription);
+    let times = times.unwrap_or(EntityTimes::created(admin.started_ms));
+    Times {
+        created_ms: times.created_ms,
+        updated_ms: times.updated_ms,
+        accessed_ms,
+    }
+}
+
 /// The entity's title, description and update time.
 async fn describe(admin: &Admin, entry: &Entry) -> (String, String, i64) {
     let stats = stats(entry).await;
-    let times = Times {
-        created_ms: entry.started_ms,
-        accessed_ms: stats.accessed_ms,
-    };
+    let times = times(admin, entry.declaration.name(), None, stats.accessed_ms);
     let kib = admin.max_message_size / 1024;
     let content = match &entry.declaration {
         Declaration::Queue(queue) => {
@@ -360,7 +370,7 @@ async fn describe(admin: &Admin, entry: &Entry) -> (String, String, i64) {
     (
         entry.declaration.name().to_owned(),
         content,
-        entry.started_ms,
+        times.updated_ms,
     )
 }
 
@@ -381,12 +391,9 @@ async fn subscription(admin: &Admin, topic: &str, name: &str) -> Option<(String,
         dead_letter: false,
     };
     let counts = Counts::of(lane(&stats, main), lane(&stats, main.dead_letter_lane()));
-    let times = Times {
-        created_ms: entry.started_ms,
-        accessed_ms: stats.accessed_ms,
-    };
+    let times = times(admin, topic, Some(name), stats.accessed_ms);
     let content = atom::subscription(config, &counts, &times);
-    Some((config.name.clone(), content, entry.started_ms))
+    Some((config.name.clone(), content, times.updated_ms))
 }
 
 /// A feed of the queues or topics (`keep` picks them).

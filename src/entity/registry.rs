@@ -11,8 +11,13 @@
 //! the topic and for every subscription it declares, and a subscription it declares that was
 //! deleted at run time comes back. A stored declaration for a name the file declares as a
 //! queue is ignored.
+//!
+//! Each queue, topic and subscription has its creation and last update times
+//! ([`EntityTimes`]), stored (`Store::set_times`): set when it is created, or at the first
+//! start that sees it declared; moved by an update that changes its settings; forgotten when
+//! it is deleted. In `memory` mode nothing is stored: they are this process's.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::RwLock;
 
 use tokio::sync::oneshot;
@@ -25,7 +30,7 @@ use crate::entity::actor::{self, Commit, Parts};
 use crate::entity::handle::{Command, EntityError, EntityEvent, EntityHandle, LaneId, Ticket};
 use crate::entity::operation::{Answer, Operation};
 use crate::entity::setup;
-use crate::store::{Flusher, Store, StoreError};
+use crate::store::{times_key, times_of_entity, EntityTimes, Flusher, Store, StoreError};
 
 /// Why an entity could not be created or deleted.
 #[derive(Debug, thiserror::Error)]
@@ -75,15 +80,13 @@ impl Launcher {
     }
 }
 
-/// A live entity: its actor, what declared it, and since when it runs.
+/// A live entity: its actor and what declared it.
 #[derive(Debug, Clone)]
 pub struct Entry {
     /// Its actor.
     pub handle: EntityHandle,
     /// Its declaration as it runs (the file's, with what was created or changed at run time).
     pub declaration: Declaration,
-    /// When this broker started it (or created it), in ms since the Unix epoch.
-    pub started_ms: i64,
     /// What the config file declares of it; `None` for an entity created at run time. The
     /// file's part is never stored: changes made to it at run time last until the next start.
     /// A subscription a reloaded file stops declaring stays in it while it lives, so that it
@@ -147,6 +150,49 @@ fn declares(topic: &TopicConfig, subscription: &str) -> bool {
         .any(|declared| declared.name.eq_ignore_ascii_case(subscription))
 }
 
+/// The [`times_key`]s of an entity and of its subscriptions.
+fn times_keys(declaration: &Declaration) -> Vec<String> {
+    let mut keys = vec![times_key(declaration.name(), None)];
+    if let Declaration::Topic(topic) = declaration {
+        let subscriptions = topic.subscriptions.iter();
+        keys.extend(subscriptions.map(|s| times_key(&topic.name, Some(&s.name))));
+    }
+    keys
+}
+
+/// The [`times_key`]s of what an update from `before` to `after` changes: the entity when its
+/// own settings differ, and each subscription whose settings (rules included) differ.
+fn changed_keys(before: &Declaration, after: &Declaration) -> Vec<String> {
+    let (Declaration::Topic(before), Declaration::Topic(after)) = (before, after) else {
+        return match before == after {
+            true => Vec::new(),
+            false => vec![times_key(after.name(), None)],
+        };
+    };
+    let own = |topic: &TopicConfig| TopicConfig {
+        subscriptions: Vec::new(),
+        ..topic.clone()
+    };
+    let mut keys = Vec::new();
+    if own(before) != own(after) {
+        keys.push(times_key(&after.name, None));
+    }
+    for subscription in &after.subscriptions {
+        let same_name =
+            |old: &&SubscriptionConfig| old.name.eq_ignore_ascii_case(&subscription.name);
+        if before.subscriptions.iter().find(same_name) != Some(subscription) {
+            keys.push(times_key(&after.name, Some(&subscription.name)));
+        }
+    }
+    keys
+}
+
+/// Times created at `now_ms` for `keys`.
+fn created(keys: Vec<String>, now_ms: i64) -> Vec<(String, Option<EntityTimes>)> {
+    let times = Some(EntityTimes::created(now_ms));
+    keys.into_iter().map(|key| (key, times)).collect()
+}
+
 /// A stored declaration, read back.
 fn parse_stored(name: &str, text: &str) -> Result<Declaration, StoreError> {
     Declaration::parse(text, &format!("<stored declaration of {name}>"))
@@ -157,6 +203,9 @@ fn parse_stored(name: &str, text: &str) -> Result<Declaration, StoreError> {
 #[derive(Debug)]
 pub struct Registry {
     entities: RwLock<HashMap<String, Entry>>,
+    /// The times of each live entity and subscription, by [`times_key`], as stored. Never
+    /// locked together with `entities`.
+    times: RwLock<HashMap<String, EntityTimes>>,
     /// `None` once the broker stops ([`Registry::close`]), so that the store is let go.
     launcher: std::sync::Mutex<Option<Launcher>>,
 }
@@ -225,19 +274,33 @@ impl Registry {
                 Record::of(file.as_ref(), live).write(store, &name)?;
             }
         }
+        // Times of entities no longer declared stay stored, for when they come back (with the
+        // messages their logs keep).
+        let mut times = store.times()?;
+        let live: HashSet<String> = declarations
+            .iter()
+            .flat_map(|(declaration, _)| times_keys(declaration))
+            .collect();
+        times.retain(|key, _| live.contains(key));
+        let first_seen = live.into_iter().filter(|key| !times.contains_key(key));
+        let first_seen = created(first_seen.collect(), now_ms());
+        store.set_times(&first_seen)?;
+        for (key, value) in first_seen {
+            times.extend(value.map(|value| (key, value)));
+        }
         let mut entities = HashMap::new();
         for (declaration, file) in declarations {
             let handle = launcher.launch(&declaration)?;
             let entry = Entry {
                 handle,
                 declaration,
-                started_ms: now_ms(),
                 file,
             };
             entities.insert(entry.declaration.name().to_lowercase(), entry);
         }
         Ok(Self {
             entities: RwLock::new(entities),
+            times: RwLock::new(times),
             launcher: std::sync::Mutex::new(Some(launcher)),
         })
     }
@@ -288,11 +351,13 @@ impl Registry {
                 .store
                 .set_declaration(&name, Some(&declaration.to_toml()))?;
         }
+        let times = created(times_keys(declaration), now_ms());
+        launcher.store.set_times(&times)?;
+        self.remember(times);
         let handle = launcher.launch(declaration)?;
         let entry = Entry {
             handle: handle.clone(),
             declaration: declaration.clone(),
-            started_ms: now_ms(),
             file: from_file.then(|| declaration.clone()),
         };
         self.write().insert(name, entry);
@@ -302,15 +367,20 @@ impl Registry {
 
     /// Applies a changed declaration to a live queue or topic (Service Bus's updatable
     /// settings: size, time to live, auto-delete, and a queue's lock duration, delivery limit
-    /// and dead-lettering on expiry) without losing messages, locks or links, and stores it.
-    /// Blocks while the store flushes.
+    /// and dead-lettering on expiry, and its subscriptions' settings) without losing messages,
+    /// locks or links, and stores it; the update times of what changed move. Blocks while the
+    /// store flushes.
     ///
     /// # Errors
     /// [`RegistryError::NotFound`] when no such entity exists, [`RegistryError::Store`] when
     /// the declaration cannot be stored.
     pub async fn update(&self, declaration: &Declaration) -> Result<(), RegistryError> {
-        let handle = self
-            .lookup(declaration.name())
+        let Entry {
+            handle,
+            declaration: before,
+            ..
+        } = self
+            .entry(declaration.name())
             .ok_or_else(|| RegistryError::NotFound(declaration.name().to_owned()))?;
         let (reply, applied) = oneshot::channel();
         let settings = setup::settings(declaration);
@@ -319,6 +389,7 @@ impl Registry {
             return Err(RegistryError::NotFound(declaration.name().to_owned()));
         }
         self.keep(declaration.clone()).await?;
+        self.touch(changed_keys(&before, declaration)).await?;
         tracing::info!(entity = declaration.name(), "updated");
         Ok(())
     }
@@ -353,6 +424,7 @@ impl Registry {
         let changed = Declaration::parse(&Declaration::Topic(declaration).to_toml(), "the request")
             .map_err(|e| RegistryError::Invalid(e.to_string()))?;
         let (reply, added) = oneshot::channel();
+        let subscription_name = subscription.name.clone();
         let command = Command::AddSubscription {
             config: subscription,
             reply,
@@ -361,10 +433,13 @@ impl Registry {
             return Err(RegistryError::NotFound(topic.to_owned()));
         }
         match added.await {
-            Ok(Ok(())) => self.keep(changed).await,
-            Ok(Err(reason)) => Err(RegistryError::Invalid(reason)),
-            Err(_) => Err(RegistryError::NotFound(topic.to_owned())),
+            Ok(Ok(())) => {}
+            Ok(Err(reason)) => return Err(RegistryError::Invalid(reason)),
+            Err(_) => return Err(RegistryError::NotFound(topic.to_owned())),
         }
+        let key = times_key(changed.name(), Some(&subscription_name));
+        self.keep(changed).await?;
+        self.save_times(created(vec![key], now_ms())).await
     }
 
     /// Deletes a subscription of a live topic with its messages and stores the topic's changed
@@ -391,7 +466,9 @@ impl Registry {
         declaration
             .subscriptions
             .retain(|s| !s.name.eq_ignore_ascii_case(name));
-        self.keep(Declaration::Topic(declaration)).await
+        let key = times_key(&declaration.name, Some(name));
+        self.keep(Declaration::Topic(declaration)).await?;
+        self.save_times(vec![(key, None)]).await
     }
 
     /// Stores the record of a live entity's changed declaration ([`Record`]: nothing of what
@@ -406,6 +483,56 @@ impl Registry {
             entry.declaration = declaration;
         }
         Ok(())
+    }
+
+    /// Moves the update time of each of `keys` to now.
+    async fn touch(&self, keys: Vec<String>) -> Result<(), RegistryError> {
+        let now = now_ms();
+        let changes = {
+            let times = self.times_read();
+            let touched = keys.into_iter().map(|key| {
+                let created_ms = times.get(&key).map_or(now, |kept| kept.created_ms);
+                let updated_ms = now;
+                (
+                    key,
+                    Some(EntityTimes {
+                        created_ms,
+                        updated_ms,
+                    }),
+                )
+            });
+            touched.collect()
+        };
+        self.save_times(changes).await
+    }
+
+    /// Stores changed times, off the async runtime (it may wait for the flush), and keeps
+    /// them.
+    async fn save_times(
+        &self,
+        changes: Vec<(String, Option<EntityTimes>)>,
+    ) -> Result<(), RegistryError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let store = self.store()?;
+        let stored = changes.clone();
+        tokio::task::spawn_blocking(move || store.set_times(&stored))
+            .await
+            .map_err(|e| StoreError::Sled(format!("storing times: {e}")))??;
+        self.remember(changes);
+        Ok(())
+    }
+
+    /// Keeps changed times (already stored).
+    fn remember(&self, changes: Vec<(String, Option<EntityTimes>)>) {
+        let mut times = self.times_write();
+        for (key, value) in changes {
+            match value {
+                Some(value) => times.insert(key, value),
+                None => times.remove(&key),
+            };
+        }
     }
 
     /// Writes an entity's record, off the async runtime (it waits for the flush).
@@ -527,9 +654,18 @@ impl Registry {
         self.forget_declaration(name).await
     }
 
+    /// Forgets a deleted entity's record and its times (and its subscriptions').
     async fn forget_declaration(&self, name: &str) -> Result<(), RegistryError> {
         self.store_record(&name.to_lowercase(), Record::Forget)
+            .await?;
+        let store = self.store()?;
+        let entity = name.to_owned();
+        tokio::task::spawn_blocking(move || store.forget_times(&entity))
             .await
+            .map_err(|e| StoreError::Sled(format!("forgetting times: {e}")))??;
+        self.times_write()
+            .retain(|key, _| !times_of_entity(key, name));
+        Ok(())
     }
 
     /// The entity with this name, compared case-insensitively.
@@ -537,6 +673,14 @@ impl Registry {
         self.read()
             .get(&name.to_lowercase())
             .map(|entry| entry.handle.clone())
+    }
+
+    /// When a queue or topic (`subscription` `None`), or one of a topic's subscriptions, was
+    /// created and last updated; `None` for one that does not exist.
+    pub fn times(&self, entity: &str, subscription: Option<&str>) -> Option<EntityTimes> {
+        self.times_read()
+            .get(&times_key(entity, subscription))
+            .copied()
     }
 
     /// The entity with this name with its declaration, compared case-insensitively.
@@ -581,6 +725,19 @@ impl Registry {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    fn times_read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, EntityTimes>> {
+        // As for the entities: never left half-changed.
+        self.times
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn times_write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, EntityTimes>> {
+        self.times
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 #[cfg(test)]
@@ -588,11 +745,11 @@ mod tests {
     use super::*;
 
     /// A registry on `dir` in `sync` mode whose config file declares `declared`; run `body`
-    /// with it, then stop its actors.
-    async fn with_registry<F, Fut>(dir: &std::path::Path, declared: &[Declaration], body: F)
+    /// with it, then stop its actors; what `body` returns.
+    async fn with_registry<F, Fut, T>(dir: &std::path::Path, declared: &[Declaration], body: F) -> T
     where
         F: FnOnce(Registry) -> Fut,
-        Fut: std::future::Future<Output = ()>,
+        Fut: std::future::Future<Output = T>,
     {
         let mut config = Config::embedded_default();
         config.broker.data_dir = dir.to_path_buf();
@@ -623,11 +780,12 @@ mod tests {
         let tracker = TaskTracker::new();
         let registry =
             Registry::start(&config, &store, flusher.as_ref(), &shutdown, &tracker).expect("start");
-        body(registry).await;
+        let out = body(registry).await;
         shutdown.cancel();
         tracker.close();
         tracker.wait().await;
         store.flush_blocking().expect("flush");
+        out
     }
 
     fn queue(name: &str) -> Declaration {
@@ -753,6 +911,97 @@ mod tests {
                 pairs(&[("all", 10), ("other", 3)]),
                 "`made` became the file's; `picky` was never created at run time"
             );
+        })
+        .await;
+    }
+
+    /// Lets the clock's milliseconds move on.
+    async fn tick() {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+
+    #[tokio::test]
+    async fn times_are_stored_moved_by_what_an_update_changes_and_forgotten_on_delete() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = [queue("declared"), topic("events", &["all"])];
+        let first = with_registry(dir.path(), &file, |registry| async move {
+            let queue = registry.times("DECLARED", None).expect("a queue's times");
+            assert_eq!(queue.created_ms, queue.updated_ms);
+            let topic = registry.times("events", None).expect("a topic's times");
+            let all = registry
+                .times("events", Some("ALL"))
+                .expect("a subscription's");
+            (queue, topic, all)
+        })
+        .await;
+        tick().await;
+        let (queue, topic, all) = first;
+        let updated = with_registry(dir.path(), &file, move |registry| async move {
+            assert_eq!(registry.times("declared", None), Some(queue), "kept");
+            assert_eq!(registry.times("events", None), Some(topic));
+            assert_eq!(registry.times("events", Some("all")), Some(all));
+
+            let Some(Declaration::Queue(mut changed)) =
+                registry.entry("declared").map(|entry| entry.declaration)
+            else {
+                panic!("a queue");
+            };
+            changed.max_delivery_count = 9;
+            let changed = Declaration::Queue(changed);
+            registry.update(&changed).await.expect("updated");
+            let updated = registry.times("declared", None).expect("times");
+            assert_eq!(updated.created_ms, queue.created_ms);
+            assert!(updated.updated_ms > queue.updated_ms, "moved");
+            tick().await;
+            registry.update(&changed).await.expect("updated");
+            let unchanged = registry.times("declared", None);
+            assert_eq!(unchanged, Some(updated), "nothing changed: nothing moves");
+
+            let Some(Declaration::Topic(mut events)) =
+                registry.entry("events").map(|entry| entry.declaration)
+            else {
+                panic!("a topic");
+            };
+            events.subscriptions[0].max_delivery_count = 2;
+            registry
+                .update(&Declaration::Topic(events))
+                .await
+                .expect("updated");
+            let moved = registry.times("events", Some("all")).expect("times");
+            assert!(
+                moved.updated_ms > all.updated_ms,
+                "the subscription's moved"
+            );
+            assert_eq!(
+                registry.times("events", None),
+                Some(topic),
+                "not the topic's"
+            );
+
+            let made = subscription("made", 3);
+            registry
+                .add_subscription("events", made)
+                .await
+                .expect("added");
+            let made = registry.times("events", Some("made")).expect("times");
+            assert!(made.created_ms > topic.created_ms);
+            registry
+                .remove_subscription("events", "made")
+                .await
+                .expect("removed");
+            assert_eq!(registry.times("events", Some("made")), None);
+            registry.delete("events").await.expect("deleted");
+            assert_eq!(registry.times("events", None), None);
+            assert_eq!(registry.times("events", Some("all")), None);
+            updated
+        })
+        .await;
+        with_registry(dir.path(), &file, |registry| async move {
+            assert_eq!(registry.times("declared", None), Some(updated), "stored");
+            let back = registry
+                .times("events", None)
+                .expect("the file declares it again");
+            assert!(back.created_ms > topic.created_ms, "a new topic");
         })
         .await;
     }

@@ -160,6 +160,38 @@ def test_a_subscription_created_on_a_declared_topic_survives_a_restart(secured):
             assert str(got) == "kept"
             receiver.complete_message(got)
 
+def test_created_at_is_kept_across_a_restart_and_updated_at_moves_with_an_update(secured):
+    with admin(secured) as client:
+        client.create_queue("timed")
+        queue = client.get_queue_runtime_properties("timed")
+        topic = client.get_topic_runtime_properties("events")
+        subscription = client.get_subscription_runtime_properties("events", "all")
+    assert queue.created_at_utc == queue.updated_at_utc
+    secured.stop()
+    secured.start()
+    with admin(secured) as client:
+        again = client.get_queue_runtime_properties("timed")
+        assert (again.created_at_utc, again.updated_at_utc) == (
+            queue.created_at_utc,
+            queue.updated_at_utc,
+        )
+        declared = client.get_subscription_runtime_properties("events", "all")
+        assert declared.created_at_utc == subscription.created_at_utc, "first seen declared"
+        assert client.get_topic_runtime_properties("events").created_at_utc == topic.created_at_utc
+
+        client.update_queue(client.get_queue("timed"), max_delivery_count=3)
+        updated = client.get_queue_runtime_properties("timed")
+        assert updated.created_at_utc == queue.created_at_utc
+        assert updated.updated_at_utc > queue.updated_at_utc
+        client.update_subscription(
+            "events", client.get_subscription("events", "all"), max_delivery_count=4
+        )
+        changed = client.get_subscription_runtime_properties("events", "all")
+        assert changed.created_at_utc == subscription.created_at_utc
+        assert changed.updated_at_utc > subscription.updated_at_utc
+        after = client.get_topic_runtime_properties("events")
+        assert after.updated_at_utc == topic.updated_at_utc, "a subscription's update is its own"
+
 def test_what_tidebus_does_not_do_is_refused_naming_it(secured):
     with admin(secured) as client:
         with pytest.raises(HttpResponseError) as refused:

@@ -4,7 +4,9 @@
 //! subscriptions a topic gains are added, and a subscription's changed settings and rules
 //! applied. What needs a restart (listeners, the store, limits, policies, `requires_session`)
 //! keeps its running value and is reported; entities the file no longer declares are left
-//! alone, and said so.
+//! alone, and said so. The registry then takes the file's declaration of each entity as the
+//! file's ([`Registry::declare`]): a subscription created at run time that the file now
+//! declares is the file's from then on, no longer stored as created at run time.
 
 use crate::config::{
     Config, Declaration, QueueConfig, RuleConfig, SubscriptionConfig, TopicConfig,
@@ -50,7 +52,8 @@ pub async fn apply(registry: &Arc<Registry>, running: &Config, new: &Config) -> 
     for name in kept {
         report.kept.push(format!(
             "'{name}' is no longer in the file: left alone (delete it through the \
-             administration API, or it goes at the next start)"
+             administration API, or it goes at the next start; a topic with subscriptions \
+             created at run time comes back with those alone)"
         ));
     }
     let baseline = Config {
@@ -136,6 +139,12 @@ async fn entity(registry: &Arc<Registry>, declaration: &Declaration, report: &mu
             Ok(()) => report.applied.push(format!("updated '{name}'")),
             Err(error) => report.kept.push(format!("'{name}' not updated: {error}")),
         }
+    }
+    if let Err(error) = registry.declare(declaration).await {
+        report.kept.push(format!(
+            "'{name}': what the file declares of it is still stored as created at run time: \
+             {error}"
+        ));
     }
 }
 

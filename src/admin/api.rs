@@ -1,7 +1,6 @@
 //! Administration requests to registry operations: `$namespaceinfo`, the `$Resources` feeds,
-//! and each queue's, topic's and subscription's description with its runtime counts; queues
-//! and topics are created and deleted here. What this version does not manage (updates,
-//! subscriptions and rules at run time) is answered 501 naming it.
+//! and each queue's, topic's and subscription's description with its runtime counts; queues,
+//! topics, subscriptions and rules are created, updated (`If-Match: *`) and deleted here.
 //!
 //! Paths are percent-decoded and their keywords (`$Resources/Queues`, `Subscriptions`,
 //! `Rules`) compared ignoring case: the Python client writes them lower-case, the JS client
@@ -29,6 +28,7 @@ use crate::entity::operation::{Answer, Operation};
 use crate::entity::queue::LaneCounts;
 use crate::entity::registry::{Entry, RegistryError};
 use crate::entity::topic::Rule;
+use crate::store::EntityTimes;
 
 /// Entries per feed page when the client names no `$top`.
 const DEFAULT_TOP: usize = 100;
@@ -154,8 +154,8 @@ pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<
         (Method::GET, Target::Rule(subscription, name)) => {
             get_rule(admin, &urls, &subscription, &name).await
         }
-        (Method::PUT, Target::Rule(..)) if updating => {
-            not_implemented("updating a rule is not supported yet: delete it and create it again")
+        (Method::PUT, Target::Rule(subscription, name)) if updating => {
+            update_rule(admin, &urls, &subscription, &name, request).await
         }
         (Method::PUT, Target::Rule(subscription, name)) => {
             create_rule(admin, &urls, &subscription, &name, request).await
@@ -167,9 +167,9 @@ pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<
                 Err(refused) => refused,
             }
         }
-        (Method::PUT, Target::Subscription(..)) if updating => not_implemented(
-            "updating a subscription is not supported yet: delete it and create it again",
-        ),
+        (Method::PUT, Target::Subscription(topic, name)) if updating => {
+            update_subscription(admin, &urls, &topic, &name, request).await
+        }
         (Method::PUT, Target::Subscription(topic, name)) => {
             create_subscription(admin, &urls, &topic, &name, request).await
         }
@@ -332,13 +332,22 @@ fn lane(stats: &EntityStats, lane: LaneId) -> LaneCounts {
         .unwrap_or_default()
 }
 
+/// The creation and update times of an entity or subscription (this process's start for one
+/// the registry no longer knows: it went meanwhile), with when a client last used it.
+fn times(admin: &Admin, entity: &str, subscription: Option<&str>, accessed_ms: i64) -> Times {
+    let times = admin.registry.times(entity, subscription);
+    let times = times.unwrap_or(EntityTimes::created(admin.started_ms));
+    Times {
+        created_ms: times.created_ms,
+        updated_ms: times.updated_ms,
+        accessed_ms,
+    }
+}
+
 /// The entity's title, description and update time.
 async fn describe(admin: &Admin, entry: &Entry) -> (String, String, i64) {
     let stats = stats(entry).await;
-    let times = Times {
-        created_ms: entry.started_ms,
-        accessed_ms: stats.accessed_ms,
-    };
+    let times = times(admin, entry.declaration.name(), None, stats.accessed_ms);
     let kib = admin.max_message_size / 1024;
     let content = match &entry.declaration {
         Declaration::Queue(queue) => {
@@ -361,7 +370,7 @@ async fn describe(admin: &Admin, entry: &Entry) -> (String, String, i64) {
     (
         entry.declaration.name().to_owned(),
         content,
-        entry.started_ms,
+        times.updated_ms,
     )
 }
 
@@ -382,12 +391,9 @@ async fn subscription(admin: &Admin, topic: &str, name: &str) -> Option<(String,
         dead_letter: false,
     };
     let counts = Counts::of(lane(&stats, main), lane(&stats, main.dead_letter_lane()));
-    let times = Times {
-        created_ms: entry.started_ms,
-        accessed_ms: stats.accessed_ms,
-    };
+    let times = times(admin, topic, Some(name), stats.accessed_ms);
     let content = atom::subscription(config, &counts, &times);
-    Some((config.name.clone(), content, entry.started_ms))
+    Some((config.name.clone(), content, times.updated_ms))
 }
 
 /// A feed of the queues or topics (`keep` picks them).
@@ -647,21 +653,42 @@ fn apply(mut declaration: Declaration, sent: &atom::Sent) -> Result<Declaration,
             declaration.name()
         ));
     }
-    for (property, value) in &sent.fields {
+    let fields = sent.fields.iter().map(|(p, v)| (p.as_str(), v.as_str()));
+    set_each(fields, |property, value| match &mut declaration {
+        Declaration::Queue(queue) => set_queue(queue, property, value),
+        Declaration::Topic(topic) => set_topic(topic, property, value),
+    })?;
+    validated(&declaration)
+}
+
+/// Sets each property a client sent with `set` (`false`: no such property), passing over
+/// those that change nothing.
+///
+/// # Errors
+/// A property `set` does not know or refuses, named with its value.
+fn set_each<'a>(
+    fields: impl IntoIterator<Item = (&'a str, &'a str)>,
+    mut set: impl FnMut(&str, &str) -> Result<bool, String>,
+) -> Result<(), String> {
+    for (property, value) in fields {
         if passed_over(property, value)? {
             continue;
         }
-        let applied = match &mut declaration {
-            Declaration::Queue(queue) => set_queue(queue, property, value),
-            Declaration::Topic(topic) => set_topic(topic, property, value),
-        };
-        match applied {
+        match set(property, value) {
             Ok(true) => {}
             Ok(false) => return Err(format!("{property} is not a property Tidebus supports")),
             Err(reason) => return Err(format!("{property} = {value:?}: {reason}")),
         }
     }
-    // Back through the config's validation, so an API entity obeys the file's bounds.
+    Ok(())
+}
+
+/// A declaration put back through the config's validation, so that what the API creates or
+/// changes obeys the file's bounds.
+///
+/// # Errors
+/// What the config file would refuse, naming the key.
+fn validated(declaration: &Declaration) -> Result<Declaration, String> {
     Declaration::parse(&declaration.to_toml(), "the request")
         .map_err(|e| e.to_string().replace("the request", "the description"))
 }
@@ -695,6 +722,34 @@ fn set_queue(queue: &mut QueueConfig, property: &str, value: &str) -> Result<boo
         }
         "MaxDeliveryCount" => queue.max_delivery_count = number(value)?,
         "AutoDeleteOnIdle" => queue.auto_delete_on_idle = atom::read_duration(value)?,
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// Applies one property to a subscription; `false` when a subscription has no such property.
+fn set_subscription(
+    subscription: &mut SubscriptionConfig,
+    property: &str,
+    value: &str,
+) -> Result<bool, String> {
+    match property {
+        "LockDuration" => {
+            subscription.lock_duration =
+                atom::read_duration(value)?.ok_or("a lock cannot last forever")?
+        }
+        "RequiresSession" => subscription.requires_session = boolean(value)?,
+        "DefaultMessageTimeToLive" => {
+            subscription.default_message_time_to_live = atom::read_duration(value)?
+        }
+        "DeadLetteringOnMessageExpiration" => {
+            subscription.dead_lettering_on_message_expiration = boolean(value)?
+        }
+        "DeadLetteringOnFilterEvaluationExceptions" => {
+            subscription.dead_lettering_on_filter_evaluation_exceptions = boolean(value)?
+        }
+        "MaxDeliveryCount" => subscription.max_delivery_count = number(value)?,
+        "AutoDeleteOnIdle" => subscription.auto_delete_on_idle = atom::read_duration(value)?,
         _ => return Ok(false),
     }
     Ok(true)
@@ -856,6 +911,34 @@ async fn create_rule(
     }
 }
 
+/// Replaces a rule's filter and action with those of the `RuleDescription` in the body
+/// (`If-Match: *`), inside the topic's actor: no message is routed between the old rule and
+/// the new one. The rule keeps its place and its creation time.
+async fn update_rule(
+    admin: &Admin,
+    urls: &Urls,
+    subscription: &Subscription,
+    name: &str,
+    request: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let body = match body(request).await {
+        Ok(body) => body,
+        Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
+    };
+    let rule = match rules::read(&body, name, now_ms()) {
+        Ok(rule) => rule,
+        Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
+    };
+    match manage(admin, subscription, Operation::ReplaceRule { rule }).await {
+        Ok(Answer::Rules(replaced)) if !replaced.is_empty() => {
+            let (id, title, updated, content) = rule_entry(urls, subscription, &replaced[0]);
+            entry_response(StatusCode::OK, &id, &title, updated, &content)
+        }
+        Ok(_) => not_found(&format!("{}/Rules/{name}", subscription.path())),
+        Err(refused) => refused,
+    }
+}
+
 fn empty_ok() -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::new()));
     response.headers_mut().insert(
@@ -897,9 +980,6 @@ async fn create_subscription(
 
 /// The subscription a client's description asks for, from the config's defaults.
 fn subscription_config(name: &str, root: &atom::Element) -> Result<SubscriptionConfig, String> {
-    let description = root
-        .find("SubscriptionDescription")
-        .ok_or("the body holds no SubscriptionDescription")?;
     let base = format!(
         "[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = {}\n",
         toml::Value::String(name.to_owned())
@@ -909,43 +989,107 @@ fn subscription_config(name: &str, root: &atom::Element) -> Result<SubscriptionC
     else {
         return Err("a subscription belongs to a topic".into());
     };
-    let mut config = topic.subscriptions.remove(0);
-    for child in &description.children {
-        let (property, value) = (child.name.as_str(), child.text.as_str());
-        if property == "DefaultRuleDescription" {
-            let rule_name = child.child("Name").map_or("$Default", |n| n.text.as_str());
-            let rule = rules::from_element(child, rule_name, now_ms())?;
-            config.rules = vec![rules::declared(&rule)?];
-            continue;
-        }
-        if passed_over(property, value)? {
-            continue;
-        }
-        let applied: Result<(), String> = (|| {
-            match property {
-                "LockDuration" => {
-                    config.lock_duration =
-                        atom::read_duration(value)?.ok_or("a lock cannot last forever")?
-                }
-                "RequiresSession" => config.requires_session = boolean(value)?,
-                "DefaultMessageTimeToLive" => {
-                    config.default_message_time_to_live = atom::read_duration(value)?
-                }
-                "DeadLetteringOnMessageExpiration" => {
-                    config.dead_lettering_on_message_expiration = boolean(value)?
-                }
-                "DeadLetteringOnFilterEvaluationExceptions" => {
-                    config.dead_lettering_on_filter_evaluation_exceptions = boolean(value)?
-                }
-                "MaxDeliveryCount" => config.max_delivery_count = number(value)?,
-                "AutoDeleteOnIdle" => config.auto_delete_on_idle = atom::read_duration(value)?,
-                _ => return Err("not a property Tidebus supports".to_owned()),
-            }
-            Ok(())
-        })();
-        applied.map_err(|reason| format!("{property} = {value:?}: {reason}"))?;
+    apply_subscription(topic.subscriptions.remove(0), root, Intent::Create)
+}
+
+/// What a description is sent for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Intent {
+    Create,
+    Update,
+}
+
+/// `subscription` with the properties of the client's `SubscriptionDescription` in `root`
+/// applied. At creation a `DefaultRuleDescription` in it becomes the only rule; an update
+/// ignores it, as Service Bus reads it only at creation.
+///
+/// # Errors
+/// No description, or a property refused, named with its value.
+fn apply_subscription(
+    mut subscription: SubscriptionConfig,
+    root: &atom::Element,
+    intent: Intent,
+) -> Result<SubscriptionConfig, String> {
+    const DEFAULT_RULE: &str = "DefaultRuleDescription";
+    let description = root
+        .find("SubscriptionDescription")
+        .ok_or("the body holds no SubscriptionDescription")?;
+    if let Some(child) = description
+        .child(DEFAULT_RULE)
+        .filter(|_| intent == Intent::Create)
+    {
+        let rule_name = child.child("Name").map_or("$Default", |n| n.text.as_str());
+        let rule = rules::from_element(child, rule_name, now_ms())?;
+        subscription.rules = vec![rules::declared(&rule)?];
     }
-    Ok(config)
+    let fields = description
+        .children
+        .iter()
+        .filter(|child| child.name != DEFAULT_RULE)
+        .map(|child| (child.name.as_str(), child.text.as_str()));
+    set_each(fields, |property, value| {
+        set_subscription(&mut subscription, property, value)
+    })?;
+    Ok(subscription)
+}
+
+/// Updates a subscription from the `SubscriptionDescription` in the body (`If-Match: *`): the
+/// properties it sets change on the live subscription (through the topic's declaration),
+/// the others keep their values, and so do its messages, locks and rules.
+async fn update_subscription(
+    admin: &Admin,
+    urls: &Urls,
+    topic: &str,
+    name: &str,
+    request: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let path = format!("{topic}/Subscriptions/{name}");
+    let Some(entry) = admin.registry.entry(topic) else {
+        return not_found(&path);
+    };
+    let Declaration::Topic(mut declaration) = entry.declaration else {
+        return not_found(&path);
+    };
+    let same_name = |s: &&mut SubscriptionConfig| s.name.eq_ignore_ascii_case(name);
+    let live = entry.handle.subscription(name).is_some();
+    let Some(slot) = declaration
+        .subscriptions
+        .iter_mut()
+        .find(same_name)
+        .filter(|_| live)
+    else {
+        return not_found(&path);
+    };
+    let changed = match body(request).await.and_then(|body| atom::parse(&body)) {
+        Ok(root) => apply_subscription(slot.clone(), &root, Intent::Update),
+        Err(detail) => Err(detail),
+    };
+    let changed = match changed {
+        Ok(changed) => changed,
+        Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
+    };
+    if changed.requires_session != slot.requires_session {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "RequiresSession cannot be changed on an existing subscription, as in Service Bus"
+                .into(),
+        );
+    }
+    *slot = changed;
+    let changed = match validated(&Declaration::Topic(declaration)) {
+        Ok(changed) => changed,
+        Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
+    };
+    if let Err(refused) = admin.registry.update(&changed).await {
+        return refusal(&refused, &path);
+    }
+    match subscription(admin, topic, name).await {
+        Some((title, content, updated)) => {
+            let id = urls.of(&format!("{topic}/Subscriptions/{title}"));
+            entry_response(StatusCode::OK, &id, &title, updated, &content)
+        }
+        None => not_found(&path),
+    }
 }
 
 /// The answer to a registry's refusal, as Service Bus gives it.
@@ -970,10 +1114,6 @@ fn not_found(name: &str) -> Response<Full<Bytes>> {
     )
 }
 
-fn not_implemented(detail: &str) -> Response<Full<Bytes>> {
-    error(StatusCode::NOT_IMPLEMENTED, detail.to_owned())
-}
-
 fn error(status: StatusCode, detail: String) -> Response<Full<Bytes>> {
     if status.is_server_error() {
         tracing::warn!(%status, %detail, "admin request failed");
@@ -985,4 +1125,55 @@ fn error(status: StatusCode, detail: String) -> Response<Full<Bytes>> {
         "application/xml; charset=utf-8",
         atom::error(status.as_u16(), &detail),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn description(children: &str) -> atom::Element {
+        let body = format!(
+            "<entry><content><SubscriptionDescription>{children}</SubscriptionDescription>\
+             </content></entry>"
+        );
+        atom::parse(body.as_bytes()).expect("XML")
+    }
+
+    fn rule(name: &str, sql: &str) -> String {
+        format!(
+            "<DefaultRuleDescription><Filter i:type=\"SqlFilter\"><SqlExpression>{sql}\
+             </SqlExpression></Filter><Name>{name}</Name></DefaultRuleDescription>"
+        )
+    }
+
+    #[test]
+    fn an_update_sets_what_it_sends_and_ignores_the_default_rule() {
+        let sent = format!(
+            "<MaxDeliveryCount>3</MaxDeliveryCount>{}",
+            rule("only", "a = 1")
+        );
+        let created = subscription_config("s", &description(&sent)).expect("created");
+        assert_eq!(created.max_delivery_count, 3);
+        let names: Vec<&str> = created.rules.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["only"], "creation takes the default rule");
+
+        let sent = format!(
+            "<LockDuration>PT45S</LockDuration><MessageCount>9</MessageCount>\
+             <CreatedAt>2024-05-01T10:00:00Z</CreatedAt><Status>Active</Status>\
+             <EnableBatchedOperations>true</EnableBatchedOperations>{}",
+            rule("other", "b = 2")
+        );
+        let updated = apply_subscription(created.clone(), &description(&sent), Intent::Update)
+            .expect("updated");
+        assert_eq!(updated.lock_duration, std::time::Duration::from_secs(45));
+        assert_eq!(updated.max_delivery_count, 3, "not sent: kept");
+        assert_eq!(
+            updated.rules, created.rules,
+            "an update ignores the default rule"
+        );
+
+        let forward = description("<ForwardTo>elsewhere</ForwardTo>");
+        let refused = apply_subscription(created, &forward, Intent::Update).expect_err("refused");
+        assert!(refused.contains("ForwardTo"), "{refused}");
+    }
 }

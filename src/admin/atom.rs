@@ -60,8 +60,10 @@ impl Counts {
 /// Times of an entity, in ms since the Unix epoch.
 #[derive(Debug, Clone, Copy)]
 pub struct Times {
-    /// `CreatedAt` and `UpdatedAt`.
+    /// `CreatedAt`.
     pub created_ms: i64,
+    /// `UpdatedAt`.
+    pub updated_ms: i64,
     /// `AccessedAt`.
     pub accessed_ms: i64,
 }
@@ -142,7 +144,7 @@ impl Xml {
 
     fn times(&mut self, times: &Times) {
         self.element("CreatedAt", time(times.created_ms));
-        self.element("UpdatedAt", time(times.created_ms));
+        self.element("UpdatedAt", time(times.updated_ms));
         self.element("AccessedAt", time(times.accessed_ms));
     }
 

@@ -47,7 +47,8 @@ pub struct Admin {
     pub policies: Arc<Policies>,
     /// Largest message the broker accepts, reported as `MaxMessageSizeInKilobytes`.
     pub max_message_size: u64,
-    /// When the broker started (the namespace's creation time), in ms since the Unix epoch.
+    /// When the broker started (the namespace's creation time, and the times of an entity
+    /// that went while it was described), in ms since the Unix epoch.
     pub started_ms: i64,
     /// Whether the endpoint speaks HTTPS (the scheme of the URLs it writes).
     pub https: bool,

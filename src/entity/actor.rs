@@ -687,6 +687,10 @@ impl Actor {
                 self.core.add_rule(lane, rule)?;
                 Ok(Answer::Done)
             }
+            Operation::ReplaceRule { rule } => {
+                let replaced = self.core.replace_rule(lane, rule)?;
+                Ok(Answer::Rules(vec![replaced]))
+            }
             Operation::RemoveRule { name } => {
                 self.core.remove_rule(lane, &name)?;
                 Ok(Answer::Done)

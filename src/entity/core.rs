@@ -619,6 +619,35 @@ impl EntityCore {
         Ok(())
     }
 
+    /// Replaces a subscription's rule of the same name (ignoring case) in one step, so that no
+    /// message is routed between an old rule and its new one: the rule keeps its place, its
+    /// stored name and its creation time, and is stored as `add-rule` stores one. Returns the
+    /// rule as it now is.
+    ///
+    /// # Errors
+    /// [`EntityError::RuleNotFound`] when it has no rule of that name;
+    /// [`EntityError::NotAllowed`] when `lane` is not a subscription.
+    pub fn replace_rule(&mut self, lane: LaneId, mut rule: Rule) -> Result<Rule, EntityError> {
+        let route = self.route(lane)?;
+        let Some(at) = route
+            .rules
+            .iter()
+            .position(|kept| kept.name.eq_ignore_ascii_case(&rule.name))
+        else {
+            return Err(EntityError::RuleNotFound(rule.name));
+        };
+        let old = &route.rules[at];
+        rule.name.clone_from(&old.name);
+        rule.created_ms = old.created_ms;
+        let change = Change::Rule {
+            name: rule.name.clone(),
+            stored: Some(rule.stored()),
+        };
+        route.rules[at] = rule.clone();
+        self.journal.push((lane, change));
+        Ok(rule)
+    }
+
     /// Removes a subscription's rule (`remove-rule`).
     ///
     /// # Errors

@@ -50,6 +50,13 @@ pub enum Operation {
         /// The rule, parsed.
         rule: Rule,
     },
+    /// Replaces a subscription's rule of the same name in place (the administration API's
+    /// rule update; no AMQP operation reads into it): its position and creation time stay.
+    /// Answered with the rule as it now is, alone in [`Answer::Rules`].
+    ReplaceRule {
+        /// The new rule, parsed; its name says which rule it replaces (ignoring case).
+        rule: Rule,
+    },
     /// `remove-rule` on a subscription.
     RemoveRule {
         /// The rule's name.

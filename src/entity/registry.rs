@@ -4,8 +4,20 @@
 //! time ([`Registry::create`]) that the file does not declare: their declarations are stored
 //! (`Store::set_declaration`) and come back at every start until [`Registry::delete`]. The
 //! file is the declaration of its entities: at start its settings apply to them.
+//!
+//! A topic the file declares has, at start, the file's subscriptions plus those created at run
+//! time that the file does not declare, with their stored settings: for such a topic the store
+//! keeps a topic declaration holding only those (see [`Record`]). The file's settings win for
+//! the topic and for every subscription it declares, and a subscription it declares that was
+//! deleted at run time comes back. A stored declaration for a name the file declares as a
+//! queue is ignored.
+//!
+//! Each queue, topic and subscription has its creation and last update times
+//! ([`EntityTimes`]), stored (`Store::set_times`): set when it is created, or at the first
+//! start that sees it declared; moved by an update that changes its settings; forgotten when
+//! it is deleted. In `memory` mode nothing is stored: they are this process's.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::RwLock;
 
 use tokio::sync::oneshot;
@@ -13,12 +25,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::clock::now_ms;
-use crate::config::{Config, Declaration, Durability, SubscriptionConfig};
+use crate::config::{Config, Declaration, Durability, SubscriptionConfig, TopicConfig};
 use crate::entity::actor::{self, Commit, Parts};
 use crate::entity::handle::{Command, EntityError, EntityEvent, EntityHandle, LaneId, Ticket};
 use crate::entity::operation::{Answer, Operation};
 use crate::entity::setup;
-use crate::store::{Flusher, Store, StoreError};
+use crate::store::{times_key, times_of_entity, EntityTimes, Flusher, Store, StoreError};
 
 /// Why an entity could not be created or deleted.
 #[derive(Debug, thiserror::Error)]
@@ -68,24 +80,132 @@ impl Launcher {
     }
 }
 
-/// A live entity: its actor, what declared it, and since when it runs.
+/// A live entity: its actor and what declared it.
 #[derive(Debug, Clone)]
 pub struct Entry {
     /// Its actor.
     pub handle: EntityHandle,
-    /// Its declaration (from the file, or from the administration API).
+    /// Its declaration as it runs (the file's, with what was created or changed at run time).
     pub declaration: Declaration,
-    /// When this broker started it (or created it), in ms since the Unix epoch.
-    pub started_ms: i64,
-    /// Whether the config file declares it: its declaration is the file's, never stored, and
-    /// changes made at run time last until the next start.
-    pub from_file: bool,
+    /// What the config file declares of it; `None` for an entity created at run time. The
+    /// file's part is never stored: changes made to it at run time last until the next start.
+    /// A subscription a reloaded file stops declaring stays in it while it lives, so that it
+    /// is not stored as one created at run time: it goes at the next start, as the entities the
+    /// file drops do.
+    pub file: Option<Declaration>,
+}
+
+/// What the store keeps of a live entity, by the entity's name.
+#[derive(Debug)]
+enum Record {
+    /// This declaration: the whole of an entity created at run time; for a topic the config
+    /// file declares, the topic with only the subscriptions the file does not declare
+    /// (created at run time; its own settings are ignored at start, where the file's apply).
+    Keep(Declaration),
+    /// Nothing: a topic the file declares with no subscription created at run time.
+    Forget,
+    /// What is stored stays (a queue the file declares: a record of it is ignored at start).
+    Leave,
+}
+
+impl Record {
+    /// The record of a live entity running `live`, of which the config file declares `file`.
+    fn of(file: Option<&Declaration>, live: &Declaration) -> Record {
+        match (file, live) {
+            (None, _) => Record::Keep(live.clone()),
+            (Some(Declaration::Topic(file)), Declaration::Topic(live)) => {
+                let added: Vec<SubscriptionConfig> = live
+                    .subscriptions
+                    .iter()
+                    .filter(|subscription| !declares(file, &subscription.name))
+                    .cloned()
+                    .collect();
+                match added.is_empty() {
+                    true => Record::Forget,
+                    false => Record::Keep(Declaration::Topic(TopicConfig {
+                        subscriptions: added,
+                        ..live.clone()
+                    })),
+                }
+            }
+            (Some(_), _) => Record::Leave,
+        }
+    }
+
+    /// Writes it under the entity's lower-cased `name`. Blocks while the store flushes.
+    fn write(&self, store: &Store, name: &str) -> Result<(), StoreError> {
+        match self {
+            Record::Keep(declaration) => store.set_declaration(name, Some(&declaration.to_toml())),
+            Record::Forget => store.set_declaration(name, None),
+            Record::Leave => Ok(()),
+        }
+    }
+}
+
+/// Whether a topic declares a subscription of that name (ignoring case).
+fn declares(topic: &TopicConfig, subscription: &str) -> bool {
+    topic
+        .subscriptions
+        .iter()
+        .any(|declared| declared.name.eq_ignore_ascii_case(subscription))
+}
+
+/// The [`times_key`]s of an entity and of its subscriptions.
+fn times_keys(declaration: &Declaration) -> Vec<String> {
+    let mut keys = vec![times_key(declaration.name(), None)];
+    if let Declaration::Topic(topic) = declaration {
+        let subscriptions = topic.subscriptions.iter();
+        keys.extend(subscriptions.map(|s| times_key(&topic.name, Some(&s.name))));
+    }
+    keys
+}
+
+/// The [`times_key`]s of what an update from `before` to `after` changes: the entity when its
+/// own settings differ, and each subscription whose settings (rules included) differ.
+fn changed_keys(before: &Declaration, after: &Declaration) -> Vec<String> {
+    let (Declaration::Topic(before), Declaration::Topic(after)) = (before, after) else {
+        return match before == after {
+            true => Vec::new(),
+            false => vec![times_key(after.name(), None)],
+        };
+    };
+    let own = |topic: &TopicConfig| TopicConfig {
+        subscriptions: Vec::new(),
+        ..topic.clone()
+    };
+    let mut keys = Vec::new();
+    if own(before) != own(after) {
+        keys.push(times_key(&after.name, None));
+    }
+    for subscription in &after.subscriptions {
+        let same_name =
+            |old: &&SubscriptionConfig| old.name.eq_ignore_ascii_case(&subscription.name);
+        if before.subscriptions.iter().find(same_name) != Some(subscription) {
+            keys.push(times_key(&after.name, Some(&subscription.name)));
+        }
+    }
+    keys
+}
+
+/// Times created at `now_ms` for `keys`.
+fn created(keys: Vec<String>, now_ms: i64) -> Vec<(String, Option<EntityTimes>)> {
+    let times = Some(EntityTimes::created(now_ms));
+    keys.into_iter().map(|key| (key, times)).collect()
+}
+
+/// A stored declaration, read back.
+fn parse_stored(name: &str, text: &str) -> Result<Declaration, StoreError> {
+    Declaration::parse(text, &format!("<stored declaration of {name}>"))
+        .map_err(|e| StoreError::Sled(format!("stored declaration of {name}: {e}")))
 }
 
 /// Every live entity, by lower-cased name.
 #[derive(Debug)]
 pub struct Registry {
     entities: RwLock<HashMap<String, Entry>>,
+    /// The times of each live entity and subscription, by [`times_key`], as stored. Never
+    /// locked together with `entities`.
+    times: RwLock<HashMap<String, EntityTimes>>,
     /// `None` once the broker stops ([`Registry::close`]), so that the store is let go.
     launcher: std::sync::Mutex<Option<Launcher>>,
 }
@@ -114,39 +234,73 @@ impl Registry {
             shutdown: shutdown.clone(),
             tracker: tracker.clone(),
         };
-        let mut declarations: Vec<(Declaration, bool)> = config
+        // Each entity as it will run, with what the file declares of it.
+        let mut declarations: Vec<(Declaration, Option<Declaration>)> = config
             .queues
             .iter()
             .cloned()
             .map(Declaration::Queue)
             .chain(config.topics.iter().cloned().map(Declaration::Topic))
-            .map(|declaration| (declaration, true))
+            .map(|declaration| (declaration.clone(), Some(declaration)))
             .collect();
         for (name, text) in store.declarations()? {
-            if declarations
-                .iter()
-                .any(|(d, _)| d.name().eq_ignore_ascii_case(&name))
-            {
-                tracing::info!(entity = %name, "created at run time and declared in the config: the config's settings apply");
+            let declared = declarations
+                .iter_mut()
+                .find(|(d, _)| d.name().eq_ignore_ascii_case(&name));
+            let Some((live, file)) = declared else {
+                declarations.push((parse_stored(&name, &text)?, None));
                 continue;
+            };
+            let Declaration::Topic(topic) = live else {
+                tracing::info!(entity = %name, "stored and declared in the config as a queue: the config's settings apply");
+                continue;
+            };
+            let Declaration::Topic(stored) = parse_stored(&name, &text)? else {
+                tracing::warn!(entity = %name, "stored as a queue, declared in the config as a topic: the config applies");
+                continue;
+            };
+            let mut shadowed = false;
+            for subscription in stored.subscriptions {
+                if declares(topic, &subscription.name) {
+                    shadowed = true;
+                    continue;
+                }
+                tracing::info!(entity = %name, subscription = %subscription.name, "subscription created at run time");
+                topic.subscriptions.push(subscription);
             }
-            let declaration = Declaration::parse(&text, &format!("<stored declaration of {name}>"))
-                .map_err(|e| StoreError::Sled(format!("stored declaration of {name}: {e}")))?;
-            declarations.push((declaration, false));
+            if shadowed {
+                // The file declares some of them now: they are no longer stored as created at
+                // run time (and go at a start whose file drops them).
+                Record::of(file.as_ref(), live).write(store, &name)?;
+            }
+        }
+        // Times of entities no longer declared stay stored, for when they come back (with the
+        // messages their logs keep).
+        let mut times = store.times()?;
+        let live: HashSet<String> = declarations
+            .iter()
+            .flat_map(|(declaration, _)| times_keys(declaration))
+            .collect();
+        times.retain(|key, _| live.contains(key));
+        let first_seen = live.into_iter().filter(|key| !times.contains_key(key));
+        let first_seen = created(first_seen.collect(), now_ms());
+        store.set_times(&first_seen)?;
+        for (key, value) in first_seen {
+            times.extend(value.map(|value| (key, value)));
         }
         let mut entities = HashMap::new();
-        for (declaration, from_file) in declarations {
+        for (declaration, file) in declarations {
             let handle = launcher.launch(&declaration)?;
             let entry = Entry {
                 handle,
                 declaration,
-                started_ms: now_ms(),
-                from_file,
+                file,
             };
             entities.insert(entry.declaration.name().to_lowercase(), entry);
         }
         Ok(Self {
             entities: RwLock::new(entities),
+            times: RwLock::new(times),
             launcher: std::sync::Mutex::new(Some(launcher)),
         })
     }
@@ -197,12 +351,14 @@ impl Registry {
                 .store
                 .set_declaration(&name, Some(&declaration.to_toml()))?;
         }
+        let times = created(times_keys(declaration), now_ms());
+        launcher.store.set_times(&times)?;
+        self.remember(times);
         let handle = launcher.launch(declaration)?;
         let entry = Entry {
             handle: handle.clone(),
             declaration: declaration.clone(),
-            started_ms: now_ms(),
-            from_file,
+            file: from_file.then(|| declaration.clone()),
         };
         self.write().insert(name, entry);
         tracing::info!(entity = declaration.name(), "created");
@@ -211,15 +367,20 @@ impl Registry {
 
     /// Applies a changed declaration to a live queue or topic (Service Bus's updatable
     /// settings: size, time to live, auto-delete, and a queue's lock duration, delivery limit
-    /// and dead-lettering on expiry) without losing messages, locks or links, and stores it.
-    /// Blocks while the store flushes.
+    /// and dead-lettering on expiry, and its subscriptions' settings) without losing messages,
+    /// locks or links, and stores it; the update times of what changed move. Blocks while the
+    /// store flushes.
     ///
     /// # Errors
     /// [`RegistryError::NotFound`] when no such entity exists, [`RegistryError::Store`] when
     /// the declaration cannot be stored.
     pub async fn update(&self, declaration: &Declaration) -> Result<(), RegistryError> {
-        let handle = self
-            .lookup(declaration.name())
+        let Entry {
+            handle,
+            declaration: before,
+            ..
+        } = self
+            .entry(declaration.name())
             .ok_or_else(|| RegistryError::NotFound(declaration.name().to_owned()))?;
         let (reply, applied) = oneshot::channel();
         let settings = setup::settings(declaration);
@@ -228,14 +389,15 @@ impl Registry {
             return Err(RegistryError::NotFound(declaration.name().to_owned()));
         }
         self.keep(declaration.clone()).await?;
+        self.touch(changed_keys(&before, declaration)).await?;
         tracing::info!(entity = declaration.name(), "updated");
         Ok(())
     }
 
     /// Adds a subscription to a live topic, empty, with its declared rules (`$Default` when it
-    /// declares none), and stores the topic's changed declaration. A subscription added to a
-    /// topic the config file declares lasts until the next start, when the file's declaration
-    /// applies again.
+    /// declares none), and stores the topic's changed declaration (for a topic the config file
+    /// declares, the subscriptions it does not: see [`Record`]), so that it comes back at every
+    /// start until deleted.
     ///
     /// # Errors
     /// [`RegistryError::NotFound`] for no such topic, [`RegistryError::Exists`] for a taken
@@ -262,6 +424,7 @@ impl Registry {
         let changed = Declaration::parse(&Declaration::Topic(declaration).to_toml(), "the request")
             .map_err(|e| RegistryError::Invalid(e.to_string()))?;
         let (reply, added) = oneshot::channel();
+        let subscription_name = subscription.name.clone();
         let command = Command::AddSubscription {
             config: subscription,
             reply,
@@ -270,10 +433,13 @@ impl Registry {
             return Err(RegistryError::NotFound(topic.to_owned()));
         }
         match added.await {
-            Ok(Ok(())) => self.keep(changed).await,
-            Ok(Err(reason)) => Err(RegistryError::Invalid(reason)),
-            Err(_) => Err(RegistryError::NotFound(topic.to_owned())),
+            Ok(Ok(())) => {}
+            Ok(Err(reason)) => return Err(RegistryError::Invalid(reason)),
+            Err(_) => return Err(RegistryError::NotFound(topic.to_owned())),
         }
+        let key = times_key(changed.name(), Some(&subscription_name));
+        self.keep(changed).await?;
+        self.save_times(created(vec![key], now_ms())).await
     }
 
     /// Deletes a subscription of a live topic with its messages and stores the topic's changed
@@ -300,26 +466,124 @@ impl Registry {
         declaration
             .subscriptions
             .retain(|s| !s.name.eq_ignore_ascii_case(name));
-        self.keep(Declaration::Topic(declaration)).await
+        let key = times_key(&declaration.name, Some(name));
+        self.keep(Declaration::Topic(declaration)).await?;
+        self.save_times(vec![(key, None)]).await
     }
 
-    /// Stores a live entity's changed declaration and keeps it with the entity.
-    /// One the config file declares is not stored: the file declares it at the next start.
+    /// Stores the record of a live entity's changed declaration ([`Record`]: nothing of what
+    /// the config file declares, which the file declares again at the next start) and keeps
+    /// the declaration with the entity.
     async fn keep(&self, declaration: Declaration) -> Result<(), RegistryError> {
-        let store = self.store()?;
         let name = declaration.name().to_lowercase();
-        let from_file = self.read().get(&name).is_some_and(|entry| entry.from_file);
-        if !from_file {
-            let text = declaration.to_toml();
-            let key = name.clone();
-            tokio::task::spawn_blocking(move || store.set_declaration(&key, Some(&text)))
-                .await
-                .map_err(|e| StoreError::Sled(format!("storing a declaration: {e}")))??;
-        }
+        let file = self.read().get(&name).and_then(|entry| entry.file.clone());
+        self.store_record(&name, Record::of(file.as_ref(), &declaration))
+            .await?;
         if let Some(entry) = self.write().get_mut(&name) {
             entry.declaration = declaration;
         }
         Ok(())
+    }
+
+    /// Moves the update time of each of `keys` to now.
+    async fn touch(&self, keys: Vec<String>) -> Result<(), RegistryError> {
+        let now = now_ms();
+        let changes = {
+            let times = self.times_read();
+            let touched = keys.into_iter().map(|key| {
+                let created_ms = times.get(&key).map_or(now, |kept| kept.created_ms);
+                let updated_ms = now;
+                (
+                    key,
+                    Some(EntityTimes {
+                        created_ms,
+                        updated_ms,
+                    }),
+                )
+            });
+            touched.collect()
+        };
+        self.save_times(changes).await
+    }
+
+    /// Stores changed times, off the async runtime (it may wait for the flush), and keeps
+    /// them.
+    async fn save_times(
+        &self,
+        changes: Vec<(String, Option<EntityTimes>)>,
+    ) -> Result<(), RegistryError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let store = self.store()?;
+        let stored = changes.clone();
+        tokio::task::spawn_blocking(move || store.set_times(&stored))
+            .await
+            .map_err(|e| StoreError::Sled(format!("storing times: {e}")))??;
+        self.remember(changes);
+        Ok(())
+    }
+
+    /// Keeps changed times (already stored).
+    fn remember(&self, changes: Vec<(String, Option<EntityTimes>)>) {
+        let mut times = self.times_write();
+        for (key, value) in changes {
+            match value {
+                Some(value) => times.insert(key, value),
+                None => times.remove(&key),
+            };
+        }
+    }
+
+    /// Writes an entity's record, off the async runtime (it waits for the flush).
+    async fn store_record(&self, name: &str, record: Record) -> Result<(), RegistryError> {
+        let store = self.store()?;
+        let key = name.to_owned();
+        tokio::task::spawn_blocking(move || record.write(&store, &key))
+            .await
+            .map_err(|e| StoreError::Sled(format!("storing a declaration: {e}")))??;
+        Ok(())
+    }
+
+    /// Takes `file` as what the config file now declares of a live entity (a reload applied
+    /// it): the subscriptions it declares stop being stored as created at run time. Those it
+    /// stopped declaring are not stored either while they live (they were not created at run
+    /// time): they go at the next start, as the entities the file drops do. Nothing happens
+    /// for an entity that does not exist or whose file declaration is the same. Blocks while
+    /// the store flushes.
+    ///
+    /// # Errors
+    /// [`RegistryError::Store`] when its record cannot be stored.
+    pub async fn declare(&self, file: &Declaration) -> Result<(), RegistryError> {
+        let name = file.name().to_lowercase();
+        let record = {
+            let mut entities = self.write();
+            let Some(entry) = entities.get_mut(&name) else {
+                return Ok(());
+            };
+            let mut file = file.clone();
+            if let (
+                Some(Declaration::Topic(before)),
+                Declaration::Topic(now),
+                Declaration::Topic(live),
+            ) = (&entry.file, &mut file, &entry.declaration)
+            {
+                let dropped: Vec<SubscriptionConfig> = before
+                    .subscriptions
+                    .iter()
+                    .filter(|s| !declares(now, &s.name) && declares(live, &s.name))
+                    .cloned()
+                    .collect();
+                now.subscriptions.extend(dropped);
+            }
+            if entry.file.as_ref() == Some(&file) {
+                return Ok(());
+            }
+            let record = Record::of(Some(&file), &entry.declaration);
+            entry.file = Some(file);
+            record
+        };
+        self.store_record(&name, record).await
     }
 
     /// Performs a management operation (`add-rule`, `remove-rule`, `enumerate-rules`, ...) on
@@ -359,8 +623,9 @@ impl Registry {
     }
 
     /// Deletes a queue or topic with its messages: its links get `amqp:not-found`, its
-    /// address stops resolving, and a stored declaration is forgotten. A config-declared
-    /// entity comes back, empty, at the next start (the file declares it).
+    /// address stops resolving, and its record is forgotten (with it, the subscriptions
+    /// created at run time on a topic the file declares). A config-declared entity comes back,
+    /// empty, at the next start (the file declares it).
     ///
     /// # Errors
     /// [`RegistryError::NotFound`] when no such entity exists, [`RegistryError::Store`] when
@@ -389,12 +654,17 @@ impl Registry {
         self.forget_declaration(name).await
     }
 
+    /// Forgets a deleted entity's record and its times (and its subscriptions').
     async fn forget_declaration(&self, name: &str) -> Result<(), RegistryError> {
+        self.store_record(&name.to_lowercase(), Record::Forget)
+            .await?;
         let store = self.store()?;
-        let key = name.to_lowercase();
-        tokio::task::spawn_blocking(move || store.set_declaration(&key, None))
+        let entity = name.to_owned();
+        tokio::task::spawn_blocking(move || store.forget_times(&entity))
             .await
-            .map_err(|e| StoreError::Sled(format!("forgetting a declaration: {e}")))??;
+            .map_err(|e| StoreError::Sled(format!("forgetting times: {e}")))??;
+        self.times_write()
+            .retain(|key, _| !times_of_entity(key, name));
         Ok(())
     }
 
@@ -408,6 +678,14 @@ impl Registry {
         self.read()
             .get(&name.to_lowercase())
             .map(|entry| entry.handle.clone())
+    }
+
+    /// When a queue or topic (`subscription` `None`), or one of a topic's subscriptions, was
+    /// created and last updated; `None` for one that does not exist.
+    pub fn times(&self, entity: &str, subscription: Option<&str>) -> Option<EntityTimes> {
+        self.times_read()
+            .get(&times_key(entity, subscription))
+            .copied()
     }
 
     /// The entity with this name with its declaration, compared case-insensitively.
@@ -452,32 +730,43 @@ impl Registry {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    fn times_read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, EntityTimes>> {
+        // As for the entities: never left half-changed.
+        self.times
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn times_write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, EntityTimes>> {
+        self.times
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::QueueConfig;
 
-    /// A registry on `dir` in `sync` mode with the config's `declared` queues; run `body`
-    /// with it, then stop its actors.
-    async fn with_registry<F, Fut>(dir: &std::path::Path, declared: &[&str], body: F)
+    /// A registry on `dir` in `sync` mode whose config file declares `declared`; run `body`
+    /// with it, then stop its actors; what `body` returns.
+    async fn with_registry<F, Fut, T>(dir: &std::path::Path, declared: &[Declaration], body: F) -> T
     where
         F: FnOnce(Registry) -> Fut,
-        Fut: std::future::Future<Output = ()>,
+        Fut: std::future::Future<Output = T>,
     {
         let mut config = Config::embedded_default();
         config.broker.data_dir = dir.to_path_buf();
         config.broker.durability = Durability::Sync;
-        let template = config.queues[0].clone();
+        config.queues.clear();
         config.topics.clear();
-        config.queues = declared
-            .iter()
-            .map(|name| QueueConfig {
-                name: (*name).to_owned(),
-                ..template.clone()
-            })
-            .collect();
+        for declaration in declared.iter().cloned() {
+            match declaration {
+                Declaration::Queue(queue) => config.queues.push(queue),
+                Declaration::Topic(topic) => config.topics.push(topic),
+            }
+        }
         // The previous run's flusher thread lets go of the database a moment after it is
         // told to stop: wait for the lock.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
@@ -496,11 +785,12 @@ mod tests {
         let tracker = TaskTracker::new();
         let registry =
             Registry::start(&config, &store, flusher.as_ref(), &shutdown, &tracker).expect("start");
-        body(registry).await;
+        let out = body(registry).await;
         shutdown.cancel();
         tracker.close();
         tracker.wait().await;
         store.flush_blocking().expect("flush");
+        out
     }
 
     fn queue(name: &str) -> Declaration {
@@ -510,10 +800,221 @@ mod tests {
         Declaration::Queue(queue)
     }
 
+    /// A subscription with the defaults, `$Default` its rule, delivering `max_delivery_count`
+    /// times.
+    fn subscription(name: &str, max_delivery_count: u32) -> SubscriptionConfig {
+        let mut subscription = Config::embedded_default().topics[0].subscriptions[0].clone();
+        subscription.name = name.to_owned();
+        subscription.max_delivery_count = max_delivery_count;
+        subscription.rules.clear();
+        subscription
+    }
+
+    /// A topic declaring `subscriptions`, each delivering 10 times.
+    fn topic(name: &str, subscriptions: &[&str]) -> Declaration {
+        let mut topic = Config::embedded_default().topics[0].clone();
+        topic.name = name.to_owned();
+        topic.subscriptions = subscriptions.iter().map(|s| subscription(s, 10)).collect();
+        Declaration::Topic(topic)
+    }
+
+    /// The subscriptions a registry's topic runs, each with its delivery limit; every one has
+    /// its lanes in the topic's actor.
+    fn subscriptions(registry: &Registry, topic: &str) -> Vec<(String, u32)> {
+        let entry = registry.entry(topic).expect("the topic");
+        let Declaration::Topic(declaration) = &entry.declaration else {
+            panic!("a topic");
+        };
+        let names = declaration.subscriptions.iter().map(|subscription| {
+            assert!(entry.handle.subscription(&subscription.name).is_some());
+            (subscription.name.clone(), subscription.max_delivery_count)
+        });
+        names.collect()
+    }
+
+    fn pairs(expected: &[(&str, u32)]) -> Vec<(String, u32)> {
+        let owned = expected
+            .iter()
+            .map(|(name, count)| ((*name).to_owned(), *count));
+        owned.collect()
+    }
+
+    #[tokio::test]
+    async fn a_declared_topic_keeps_the_subscriptions_created_at_run_time() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = [topic("events", &["all", "picky"])];
+        with_registry(dir.path(), &file, |registry| async move {
+            let made = subscription("made", 3);
+            registry
+                .add_subscription("events", made)
+                .await
+                .expect("added");
+            registry
+                .remove_subscription("events", "picky")
+                .await
+                .expect("removed");
+            let Some(Declaration::Topic(mut changed)) =
+                registry.entry("events").map(|entry| entry.declaration)
+            else {
+                panic!("a topic");
+            };
+            changed.subscriptions[0].max_delivery_count = 7;
+            let changed = Declaration::Topic(changed);
+            registry.update(&changed).await.expect("updated");
+            assert_eq!(
+                subscriptions(&registry, "events"),
+                pairs(&[("all", 7), ("made", 3)])
+            );
+        })
+        .await;
+        with_registry(dir.path(), &file, |registry| async move {
+            assert_eq!(
+                subscriptions(&registry, "events"),
+                pairs(&[("all", 10), ("picky", 10), ("made", 3)]),
+                "the file's subscriptions with their settings, a deleted one back, and the one \
+                 created at run time"
+            );
+        })
+        .await;
+        // The file declares it now: the file's settings apply, and it is the file's.
+        let declaring = [topic("events", &["all", "made"])];
+        with_registry(dir.path(), &declaring, |registry| async move {
+            assert_eq!(
+                subscriptions(&registry, "events"),
+                pairs(&[("all", 10), ("made", 10)])
+            );
+        })
+        .await;
+        with_registry(dir.path(), &file, |registry| async move {
+            assert_eq!(
+                subscriptions(&registry, "events"),
+                pairs(&[("all", 10), ("picky", 10)]),
+                "no longer stored as created at run time"
+            );
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_reloaded_file_takes_over_the_subscriptions_it_declares() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = [topic("events", &["all", "picky"])];
+        with_registry(dir.path(), &file, |registry| async move {
+            for name in ["made", "other"] {
+                let added = registry.add_subscription("events", subscription(name, 3));
+                added.await.expect("added");
+            }
+            // A reload's file declares `made`, and no longer `picky`.
+            let reloaded = topic("events", &["all", "made"]);
+            registry.declare(&reloaded).await.expect("declared");
+        })
+        .await;
+        let file = [topic("events", &["all"])];
+        with_registry(dir.path(), &file, |registry| async move {
+            assert_eq!(
+                subscriptions(&registry, "events"),
+                pairs(&[("all", 10), ("other", 3)]),
+                "`made` became the file's; `picky` was never created at run time"
+            );
+        })
+        .await;
+    }
+
+    /// Lets the clock's milliseconds move on.
+    async fn tick() {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+
+    #[tokio::test]
+    async fn times_are_stored_moved_by_what_an_update_changes_and_forgotten_on_delete() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = [queue("declared"), topic("events", &["all"])];
+        let first = with_registry(dir.path(), &file, |registry| async move {
+            let queue = registry.times("DECLARED", None).expect("a queue's times");
+            assert_eq!(queue.created_ms, queue.updated_ms);
+            let topic = registry.times("events", None).expect("a topic's times");
+            let all = registry
+                .times("events", Some("ALL"))
+                .expect("a subscription's");
+            (queue, topic, all)
+        })
+        .await;
+        tick().await;
+        let (queue, topic, all) = first;
+        let updated = with_registry(dir.path(), &file, move |registry| async move {
+            assert_eq!(registry.times("declared", None), Some(queue), "kept");
+            assert_eq!(registry.times("events", None), Some(topic));
+            assert_eq!(registry.times("events", Some("all")), Some(all));
+
+            let Some(Declaration::Queue(mut changed)) =
+                registry.entry("declared").map(|entry| entry.declaration)
+            else {
+                panic!("a queue");
+            };
+            changed.max_delivery_count = 9;
+            let changed = Declaration::Queue(changed);
+            registry.update(&changed).await.expect("updated");
+            let updated = registry.times("declared", None).expect("times");
+            assert_eq!(updated.created_ms, queue.created_ms);
+            assert!(updated.updated_ms > queue.updated_ms, "moved");
+            tick().await;
+            registry.update(&changed).await.expect("updated");
+            let unchanged = registry.times("declared", None);
+            assert_eq!(unchanged, Some(updated), "nothing changed: nothing moves");
+
+            let Some(Declaration::Topic(mut events)) =
+                registry.entry("events").map(|entry| entry.declaration)
+            else {
+                panic!("a topic");
+            };
+            events.subscriptions[0].max_delivery_count = 2;
+            registry
+                .update(&Declaration::Topic(events))
+                .await
+                .expect("updated");
+            let moved = registry.times("events", Some("all")).expect("times");
+            assert!(
+                moved.updated_ms > all.updated_ms,
+                "the subscription's moved"
+            );
+            assert_eq!(
+                registry.times("events", None),
+                Some(topic),
+                "not the topic's"
+            );
+
+            let made = subscription("made", 3);
+            registry
+                .add_subscription("events", made)
+                .await
+                .expect("added");
+            let made = registry.times("events", Some("made")).expect("times");
+            assert!(made.created_ms > topic.created_ms);
+            registry
+                .remove_subscription("events", "made")
+                .await
+                .expect("removed");
+            assert_eq!(registry.times("events", Some("made")), None);
+            registry.delete("events").await.expect("deleted");
+            assert_eq!(registry.times("events", None), None);
+            assert_eq!(registry.times("events", Some("all")), None);
+            updated
+        })
+        .await;
+        with_registry(dir.path(), &file, |registry| async move {
+            assert_eq!(registry.times("declared", None), Some(updated), "stored");
+            let back = registry
+                .times("events", None)
+                .expect("the file declares it again");
+            assert!(back.created_ms > topic.created_ms, "a new topic");
+        })
+        .await;
+    }
+
     #[tokio::test]
     async fn entities_created_at_run_time_come_back_until_deleted() {
         let dir = tempfile::tempdir().expect("tempdir");
-        with_registry(dir.path(), &["declared"], |registry| async move {
+        with_registry(dir.path(), &[queue("declared")], |registry| async move {
             assert!(registry.lookup("Made").is_none());
             registry.create(&queue("Made"), false).expect("created");
             assert!(registry.lookup("made").is_some(), "names ignore case");
@@ -527,7 +1028,7 @@ mod tests {
             ));
         })
         .await;
-        with_registry(dir.path(), &["declared"], |registry| async move {
+        with_registry(dir.path(), &[queue("declared")], |registry| async move {
             assert!(registry.lookup("made").is_some(), "back after a restart");
             assert_eq!(registry.len(), 2);
             registry.delete("MADE").await.expect("deleted");
@@ -542,7 +1043,7 @@ mod tests {
                 .expect("a declared one too");
         })
         .await;
-        with_registry(dir.path(), &["declared"], |registry| async move {
+        with_registry(dir.path(), &[queue("declared")], |registry| async move {
             assert!(
                 registry.lookup("made").is_none(),
                 "a deleted one stays gone"

@@ -179,6 +179,7 @@ pub fn rights_of(operation: &Operation) -> Rights {
     match operation {
         Operation::Schedule { .. } | Operation::CancelScheduled { .. } => Rights::SEND,
         Operation::AddRule { .. }
+        | Operation::ReplaceRule { .. }
         | Operation::RemoveRule { .. }
         | Operation::EnumerateRules { .. } => Rights::MANAGE,
         Operation::Peek { .. }

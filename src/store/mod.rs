@@ -4,7 +4,9 @@
 //! them; [`log`] says how an entity's messages are laid out in its tree (chunks of messages
 //! written together, so that sled's per-operation cost, not fsync, is paid per batch rather
 //! than per message). In `memory` mode there is no database at all: bodies live in a map and
-//! nothing touches the disk.
+//! nothing touches the disk. Beside the entity trees, the database keeps the declarations of
+//! entities created at run time and every entity's and subscription's creation and update
+//! times.
 
 pub mod chunk;
 pub mod commit;
@@ -30,6 +32,69 @@ const SEGMENT_SIZE: usize = 2 * 1024 * 1024;
 const ENTITY_TREE_PREFIX: &str = "entity:";
 /// Tree of the declarations of entities created at run time.
 const DECLARATIONS_TREE: &str = "declarations";
+/// Tree of the creation and update times of entities and subscriptions, by [`times_key`].
+const TIMES_TREE: &str = "entity_times";
+/// What separates a topic's name from its subscription's in a [`times_key`]: `$` is in no
+/// queue or topic name, so no entity's key reads as a subscription's.
+const SUBSCRIPTION_SEPARATOR: &str = "/$subscriptions/";
+
+/// When a queue, topic or subscription was created and last updated, in ms since the Unix
+/// epoch (Service Bus's `CreatedAt` and `UpdatedAt`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntityTimes {
+    /// When it was first created (or first seen declared).
+    pub created_ms: i64,
+    /// When an update last changed its settings (its creation, until then).
+    pub updated_ms: i64,
+}
+
+impl EntityTimes {
+    /// Created, and so updated, at `now_ms`.
+    pub fn created(now_ms: i64) -> Self {
+        EntityTimes {
+            created_ms: now_ms,
+            updated_ms: now_ms,
+        }
+    }
+
+    /// Both times, big-endian.
+    fn encode(self) -> [u8; 16] {
+        let mut bytes = [0; 16];
+        bytes[..8].copy_from_slice(&self.created_ms.to_be_bytes());
+        bytes[8..].copy_from_slice(&self.updated_ms.to_be_bytes());
+        bytes
+    }
+
+    /// Read back from [`EntityTimes::encode`]; `None` for bytes of another length.
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let bytes: [u8; 16] = bytes.try_into().ok()?;
+        let (created, updated) = bytes.split_at(8);
+        Some(EntityTimes {
+            created_ms: i64::from_be_bytes(created.try_into().ok()?),
+            updated_ms: i64::from_be_bytes(updated.try_into().ok()?),
+        })
+    }
+}
+
+/// The key of a queue's or topic's times (`subscription` `None`), or of a topic's
+/// subscription's: lower-cased, as names compare ignoring case.
+pub fn times_key(entity: &str, subscription: Option<&str>) -> String {
+    match subscription {
+        None => entity.to_lowercase(),
+        Some(subscription) => {
+            format!("{entity}{SUBSCRIPTION_SEPARATOR}{subscription}").to_lowercase()
+        }
+    }
+}
+
+/// Whether `key` is the [`times_key`] of `entity` or of one of its subscriptions.
+pub fn times_of_entity(key: &str, entity: &str) -> bool {
+    let entity = entity.to_lowercase();
+    key == entity
+        || key
+            .strip_prefix(&entity)
+            .is_some_and(|rest| rest.starts_with(SUBSCRIPTION_SEPARATOR))
+}
 
 /// A storage failure. Fatal for the entity that meets it (it stops acknowledging).
 #[derive(Debug, Clone, thiserror::Error)]
@@ -293,6 +358,85 @@ impl Store {
         Ok(())
     }
 
+    /// The times of every entity and subscription, by [`times_key`]; none in `memory` mode.
+    /// A value that does not read is left out, loudly.
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when the tree cannot be read.
+    pub fn times(&self) -> Result<HashMap<String, EntityTimes>, StoreError> {
+        let Some(tree) = self.times_tree()? else {
+            return Ok(HashMap::new());
+        };
+        let mut times = HashMap::new();
+        for entry in tree.iter() {
+            let (key, value) = entry?;
+            let key = String::from_utf8_lossy(&key).into_owned();
+            match EntityTimes::decode(&value) {
+                Some(value) => {
+                    times.insert(key, value);
+                }
+                None => tracing::error!(%key, "stored times do not read: left out"),
+            }
+        }
+        Ok(times)
+    }
+
+    /// Keeps (`Some`) or forgets (`None`) times, by [`times_key`]. In `sync` mode they are
+    /// flushed to disk before it returns (it blocks for the flush); in `interval` mode the
+    /// next periodic flush takes them; in `memory` mode nothing is stored.
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when the write or the flush fails.
+    pub fn set_times(&self, changes: &[(String, Option<EntityTimes>)]) -> Result<(), StoreError> {
+        let Some(tree) = self.times_tree()?.filter(|_| !changes.is_empty()) else {
+            return Ok(());
+        };
+        let mut batch = sled::Batch::default();
+        for (key, times) in changes {
+            match times {
+                Some(times) => batch.insert(key.as_bytes(), &times.encode()[..]),
+                None => batch.remove(key.as_bytes()),
+            }
+        }
+        tree.apply_batch(batch)?;
+        self.flush_times(&tree)
+    }
+
+    /// Forgets the times of a queue or topic and of all its subscriptions, stored as
+    /// [`Store::set_times`] stores them.
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when the write or the flush fails.
+    pub fn forget_times(&self, entity: &str) -> Result<(), StoreError> {
+        let Some(tree) = self.times_tree()? else {
+            return Ok(());
+        };
+        let mut batch = sled::Batch::default();
+        for key in tree.scan_prefix(entity.to_lowercase()).keys() {
+            let key = key?;
+            if times_of_entity(&String::from_utf8_lossy(&key), entity) {
+                batch.remove(key);
+            }
+        }
+        tree.apply_batch(batch)?;
+        self.flush_times(&tree)
+    }
+
+    fn times_tree(&self) -> Result<Option<sled::Tree>, StoreError> {
+        Ok(match &self.db {
+            Some(db) => Some(db.open_tree(TIMES_TREE)?),
+            None => None,
+        })
+    }
+
+    /// Flushes written times in `sync` mode; `interval` mode's periodic flush takes them.
+    fn flush_times(&self, tree: &sled::Tree) -> Result<(), StoreError> {
+        if self.durability == Durability::Sync {
+            tree.flush()?;
+        }
+        Ok(())
+    }
+
     /// Flushes everything written so far (used once at shutdown).
     ///
     /// # Errors
@@ -309,6 +453,25 @@ impl Store {
 mod tests {
     use super::*;
     use crate::config::Config;
+
+    #[test]
+    fn times_keys_tell_an_entity_its_subscriptions_and_other_entities_apart() {
+        let subscription = times_key("Orders", Some("EU"));
+        assert_eq!(subscription, "orders/$subscriptions/eu");
+        assert!(times_of_entity(&subscription, "ORDERS"));
+        assert!(times_of_entity("orders", "Orders"));
+        assert!(
+            !times_of_entity("orders/eu", "orders"),
+            "a queue named with a '/'"
+        );
+        assert!(!times_of_entity("orders2", "orders"));
+        let times = EntityTimes {
+            created_ms: 1,
+            updated_ms: 1_700_000_000_000,
+        };
+        assert_eq!(EntityTimes::decode(&times.encode()), Some(times));
+        assert_eq!(EntityTimes::decode(b"short"), None);
+    }
 
     #[test]
     fn an_existing_database_keeps_the_segment_size_it_was_created_with() {

@@ -135,6 +135,63 @@ def test_a_created_queue_survives_a_restart(secured):
             client.get_topic("topic-made")
 
 
+def test_a_subscription_created_on_a_declared_topic_survives_a_restart(secured):
+    with admin(secured) as client:
+        client.create_subscription("events", "made", max_delivery_count=3)
+        client.delete_subscription("events", "picky")
+    with open_client(secured) as data:
+        with data.get_topic_sender("events") as sender:
+            sender.send_messages(ServiceBusMessage("kept"))
+    secured.stop()
+    secured.start()
+    with admin(secured) as client:
+        names = [s.name for s in client.list_subscriptions("events")]
+        assert names == ["all", "picky", "made"], "the file's, a deleted one back, and the made one"
+        assert client.get_subscription("events", "made").max_delivery_count == 3
+        made = client.get_subscription_runtime_properties("events", "made")
+        assert made.active_message_count == 1
+        picky = client.get_subscription_runtime_properties("events", "picky")
+        assert picky.total_message_count == 0, "deleted with its messages, back empty"
+    with open_client(secured) as data:
+        with data.get_subscription_receiver(
+            "events", "made", max_wait_time=RECEIVE_WAIT_S
+        ) as receiver:
+            got = receive_exactly(receiver, 1)[0]
+            assert str(got) == "kept"
+            receiver.complete_message(got)
+
+def test_created_at_is_kept_across_a_restart_and_updated_at_moves_with_an_update(secured):
+    with admin(secured) as client:
+        client.create_queue("timed")
+        queue = client.get_queue_runtime_properties("timed")
+        topic = client.get_topic_runtime_properties("events")
+        subscription = client.get_subscription_runtime_properties("events", "all")
+    assert queue.created_at_utc == queue.updated_at_utc
+    secured.stop()
+    secured.start()
+    with admin(secured) as client:
+        again = client.get_queue_runtime_properties("timed")
+        assert (again.created_at_utc, again.updated_at_utc) == (
+            queue.created_at_utc,
+            queue.updated_at_utc,
+        )
+        declared = client.get_subscription_runtime_properties("events", "all")
+        assert declared.created_at_utc == subscription.created_at_utc, "first seen declared"
+        assert client.get_topic_runtime_properties("events").created_at_utc == topic.created_at_utc
+
+        client.update_queue(client.get_queue("timed"), max_delivery_count=3)
+        updated = client.get_queue_runtime_properties("timed")
+        assert updated.created_at_utc == queue.created_at_utc
+        assert updated.updated_at_utc > queue.updated_at_utc
+        client.update_subscription(
+            "events", client.get_subscription("events", "all"), max_delivery_count=4
+        )
+        changed = client.get_subscription_runtime_properties("events", "all")
+        assert changed.created_at_utc == subscription.created_at_utc
+        assert changed.updated_at_utc > subscription.updated_at_utc
+        after = client.get_topic_runtime_properties("events")
+        assert after.updated_at_utc == topic.updated_at_utc, "a subscription's update is its own"
+
 def test_what_tidebus_does_not_do_is_refused_naming_it(secured):
     with admin(secured) as client:
         with pytest.raises(HttpResponseError) as refused:
@@ -246,6 +303,44 @@ def test_rules_are_created_read_listed_and_deleted_and_pick_copies(secured):
             client.get_rule("events", "nowhere", "vip")
 
 
+def test_a_rule_updated_in_place_picks_copies_by_its_new_filter(secured):
+    with admin(secured) as client:
+        client.delete_rule("events", "picky", "$Default")
+        client.create_rule("events", "picky", "red", filter=SqlRuleFilter("color = 'red'"))
+        client.create_rule("events", "picky", "never", filter=SqlRuleFilter("1=0"))
+        before = client.get_rule("events", "picky", "red")
+        before.filter = SqlRuleFilter("color = 'green'")
+        before.action = SqlRuleAction("SET picked = 'green'")
+        client.update_rule("events", "picky", before)
+        after = client.get_rule("events", "picky", "RED")
+        assert after.filter.sql_expression == "color = 'green'"
+        assert after.action.sql_expression == "SET picked = 'green'"
+        assert after.created_at_utc == before.created_at_utc
+        assert [r.name for r in client.list_rules("events", "picky")] == ["red", "never"], (
+            "the rule keeps its place"
+        )
+        missing = client.get_rule("events", "picky", "never")
+        missing.name = "nowhere"
+        with pytest.raises(ResourceNotFoundError):
+            client.update_rule("events", "picky", missing)
+
+        with open_client(secured) as data:
+            with data.get_topic_sender("events") as sender:
+                sender.send_messages(
+                    [
+                        ServiceBusMessage("red", application_properties={"color": "red"}),
+                        ServiceBusMessage("green", application_properties={"color": "green"}),
+                    ]
+                )
+            with data.get_subscription_receiver(
+                "events", "picky", max_wait_time=RECEIVE_WAIT_S
+            ) as receiver:
+                got = receive_exactly(receiver, 1)
+                assert [str(m) for m in got] == ["green"]
+                assert got[0].application_properties[b"picked"] == b"green"
+                receiver.complete_message(got[0])
+        assert client.get_subscription_runtime_properties("events", "picky").total_message_count == 0
+
 def test_subscriptions_are_created_on_a_live_topic_and_deleted(secured):
     with admin(secured) as client:
         created = client.create_subscription(
@@ -277,6 +372,48 @@ def test_subscriptions_are_created_on_a_live_topic_and_deleted(secured):
             client.delete_subscription("events", "made")
         assert [s.name for s in client.list_subscriptions("events")] == ["all", "picky"]
 
+
+def test_a_subscription_update_applies_to_the_live_subscription_keeping_messages_and_locks(
+    secured,
+):
+    with admin(secured) as client:
+        client.create_subscription(
+            "events", "live", max_delivery_count=1, lock_duration=timedelta(seconds=10)
+        )
+        with open_client(secured) as data:
+            with data.get_topic_sender("events") as sender:
+                sender.send_messages(ServiceBusMessage("kept"))
+            with data.get_subscription_receiver(
+                "events", "live", max_wait_time=RECEIVE_WAIT_S
+            ) as receiver:
+                locked = receive_exactly(receiver, 1)[0]
+                subscription = client.get_subscription("events", "live")
+                subscription.max_delivery_count = 5
+                subscription.lock_duration = timedelta(seconds=45)
+                client.update_subscription("events", subscription)
+                # The lock taken before the update holds; with one delivery allowed the
+                # abandoned message would be dead-lettered, with five it comes back.
+                receiver.abandon_message(locked)
+                again = receive_exactly(receiver, 1)[0]
+                assert str(again) == "kept"
+                assert again.locked_until_utc - now_utc() > timedelta(seconds=35), (
+                    "a lock taken after the update lasts the new duration"
+                )
+                receiver.complete_message(again)
+        updated = client.get_subscription("events", "live")
+        assert updated.max_delivery_count == 5
+        assert updated.lock_duration == timedelta(seconds=45)
+        runtime = client.get_subscription_runtime_properties("events", "live")
+        assert (runtime.total_message_count, runtime.dead_letter_message_count) == (0, 0)
+        updated.requires_session = True
+        with pytest.raises(HttpResponseError) as refused:
+            client.update_subscription("events", updated)
+        assert refused.value.status_code == 400
+        assert "RequiresSession" in str(refused.value), str(refused.value)
+        missing = client.get_subscription("events", "live")
+        missing.name = "nowhere"
+        with pytest.raises(ResourceNotFoundError):
+            client.update_subscription("events", missing)
 
 def test_deleting_a_queue_detaches_its_receivers_with_not_found(secured):
     with admin(secured) as client:

@@ -252,3 +252,50 @@ fn recovery_gives_each_subscription_back_its_own_copies() {
     assert_eq!(back.lane(lane(2)).expect("lane").len(), 1);
     assert_eq!(back.next_seq(), 3, "numbers go on after the recovered ones");
 }
+
+#[test]
+fn a_replaced_rule_keeps_its_place_name_and_creation_time_and_is_stored() {
+    let mut core = topic(NEVER);
+    let second = Rule {
+        name: "second".into(),
+        filter: Filter::False,
+        action: None,
+        created_ms: 7,
+    };
+    core.add_rule(lane(2), second).expect("added");
+    core.take_changes();
+    let new = Rule {
+        name: "R2".into(),
+        filter: sql("region = 'us'"),
+        action: None,
+        created_ms: 99,
+    };
+    let replaced = core.replace_rule(lane(2), new).expect("replaced");
+    assert_eq!((replaced.name.as_str(), replaced.created_ms), ("r2", 0));
+    let rules = core.rules(lane(2)).expect("a subscription");
+    let names: Vec<&str> = rules.iter().map(|rule| rule.name.as_str()).collect();
+    assert_eq!(names, ["r2", "second"], "in place");
+    let changes = core.take_changes().0;
+    assert!(
+        matches!(&changes[..], [(id, Change::Rule { name, stored: Some(_) })] if *id == lane(2) && name == "r2"),
+        "{changes:?}"
+    );
+    let us = message(&[("region", Value::String("us".into()))], None);
+    let eu = message(&[("region", Value::String("eu".into()))], None);
+    assert_eq!(core.enqueue(10, vec![us, eu]), Ok(1));
+    assert_eq!(
+        seqs(&stored(&mut core), lane(2)),
+        vec![1],
+        "the new filter picks"
+    );
+    let missing = Rule {
+        name: "nowhere".into(),
+        filter: Filter::True,
+        action: None,
+        created_ms: 0,
+    };
+    assert!(matches!(
+        core.replace_rule(lane(2), missing),
+        Err(crate::entity::handle::EntityError::RuleNotFound(name)) if name == "nowhere"
+    ));
+}

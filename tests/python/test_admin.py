@@ -424,3 +424,34 @@ def test_deleting_a_queue_detaches_its_receivers_with_not_found(secured):
                 client.delete_queue("doomed")
                 with pytest.raises(MessagingEntityNotFoundError):
                     receiver.receive_messages(max_message_count=1, max_wait_time=RECEIVE_WAIT_S)
+
+
+def test_lists_are_paged_and_a_topic_is_updated_in_place(secured):
+    with admin(secured) as client:
+        for n in range(4):
+            client.create_queue(f"paged-{n}")
+            client.create_subscription("events", f"extra-{n}")
+        client.create_topic("second")
+        pages = [
+            [q.name for q in page] for page in client.list_queues(max_page_size=2).by_page()
+        ]
+        assert pages == [["declared", "paged-0"], ["paged-1", "paged-2"], ["paged-3"]], pages
+        subscriptions = [
+            [s.name for s in page]
+            for page in client.list_subscriptions("events", max_page_size=3).by_page()
+        ]
+        assert len(subscriptions) == 2, subscriptions
+        assert sum(subscriptions, []) == ["all", "picky"] + [f"extra-{n}" for n in range(4)]
+        assert [t.name for t in client.list_topics(max_page_size=1)] == ["events", "second"]
+
+        before = client.get_topic_runtime_properties("events").updated_at_utc
+        topic = client.get_topic("events")
+        topic.default_message_time_to_live = timedelta(minutes=30)
+        topic.max_size_in_megabytes = 2048
+        client.update_topic(topic)
+        updated = client.get_topic("events")
+        assert updated.default_message_time_to_live == timedelta(minutes=30)
+        assert updated.max_size_in_megabytes == 2048
+        runtime = client.get_topic_runtime_properties("events")
+        assert runtime.updated_at_utc > before
+        assert runtime.subscription_count == 6

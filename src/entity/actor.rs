@@ -691,6 +691,29 @@ impl Actor {
                 let replaced = self.core.replace_rule(lane, rule)?;
                 Ok(Answer::Rules(vec![replaced]))
             }
+            Operation::Resubmit { seq } => {
+                if !self.core.lane(lane)?.is_unlocked(seq) {
+                    return Err(EntityError::MessageNotFound(seq, "unlocked dead-lettered"));
+                }
+                let body = match self.log.body(lane, seq) {
+                    Ok(body) => body,
+                    Err(error) => {
+                        self.poison(&error);
+                        return Err(EntityError::Storage(error.to_string()));
+                    }
+                };
+                let reasons = [
+                    crate::node::wire::dead_letter::REASON.to_owned(),
+                    crate::node::wire::dead_letter::DESCRIPTION.to_owned(),
+                ];
+                let body =
+                    message::edit_application_properties(&body, &[], &reasons).unwrap_or(body);
+                let arrival = message::inspect(body)
+                    .map_err(|_| EntityError::MessageNotFound(seq, "readable dead-lettered"))?;
+                let moved = self.core.resubmit(now, lane, seq, arrival)?;
+                Ok(Answer::Moved(moved))
+            }
+            Operation::Purge => Ok(Answer::Purged(self.core.purge(lane)?)),
             Operation::RemoveRule { name } => {
                 self.core.remove_rule(lane, &name)?;
                 Ok(Answer::Done)

@@ -196,6 +196,76 @@ impl EntityCore {
         self.lanes.iter()
     }
 
+    /// Moves a dead-lettered message (`seq` in the dead-letter lane `dead`, `arrival` its
+    /// bytes without the dead-letter reason) back to the lane it was dead-lettered from, as a
+    /// new arrival: the next sequence number, enqueued now, delivery count 0, its own time to
+    /// live. Returns the new sequence number.
+    ///
+    /// # Errors
+    /// [`EntityError::NotAllowed`] when `dead` is not a dead-letter lane,
+    /// [`EntityError::MessageNotFound`] when it holds no such message (or it is locked),
+    /// [`EntityError::QuotaExceeded`] when the entity is full.
+    pub fn resubmit(
+        &mut self,
+        now_ms: i64,
+        dead: LaneId,
+        seq: i64,
+        arrival: Arrival,
+    ) -> Result<i64, EntityError> {
+        if !dead.dead_letter {
+            return Err(EntityError::NotAllowed(
+                "only a dead-lettered message can be resubmitted",
+            ));
+        }
+        let target = LaneId {
+            dead_letter: false,
+            ..dead
+        };
+        if !self.lane(dead)?.is_unlocked(seq) {
+            return Err(EntityError::MessageNotFound(seq, "unlocked dead-lettered"));
+        }
+        let held = self
+            .lanes
+            .iter()
+            .filter(|(id, _)| !id.dead_letter)
+            .map(|(_, lane)| lane.size_bytes())
+            .sum();
+        self.intake.admit(held, arrival.bytes.len() as u64)?;
+        self.lane(dead)?.remove(seq);
+        let moved = self.intake.number();
+        let enqueued_ms = self.intake.enqueued_time(now_ms);
+        let ttl_ms = self.intake.ttl_ms(arrival.ttl_ms);
+        let lane = self.lane(target)?;
+        let ttl_ms = ttl_ms.min(lane.rules().default_ttl_ms);
+        let record = Record {
+            state: MessageState::Active,
+            delivery_count: 0,
+            enqueued_ms,
+            size: u32::try_from(arrival.bytes.len()).unwrap_or(u32::MAX),
+            expires_ms: intake::expiry(enqueued_ms, ttl_ms),
+            scheduled_ms: 0,
+        };
+        lane.insert(moved, record, arrival.bytes, arrival.session_id.as_deref());
+        self.note_next_seq();
+        Ok(moved)
+    }
+
+    /// Deletes every message of the dead-letter lane `dead`; returns how many.
+    ///
+    /// # Errors
+    /// [`EntityError::NotAllowed`] when `dead` is not a dead-letter lane.
+    pub fn purge(&mut self, dead: LaneId) -> Result<u64, EntityError> {
+        if !dead.dead_letter {
+            return Err(EntityError::NotAllowed(
+                "only a dead-letter queue can be purged",
+            ));
+        }
+        let lane = self.lane(dead)?;
+        let count = lane.len() as u64;
+        lane.clear();
+        Ok(count)
+    }
+
     /// The lane scheduled messages are stored in until they are due.
     fn holder(&mut self) -> &mut QueueCore {
         self.lanes

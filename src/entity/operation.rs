@@ -57,6 +57,17 @@ pub enum Operation {
         /// The new rule, parsed; its name says which rule it replaces (ignoring case).
         rule: Rule,
     },
+    /// Moves a dead-lettered message back to its queue or subscription as a new arrival (the
+    /// web console's resubmit; no AMQP operation reads into it): a new sequence number, enqueued
+    /// now, delivery count 0, its dead-letter reason and description removed. Answered with
+    /// [`Answer::Moved`].
+    Resubmit {
+        /// Its sequence number in the dead-letter queue.
+        seq: i64,
+    },
+    /// Deletes every message of a dead-letter queue (the web console's purge; no AMQP
+    /// operation reads into it). Answered with [`Answer::Purged`].
+    Purge,
     /// `remove-rule` on a subscription.
     RemoveRule {
         /// The rule's name.
@@ -131,6 +142,10 @@ pub enum Answer {
         /// The ids.
         ids: Vec<String>,
     },
+    /// The sequence number a resubmitted message got.
+    Moved(i64),
+    /// How many messages a purge deleted.
+    Purged(u64),
     /// Done; nothing to return.
     Done,
 }

@@ -371,6 +371,13 @@ impl QueueCore {
         counts
     }
 
+    /// Whether the lane holds message `seq`, not locked.
+    pub fn is_unlocked(&self, seq: i64) -> bool {
+        self.messages
+            .get(&seq)
+            .is_some_and(|entry| entry.lock.is_none())
+    }
+
     /// Number of stored messages (locked or not).
     pub fn len(&self) -> usize {
         self.messages.len()

@@ -180,6 +180,8 @@ pub fn rights_of(operation: &Operation) -> Rights {
         Operation::Schedule { .. } | Operation::CancelScheduled { .. } => Rights::SEND,
         Operation::AddRule { .. }
         | Operation::ReplaceRule { .. }
+        | Operation::Resubmit { .. }
+        | Operation::Purge
         | Operation::RemoveRule { .. }
         | Operation::EnumerateRules { .. } => Rights::MANAGE,
         Operation::Peek { .. }
@@ -276,7 +278,8 @@ pub fn respond(result: Result<Answer, EntityError>) -> Response {
                 ("sessions-ids", Value::Array(Array(ids))),
             ])
         }
-        Ok(Answer::Done) => Response::ok(Vec::new()),
+        // The console's operations never come through AMQP; nothing to add to the answer.
+        Ok(Answer::Done | Answer::Moved(_) | Answer::Purged(_)) => Response::ok(Vec::new()),
     }
 }
 

@@ -962,3 +962,63 @@ fn drain_delivers_what_is_there_and_zeroes_demand() {
     q.reveal_up_to(q.next_seq());
     assert!(q.dispatch(0).is_empty(), "drain consumed the demand");
 }
+
+#[test]
+fn a_dead_lettered_message_is_resubmitted_as_a_new_arrival_and_dead_letters_are_purged() {
+    let mut q = Queue::new(Rules {
+        max_delivery_count: 1,
+        ..RULES
+    });
+    let bodies = [Bytes::from_static(b"a"), Bytes::from_static(b"b")];
+    q.enqueue(0, bodies.iter().cloned().map(plain).collect())
+        .expect("room");
+    q.reveal_up_to(q.next_seq());
+    q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
+    q.add_credit(A, 2);
+    for d in q.dispatch(0) {
+        q.settle(A, lock_of(&d), &Settlement::Abandon(Vec::new()))
+            .expect("abandon");
+    }
+    let dead = LaneId::MAIN.dead_letter_lane();
+    for (to, letter) in q.core.take_dead_letters() {
+        let body = bodies[usize::try_from(letter.seq - 1).expect("seq")].clone();
+        q.core
+            .accept_dead_letter(to, letter.seq, letter.record, body);
+    }
+    assert_eq!(q.core.lane(dead).expect("its DLQ").len(), 2);
+
+    let again = || plain(Bytes::from_static(b"a"));
+    assert!(matches!(
+        q.core.resubmit(50, LaneId::MAIN, 1, again()),
+        Err(EntityError::NotAllowed(_))
+    ));
+    assert!(matches!(
+        q.core.resubmit(50, dead, 99, again()),
+        Err(EntityError::MessageNotFound(99, _))
+    ));
+    let moved = q.core.resubmit(50, dead, 1, again()).expect("resubmitted");
+    assert_eq!(moved, 3, "the next sequence number");
+    assert_eq!(
+        q.core.lane(dead).expect("its DLQ").len(),
+        1,
+        "gone from the DLQ"
+    );
+    let record = *q.main().record(moved).expect("back in the queue");
+    assert_eq!((record.delivery_count, record.enqueued_ms), (0, 50));
+    q.reveal_up_to(q.next_seq());
+    q.add_credit(A, 1);
+    let delivered = q.dispatch(60);
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(
+        (delivered[0].seq, delivered[0].stamp.delivery_count),
+        (3, 0)
+    );
+    assert_eq!(q.main().activity().received, 3, "counted as an arrival");
+
+    assert!(matches!(
+        q.core.purge(LaneId::MAIN),
+        Err(EntityError::NotAllowed(_))
+    ));
+    assert_eq!(q.core.purge(dead).expect("purged"), 1);
+    assert!(q.core.lane(dead).expect("its DLQ").is_empty());
+}

@@ -248,7 +248,7 @@ fn target(path: &str) -> Target {
 }
 
 /// The query's parameters, percent-decoded (the JS client encodes `$skip` as `%24skip`).
-fn query(text: &str) -> BTreeMap<String, String> {
+pub(super) fn query(text: &str) -> BTreeMap<String, String> {
     text.split('&')
         .filter_map(|pair| pair.split_once('='))
         .map(|(key, value)| {
@@ -271,7 +271,11 @@ fn base_url(admin: &Admin, request: &Request<Incoming>) -> String {
 
 /// Checks the request's `Authorization`: a shared access signature of a policy with Manage
 /// whose resource covers the path; no header passes only when anonymous clients are allowed.
-fn authorize(admin: &Admin, request: &Request<Incoming>, path: &str) -> Result<(), String> {
+pub(super) fn authorize(
+    admin: &Admin,
+    request: &Request<Incoming>,
+    path: &str,
+) -> Result<(), String> {
     let Some(header) = request.headers().get(AUTHORIZATION) else {
         return match admin.policies.allow_anonymous() {
             true => Ok(()),
@@ -480,7 +484,7 @@ async fn sent(request: Request<Incoming>) -> Result<atom::Sent, String> {
 }
 
 /// A request's body, at most [`MAX_BODY`] bytes.
-async fn body(request: Request<Incoming>) -> Result<Bytes, String> {
+pub(super) async fn body(request: Request<Incoming>) -> Result<Bytes, String> {
     Ok(Limited::new(request.into_body(), MAX_BODY)
         .collect()
         .await

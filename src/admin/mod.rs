@@ -5,11 +5,14 @@
 //! `SharedAccessSignature` in `Authorization` granting Manage.
 //!
 //! `atom` writes and reads the documents; `api` maps requests to the registry; `observe`
-//! answers `/health` and `/metrics`.
+//! answers `/health` and `/metrics`; `console` serves the web console and its JSON calls,
+//! `peeked` shows a peeked message as JSON.
 
 mod api;
 pub mod atom;
+mod console;
 mod observe;
+mod peeked;
 mod rules;
 
 use std::convert::Infallible;
@@ -137,18 +140,22 @@ where
     }
 }
 
-/// Sends a request to what answers its path: `/health` and `/metrics` (asked without an
-/// `api-version`, which every Service Bus client sends: an entity may be named `health`), or
-/// the management API.
+/// Sends a request to what answers its path: `/health`, `/metrics` and the console's page `/`
+/// (asked without an `api-version`, which every Service Bus client sends: an entity may be
+/// named `health`), the console's files and calls (`/$console/...`: no entity name starts
+/// with `$`), or the management API.
 async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes>> {
     let plain_get = request.method() == Method::GET
         && !request
             .uri()
             .query()
             .is_some_and(|query| query.contains("api-version="));
-    match (plain_get, request.uri().path()) {
+    let path = request.uri().path();
+    match (plain_get, path) {
         (true, "/health") => observe::health(admin),
         (true, "/metrics") => observe::metrics(admin).await,
+        (true, "/") => console::handle(admin, request).await,
+        _ if path.starts_with("/$console/") => console::handle(admin, request).await,
         _ => api::handle(admin, request).await,
     }
 }

@@ -598,13 +598,46 @@ impl Registry {
         subscription: &str,
         operation: Operation,
     ) -> Result<Answer, RegistryError> {
-        let missing = || RegistryError::NotFound(format!("{topic}/Subscriptions/{subscription}"));
-        let handle = self.lookup(topic).ok_or_else(missing)?;
-        let number = handle.subscription(subscription).ok_or_else(missing)?;
-        let lane = LaneId {
-            subscription: number,
-            dead_letter: false,
+        self.operate(&format!("{topic}/Subscriptions/{subscription}"), operation)
+            .await
+    }
+
+    /// A queue's or subscription's lane by its path (`queue`, `topic/Subscriptions/name`, each
+    /// with `/$DeadLetterQueue` for its dead-letter queue; names ignore case), with its entity.
+    pub fn lane(&self, path: &str) -> Option<(EntityHandle, LaneId)> {
+        let (path, dead_letter) = match path.rsplit_once('/') {
+            Some((owner, last)) if last.eq_ignore_ascii_case("$DeadLetterQueue") => (owner, true),
+            _ => (path, false),
         };
+        let mut parts = path.split('/');
+        let (entity, keyword, subscription) = (parts.next()?, parts.next(), parts.next());
+        if parts.next().is_some() {
+            return None;
+        }
+        let handle = self.lookup(entity)?;
+        let subscription = match (keyword, subscription) {
+            (None, None) if !handle.is_topic() => 0,
+            (Some(keyword), Some(name)) if keyword.eq_ignore_ascii_case("Subscriptions") => {
+                handle.subscription(name)?
+            }
+            _ => return None,
+        };
+        let lane = LaneId {
+            subscription,
+            dead_letter,
+        };
+        Some((handle, lane))
+    }
+
+    /// Performs a management operation on the lane at `path` (see [`Registry::lane`]), as its
+    /// `$management` node would.
+    ///
+    /// # Errors
+    /// [`RegistryError::NotFound`] for no such queue, subscription or dead-letter queue (named
+    /// by its path), [`RegistryError::Refused`] with the entity's refusal.
+    pub async fn operate(&self, path: &str, operation: Operation) -> Result<Answer, RegistryError> {
+        let missing = || RegistryError::NotFound(path.to_owned());
+        let (handle, lane) = self.lane(path).ok_or_else(missing)?;
         let (sink, mut events) = tokio::sync::mpsc::unbounded_channel();
         let ticket = Ticket {
             link: 0,

@@ -76,8 +76,62 @@ fn admin_suite() {
     run("tests/js/admin.test.js");
 }
 
+/// The web console in headless Chromium (Debian's package, driven by `playwright-core`): it
+/// lists the entities, peeks a message, resubmits a dead letter (then the SDK receives it),
+/// purges a dead-letter queue, sends a test message, and asks for a key when anonymous clients
+/// are refused. Screenshots go to `<target>/console/`.
+#[test]
+fn console_suite() {
+    let browser = chromium();
+    let screenshots = prepared::target_dir().join("console");
+    std::fs::create_dir_all(&screenshots).expect("screenshot directory");
+    run_with(
+        "tests/js/console.test.js",
+        &[
+            ("TIDEBUS_CHROMIUM", browser),
+            ("TIDEBUS_SCREENSHOTS", &screenshots),
+        ],
+    );
+}
+
+/// Where Chromium is: Debian's `chromium` package, installed with apt-get when absent (the
+/// tests run as root on the project's machines). Panics saying why when it cannot be.
+fn chromium() -> &'static Path {
+    const BROWSER: &str = "/usr/bin/chromium";
+    static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
+    let installed = INSTALLED.get_or_init(|| {
+        if Path::new(BROWSER).exists() {
+            return Ok(());
+        }
+        let install = || {
+            prepared::run(
+                Command::new("apt-get")
+                    .args(["install", "-y", "--no-install-recommends", "chromium"])
+                    .env("DEBIAN_FRONTEND", "noninteractive"),
+            )
+        };
+        if install().is_err() {
+            prepared::run(Command::new("apt-get").arg("update"))?;
+            install()?;
+        }
+        Ok(())
+    });
+    match installed {
+        Ok(()) => Path::new(BROWSER),
+        Err(why) => panic!(
+            "the console test needs Chromium at {BROWSER} and it could not be installed \
+             (apt-get install chromium): {why}"
+        ),
+    }
+}
+
 /// Runs `node --test <file>` from the crate root; panics unless it exits 0.
 fn run(file: &str) {
+    run_with(file, &[]);
+}
+
+/// [`run`] with `env` added to node's environment.
+fn run_with(file: &str, env: &[(&str, &Path)]) {
     let extra = std::env::var("TIDEBUS_NODE_TEST_ARGS").unwrap_or_default();
     let mut command = Command::new("node");
     command
@@ -85,7 +139,8 @@ fn run(file: &str) {
         .args(["--test", "--test-reporter=spec"])
         .args(extra.split_whitespace())
         .arg(file)
-        .env("NODE_PATH", node_modules());
+        .env("NODE_PATH", node_modules())
+        .envs(env.iter().copied());
     runner::run(
         &format!("node --test {file}"),
         &mut command,

@@ -126,14 +126,14 @@ impl EntityFamilies {
             let bytes: u64 = stats.lanes.iter().map(|(_, counts)| counts.bytes).sum();
             self.bytes.get_or_create(&base()).set(gauge(bytes));
             self.received.get_or_create(&base()).inc_by(stats.sent);
-            let scheduled = lane_counts(stats, LaneId::MAIN).scheduled;
+            let scheduled = stats.lane(LaneId::MAIN).scheduled;
             self.messages
                 .get_or_create(&with("state", "scheduled"))
                 .set(gauge(scheduled));
             return;
         };
         let dead = main.dead_letter_lane();
-        let (counts, dead_counts) = (lane_counts(stats, main), lane_counts(stats, dead));
+        let (counts, dead_counts) = (stats.lane(main), stats.lane(dead));
         for (state, value) in [
             ("active", counts.active),
             ("scheduled", counts.scheduled),
@@ -212,15 +212,6 @@ impl EntityFamilies {
             self.dead_lettered,
         );
     }
-}
-
-fn lane_counts(stats: &EntityStats, lane: LaneId) -> crate::entity::queue::LaneCounts {
-    stats
-        .lanes
-        .iter()
-        .find(|(id, _)| *id == lane)
-        .map(|(_, counts)| *counts)
-        .unwrap_or_default()
 }
 
 fn gauge(value: u64) -> i64 {

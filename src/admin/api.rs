@@ -25,7 +25,6 @@ use crate::clock::now_ms;
 use crate::config::{Declaration, QueueConfig, Rights, SubscriptionConfig, TopicConfig};
 use crate::entity::handle::{Command, EntityError, EntityStats, LaneId};
 use crate::entity::operation::{Answer, Operation};
-use crate::entity::queue::LaneCounts;
 use crate::entity::registry::{Entry, RegistryError};
 use crate::entity::topic::Rule;
 use crate::store::EntityTimes;
@@ -327,15 +326,6 @@ pub(super) async fn stats(entry: &Entry) -> EntityStats {
     answer.await.unwrap_or_default()
 }
 
-fn lane(stats: &EntityStats, lane: LaneId) -> LaneCounts {
-    stats
-        .lanes
-        .iter()
-        .find(|(id, _)| *id == lane)
-        .map(|(_, counts)| *counts)
-        .unwrap_or_default()
-}
-
 /// The creation and update times of an entity or subscription (this process's start for one
 /// the registry no longer knows: it went meanwhile), with when a client last used it.
 fn times(admin: &Admin, entity: &str, subscription: Option<&str>, accessed_ms: i64) -> Times {
@@ -355,14 +345,11 @@ async fn describe(admin: &Admin, entry: &Entry) -> (String, String, i64) {
     let kib = admin.max_message_size / 1024;
     let content = match &entry.declaration {
         Declaration::Queue(queue) => {
-            let counts = Counts::of(
-                lane(&stats, LaneId::MAIN),
-                lane(&stats, LaneId::DEAD_LETTER),
-            );
+            let counts = Counts::of(stats.lane(LaneId::MAIN), stats.lane(LaneId::DEAD_LETTER));
             atom::queue(queue, &counts, &times, kib)
         }
         Declaration::Topic(topic) => {
-            let main = lane(&stats, LaneId::MAIN);
+            let main = stats.lane(LaneId::MAIN);
             let counts = Counts {
                 scheduled: main.scheduled,
                 bytes: stats.lanes.iter().map(|(_, counts)| counts.bytes).sum(),
@@ -394,7 +381,7 @@ async fn subscription(admin: &Admin, topic: &str, name: &str) -> Option<(String,
         subscription: number,
         dead_letter: false,
     };
-    let counts = Counts::of(lane(&stats, main), lane(&stats, main.dead_letter_lane()));
+    let counts = Counts::of(stats.lane(main), stats.lane(main.dead_letter_lane()));
     let times = times(admin, topic, Some(name), stats.accessed_ms);
     let content = atom::subscription(config, &counts, &times);
     Some((config.name.clone(), content, times.updated_ms))
@@ -887,6 +874,11 @@ async fn get_rule(
     }
 }
 
+/// The rule named `name` that the `RuleDescription` in the request's body describes.
+async fn read_rule(request: Request<Incoming>, name: &str) -> Result<Rule, String> {
+    rules::read(&body(request).await?, name, now_ms())
+}
+
 async fn create_rule(
     admin: &Admin,
     urls: &Urls,
@@ -894,11 +886,7 @@ async fn create_rule(
     name: &str,
     request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
-    let body = match body(request).await {
-        Ok(body) => body,
-        Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
-    };
-    let rule = match rules::read(&body, name, now_ms()) {
+    let rule = match read_rule(request, name).await {
         Ok(rule) => rule,
         Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
     };
@@ -925,11 +913,7 @@ async fn update_rule(
     name: &str,
     request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
-    let body = match body(request).await {
-        Ok(body) => body,
-        Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
-    };
-    let rule = match rules::read(&body, name, now_ms()) {
+    let rule = match read_rule(request, name).await {
         Ok(rule) => rule,
         Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
     };

@@ -171,15 +171,7 @@ async fn entities(admin: &Admin) -> Json {
     for entry in admin.registry.entries() {
         let stats = api::stats(&entry).await;
         let counts = |main: LaneId| {
-            let lane = |id: LaneId| {
-                stats
-                    .lanes
-                    .iter()
-                    .find(|(lane, _)| *lane == id)
-                    .map(|(_, counts)| *counts)
-                    .unwrap_or_default()
-            };
-            let (own, dead) = (lane(main), lane(main.dead_letter_lane()));
+            let (own, dead) = (stats.lane(main), stats.lane(main.dead_letter_lane()));
             json!({
                 "active": own.active,
                 "scheduled": own.scheduled,
@@ -196,11 +188,7 @@ async fn entities(admin: &Admin) -> Json {
                 "counts": counts(LaneId::MAIN),
             })),
             Declaration::Topic(topic) => {
-                let scheduled = stats
-                    .lanes
-                    .iter()
-                    .find(|(lane, _)| *lane == LaneId::MAIN)
-                    .map_or(0, |(_, counts)| counts.scheduled);
+                let scheduled = stats.lane(LaneId::MAIN).scheduled;
                 listed.push(json!({
                     "path": name,
                     "kind": "topic",

@@ -224,13 +224,7 @@ impl EntityCore {
         if !self.lane(dead)?.is_unlocked(seq) {
             return Err(EntityError::MessageNotFound(seq, "unlocked dead-lettered"));
         }
-        let held = self
-            .lanes
-            .iter()
-            .filter(|(id, _)| !id.dead_letter)
-            .map(|(_, lane)| lane.size_bytes())
-            .sum();
-        self.intake.admit(held, arrival.bytes.len() as u64)?;
+        self.admit(arrival.bytes.len() as u64)?;
         self.lane(dead)?.remove(seq);
         let moved = self.intake.number();
         let enqueued_ms = self.intake.enqueued_time(now_ms);
@@ -281,14 +275,7 @@ impl EntityCore {
     /// [`EntityError::QuotaExceeded`] when the messages would take the entity past its size
     /// limit; nothing is stored then.
     pub fn enqueue(&mut self, now_ms: i64, messages: Vec<Arrival>) -> Result<i64, EntityError> {
-        let held = self
-            .lanes
-            .iter()
-            .filter(|(id, _)| !id.dead_letter)
-            .map(|(_, lane)| lane.size_bytes())
-            .sum();
-        let adding = messages.iter().map(|m| m.bytes.len() as u64).sum();
-        self.intake.admit(held, adding)?;
+        self.admit(messages.iter().map(|m| m.bytes.len() as u64).sum())?;
         let first = self.intake.next_seq();
         let enqueued_ms = self.intake.enqueued_time(now_ms);
         self.sent += messages.len() as u64;
@@ -298,6 +285,21 @@ impl EntityCore {
         }
         self.note_next_seq();
         Ok(first)
+    }
+
+    /// Checks that `adding` more bytes fit the entity's size limit (what its lanes hold,
+    /// dead-letter queues aside).
+    ///
+    /// # Errors
+    /// [`EntityError::QuotaExceeded`] when they do not.
+    fn admit(&self, adding: u64) -> Result<(), EntityError> {
+        let held = self
+            .lanes
+            .iter()
+            .filter(|(id, _)| !id.dead_letter)
+            .map(|(_, lane)| lane.size_bytes())
+            .sum();
+        self.intake.admit(held, adding)
     }
 
     /// Records the intake's counter in the journal.

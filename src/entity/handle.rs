@@ -301,6 +301,17 @@ pub struct EntityStats {
     pub accessed_ms: i64,
 }
 
+impl EntityStats {
+    /// One lane's counts (zero for a lane it does not have).
+    pub fn lane(&self, id: LaneId) -> LaneCounts {
+        self.lanes
+            .iter()
+            .find(|(lane, _)| *lane == id)
+            .map(|(_, counts)| *counts)
+            .unwrap_or_default()
+    }
+}
+
 impl Command {
     /// Whether the command is a client using the entity, for auto-delete on idle: a send, a
     /// receive (credit, drain), a settlement or a management operation. Attaching and

@@ -287,6 +287,8 @@ async fn reasons(admin: &Admin, entity: &str) -> Result<Json, Failure> {
             break;
         }
         for encoded in batch.iter().take(REASONS_SCANNED - counted) {
+            // Counted even when unreadable, so that this loop always ends.
+            counted += 1;
             let Ok(message) = peeked::to_json(encoded) else {
                 continue;
             };
@@ -298,7 +300,6 @@ async fn reasons(admin: &Admin, entity: &str) -> Result<Json, Failure> {
                 .unwrap_or("(none)")
                 .to_owned();
             *reasons.entry(reason).or_default() += 1;
-            counted += 1;
         }
     }
     Ok(json!({

@@ -106,7 +106,7 @@ fn chromium() -> &'static Path {
         let install = || {
             prepared::run(
                 Command::new("apt-get")
-                    .args(["install", "-y", "--no-install-recommends", "chromium"])
+                    .args(["install", "-y", "chromium"])
                     .env("DEBIAN_FRONTEND", "noninteractive"),
             )
         };

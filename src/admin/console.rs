@@ -11,6 +11,8 @@
 //! - `POST purge {entity}`: every message of its dead-letter queue deleted;
 //! - `POST send {entity, body, contentType, messageId, subject, sessionId,
 //!   applicationProperties}`: a test message, stored as a client's send is.
+//!
+//! The POST calls take JSON only and refuse another page's `Origin` (cross-site requests).
 
 use std::collections::BTreeMap;
 
@@ -19,6 +21,7 @@ use fe2o3_amqp::types::messaging::{ApplicationProperties, Data, Properties};
 use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Symbol};
 use http_body_util::Full;
 use hyper::body::Incoming;
+use hyper::header::{HeaderName, CONTENT_TYPE, HOST, ORIGIN};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value as Json};
 use tokio::sync::mpsc;
@@ -61,6 +64,9 @@ pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<
                 if let Err(reason) = api::authorize(admin, &request, "") {
                     return failure(StatusCode::UNAUTHORIZED, &reason);
                 }
+                if let Err((status, reason)) = same_origin_json(&request) {
+                    return failure(status, &reason);
+                }
                 let call = call.to_owned();
                 match call_api(admin, &method, &call, request).await {
                     Ok(answer) => respond(StatusCode::OK, "application/json", answer.to_string()),
@@ -73,6 +79,40 @@ pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<
 }
 
 type Failure = (StatusCode, String);
+
+/// A changing call (POST) must come from the console's own page: JSON (which a cross-site
+/// form cannot send without a CORS preflight this server never grants) and, when the browser
+/// names an `Origin`, the host it was sent to. Otherwise any web page a developer visits could
+/// purge or fill a broker that lets anonymous clients in.
+fn same_origin_json(request: &Request<Incoming>) -> Result<(), Failure> {
+    if request.method() != Method::POST {
+        return Ok(());
+    }
+    let header = |name: HeaderName| {
+        request
+            .headers()
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    if !header(CONTENT_TYPE).starts_with("application/json") {
+        return Err((
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "a console call sends Content-Type: application/json".into(),
+        ));
+    }
+    let origin = header(ORIGIN);
+    let host = header(HOST);
+    let origin_host = origin.split_once("://").map_or("", |(_, rest)| rest);
+    if !origin.is_empty() && !origin_host.eq_ignore_ascii_case(&host) {
+        return Err((
+            StatusCode::FORBIDDEN,
+            format!("a console call from {origin} is refused: only the console's own page may change the broker"),
+        ));
+    }
+    Ok(())
+}
 
 async fn call_api(
     admin: &Admin,

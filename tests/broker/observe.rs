@@ -17,8 +17,24 @@ use crate::support::{connect_session, next_delivery, DEADLINE};
 
 /// `GET path` on `addr`: the status code and the body.
 pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    http(addr, "GET", path, "", "").await
+}
+
+/// One HTTP/1.1 request with extra `headers` (each ending in CRLF) and `body`: the status code
+/// and the body of the answer.
+async fn http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &str,
+) -> (u16, String) {
     let mut socket = TcpStream::connect(addr).await.expect("connect");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{headers}\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
     socket.write_all(request.as_bytes()).await.expect("write");
     let mut answer = Vec::new();
     timeout(DEADLINE, socket.read_to_end(&mut answer))
@@ -385,4 +401,39 @@ async fn json_logs_name_each_connection_its_mechanism_and_policy_never_the_key()
         spans[0]["name"], "connection",
         "inside its connection's: {attached}"
     );
+}
+
+/// The console's changing calls come only from its own page: a cross-site form (not JSON) or
+/// another origin is refused, so a web page a developer visits cannot purge a broker that lets
+/// anonymous clients in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_calls_from_another_origin_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = "[broker]\nallow_anonymous = true\n\n[[queues]]\nname = \"q\"\n";
+    let broker = ChildBroker::start(dir.path(), config);
+    let admin = broker
+        .admin_addr
+        .expect("the ready file names the admin endpoint");
+    let purge = r#"{"entity":"q"}"#;
+    let (status, answer) = http(
+        admin,
+        "POST",
+        "/$console/api/purge",
+        "Content-Type: text/plain\r\nOrigin: http://elsewhere.example\r\n",
+        purge,
+    )
+    .await;
+    assert_eq!(status, 415, "a cross-site form: {answer}");
+    let (status, answer) = http(
+        admin,
+        "POST",
+        "/$console/api/purge",
+        "Content-Type: application/json\r\nOrigin: http://elsewhere.example\r\n",
+        purge,
+    )
+    .await;
+    assert_eq!(status, 403, "another origin: {answer}");
+    let own = format!("Content-Type: application/json\r\nOrigin: http://{admin}\r\n");
+    let (status, answer) = http(admin, "POST", "/$console/api/purge", &own, purge).await;
+    assert_eq!((status, answer.as_str()), (200, r#"{"purged":0}"#));
 }

@@ -108,6 +108,11 @@ pub async fn metrics(admin: &Admin) -> Response<Full<Bytes>> {
         });
     }
     let described: Vec<Described> = gathered.iter().flat_map(Gathered::described).collect();
-    let text = metrics::exposition(&described, admin.registry.store_bytes());
+    // sled reads the sizes of its files: off the async runtime.
+    let registry = admin.registry.clone();
+    let store_bytes = tokio::task::spawn_blocking(move || registry.store_bytes())
+        .await
+        .unwrap_or(0);
+    let text = metrics::exposition(&described, store_bytes);
     respond(StatusCode::OK, metrics::CONTENT_TYPE, text)
 }

@@ -140,6 +140,9 @@ pub struct Arrival {
     pub view: Option<Box<MessageView>>,
     /// `properties.group-id`: the message's session.
     pub session_id: Option<String>,
+    /// `properties.message-id` as the sender encoded it, when the sender set one (duplicate
+    /// detection keys on it).
+    pub message_id: Option<Bytes>,
 }
 
 /// Checks a single message (sections scan; the header, the annotations and the properties
@@ -154,6 +157,7 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
         scheduled_ms: None,
         view: None,
         session_id: None,
+        message_id: None,
     };
     let sections = scan_sections(&arrival.bytes)?;
     check_order(&sections)?;
@@ -177,7 +181,12 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
                 }
             }
             code::PROPERTIES => {
-                arrival.session_id = group_id(&list_fields(raw, "properties")?);
+                let fields = list_fields(raw, "properties")?;
+                arrival.session_id = group_id(&fields);
+                arrival.message_id = fields
+                    .get(MESSAGE_ID_FIELD)
+                    .filter(|id| **id != [0x40])
+                    .map(|id| arrival.bytes.slice_ref(id));
             }
             code::APPLICATION_PROPERTIES => {
                 // String keys and simple values only (AMQP 1.0 §3.2.5), as Service Bus takes.

@@ -105,6 +105,8 @@ struct EntityFamilies {
     lock_expirations: Family<Labels, Counter>,
     expired: Family<Labels, Counter>,
     dead_lettered: Family<Labels, Counter>,
+    duplicates_dropped: Family<Labels, Counter>,
+    duplicate_ids: Family<Labels, Gauge>,
 }
 
 impl EntityFamilies {
@@ -121,6 +123,14 @@ impl EntityFamilies {
             labels
         };
         let stats = entity.stats;
+        if entity.kind != "subscription" {
+            self.duplicates_dropped
+                .get_or_create(&base())
+                .inc_by(stats.duplicates_dropped);
+            self.duplicate_ids
+                .get_or_create(&base())
+                .set(gauge(stats.duplicate_ids as u64));
+        }
         let Some(main) = entity.lane else {
             // A topic: what was sent to it, and the bytes its subscriptions hold.
             let bytes: u64 = stats.lanes.iter().map(|(_, counts)| counts.bytes).sum();
@@ -210,6 +220,16 @@ impl EntityFamilies {
             "Messages moved to the dead-letter queue since start, by reason (at most 32 \
              reasons per entity, then '(other)')",
             self.dead_lettered,
+        );
+        registry.register(
+            "tidebus_duplicates_dropped",
+            "Sends a queue or topic acknowledged and dropped as duplicates since start",
+            self.duplicates_dropped,
+        );
+        registry.register(
+            "tidebus_duplicate_ids",
+            "Message ids in a queue's or topic's duplicate-detection window",
+            self.duplicate_ids,
         );
     }
 }

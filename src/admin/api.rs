@@ -575,8 +575,7 @@ const READ_ONLY: [&str; 9] = [
 
 /// Properties for what Tidebus does not do, with the only values it accepts (a JS or Python
 /// client sends some of them at their defaults).
-const OFF_ONLY: [(&str, &[&str]); 11] = [
-    ("RequiresDuplicateDetection", &["false"]),
+const OFF_ONLY: [(&str, &[&str]); 10] = [
     ("EnablePartitioning", &["false"]),
     ("EnableExpress", &["false"]),
     ("EnableSubscriptionPartitioning", &["false"]),
@@ -591,11 +590,7 @@ const OFF_ONLY: [(&str, &[&str]); 11] = [
 
 /// Properties accepted whatever their value, because they change nothing Tidebus does:
 /// batching is a hint, and the window means nothing while duplicate detection is off.
-const IGNORED: [&str; 3] = [
-    "EnableBatchedOperations",
-    "DuplicateDetectionHistoryTimeWindow",
-    "MaxMessageSizeInKilobytes",
-];
+const IGNORED: [&str; 2] = ["EnableBatchedOperations", "MaxMessageSizeInKilobytes"];
 
 /// Whether a property a client sent changes nothing: read-only, ignored, or for what Tidebus
 /// does not do and at its off value.
@@ -697,6 +692,11 @@ fn number<T: std::str::FromStr>(value: &str) -> Result<T, String> {
         .map_err(|_| "expected a whole number".to_owned())
 }
 
+/// A duplicate-detection history window (bounded by the config's validation).
+fn history_window(value: &str) -> Result<std::time::Duration, String> {
+    atom::read_duration(value)?.ok_or_else(|| "the window cannot last forever".to_owned())
+}
+
 /// Applies one property to a queue; `false` when a queue has no such property.
 fn set_queue(queue: &mut QueueConfig, property: &str, value: &str) -> Result<bool, String> {
     match property {
@@ -713,6 +713,10 @@ fn set_queue(queue: &mut QueueConfig, property: &str, value: &str) -> Result<boo
         }
         "MaxDeliveryCount" => queue.max_delivery_count = number(value)?,
         "AutoDeleteOnIdle" => queue.auto_delete_on_idle = atom::read_duration(value)?,
+        "RequiresDuplicateDetection" => queue.requires_duplicate_detection = boolean(value)?,
+        "DuplicateDetectionHistoryTimeWindow" => {
+            queue.duplicate_detection_history_time_window = history_window(value)?
+        }
         _ => return Ok(false),
     }
     Ok(true)
@@ -754,6 +758,10 @@ fn set_topic(topic: &mut TopicConfig, property: &str, value: &str) -> Result<boo
             topic.default_message_time_to_live = atom::read_duration(value)?
         }
         "AutoDeleteOnIdle" => topic.auto_delete_on_idle = atom::read_duration(value)?,
+        "RequiresDuplicateDetection" => topic.requires_duplicate_detection = boolean(value)?,
+        "DuplicateDetectionHistoryTimeWindow" => {
+            topic.duplicate_detection_history_time_window = history_window(value)?
+        }
         _ => return Ok(false),
     }
     Ok(true)

@@ -166,7 +166,10 @@ pub fn queue(queue: &QueueConfig, counts: &Counts, times: &Times, max_message_ki
     xml.open("QueueDescription");
     xml.element("LockDuration", duration(Some(queue.lock_duration)));
     xml.element("MaxSizeInMegabytes", queue.max_size_in_megabytes);
-    xml.element("RequiresDuplicateDetection", false);
+    xml.element(
+        "RequiresDuplicateDetection",
+        queue.requires_duplicate_detection,
+    );
     xml.element("RequiresSession", queue.requires_session);
     xml.element(
         "DefaultMessageTimeToLive",
@@ -176,7 +179,10 @@ pub fn queue(queue: &QueueConfig, counts: &Counts, times: &Times, max_message_ki
         "DeadLetteringOnMessageExpiration",
         queue.dead_lettering_on_message_expiration,
     );
-    xml.element("DuplicateDetectionHistoryTimeWindow", "PT10M");
+    xml.element(
+        "DuplicateDetectionHistoryTimeWindow",
+        duration(Some(queue.duplicate_detection_history_time_window)),
+    );
     xml.element("MaxDeliveryCount", queue.max_delivery_count);
     xml.element("EnableBatchedOperations", true);
     xml.element("SizeInBytes", counts.bytes);
@@ -205,8 +211,14 @@ pub fn topic(topic: &TopicConfig, counts: &Counts, times: &Times, max_message_ki
         duration(topic.default_message_time_to_live),
     );
     xml.element("MaxSizeInMegabytes", topic.max_size_in_megabytes);
-    xml.element("RequiresDuplicateDetection", false);
-    xml.element("DuplicateDetectionHistoryTimeWindow", "PT10M");
+    xml.element(
+        "RequiresDuplicateDetection",
+        topic.requires_duplicate_detection,
+    );
+    xml.element(
+        "DuplicateDetectionHistoryTimeWindow",
+        duration(Some(topic.duplicate_detection_history_time_window)),
+    );
     xml.element("EnableBatchedOperations", true);
     xml.element("SizeInBytes", counts.bytes);
     xml.element("FilteringMessagesBeforePublishing", false);

@@ -50,6 +50,10 @@ impl Declaration {
                 );
                 out.raw("requires_session", queue.requires_session);
                 out.duration("auto_delete_on_idle", queue.auto_delete_on_idle);
+                out.duplicate_detection(
+                    queue.requires_duplicate_detection,
+                    queue.duplicate_detection_history_time_window,
+                );
             }
             Declaration::Topic(topic) => {
                 out.table("[[topics]]");
@@ -60,6 +64,10 @@ impl Declaration {
                 );
                 out.raw("max_size_in_megabytes", topic.max_size_in_megabytes);
                 out.duration("auto_delete_on_idle", topic.auto_delete_on_idle);
+                out.duplicate_detection(
+                    topic.requires_duplicate_detection,
+                    topic.duplicate_detection_history_time_window,
+                );
                 for subscription in &topic.subscriptions {
                     out.subscription(subscription);
                 }
@@ -119,6 +127,12 @@ impl Toml {
         if let Some(duration) = value {
             self.string(key, &format!("{}ms", duration.as_millis()));
         }
+    }
+
+    /// A queue's or topic's duplicate-detection keys.
+    fn duplicate_detection(&mut self, required: bool, window: Duration) {
+        self.raw("requires_duplicate_detection", required);
+        self.duration("duplicate_detection_history_time_window", Some(window));
     }
 
     fn subscription(&mut self, subscription: &SubscriptionConfig) {
@@ -222,8 +236,11 @@ mod tests {
         let text = "[broker]\nallow_anonymous = true\n\n[[queues]]\nname = \"q\"\n\
                     lock_duration = \"1.5s\"\ndefault_message_time_to_live = \"2h\"\n\
                     auto_delete_on_idle = \"5m\"\nrequires_session = true\n\
-                    dead_lettering_on_message_expiration = true\nmax_size_in_megabytes = 7\n\n\
+                    dead_lettering_on_message_expiration = true\nmax_size_in_megabytes = 7\n\
+                    requires_duplicate_detection = true\n\
+                    duplicate_detection_history_time_window = \"90s\"\n\n\
                     [[topics]]\nname = \"t\"\ndefault_message_time_to_live = \"1h\"\n\
+                    requires_duplicate_detection = true\n\
                     [[topics.subscriptions]]\nname = \"s\"\n\
                     dead_lettering_on_filter_evaluation_exceptions = false\n\
                     [[topics.subscriptions.rules]]\nname = \"r\"\n\

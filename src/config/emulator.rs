@@ -16,7 +16,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::limits::{Limits, AT_LEAST_A_SECOND, LOCK_DURATION, MAX_DELIVERY_COUNT};
+use super::limits::{
+    Limits, AT_LEAST_A_SECOND, DUPLICATE_DETECTION_HISTORY_TIME_WINDOW, LOCK_DURATION,
+    MAX_DELIVERY_COUNT,
+};
 use super::names::{NameRules, QUEUE_NAMES, RULE_NAMES, SUBSCRIPTION_NAMES, TOPIC_NAMES};
 use super::units::parse_duration;
 use super::validate::Source;
@@ -232,11 +235,12 @@ impl Reader<'_> {
         let empty = QueueProperties::default();
         let properties = queue.properties.as_ref().unwrap_or(&empty);
         let at = format!("{path}.Properties");
-        self.duplicate_detection(
-            &at,
-            properties.requires_duplicate_detection,
-            &properties.duplicate_detection_history_time_window,
-        )?;
+        let (requires_duplicate_detection, duplicate_detection_history_time_window) = self
+            .duplicate_detection(
+                &at,
+                properties.requires_duplicate_detection,
+                &properties.duplicate_detection_history_time_window,
+            )?;
         let lane = LaneProperties {
             lock_duration: &properties.lock_duration,
             max_delivery_count: properties.max_delivery_count,
@@ -257,6 +261,8 @@ impl Reader<'_> {
                 .unwrap_or(false),
             requires_session: properties.requires_session.unwrap_or(false),
             auto_delete_on_idle: None,
+            requires_duplicate_detection,
+            duplicate_detection_history_time_window,
             shared_access_policies: Vec::new(),
         })
     }
@@ -266,11 +272,12 @@ impl Reader<'_> {
         let empty = TopicProperties::default();
         let properties = topic.properties.as_ref().unwrap_or(&empty);
         let at = format!("{path}.Properties");
-        self.duplicate_detection(
-            &at,
-            properties.requires_duplicate_detection,
-            &properties.duplicate_detection_history_time_window,
-        )?;
+        let (requires_duplicate_detection, duplicate_detection_history_time_window) = self
+            .duplicate_detection(
+                &at,
+                properties.requires_duplicate_detection,
+                &properties.duplicate_detection_history_time_window,
+            )?;
         let mut seen = BTreeMap::new();
         let mut subscriptions = Vec::new();
         for (index, subscription) in topic.subscriptions.iter().enumerate() {
@@ -287,6 +294,8 @@ impl Reader<'_> {
             )?,
             max_size_in_megabytes: super::limits::MAX_SIZE_IN_MEGABYTES.default,
             auto_delete_on_idle: None,
+            requires_duplicate_detection,
+            duplicate_detection_history_time_window,
             shared_access_policies: Vec::new(),
             subscriptions,
         })
@@ -456,20 +465,18 @@ impl Reader<'_> {
 
     /// Refuses duplicate detection switched on; its window is read (and must be a duration)
     /// but means nothing while detection is off.
+    /// `RequiresDuplicateDetection` and `DuplicateDetectionHistoryTimeWindow` of a queue's or
+    /// topic's properties at `at`.
     fn duplicate_detection(
         &self,
         at: &str,
         requires: Option<bool>,
         window: &Option<String>,
-    ) -> Result<(), ConfigError> {
-        if requires == Some(true) {
-            return Err(self.invalid(
-                &format!("{at}.RequiresDuplicateDetection"),
-                "duplicate detection is not supported yet; only false is accepted".into(),
-            ));
-        }
+    ) -> Result<(bool, Duration), ConfigError> {
         let key = format!("{at}.DuplicateDetectionHistoryTimeWindow");
-        self.duration(&key, window, &AT_LEAST_A_SECOND).map(|_| ())
+        let limits = &DUPLICATE_DETECTION_HISTORY_TIME_WINDOW;
+        let window = self.duration(&key, window, limits)?;
+        Ok((requires.unwrap_or(false), window.unwrap_or(limits.default)))
     }
 
     /// An ISO 8601 (or humantime) duration within `limits`, if present.

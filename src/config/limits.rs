@@ -107,6 +107,13 @@ pub(super) const AT_LEAST_A_SECOND: Limits<Duration> = Limits {
     max: Duration::MAX,
     allowed: "at least 1s",
 };
+/// Service Bus allows 20 s to 7 days; seconds are allowed so that test suites run fast.
+pub(super) const DUPLICATE_DETECTION_HISTORY_TIME_WINDOW: Limits<Duration> = Limits {
+    default: Duration::from_secs(10 * 60),
+    min: Duration::from_secs(1),
+    max: Duration::from_secs(7 * 24 * 3600),
+    allowed: "1s to 7d",
+};
 pub(super) const MAX_DELIVERY_COUNT: Limits<u32> = Limits {
     default: 10,
     min: 1,

@@ -165,6 +165,11 @@ pub struct QueueConfig {
     /// The queue, its messages and its dead-letter queue are deleted after this long without
     /// activity; `None`: never.
     pub auto_delete_on_idle: Option<Duration>,
+    /// Whether a send whose `message-id` the entity accepted within the history window is
+    /// acknowledged and dropped (Service Bus's duplicate detection).
+    pub requires_duplicate_detection: bool,
+    /// How long accepted message ids are remembered; 1 s to 7 days, default 10 min.
+    pub duplicate_detection_history_time_window: Duration,
     /// Entity-level shared access policies: their tokens reach this queue and its
     /// dead-letter queue only.
     pub shared_access_policies: Vec<PolicyConfig>,

@@ -135,6 +135,8 @@ lane_tables! {
     /// One `[[queues]]` entry as written.
     struct RawQueue {
         max_size_in_megabytes: Option<Spanned<u64>>,
+        requires_duplicate_detection: Option<Spanned<bool>>,
+        duplicate_detection_history_time_window: Option<Spanned<HumanDuration>>,
         #[serde(default)]
         shared_access_policies: Vec<RawPolicy>,
     }
@@ -156,6 +158,8 @@ pub(super) struct RawTopic {
     pub(super) default_message_time_to_live: Option<Spanned<HumanDuration>>,
     pub(super) max_size_in_megabytes: Option<Spanned<u64>>,
     pub(super) auto_delete_on_idle: Option<Spanned<HumanDuration>>,
+    pub(super) requires_duplicate_detection: Option<Spanned<bool>>,
+    pub(super) duplicate_detection_history_time_window: Option<Spanned<HumanDuration>>,
     #[serde(default)]
     pub(super) shared_access_policies: Vec<RawPolicy>,
     #[serde(default)]

@@ -22,6 +22,11 @@ pub struct TopicConfig {
     /// The topic, its subscriptions and their messages are deleted after this long without
     /// activity; `None`: never.
     pub auto_delete_on_idle: Option<Duration>,
+    /// Whether a send whose `message-id` the entity accepted within the history window is
+    /// acknowledged and dropped (Service Bus's duplicate detection).
+    pub requires_duplicate_detection: bool,
+    /// How long accepted message ids are remembered; 1 s to 7 days, default 10 min.
+    pub duplicate_detection_history_time_window: Duration,
     /// Entity-level shared access policies: their tokens reach this topic, its
     /// subscriptions and their dead-letter queues only.
     pub shared_access_policies: Vec<super::PolicyConfig>,

@@ -233,6 +233,11 @@ impl Source<'_> {
             dead_lettering_on_message_expiration: lane.dead_lettering_on_message_expiration,
             requires_session: lane.requires_session,
             auto_delete_on_idle: lane.auto_delete_on_idle,
+            requires_duplicate_detection: raw
+                .requires_duplicate_detection
+                .is_some_and(Spanned::into_inner),
+            duplicate_detection_history_time_window: self
+                .history_window(path, raw.duplicate_detection_history_time_window)?,
             shared_access_policies: self.policies(
                 &format!("{path}.shared_access_policies"),
                 raw.shared_access_policies,
@@ -264,6 +269,11 @@ impl Source<'_> {
                 "auto_delete_on_idle",
                 raw.auto_delete_on_idle,
             )?,
+            requires_duplicate_detection: raw
+                .requires_duplicate_detection
+                .is_some_and(Spanned::into_inner),
+            duplicate_detection_history_time_window: self
+                .history_window(path, raw.duplicate_detection_history_time_window)?,
             shared_access_policies: self.policies(
                 &format!("{path}.shared_access_policies"),
                 raw.shared_access_policies,
@@ -348,6 +358,16 @@ impl Source<'_> {
         raw: Option<Spanned<HumanDuration>>,
     ) -> Result<Option<Duration>, ConfigError> {
         self.optional(&format!("{path}.{name}"), raw, &AT_LEAST_A_SECOND)
+    }
+
+    /// `duplicate_detection_history_time_window` of the queue or topic at `path`.
+    fn history_window(
+        &self,
+        path: &str,
+        raw: Option<Spanned<HumanDuration>>,
+    ) -> Result<Duration, ConfigError> {
+        let key = format!("{path}.duplicate_detection_history_time_window");
+        self.bounded(&key, raw, &DUPLICATE_DETECTION_HISTORY_TIME_WINDOW)
     }
 
     /// `max_size_in_megabytes` of the queue or topic at `path`.

@@ -381,6 +381,8 @@ impl Actor {
                     settings.rules,
                 );
                 self.auto_delete_ms = settings.auto_delete_on_idle.map(millis);
+                self.core
+                    .detect_duplicates(settings.duplicate_window_ms, now);
                 for (name, subscription) in &settings.subscriptions {
                     let number = self.subscriptions.as_ref().and_then(|names| {
                         names
@@ -404,6 +406,8 @@ impl Actor {
                     lanes: self.core.counts(),
                     activity: self.core.activity(),
                     sent: self.core.sent(),
+                    duplicates_dropped: self.core.duplicates_dropped(),
+                    duplicate_ids: self.core.duplicate_ids(),
                     accessed_ms: self.last_active_ms,
                 });
             }
@@ -412,7 +416,7 @@ impl Actor {
 
     /// Stores sent or scheduled messages; an entity with a lane that requires sessions takes
     /// only messages with a session id (a batch is all or nothing).
-    fn enqueue(&mut self, now: i64, messages: Vec<Arrival>) -> Result<i64, EntityError> {
+    fn enqueue(&mut self, now: i64, messages: Vec<Arrival>) -> Result<Vec<i64>, EntityError> {
         if self.core.requires_session_id() {
             for message in &messages {
                 match &message.session_id {
@@ -491,6 +495,7 @@ impl Actor {
                 scheduled_ms: None,
                 view: None,
                 session_id: None,
+                message_id: None,
             });
             activated.push((seq, arrival));
         }
@@ -674,11 +679,7 @@ impl Actor {
                      dead-letter queue or subscription",
                 ))
             }
-            Operation::Schedule { messages } => {
-                let count = i64::try_from(messages.len()).unwrap_or(i64::MAX);
-                let first = self.enqueue(now, messages)?;
-                Ok(Answer::Scheduled((first..first + count).collect()))
-            }
+            Operation::Schedule { messages } => Ok(Answer::Scheduled(self.enqueue(now, messages)?)),
             Operation::CancelScheduled { seqs } => {
                 self.core.cancel_scheduled(&seqs)?;
                 Ok(Answer::Done)

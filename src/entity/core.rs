@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::Bytes;
 use fe2o3_amqp::types::primitives::SimpleValue;
 
+use crate::entity::duplicates::{self, Digest, Duplicates};
 use crate::entity::handle::{
     ConsumerId, Delivery, EntityError, LaneId, LockRef, ReceiveMode, SessionRequest, Settlement,
 };
@@ -41,6 +42,10 @@ pub struct EntityCore {
     routes: Option<Vec<Route>>,
     /// Messages sent or scheduled since the broker started.
     sent: u64,
+    /// The ids accepted within the duplicate-detection window (`None`: no detection).
+    duplicates: Option<Duplicates>,
+    /// Sends dropped as duplicates since the broker started.
+    duplicates_dropped: u64,
 }
 
 /// What recovery found for one subscription, and its rules.
@@ -148,6 +153,8 @@ impl EntityCore {
             moves: false,
             routes,
             sent: 0,
+            duplicates: None,
+            duplicates_dropped: 0,
         };
         for lane in core.lanes.values() {
             for (due, seq) in lane.scheduled() {
@@ -269,22 +276,61 @@ impl EntityCore {
 
     /// Stores messages with consecutive sequence numbers and one enqueued time that never goes
     /// backwards. A message whose scheduled enqueue time is still ahead is stored scheduled.
-    /// Returns the first sequence number.
+    /// With duplicate detection, a message whose id the window holds (or an earlier message
+    /// of the same call brought) is dropped. Returns each message's sequence number: a dropped
+    /// one's is the number of the message that brought its id.
     ///
     /// # Errors
     /// [`EntityError::QuotaExceeded`] when the messages would take the entity past its size
     /// limit; nothing is stored then.
-    pub fn enqueue(&mut self, now_ms: i64, messages: Vec<Arrival>) -> Result<i64, EntityError> {
-        self.admit(messages.iter().map(|m| m.bytes.len() as u64).sum())?;
-        let first = self.intake.next_seq();
+    pub fn enqueue(
+        &mut self,
+        now_ms: i64,
+        messages: Vec<Arrival>,
+    ) -> Result<Vec<i64>, EntityError> {
+        let digests: Vec<Option<Digest>> = match &self.duplicates {
+            Some(_) => messages
+                .iter()
+                .map(|m| m.message_id.as_deref().map(duplicates::digest))
+                .collect(),
+            None => Vec::new(),
+        };
+        let mut numbers = Vec::with_capacity(messages.len());
+        let mut taken = Vec::with_capacity(messages.len());
+        let mut fresh: HashMap<Digest, i64> = HashMap::new();
+        let mut next = self.intake.next_seq();
+        for (index, arrival) in messages.into_iter().enumerate() {
+            let digest = digests.get(index).copied().flatten();
+            let seen = digest.and_then(|digest| {
+                let window = self.duplicates.as_ref()?;
+                window.seen(&digest).or_else(|| fresh.get(&digest).copied())
+            });
+            if let Some(original) = seen {
+                numbers.push(original);
+                continue;
+            }
+            if let Some(digest) = digest {
+                fresh.insert(digest, next);
+            }
+            numbers.push(next);
+            next += 1;
+            taken.push(arrival);
+        }
+        self.admit(taken.iter().map(|m| m.bytes.len() as u64).sum())?;
         let enqueued_ms = self.intake.enqueued_time(now_ms);
-        self.sent += messages.len() as u64;
-        for arrival in messages {
+        self.sent += taken.len() as u64;
+        self.duplicates_dropped += (numbers.len() - taken.len()) as u64;
+        for arrival in taken {
             let due = arrival.scheduled_ms.filter(|due| *due > now_ms);
             self.append(enqueued_ms, arrival, due);
         }
+        if let Some(window) = &mut self.duplicates {
+            for (digest, seq) in fresh {
+                window.accept(digest, seq, enqueued_ms);
+            }
+        }
         self.note_next_seq();
-        Ok(first)
+        Ok(numbers)
     }
 
     /// Checks that `adding` more bytes fit the entity's size limit (what its lanes hold,
@@ -605,6 +651,9 @@ impl EntityCore {
     /// Removes (or dead-letters) every unlocked message whose time to live ran out by
     /// `now_ms`, in every lane; returns how many.
     pub fn expire_due(&mut self, now_ms: i64) -> usize {
+        if let Some(window) = &mut self.duplicates {
+            window.forget_before(now_ms);
+        }
         self.lanes
             .values_mut()
             .map(|lane| lane.expire_due(now_ms))
@@ -633,6 +682,9 @@ impl EntityCore {
     /// activation), which only an atomic write may do.
     pub fn take_changes(&mut self) -> (Vec<(LaneId, Change)>, bool) {
         let mut changes = std::mem::take(&mut self.journal);
+        if let Some(window) = &mut self.duplicates {
+            changes.extend(window.take_changes().into_iter().map(|c| (LaneId::MAIN, c)));
+        }
         for (id, lane) in &mut self.lanes {
             changes.extend(lane.take_changes().into_iter().map(|c| (*id, c)));
         }
@@ -893,6 +945,40 @@ impl EntityCore {
         self.sent
     }
 
+    /// Sends dropped as duplicates since the broker started.
+    pub fn duplicates_dropped(&self) -> u64 {
+        self.duplicates_dropped
+    }
+
+    /// Turns duplicate detection on with a window of `window_ms` (keeping the ids it holds
+    /// when it was on already) or off (`None`: the stored ids are removed).
+    pub fn detect_duplicates(&mut self, window_ms: Option<i64>, now_ms: i64) {
+        match (window_ms, &mut self.duplicates) {
+            (Some(window_ms), Some(window)) => window.set_window(window_ms, now_ms),
+            (Some(window_ms), None) => {
+                self.duplicates = Some(Duplicates::new(window_ms, Vec::new(), now_ms));
+            }
+            (None, Some(window)) => {
+                window.forget_before(i64::MAX);
+                let forgotten = window.take_changes().into_iter();
+                self.journal
+                    .extend(forgotten.map(|change| (LaneId::MAIN, change)));
+                self.duplicates = None;
+            }
+            (None, None) => {}
+        }
+    }
+
+    /// Starts duplicate detection with a window recovered from the log.
+    pub fn restore_duplicates(&mut self, window: Duplicates) {
+        self.duplicates = Some(window);
+    }
+
+    /// How many ids the duplicate-detection window holds (0 without detection).
+    pub fn duplicate_ids(&self) -> usize {
+        self.duplicates.as_ref().map_or(0, Duplicates::len)
+    }
+
     /// Messages stored, in every lane.
     pub fn len(&self) -> usize {
         self.lanes.values().map(QueueCore::len).sum()
@@ -906,6 +992,9 @@ impl EntityCore {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod duplicate_tests;
 
 #[cfg(test)]
 mod topic_tests;

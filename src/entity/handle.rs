@@ -296,6 +296,10 @@ pub struct EntityStats {
     pub activity: Vec<(LaneId, LaneActivity)>,
     /// Messages sent or scheduled to the entity since the broker started.
     pub sent: u64,
+    /// Sends dropped as duplicates since the broker started (duplicate detection).
+    pub duplicates_dropped: u64,
+    /// Message ids in the duplicate-detection window.
+    pub duplicate_ids: usize,
     /// When a client last used the entity (a send, receive, settlement or management
     /// operation), in ms since the Unix epoch.
     pub accessed_ms: i64,

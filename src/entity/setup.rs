@@ -10,6 +10,7 @@ use crate::config::{
 };
 use crate::entity::actor::Parts;
 use crate::entity::core::{EntityCore, SubscriptionLanes};
+use crate::entity::duplicates::Duplicates;
 use crate::entity::handle::LaneId;
 use crate::entity::queue::Rules;
 use crate::entity::topic::{Route, Rule};
@@ -50,6 +51,8 @@ pub struct Settings {
     pub rules: Option<Rules>,
     /// Auto-delete on idle.
     pub auto_delete_on_idle: Option<Duration>,
+    /// The duplicate-detection window in ms; `None`: no duplicate detection.
+    pub duplicate_window_ms: Option<i64>,
     /// A topic's subscriptions' settings, by name (`None` for a queue).
     pub subscriptions: Vec<(String, SubscriptionSettings)>,
 }
@@ -79,6 +82,10 @@ pub fn settings(declaration: &Declaration) -> Settings {
                 queue.requires_session,
             )),
             auto_delete_on_idle: queue.auto_delete_on_idle,
+            duplicate_window_ms: duplicate_window_ms(
+                queue.requires_duplicate_detection,
+                queue.duplicate_detection_history_time_window,
+            ),
             subscriptions: Vec::new(),
         },
         Declaration::Topic(topic) => Settings {
@@ -86,6 +93,10 @@ pub fn settings(declaration: &Declaration) -> Settings {
             default_ttl_ms: topic.default_message_time_to_live.map_or(NEVER, millis),
             rules: None,
             auto_delete_on_idle: topic.auto_delete_on_idle,
+            duplicate_window_ms: duplicate_window_ms(
+                topic.requires_duplicate_detection,
+                topic.duplicate_detection_history_time_window,
+            ),
             subscriptions: topic
                 .subscriptions
                 .iter()
@@ -107,6 +118,29 @@ pub fn settings(declaration: &Declaration) -> Settings {
                 .collect(),
         },
     }
+}
+
+/// The duplicate-detection window in ms, when the entity requires duplicate detection.
+fn duplicate_window_ms(required: bool, window: Duration) -> Option<i64> {
+    required.then(|| millis(window))
+}
+
+/// Restores the entity's duplicate-detection window (`window_ms`; `None`: no detection) with
+/// the ids its log holds; ids stored while it did detect them, and no longer does, are removed
+/// at its first write.
+fn restore_duplicates(
+    core: &mut EntityCore,
+    log: &EntityLog,
+    window_ms: Option<i64>,
+) -> Result<(), StoreError> {
+    let ids = log.accepted_ids()?;
+    if window_ms.is_none() && ids.is_empty() {
+        return Ok(());
+    }
+    let now_ms = crate::clock::now_ms();
+    core.restore_duplicates(Duplicates::new(window_ms.unwrap_or(0), ids, now_ms));
+    core.detect_duplicates(window_ms, now_ms);
+    Ok(())
 }
 
 /// What recovery found for a lane; for one that requires sessions, with each message's
@@ -139,12 +173,17 @@ pub fn queue(config: &QueueConfig, mut log: EntityLog) -> Result<Parts, StoreErr
         config.dead_lettering_on_message_expiration,
         config.requires_session,
     );
-    let core = EntityCore::queue(
+    let mut core = EntityCore::queue(
         rules,
         config.max_size_in_megabytes.saturating_mul(1024 * 1024),
         recover(&mut log, LaneId::MAIN, config.requires_session)?,
         log.recover(LaneId::DEAD_LETTER)?,
     );
+    let window_ms = duplicate_window_ms(
+        config.requires_duplicate_detection,
+        config.duplicate_detection_history_time_window,
+    );
+    restore_duplicates(&mut core, &log, window_ms)?;
     Ok(Parts {
         name: config.name.clone(),
         core,
@@ -183,12 +222,17 @@ pub fn topic(config: &TopicConfig, mut log: EntityLog) -> Result<Parts, StoreErr
             dead_letter,
         ));
     }
-    let core = EntityCore::topic(
+    let mut core = EntityCore::topic(
         config.max_size_in_megabytes.saturating_mul(1024 * 1024),
         config.default_message_time_to_live.map_or(NEVER, millis),
         log.recover(LaneId::MAIN)?,
         subscriptions,
     );
+    let window_ms = duplicate_window_ms(
+        config.requires_duplicate_detection,
+        config.duplicate_detection_history_time_window,
+    );
+    restore_duplicates(&mut core, &log, window_ms)?;
     log.end_recovery();
     Ok(Parts {
         name: config.name.clone(),

@@ -4,6 +4,7 @@
 //! - `h`: the next sequence number (the high-water mark), one for the whole entity;
 //! - `s` + name: a topic subscription's lane number (see [`EntityLog::subscription_numbers`]);
 //! - `r` + subscription number + name: a rule added to that subscription at run time;
+//! - `u` + millisecond: the message ids the entity accepted then, while it detects duplicates;
 //! - `x` + session id: the state of a session of the lane (`X` + subscription number + id
 //!   for a subscription's lane);
 //! - `c` + first: a chunk (see [`crate::store::chunk`]): the lane's messages that one write
@@ -31,7 +32,7 @@ use bytes::Bytes;
 
 use crate::store::chunk::{self, ChunkError, Departures};
 use crate::store::record::{MessageState, Record, RECORD_LEN};
-use crate::store::{Change, LaneId, Recovered, StoreError, StoredState};
+use crate::store::{AcceptedIds, Change, LaneId, Recovered, StoreError, StoredState};
 
 const NEXT_SEQ_KEY: &[u8] = b"h";
 /// Prefix of a topic's shared bodies (`b` + first sequence number).
@@ -43,6 +44,11 @@ const BODIES_MAX_GAP: i64 = 64;
 const RULE_PREFIX: u8 = b'r';
 /// Prefix of a topic's subscription numbers (`s` + lower-cased name: u32 big-endian).
 const SUBSCRIPTION_PREFIX: u8 = b's';
+/// Prefix of the message ids a queue or topic accepted in one millisecond (`u` + that
+/// millisecond, big-endian: each id's 16-byte digest and its sequence number).
+const ACCEPTED_PREFIX: u8 = b'u';
+/// Bytes of one accepted id as stored: its digest and its sequence number.
+const ACCEPTED_ID_LEN: usize = 24;
 /// Prefix of a lane's session states (`x` + id; upper-cased and followed by the
 /// subscription number for a subscription's lane).
 const SESSION_STATE_PREFIX: u8 = b'x';
@@ -127,6 +133,34 @@ fn session_state_prefix(lane: LaneId) -> Vec<u8> {
     let mut key = vec![SESSION_STATE_PREFIX.to_ascii_uppercase()];
     key.extend_from_slice(&lane.subscription.to_be_bytes());
     key
+}
+
+/// The key of the ids accepted at `accepted_ms`.
+fn accepted_key(accepted_ms: i64) -> [u8; 9] {
+    let mut key = [ACCEPTED_PREFIX; 9];
+    key[1..].copy_from_slice(&accepted_ms.to_be_bytes());
+    key
+}
+
+/// The stored value of accepted ids.
+fn encode_accepted(ids: &[([u8; 16], i64)]) -> Vec<u8> {
+    let mut value = Vec::with_capacity(ids.len() * ACCEPTED_ID_LEN);
+    for (digest, seq) in ids {
+        value.extend_from_slice(digest);
+        value.extend_from_slice(&seq.to_be_bytes());
+    }
+    value
+}
+
+/// Accepted ids back from [`encode_accepted`] (a torn tail is left out).
+fn decode_accepted(value: &[u8]) -> AcceptedIds {
+    value
+        .chunks_exact(ACCEPTED_ID_LEN)
+        .map(|id| {
+            let (digest, seq) = id.split_at(16);
+            (digest.try_into().unwrap_or_default(), be_i64(seq))
+        })
+        .collect()
 }
 
 /// A session state's stored value: when it was set (ms, big-endian), then the state.
@@ -294,7 +328,9 @@ impl BodyCache {
             Change::Update { .. }
             | Change::NextSeq(_)
             | Change::Rule { .. }
-            | Change::SessionState { .. } => {}
+            | Change::SessionState { .. }
+            | Change::Accepted { .. }
+            | Change::Forgotten(_) => {}
         }
     }
 
@@ -432,6 +468,25 @@ impl EntityLog {
         })
     }
 
+    /// The message ids the entity accepted (duplicate detection), by millisecond, oldest
+    /// first; none in `memory` mode.
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when they cannot be read.
+    pub fn accepted_ids(&self) -> Result<Vec<(i64, AcceptedIds)>, StoreError> {
+        let Some(tree) = &self.tree else {
+            return Ok(Vec::new());
+        };
+        let mut accepted = Vec::new();
+        for item in tree.scan_prefix([ACCEPTED_PREFIX]) {
+            let (key, value) = item?;
+            if let Some(at) = key.get(1..9) {
+                accepted.push((be_i64(at), decode_accepted(&value)));
+            }
+        }
+        Ok(accepted)
+    }
+
     /// Ends recovery: forgets what it read of lanes nobody recovered (subscriptions no longer
     /// declared, whose messages stay on disk, and come back if they are declared again).
     pub fn end_recovery(&mut self) {
@@ -564,7 +619,9 @@ impl EntityLog {
                 Change::Update { .. }
                 | Change::NextSeq(_)
                 | Change::Rule { .. }
-                | Change::SessionState { .. } => {}
+                | Change::SessionState { .. }
+                | Change::Accepted { .. }
+                | Change::Forgotten(_) => {}
             }
         }
         self.staged_moves |= moves;
@@ -678,6 +735,14 @@ impl EntityLog {
                         None => batch.remove(&key),
                     }
                 }
+                Change::Accepted { accepted_ms, ids } => {
+                    // Atomic with the messages that brought the ids: a crash keeps both or
+                    // neither, so a retry of an acknowledged send is caught, and the retry of
+                    // one nobody was told about is stored.
+                    batch.atomic = true;
+                    batch.insert(&accepted_key(accepted_ms), encode_accepted(&ids));
+                }
+                Change::Forgotten(accepted_ms) => batch.remove(&accepted_key(accepted_ms)),
                 Change::SessionState { session, state } => {
                     let mut key = session_state_prefix(lane);
                     key.extend_from_slice(session.as_bytes());
@@ -1287,6 +1352,38 @@ mod tests {
     /// A write of new messages and completions goes as single operations: a crash after any
     /// prefix of them recovers every message the earlier writes left, none twice, nothing
     /// the write did not know, and a counter above every number ever handed out.
+    #[test]
+    fn accepted_ids_go_atomically_with_their_messages_and_read_back_until_forgotten() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let accepted = |at: i64, seq: i64| Change::Accepted {
+            accepted_ms: at,
+            ids: vec![([at as u8; 16], seq)],
+        };
+        {
+            let mut log = open(dir.path());
+            let put = Change::Put {
+                seq: 1,
+                record: record(0, 1),
+                body: Bytes::from_static(b"m"),
+            };
+            let plain = log.plan(vec![(LaneId::MAIN, put.clone())], false);
+            assert!(!plain.expect("plan").atomic, "a put alone goes unbatched");
+            let with_id = vec![(LaneId::MAIN, put), (LaneId::MAIN, accepted(7, 1))];
+            assert!(log.plan(with_id, false).expect("plan").atomic);
+            log.write(vec![(LaneId::MAIN, accepted(8, 2))])
+                .expect("write");
+            log.write(vec![(LaneId::MAIN, accepted(9, 3))])
+                .expect("write");
+            log.write(vec![(LaneId::MAIN, Change::Forgotten(8))])
+                .expect("write");
+        }
+        let log = open(dir.path());
+        assert_eq!(
+            log.accepted_ids().expect("read"),
+            vec![(9, vec![([9; 16], 3)])]
+        );
+    }
+
     #[test]
     fn rules_added_at_run_time_are_kept_per_subscription_until_removed() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -183,6 +183,10 @@ impl LaneId {
     }
 }
 
+/// The message ids a queue or topic accepted in one millisecond: each id's digest and the
+/// sequence number of the message that brought it (duplicate detection).
+pub type AcceptedIds = Vec<([u8; 16], i64)>;
+
 /// One change to an entity's stored state.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Change {
@@ -216,6 +220,16 @@ pub enum Change {
         /// Its stored description; `None`: the rule is gone.
         stored: Option<Bytes>,
     },
+    /// The message ids a queue or topic accepted in one millisecond (duplicate detection), all
+    /// of them so far, each with its message's sequence number; stored with the messages.
+    Accepted {
+        /// When they were accepted, in ms since the Unix epoch.
+        accepted_ms: i64,
+        /// Their digests and sequence numbers.
+        ids: AcceptedIds,
+    },
+    /// The ids accepted in that millisecond left the duplicate-detection window.
+    Forgotten(i64),
     /// A session's state was set, or cleared (`None`).
     SessionState {
         /// The session id.

@@ -338,6 +338,8 @@ fn topic_config(data_dir: &std::path::Path) -> tidebus::config::Config {
         default_message_time_to_live: None,
         max_size_in_megabytes: 1024,
         auto_delete_on_idle: None,
+        requires_duplicate_detection: false,
+        duplicate_detection_history_time_window: std::time::Duration::from_secs(600),
         shared_access_policies: Vec::new(),
         subscriptions: vec![subscription("s1"), subscription("s2")],
     }];

@@ -122,17 +122,29 @@ fn unknown_properties_are_refused_naming_them_and_their_place() {
 }
 
 #[test]
-fn what_tidebus_does_not_do_is_refused_unless_off() {
-    let on = SAMPLE.replacen(
+fn duplicate_detection_maps_with_its_window() {
+    let on = SAMPLE.replace(
         "\"RequiresDuplicateDetection\": false",
         "\"RequiresDuplicateDetection\": true",
-        1,
     );
+    let config = load(&on).expect("loads");
+    let queue = &config.queues[0];
+    assert!(queue.requires_duplicate_detection);
     assert_eq!(
-        refusal(&on),
-        "UserConfig.Namespaces[0].Queues[0].Properties.RequiresDuplicateDetection (F:17:45): \
-         duplicate detection is not supported yet; only false is accepted"
+        queue.duplicate_detection_history_time_window,
+        Duration::from_secs(20)
     );
+    assert!(config.topics[0].requires_duplicate_detection);
+    let long = SAMPLE.replacen("\"PT20S\"", "\"P8D\"", 1);
+    assert_eq!(
+        refusal(&long),
+        "UserConfig.Namespaces[0].Queues[0].Properties.DuplicateDetectionHistoryTimeWindow \
+         (F:12:54): \"P8D\" is out of range; allowed: 1s to 7d"
+    );
+}
+
+#[test]
+fn what_tidebus_does_not_do_is_refused_unless_off() {
     let forward = SAMPLE.replacen("\"ForwardTo\": \"\"", "\"ForwardTo\": \"elsewhere\"", 2);
     assert_eq!(
         refusal(&forward),

@@ -455,6 +455,36 @@ fn time_keys_are_read_and_bounded() {
 }
 
 #[test]
+fn duplicate_detection_is_off_by_default_with_a_ten_minute_window() {
+    let config = parse(
+        "[[queues]]\nname = \"a\"\nrequires_duplicate_detection = true\n\
+         duplicate_detection_history_time_window = \"2s\"\n\
+         [[queues]]\nname = \"b\"\n\
+         [[topics]]\nname = \"t\"\nrequires_duplicate_detection = true\n",
+    );
+    let (a, b, t) = (&config.queues[0], &config.queues[1], &config.topics[0]);
+    assert!(a.requires_duplicate_detection);
+    assert_eq!(
+        a.duplicate_detection_history_time_window,
+        Duration::from_secs(2)
+    );
+    assert!(!b.requires_duplicate_detection);
+    assert_eq!(
+        b.duplicate_detection_history_time_window,
+        Duration::from_secs(600)
+    );
+    assert!(t.requires_duplicate_detection);
+    let error = refuse(
+        "[[topics]]\nname = \"t\"\nduplicate_detection_history_time_window = \"8d\"\n",
+    );
+    assert_eq!(
+        error.to_string(),
+        "topics[0].duplicate_detection_history_time_window (t.toml:3:43): \"8d\" is out of \
+         range; allowed: 1s to 7d"
+    );
+}
+
+#[test]
 fn lane_keys_are_type_checked() {
     let error = refuse("[[queues]]\nname = \"a\"\nrequires_session = \"yes\"\n");
     assert_eq!(

@@ -141,9 +141,11 @@ impl World {
                 scheduled_ms: None,
                 view: None,
                 session_id: Some(session),
+                message_id: None,
             });
         }
-        assert_eq!(self.core.enqueue(self.now, arrivals), Ok(first));
+        let numbers = self.core.enqueue(self.now, arrivals).expect("no quota");
+        assert_eq!(numbers, (first..first + count).collect::<Vec<_>>());
         self.core.reveal_up_to(self.core.next_seq());
     }
 
@@ -433,6 +435,9 @@ impl World {
                     self.disk_states.remove(&session);
                 }
                 Change::Rule { .. } => panic!("a queue has no rules"),
+                Change::Accepted { .. } | Change::Forgotten(_) => {
+                    panic!("the queue does not detect duplicates")
+                }
             }
         }
     }

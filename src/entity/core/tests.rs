@@ -42,8 +42,10 @@ impl Queue {
             .expect("a queue has its own lane")
     }
 
+    /// Enqueues messages with distinct ids (or none); returns the first one's number.
     fn enqueue(&mut self, now: i64, messages: Vec<Arrival>) -> Result<i64, EntityError> {
-        self.core.enqueue(now, messages)
+        let numbers = self.core.enqueue(now, messages)?;
+        Ok(numbers[0])
     }
 
     fn next_seq(&self) -> i64 {
@@ -186,6 +188,7 @@ fn plain(bytes: Bytes) -> Arrival {
         scheduled_ms: None,
         view: None,
         session_id: None,
+        message_id: None,
     }
 }
 
@@ -552,7 +555,10 @@ fn random_operations_match_a_simple_model() {
                                 stored.remove(&seq);
                             }
                             Change::NextSeq(n) => next_seq_on_disk = n,
-                            Change::Rule { .. } | Change::SessionState { .. } => {}
+                            Change::Rule { .. }
+                            | Change::SessionState { .. }
+                            | Change::Accepted { .. }
+                            | Change::Forgotten(_) => {}
                         }
                     }
                     q = Queue::recover(
@@ -582,6 +588,7 @@ fn timed(ttl_ms: Option<u32>, scheduled_ms: Option<i64>) -> Arrival {
         scheduled_ms,
         view: None,
         session_id: None,
+        message_id: None,
     }
 }
 
@@ -925,7 +932,9 @@ fn random_time_operations_keep_the_time_rules() {
                             Change::Delete { seq } => stored.retain(|(s, _)| *s != seq),
                             Change::NextSeq(_)
                             | Change::Rule { .. }
-                            | Change::SessionState { .. } => {}
+                            | Change::SessionState { .. }
+                            | Change::Accepted { .. }
+                            | Change::Forgotten(_) => {}
                         }
                     }
                     let next_seq = q.next_seq();

@@ -652,7 +652,7 @@ impl Harness {
             arrivals.push(arrival);
             sends.push((sent, due.filter(|due| *due > self.now)));
         }
-        let first = self.core.enqueue(self.now, arrivals).expect("no quota");
+        let first = self.core.enqueue(self.now, arrivals).expect("no quota")[0];
         assert_eq!(first, self.model.issued + 1, "{}: gap-free", self.context());
         for (sent, due) in sends {
             self.model.issued += 1;
@@ -1161,6 +1161,9 @@ impl Harness {
                     };
                 }
                 Change::SessionState { .. } => panic!("no lane here requires sessions"),
+                Change::Accepted { .. } | Change::Forgotten(_) => {
+                    panic!("the topic does not detect duplicates")
+                }
             }
         }
         assert!(
@@ -1390,7 +1393,7 @@ fn a_copy_dead_lettered_by_its_filter_waits_for_the_send_to_be_durable() {
     let filter = Filter::Sql(SqlFilter::parse("n + 1 > 2").expect("valid SQL"));
     let mut core = dead_lettering_topic(filter);
     let send = arrival(&[("n".into(), Value::String("x".into()))], None);
-    assert_eq!(core.enqueue(0, vec![send]), Ok(1));
+    assert_eq!(core.enqueue(0, vec![send]), Ok(vec![1]));
     assert!(core.has_unrevealed(), "the send is not flushed yet");
     let early: Vec<i64> = core.dispatch(0).iter().map(|d| d.seq).collect();
     assert_eq!(early, Vec::<i64>::new(), "delivered before it was durable");
@@ -1401,7 +1404,7 @@ fn a_copy_dead_lettered_by_its_filter_waits_for_the_send_to_be_durable() {
 #[test]
 fn a_copy_dead_lettered_on_expiry_waits_for_the_send_to_be_durable() {
     let mut core = dead_lettering_topic(Filter::True);
-    assert_eq!(core.enqueue(0, vec![arrival(&[], Some(100))]), Ok(1));
+    assert_eq!(core.enqueue(0, vec![arrival(&[], Some(100))]), Ok(vec![1]));
     assert_eq!(
         core.expire_due(100),
         1,

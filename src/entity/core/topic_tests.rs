@@ -79,6 +79,7 @@ fn message(properties: &[(&str, Value)], ttl_ms: Option<u32>) -> Arrival {
         scheduled_ms: None,
         view: Some(Box::new(view)),
         session_id: None,
+        message_id: None,
     }
 }
 
@@ -106,7 +107,7 @@ fn a_send_is_copied_under_one_number_to_exactly_the_subscriptions_that_match() {
     let eu = message(&[("region", Value::String("eu".into()))], None);
     let us = message(&[("region", Value::String("us".into()))], None);
     let bad = message(&[("amount", Value::String("ten".into()))], None);
-    assert_eq!(core.enqueue(10, vec![eu, us, bad]), Ok(1));
+    assert_eq!(core.enqueue(10, vec![eu, us, bad]), Ok(vec![1, 2, 3]));
     let lanes = stored(&mut core);
     assert_eq!(seqs(&lanes, lane(1)), vec![1, 2, 3]);
     assert_eq!(seqs(&lanes, lane(2)), vec![1]);
@@ -210,7 +211,7 @@ fn a_scheduled_message_is_held_by_the_topic_and_fans_out_renumbered() {
     let mut core = topic(NEVER);
     let mut later = message(&[("region", Value::String("eu".into()))], None);
     later.scheduled_ms = Some(5_000);
-    assert_eq!(core.enqueue(0, vec![later.clone()]), Ok(1));
+    assert_eq!(core.enqueue(0, vec![later.clone()]), Ok(vec![1]));
     let lanes = stored(&mut core);
     assert_eq!(seqs(&lanes, LaneId::MAIN), vec![1], "held by the topic");
     assert_eq!(seqs(&lanes, lane(1)), Vec::<i64>::new());
@@ -282,7 +283,7 @@ fn a_replaced_rule_keeps_its_place_name_and_creation_time_and_is_stored() {
     );
     let us = message(&[("region", Value::String("us".into()))], None);
     let eu = message(&[("region", Value::String("eu".into()))], None);
-    assert_eq!(core.enqueue(10, vec![us, eu]), Ok(1));
+    assert_eq!(core.enqueue(10, vec![us, eu]), Ok(vec![1, 2]));
     assert_eq!(
         seqs(&stored(&mut core), lane(2)),
         vec![1],

@@ -288,11 +288,14 @@ impl EntityCore {
         now_ms: i64,
         messages: Vec<Arrival>,
     ) -> Result<Vec<i64>, EntityError> {
-        let digests: Vec<Option<Digest>> = match &self.duplicates {
-            Some(_) => messages
-                .iter()
-                .map(|m| m.message_id.as_deref().map(duplicates::digest))
-                .collect(),
+        let digests: Vec<Option<Digest>> = match &mut self.duplicates {
+            Some(window) => {
+                window.forget_before(now_ms);
+                messages
+                    .iter()
+                    .map(|m| m.message_id.as_deref().map(duplicates::digest))
+                    .collect()
+            }
             None => Vec::new(),
         };
         let mut numbers = Vec::with_capacity(messages.len());

@@ -474,9 +474,8 @@ fn duplicate_detection_is_off_by_default_with_a_ten_minute_window() {
         Duration::from_secs(600)
     );
     assert!(t.requires_duplicate_detection);
-    let error = refuse(
-        "[[topics]]\nname = \"t\"\nduplicate_detection_history_time_window = \"8d\"\n",
-    );
+    let error =
+        refuse("[[topics]]\nname = \"t\"\nduplicate_detection_history_time_window = \"8d\"\n");
     assert_eq!(
         error.to_string(),
         "topics[0].duplicate_detection_history_time_window (t.toml:3:43): \"8d\" is out of \

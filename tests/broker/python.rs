@@ -58,6 +58,14 @@ fn admin_suite() {
     pytest::run("tests/python/test_admin.py");
 }
 
+/// Duplicate detection with the official `azure-servicebus` SDK: its own five-sends test (sync
+/// and asyncio), repeats inside and after the window, a batch with an internal duplicate, a
+/// scheduled repeat, a topic, and a retry after `kill -9` and a restart.
+#[test]
+fn duplicates_suite() {
+    pytest::run("tests/python/test_duplicates.py");
+}
+
 /// SIGHUP reloads the config file: an added queue created and used through the SDK, a changed
 /// delivery limit applied with a held lock untouched, a file with an error changing nothing,
 /// restart-only settings and removed queues reported.

@@ -355,3 +355,40 @@ brokerTest(
     });
   },
 );
+
+brokerTest(
+  "a repeated messageId is kept once by a queue that detects duplicates",
+  {
+    queues: [
+      { name: "dedup", requires_duplicate_detection: true },
+      { name: "plain" },
+    ],
+  },
+  async ({ client }) => {
+    // The JavaScript SDK sends a string id as such, a number as a ulong and a Buffer as binary.
+    for (const queue of ["dedup", "plain"]) {
+      await send(client, queue, [
+        { body: "first", messageId: "order-1" },
+        { body: "numbered", messageId: 7 },
+        { body: "binary", messageId: Buffer.from("b1") },
+      ]);
+      await send(client, queue, [
+        { body: "retry", messageId: "order-1" },
+        { body: "numbered retry", messageId: 7 },
+        { body: "binary retry", messageId: Buffer.from("b1") },
+      ]);
+    }
+    await withReceiver(client, "dedup", async (receiver) => {
+      const received = await receiveExactly(receiver, 3);
+      assert.deepEqual(
+        received.map((m) => m.body),
+        ["first", "numbered", "binary"],
+      );
+      for (const message of received) await receiver.completeMessage(message);
+    });
+    await assertOnlyMarkerLeft(client, "dedup");
+    await withReceiver(client, "plain", async (receiver) => {
+      assert.equal((await receiveExactly(receiver, 6)).length, 6, "no detection: all kept");
+    });
+  },
+);

@@ -114,6 +114,37 @@ def test_a_queue_created_at_run_time_is_used_counted_deleted(secured):
             client.delete_queue("made")
 
 
+def test_duplicate_detection_is_set_read_updated_and_applied(secured):
+    with admin(secured) as client:
+        client.create_queue(
+            "deduped",
+            requires_duplicate_detection=True,
+            duplicate_detection_history_time_window=timedelta(seconds=30),
+        )
+        queue = client.get_queue("deduped")
+        assert queue.requires_duplicate_detection
+        assert queue.duplicate_detection_history_time_window == timedelta(seconds=30)
+        assert not client.get_queue("declared").requires_duplicate_detection
+        client.update_queue(queue, duplicate_detection_history_time_window=timedelta(minutes=5))
+        updated = client.get_queue("deduped")
+        assert updated.duplicate_detection_history_time_window == timedelta(minutes=5)
+        topic = client.create_topic("deduped-events", requires_duplicate_detection=True)
+        assert topic.requires_duplicate_detection
+        assert topic.duplicate_detection_history_time_window == timedelta(minutes=10), "default"
+        with pytest.raises(HttpResponseError) as refused:
+            client.create_queue(
+                "too-long", duplicate_detection_history_time_window=timedelta(days=8)
+            )
+        assert refused.value.status_code == 400
+        assert "duplicate_detection_history_time_window" in str(refused.value)
+
+        with open_client(secured) as data:
+            with data.get_queue_sender("deduped") as sender:
+                for body in ["kept", "dropped"]:
+                    sender.send_messages(ServiceBusMessage(body, message_id="same"))
+        assert client.get_queue_runtime_properties("deduped").active_message_count == 1
+
+
 def test_a_created_queue_survives_a_restart(secured):
     with admin(secured) as client:
         client.create_queue("kept", requires_session=True)
@@ -195,9 +226,9 @@ def test_created_at_is_kept_across_a_restart_and_updated_at_moves_with_an_update
 def test_what_tidebus_does_not_do_is_refused_naming_it(secured):
     with admin(secured) as client:
         with pytest.raises(HttpResponseError) as refused:
-            client.create_queue("dedup", requires_duplicate_detection=True)
+            client.create_queue("dedup", enable_partitioning=True)
         assert refused.value.status_code == 400
-        assert "RequiresDuplicateDetection" in str(refused.value), str(refused.value)
+        assert "EnablePartitioning" in str(refused.value), str(refused.value)
         with pytest.raises(HttpResponseError) as refused:
             client.create_queue("bad", lock_duration=timedelta(minutes=10))
         assert refused.value.status_code == 400

@@ -3,13 +3,17 @@
 //!
 //! `cargo bench --bench throughput -- [--messages N] [--size BYTES] [--window N] [--credit N]
 //! [--durability sync|interval|memory] [--fill-first] [--receive-and-delete] [--topic N]
-//! [--tls]`
+//! [--tls] [--dedup]`
 //!
 //! The producer sends to the entity `bench`: a queue, or with `--topic N` a topic with N
 //! subscriptions `sub-1` .. `sub-N`, each with the default rule (`$Default`, the true filter),
 //! declared in the TOML the bench gives the broker. One consumer, on a connection of its own,
 //! receives from the queue or from each subscription (`bench/Subscriptions/sub-i`), and each
 //! must get every message exactly once.
+//!
+//! Every message carries a distinct `message-id`. With `--dedup` the queue or topic requires
+//! duplicate detection (a one-hour window, so that every id of the run stays in it), and the
+//! bench also prints what a window holding a million ids costs in memory.
 //!
 //! With `--tls` every client connects over TLS (a `gen-cert` certificate for `localhost`,
 //! verified), to the broker's TLS listener.
@@ -43,12 +47,13 @@ use std::time::{Duration, Instant};
 use fe2o3_amqp::connection::ConnectionHandle;
 use fe2o3_amqp::link::receiver::CreditMode;
 use fe2o3_amqp::types::definitions::SenderSettleMode;
-use fe2o3_amqp::types::messaging::{ApplicationProperties, Body, Message, Outcome};
+use fe2o3_amqp::types::messaging::{ApplicationProperties, Body, Message, Outcome, Properties};
 use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Value};
 use fe2o3_amqp::{Receiver, Sender, Session};
 use futures_util::future::try_join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tidebus::config::Durability;
+use tidebus::entity::duplicates::{digest, Duplicates};
 
 #[allow(dead_code)]
 mod support;
@@ -87,16 +92,23 @@ struct Args {
     topic: Option<u64>,
     /// Whether the clients connect over TLS.
     tls: bool,
+    /// Whether the queue or topic detects duplicates.
+    dedup: bool,
 }
 
 impl Args {
     /// The broker's entities, as TOML: the queue, or the topic and its subscriptions (which,
     /// declared without rules, get `$Default`).
     fn entities(&self) -> String {
-        let Some(subscriptions) = self.topic else {
-            return support::queue_toml(ENTITY);
+        let dedup = match self.dedup {
+            true => "requires_duplicate_detection = true\n\
+                     duplicate_detection_history_time_window = \"1h\"\n",
+            false => "",
         };
-        let mut toml = format!("[[topics]]\nname = \"{ENTITY}\"\n");
+        let Some(subscriptions) = self.topic else {
+            return format!("{}{dedup}", support::queue_toml(ENTITY));
+        };
+        let mut toml = format!("[[topics]]\nname = \"{ENTITY}\"\n{dedup}");
         for n in 1..=subscriptions {
             toml.push_str(&format!("[[topics.subscriptions]]\nname = \"sub-{n}\"\n"));
         }
@@ -125,6 +137,7 @@ fn parse_args() -> Result<Args, String> {
         credit: 200,
         topic: None,
         tls: false,
+        dedup: false,
     };
     let mut flags = Flags::from_env();
     while let Some(flag) = flags.next_flag() {
@@ -138,6 +151,7 @@ fn parse_args() -> Result<Args, String> {
             "--receive-and-delete" => args.receive_and_delete = true,
             "--topic" => args.topic = Some(flags.number(&flag)?.max(1)),
             "--tls" => args.tls = true,
+            "--dedup" => args.dedup = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -161,6 +175,7 @@ async fn produce(dial: &Dial, args: &Args) -> Result<(u64, Duration, Vec<u64>), 
             .insert("ts", SimpleValue::Long(now_micros()))
             .build();
         let message = Message::builder()
+            .properties(Properties::builder().message_id(format!("m-{id}")).build())
             .application_properties(properties)
             .data(Binary::from(payload.clone()))
             .build();
@@ -199,6 +214,24 @@ fn rss_mib() -> f64 {
                 .and_then(|kb| kb.parse::<f64>().ok())
         })
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// The resident memory a duplicate-detection window holding a million distinct ids takes
+/// (measured around building one, at its fullest: the index just grown).
+fn window_memory() -> (usize, f64) {
+    const IDS: usize = 1_000_000;
+    let before = rss_mib();
+    let mut window = Duplicates::new(3_600_000, Vec::new(), 0);
+    for n in 0..IDS {
+        window.accept(digest(format!("m-{n}").as_bytes()), n as i64, (n / 1000) as i64);
+        if n % 1000 == 999 {
+            // The broker takes the window's changes every turn, into its log.
+            window.take_changes();
+        }
+    }
+    let after = rss_mib();
+    assert_eq!(window.len(), IDS);
+    (IDS, after - before)
 }
 
 struct Received {
@@ -322,6 +355,9 @@ fn main() -> Result<(), BoxError> {
         },
         if args.tls { " over TLS" } else { "" }
     );
+    if args.dedup {
+        println!("dedup:      duplicate detection on, every id distinct");
+    }
     println!(
         "send:       accepted={accepted} elapsed={send_elapsed:.3?} rate={:.0} msg/s",
         rate(accepted, send_elapsed)
@@ -379,6 +415,10 @@ fn main() -> Result<(), BoxError> {
             after.saturating_sub(before) as f64 / (1024.0 * 1024.0)
         ),
         _ => println!("disk:       unknown (/proc/self/io cannot be read)"),
+    }
+    if args.dedup {
+        let (ids, mib) = window_memory();
+        println!("dedup:      a window of {ids} ids takes {mib:.1} MiB (resident)");
     }
     let exactly_once = received
         .iter()

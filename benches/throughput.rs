@@ -101,8 +101,10 @@ impl Args {
     /// declared without rules, get `$Default`).
     fn entities(&self) -> String {
         let dedup = match self.dedup {
-            true => "requires_duplicate_detection = true\n\
-                     duplicate_detection_history_time_window = \"1h\"\n",
+            true => {
+                "requires_duplicate_detection = true\n\
+                     duplicate_detection_history_time_window = \"1h\"\n"
+            }
             false => "",
         };
         let Some(subscriptions) = self.topic else {
@@ -223,7 +225,11 @@ fn window_memory() -> (usize, f64) {
     let before = rss_mib();
     let mut window = Duplicates::new(3_600_000, Vec::new(), 0);
     for n in 0..IDS {
-        window.accept(digest(format!("m-{n}").as_bytes()), n as i64, (n / 1000) as i64);
+        window.accept(
+            digest(format!("m-{n}").as_bytes()),
+            n as i64,
+            (n / 1000) as i64,
+        );
         if n % 1000 == 999 {
             // The broker takes the window's changes every turn, into its log.
             window.take_changes();

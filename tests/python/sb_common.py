@@ -145,6 +145,17 @@ def assert_only_marker_left(client, queue, receive_mode=ServiceBusReceiveMode.PE
             receiver.complete_message(first)
 
 
+def crash(broker, *opened):
+    """`kill -9` the broker, then close what the test had open on it (their connections died
+    with it, so closing may fail)."""
+    broker.kill9()
+    for closing in opened:
+        try:
+            closing.close()
+        except Exception:  # the connection died with the broker
+            pass
+
+
 def wait_until_past(instant, deadline_s=DEADLINE_S):
     """Poll the SDK's clock until it is `EXPIRY_MARGIN` past `instant` (a lock or TTL expiry)."""
     target = instant + EXPIRY_MARGIN

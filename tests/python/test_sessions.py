@@ -23,6 +23,7 @@ from azure.servicebus.exceptions import (
 from sb_common import (
     DEADLINE_S,
     OPERATION_TIMEOUT_S,
+    crash,
     ids,
     now_utc,
     open_client,
@@ -232,12 +233,7 @@ def test_session_state_and_unsettled_session_messages_survive_kill_9(broker):
     first, _unsettled = receive_exactly(receiver, 2)
     receiver.complete_message(first)
     # The broker dies with s-1 locked and unsettled.
-    broker.kill9()
-    for closing in (receiver, client):
-        try:
-            closing.close()
-        except Exception:  # the connection died with the broker
-            pass
+    crash(broker, receiver, client)
 
     broker.start()
     with open_client(broker) as client:

@@ -3,23 +3,13 @@
 
 use bytes::Bytes;
 
+use crate::entity::core::tests::RULES;
 use crate::entity::core::EntityCore;
 use crate::entity::duplicates::{digest, Duplicates};
 use crate::entity::handle::LaneId;
-use crate::entity::queue::Rules;
 use crate::message::Arrival;
-use crate::store::record::NEVER;
 use crate::store::{AcceptedIds, Change, Recovered};
 
-const RULES: Rules = Rules {
-    lock_duration_ms: 1_000,
-    max_delivery_count: 10,
-    dead_letter_allowed: true,
-    default_ttl_ms: NEVER,
-    expires: true,
-    dead_letter_on_expiry: false,
-    requires_session: false,
-};
 const WINDOW_MS: i64 = 10_000;
 
 /// A send with `id` as its message id (a str8), scheduled for `scheduled_ms` if given.

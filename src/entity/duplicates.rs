@@ -5,8 +5,9 @@
 //! Ids are kept as 16-byte digests (the first half of a SHA-256 of the id's type and value):
 //! 24 bytes per id in the index and 24 in the order of acceptance, about 80 MB for a million
 //! ids at the index's fullest. Every id accepted in one millisecond is stored under one key of
-//! the entity's log ([`Change::Accepted`]), written with the messages it came with, and
-//! removed once that millisecond leaves the window ([`Change::Forgotten`]).
+//! the entity's log ([`Change::Accepted`]), written with the messages it came with (after them,
+//! see `EntityLog`), and removed once that millisecond leaves the window
+//! ([`Change::Forgotten`]).
 
 use std::collections::{HashMap, VecDeque};
 

@@ -669,6 +669,8 @@ impl EntityLog {
             ..Ops::default()
         };
         let mut next_seq = None;
+        // Accepted message ids, written after the messages that brought them.
+        let mut accepted = Vec::new();
         let mut fresh: BTreeMap<LaneId, Vec<FreshChunk>> = BTreeMap::new();
         // Messages given their own key in this batch, which a later update must start from.
         let mut own: HashMap<(LaneId, i64), Bytes> = HashMap::new();
@@ -736,11 +738,7 @@ impl EntityLog {
                     }
                 }
                 Change::Accepted { accepted_ms, ids } => {
-                    // Atomic with the messages that brought the ids: a crash keeps both or
-                    // neither, so a retry of an acknowledged send is caught, and the retry of
-                    // one nobody was told about is stored.
-                    batch.atomic = true;
-                    batch.insert(&accepted_key(accepted_ms), encode_accepted(&ids));
+                    accepted.push((accepted_key(accepted_ms), encode_accepted(&ids)));
                 }
                 Change::Forgotten(accepted_ms) => batch.remove(&accepted_key(accepted_ms)),
                 Change::SessionState { session, state } => {
@@ -766,6 +764,12 @@ impl EntityLog {
             }
         }
         self.store_departures(&mut batch);
+        // Last: a prefix that keeps an id keeps its message, so a retry is never dropped for a
+        // message that was lost. A prefix may keep a message without its id; its sender was
+        // not acknowledged (that waits for the whole write), and its retry is stored again.
+        for (key, value) in accepted {
+            batch.insert(&key, value);
+        }
         Ok(batch)
     }
 
@@ -1353,7 +1357,7 @@ mod tests {
     /// prefix of them recovers every message the earlier writes left, none twice, nothing
     /// the write did not know, and a counter above every number ever handed out.
     #[test]
-    fn accepted_ids_go_atomically_with_their_messages_and_read_back_until_forgotten() {
+    fn accepted_ids_are_written_after_their_messages_and_read_back_until_forgotten() {
         let dir = tempfile::tempdir().expect("tempdir");
         let accepted = |at: i64, seq: i64| Change::Accepted {
             accepted_ms: at,
@@ -1366,10 +1370,11 @@ mod tests {
                 record: record(0, 1),
                 body: Bytes::from_static(b"m"),
             };
-            let plain = log.plan(vec![(LaneId::MAIN, put.clone())], false);
-            assert!(!plain.expect("plan").atomic, "a put alone goes unbatched");
-            let with_id = vec![(LaneId::MAIN, put), (LaneId::MAIN, accepted(7, 1))];
-            assert!(log.plan(with_id, false).expect("plan").atomic);
+            let with_id = vec![(LaneId::MAIN, accepted(7, 1)), (LaneId::MAIN, put)];
+            let planned = log.plan(with_id, false).expect("plan");
+            assert!(!planned.atomic, "single operations, in a crash-safe order");
+            let letters: Vec<u8> = planned.list.iter().map(|(key, _)| key[0]).collect();
+            assert_eq!(letters, vec![b'c', ACCEPTED_PREFIX], "the message's chunk first");
             log.write(vec![(LaneId::MAIN, accepted(8, 2))])
                 .expect("write");
             log.write(vec![(LaneId::MAIN, accepted(9, 3))])

@@ -221,7 +221,7 @@ pub enum Change {
         stored: Option<Bytes>,
     },
     /// The message ids a queue or topic accepted in one millisecond (duplicate detection), all
-    /// of them so far, each with its message's sequence number; stored with the messages.
+    /// of them so far, each with its message's sequence number; written after the messages.
     Accepted {
         /// When they were accepted, in ms since the Unix epoch.
         accepted_ms: i64,

@@ -50,6 +50,7 @@ impl Declaration {
                 );
                 out.raw("requires_session", queue.requires_session);
                 out.duration("auto_delete_on_idle", queue.auto_delete_on_idle);
+                out.forwarding(&queue.forward_to, &queue.forward_dead_lettered_messages_to);
             }
             Declaration::Topic(topic) => {
                 out.table("[[topics]]");
@@ -121,6 +122,16 @@ impl Toml {
         }
     }
 
+    /// The forwarding keys of a queue or subscription, when set.
+    fn forwarding(&mut self, forward_to: &Option<String>, dead_letters: &Option<String>) {
+        if let Some(target) = forward_to {
+            self.string("forward_to", target);
+        }
+        if let Some(target) = dead_letters {
+            self.string("forward_dead_lettered_messages_to", target);
+        }
+    }
+
     fn subscription(&mut self, subscription: &SubscriptionConfig) {
         self.table("[[topics.subscriptions]]");
         self.string("name", &subscription.name);
@@ -140,6 +151,10 @@ impl Toml {
             subscription.dead_lettering_on_filter_evaluation_exceptions,
         );
         self.duration("auto_delete_on_idle", subscription.auto_delete_on_idle);
+        self.forwarding(
+            &subscription.forward_to,
+            &subscription.forward_dead_lettered_messages_to,
+        );
         // A subscription declared without rules has `$Default` only, and reads back so.
         let only_default = matches!(
             subscription.rules.as_slice(),

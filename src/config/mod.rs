@@ -12,6 +12,7 @@
 
 mod declaration;
 mod emulator;
+pub mod forwarding;
 mod key_path;
 mod limits;
 mod names;
@@ -165,6 +166,12 @@ pub struct QueueConfig {
     /// The queue, its messages and its dead-letter queue are deleted after this long without
     /// activity; `None`: never.
     pub auto_delete_on_idle: Option<Duration>,
+    /// The queue or topic every message arriving here moves to (`forward_to`); `None`: none.
+    /// Receivers of the queue itself are then refused.
+    pub forward_to: Option<String>,
+    /// The queue or topic dead-lettered messages move to instead of staying in the dead-letter
+    /// queue (`forward_dead_lettered_messages_to`); `None`: none.
+    pub forward_dead_lettered_messages_to: Option<String>,
     /// Entity-level shared access policies: their tokens reach this queue and its
     /// dead-letter queue only.
     pub shared_access_policies: Vec<PolicyConfig>,

@@ -246,11 +246,7 @@ type Chain = (usize, Vec<usize>, Option<(Lane, Key)>);
 
 /// The most hops a message entering `start` may take from there, the nodes of that chain
 /// (from `start`) and its first declared hop; memoized in `longest`. The graph has no loop.
-fn longest_chain(
-    nodes: &[Node],
-    start: usize,
-    longest: &mut [Option<Chain>],
-) -> Chain {
+fn longest_chain(nodes: &[Node], start: usize, longest: &mut [Option<Chain>]) -> Chain {
     if let Some(known) = &longest[start] {
         return known.clone();
     }

@@ -3,6 +3,7 @@
 
 pub mod actor;
 pub mod core;
+pub mod forward;
 pub mod handle;
 pub mod intake;
 pub mod operation;

@@ -18,7 +18,7 @@
 //! it is deleted. In `memory` mode nothing is stored: they are this process's.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -27,6 +27,7 @@ use tokio_util::task::TaskTracker;
 use crate::clock::now_ms;
 use crate::config::{Config, Declaration, Durability, SubscriptionConfig, TopicConfig};
 use crate::entity::actor::{self, Commit, Parts};
+use crate::entity::forward::Resolver;
 use crate::entity::handle::{Command, EntityError, EntityEvent, EntityHandle, LaneId, Ticket};
 use crate::entity::operation::{Answer, Operation};
 use crate::entity::setup;
@@ -56,12 +57,21 @@ pub enum RegistryError {
 }
 
 /// What starting an entity's actor takes.
-#[derive(Debug)]
 struct Launcher {
     store: Store,
     commit: Commit,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+    /// Finds the live entities by name, for the actors that forward.
+    resolve: Resolver,
+}
+
+impl std::fmt::Debug for Launcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Launcher")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Launcher {
@@ -76,6 +86,7 @@ impl Launcher {
             self.commit.clone(),
             self.shutdown.child_token(),
             &self.tracker,
+            self.resolve.clone(),
         ))
     }
 }
@@ -193,6 +204,20 @@ fn created(keys: Vec<String>, now_ms: i64) -> Vec<(String, Option<EntityTimes>)>
     keys.into_iter().map(|key| (key, times)).collect()
 }
 
+/// A [`Resolver`] over the live entities, holding them weakly.
+fn resolver(live: &Arc<RwLock<HashMap<String, Entry>>>) -> Resolver {
+    let live = Arc::downgrade(live);
+    Arc::new(move |name: &str| {
+        let live = live.upgrade()?;
+        let entities = live
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        entities
+            .get(&name.to_lowercase())
+            .map(|entry| entry.handle.clone())
+    })
+}
+
 /// A stored declaration, read back.
 fn parse_stored(name: &str, text: &str) -> Result<Declaration, StoreError> {
     Declaration::parse(text, &format!("<stored declaration of {name}>"))
@@ -202,7 +227,9 @@ fn parse_stored(name: &str, text: &str) -> Result<Declaration, StoreError> {
 /// Every live entity, by lower-cased name.
 #[derive(Debug)]
 pub struct Registry {
-    entities: RwLock<HashMap<String, Entry>>,
+    /// Shared, weakly, with the actors that forward ([`Resolver`]), so that they find their
+    /// targets as they are now without keeping one another alive.
+    entities: Arc<RwLock<HashMap<String, Entry>>>,
     /// The times of each live entity and subscription, by [`times_key`], as stored. Never
     /// locked together with `entities`.
     times: RwLock<HashMap<String, EntityTimes>>,
@@ -228,11 +255,13 @@ impl Registry {
             (Durability::Sync, Some(flusher)) => Commit::AfterFlush(flusher.clone()),
             (_, flusher) => Commit::AfterWrite(flusher.cloned()),
         };
+        let shared = Arc::new(RwLock::new(HashMap::new()));
         let launcher = Launcher {
             store: store.clone(),
             commit,
             shutdown: shutdown.clone(),
             tracker: tracker.clone(),
+            resolve: resolver(&shared),
         };
         // Each entity as it will run, with what the file declares of it.
         let mut declarations: Vec<(Declaration, Option<Declaration>)> = config
@@ -289,6 +318,7 @@ impl Registry {
             times.extend(value.map(|value| (key, value)));
         }
         let mut entities = HashMap::new();
+        // Launched before they are all live: an actor resolves its target at each attempt.
         for (declaration, file) in declarations {
             let handle = launcher.launch(&declaration)?;
             let entry = Entry {
@@ -298,8 +328,11 @@ impl Registry {
             };
             entities.insert(entry.declaration.name().to_lowercase(), entry);
         }
+        *shared
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = entities;
         Ok(Self {
-            entities: RwLock::new(entities),
+            entities: shared,
             times: RwLock::new(times),
             launcher: std::sync::Mutex::new(Some(launcher)),
         })

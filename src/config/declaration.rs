@@ -76,7 +76,8 @@ impl Declaration {
     pub fn parse(text: &str, origin: &str) -> Result<Declaration, ConfigError> {
         // The broker keys are not the declaration's: anonymous clients are allowed only so
         // that the whole-config check has nothing to say.
-        let config = Config::parse(&format!("[broker]\nallow_anonymous = true\n{text}"), origin)?;
+        let text = format!("[broker]\nallow_anonymous = true\n{text}");
+        let config = Config::parse_with(&text, origin, false)?;
         let mut entities = config
             .queues
             .into_iter()

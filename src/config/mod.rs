@@ -243,9 +243,16 @@ impl Config {
     ///
     /// Any [`ConfigError`] but [`ConfigError::Read`].
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        Config::parse_with(text, origin, true)
+    }
+
+    /// As [`Config::parse`]; `whole` says whether the text declares every entity there is,
+    /// so that forwarding targets must be among them ([`forwarding::check`]). A
+    /// [`Declaration`] is one entity alone: its targets are checked against the live ones.
+    fn parse_with(text: &str, origin: &str, whole: bool) -> Result<Config, ConfigError> {
         let source = Source { text, origin };
         let raw: RawConfig = toml::from_str(text).map_err(|e| source.deserialize_error(&e))?;
-        source.validate(raw)
+        source.validate(raw, whole)
     }
 
     /// Reads and validates the config file at `path`: TOML, or Microsoft's emulator

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::clock::now_ms;
+use crate::config::forwarding;
 use crate::config::{Config, Declaration, Durability, SubscriptionConfig, TopicConfig};
 use crate::entity::actor::{self, Commit, Parts};
 use crate::entity::forward::Resolver;
@@ -335,6 +336,44 @@ impl Registry {
             entities: shared,
             times: RwLock::new(times),
             launcher: std::sync::Mutex::new(Some(launcher)),
+        })
+    }
+
+    /// Refuses a declaration to create or change at run time (the administration API) that
+    /// would make the live entities forward where they cannot: to a missing target, in a
+    /// loop, or along a chain too long ([`forwarding::check`]), naming the property at fault
+    /// as Service Bus spells it. A reloaded file is checked as a whole when it is read.
+    ///
+    /// # Errors
+    /// [`RegistryError::Invalid`] with the refusal.
+    pub fn check_forwarding(&self, changed: &Declaration) -> Result<(), RegistryError> {
+        let mut queues = Vec::new();
+        let mut topics = Vec::new();
+        // In name order, so that a loop is named the same way every time.
+        let others = self
+            .entries()
+            .into_iter()
+            .map(|entry| entry.declaration)
+            .filter(|d| !d.name().eq_ignore_ascii_case(changed.name()));
+        for declaration in others.chain([changed.clone()]) {
+            match declaration {
+                Declaration::Queue(queue) => queues.push(queue),
+                Declaration::Topic(topic) => topics.push(topic),
+            }
+        }
+        forwarding::check(&queues, &topics).map_err(|refusal| {
+            let lane = match refusal.lane {
+                forwarding::Lane::Queue(index) => queues[index].name.clone(),
+                forwarding::Lane::Subscription(topic, subscription) => format!(
+                    "{}/Subscriptions/{}",
+                    topics[topic].name, topics[topic].subscriptions[subscription].name
+                ),
+            };
+            let key = match refusal.key {
+                forwarding::Key::ForwardTo => "ForwardTo",
+                forwarding::Key::DeadLetters => "ForwardDeadLetteredMessagesTo",
+            };
+            RegistryError::Invalid(format!("{key} of '{lane}': {}", refusal.message))
         })
     }
 

@@ -23,12 +23,10 @@ fn targets_are_read_case_insensitively_and_written_back() {
         Some("errors")
     );
     assert_eq!(config.queues[2].forward_to, None, "\"\" is none");
+    // Alone, a declaration's targets are the live entities' business (the registry checks).
     let declaration = Declaration::Queue(orders.clone());
-    let back = Declaration::parse(&declaration.to_toml(), "d").expect_err("target not declared");
-    assert!(
-        back.to_string().contains("'AUDIT' does not exist"),
-        "{back}"
-    );
+    let back = Declaration::parse(&declaration.to_toml(), "d").expect("reads back");
+    assert_eq!(back, declaration);
 }
 
 #[test]

@@ -145,6 +145,19 @@ pub struct Arrival {
     pub message_id: Option<Bytes>,
 }
 
+/// A stored message read again (a scheduled one activated, one forwarded): what [`inspect`]
+/// reads, or the bytes alone should they no longer read (they did when stored).
+pub fn stored_arrival(bytes: Bytes) -> Arrival {
+    inspect(bytes.clone()).unwrap_or(Arrival {
+        bytes,
+        ttl_ms: None,
+        scheduled_ms: None,
+        view: None,
+        session_id: None,
+        message_id: None,
+    })
+}
+
 /// Checks a single message (sections scan; the header, the annotations and the properties
 /// decode, so that the splice on delivery cannot fail later) and reads what the broker needs.
 ///

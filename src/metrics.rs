@@ -102,6 +102,7 @@ struct EntityFamilies {
     bytes: Family<Labels, Gauge>,
     received: Family<Labels, Counter>,
     consumed: Family<Labels, Counter>,
+    forwarded: Family<Labels, Counter>,
     lock_expirations: Family<Labels, Counter>,
     expired: Family<Labels, Counter>,
     dead_lettered: Family<Labels, Counter>,
@@ -171,6 +172,16 @@ impl EntityFamilies {
         self.consumed
             .get_or_create(&base())
             .inc_by(activity.consumed);
+        let forwarded = [main, dead].into_iter().filter_map(|lane| {
+            let (_, activity) = stats.activity.iter().find(|(id, _)| *id == lane)?;
+            Some((lane.dead_letter, activity.forwarded))
+        });
+        for (dead_letter, count) in forwarded {
+            let lane = if dead_letter { "dead_letter" } else { "main" };
+            self.forwarded
+                .get_or_create(&with("lane", lane))
+                .inc_by(count);
+        }
         self.lock_expirations
             .get_or_create(&base())
             .inc_by(activity.lock_expirations);
@@ -204,6 +215,12 @@ impl EntityFamilies {
             "Messages that left an entity settled since start (completed, or received and \
              deleted)",
             self.consumed,
+        );
+        registry.register(
+            "tidebus_messages_forwarded",
+            "Messages moved to the entity's forwarding target since start, from its main lane \
+             or its dead-letter queue (lane)",
+            self.forwarded,
         );
         registry.register(
             "tidebus_lock_expirations",

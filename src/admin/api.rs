@@ -22,6 +22,7 @@ use super::{respond as xml, Admin, MAX_BODY};
 use crate::auth::sas::Token;
 use crate::auth::{path_covers, resource_path};
 use crate::clock::now_ms;
+use crate::config::forwarding;
 use crate::config::{Declaration, QueueConfig, Rights, SubscriptionConfig, TopicConfig};
 use crate::entity::handle::{Command, EntityError, EntityStats, LaneId};
 use crate::entity::operation::{Answer, Operation};
@@ -345,7 +346,11 @@ async fn describe(admin: &Admin, entry: &Entry) -> (String, String, i64) {
     let kib = admin.max_message_size / 1024;
     let content = match &entry.declaration {
         Declaration::Queue(queue) => {
-            let counts = Counts::of(stats.lane(LaneId::MAIN), stats.lane(LaneId::DEAD_LETTER));
+            let counts = Counts::of(stats.lane(LaneId::MAIN), stats.lane(LaneId::DEAD_LETTER))
+                .forwarding(
+                    queue.forward_to.is_some(),
+                    queue.forward_dead_lettered_messages_to.is_some(),
+                );
             atom::queue(queue, &counts, &times, kib)
         }
         Declaration::Topic(topic) => {
@@ -381,7 +386,10 @@ async fn subscription(admin: &Admin, topic: &str, name: &str) -> Option<(String,
         subscription: number,
         dead_letter: false,
     };
-    let counts = Counts::of(stats.lane(main), stats.lane(main.dead_letter_lane()));
+    let counts = Counts::of(stats.lane(main), stats.lane(main.dead_letter_lane())).forwarding(
+        config.forward_to.is_some(),
+        config.forward_dead_lettered_messages_to.is_some(),
+    );
     let times = times(admin, topic, Some(name), stats.accessed_ms);
     let content = atom::subscription(config, &counts, &times);
     Some((config.name.clone(), content, times.updated_ms))
@@ -507,9 +515,12 @@ async fn update(
             );
         }
     }
-    match admin.registry.update(&changed).await {
-        Ok(()) => {}
-        Err(refused) => return refusal(&refused, name),
+    let updated = match admin.registry.check_forwarding(&changed) {
+        Ok(()) => admin.registry.update(&changed).await,
+        Err(refused) => Err(refused),
+    };
+    if let Err(refused) = updated {
+        return refusal(&refused, name);
     }
     match admin.registry.entry(name) {
         Some(entry) => {
@@ -534,6 +545,9 @@ async fn create(
         Ok(declaration) => declaration,
         Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
     };
+    if let Err(refused) = admin.registry.check_forwarding(&declaration) {
+        return refusal(&refused, name);
+    }
     let registry = admin.registry.clone();
     let created = {
         let declaration = declaration.clone();
@@ -575,21 +589,19 @@ const READ_ONLY: [&str; 9] = [
 
 /// Properties for what Tidebus does not do, with the only values it accepts (a JS or Python
 /// client sends some of them at their defaults).
-const OFF_ONLY: [(&str, &[&str]); 10] = [
+const OFF_ONLY: [(&str, &[&str]); 8] = [
     ("EnablePartitioning", &["false"]),
     ("EnableExpress", &["false"]),
     ("EnableSubscriptionPartitioning", &["false"]),
     ("FilteringMessagesBeforePublishing", &["false"]),
     ("IsAnonymousAccessible", &["false"]),
-    ("ForwardTo", &[""]),
-    ("ForwardDeadLetteredMessagesTo", &[""]),
     ("UserMetadata", &[""]),
     ("Status", &["Active"]),
     ("SupportOrdering", &["true"]),
 ];
 
 /// Properties accepted whatever their value, because they change nothing Tidebus does:
-/// batching is a hint, and the window means nothing while duplicate detection is off.
+/// batching is a hint, and the message size limit is the broker's.
 const IGNORED: [&str; 2] = ["EnableBatchedOperations", "MaxMessageSizeInKilobytes"];
 
 /// Whether a property a client sent changes nothing: read-only, ignored, or for what Tidebus
@@ -717,6 +729,10 @@ fn set_queue(queue: &mut QueueConfig, property: &str, value: &str) -> Result<boo
         "DuplicateDetectionHistoryTimeWindow" => {
             queue.duplicate_detection_history_time_window = history_window(value)?
         }
+        "ForwardTo" => queue.forward_to = forward_target(value),
+        "ForwardDeadLetteredMessagesTo" => {
+            queue.forward_dead_lettered_messages_to = forward_target(value)
+        }
         _ => return Ok(false),
     }
     Ok(true)
@@ -745,9 +761,19 @@ fn set_subscription(
         }
         "MaxDeliveryCount" => subscription.max_delivery_count = number(value)?,
         "AutoDeleteOnIdle" => subscription.auto_delete_on_idle = atom::read_duration(value)?,
+        "ForwardTo" => subscription.forward_to = forward_target(value),
+        "ForwardDeadLetteredMessagesTo" => {
+            subscription.forward_dead_lettered_messages_to = forward_target(value)
+        }
         _ => return Ok(false),
     }
     Ok(true)
+}
+
+/// A forwarding target as a client sends it: a name, or the SDKs' full address
+/// (`sb://namespace/name`, as the Python client writes it); empty for none.
+fn forward_target(value: &str) -> Option<String> {
+    forwarding::target(Some(crate::node::router::entity_path(value).to_owned()))
 }
 
 /// Applies one property to a topic; `false` when a topic has no such property.
@@ -962,6 +988,17 @@ async fn create_subscription(
         Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
     };
     let path = format!("{topic}/Subscriptions/{name}");
+    if let Some(Declaration::Topic(mut changed)) =
+        admin.registry.entry(topic).map(|e| e.declaration)
+    {
+        changed.subscriptions.push(config.clone());
+        if let Err(refused) = admin
+            .registry
+            .check_forwarding(&Declaration::Topic(changed))
+        {
+            return refusal(&refused, &path);
+        }
+    }
     if let Err(refused) = admin.registry.add_subscription(topic, config).await {
         return refusal(&refused, &path);
     }
@@ -1076,7 +1113,11 @@ async fn update_subscription(
         Ok(changed) => changed,
         Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
     };
-    if let Err(refused) = admin.registry.update(&changed).await {
+    let updated = match admin.registry.check_forwarding(&changed) {
+        Ok(()) => admin.registry.update(&changed).await,
+        Err(refused) => Err(refused),
+    };
+    if let Err(refused) = updated {
         return refusal(&refused, &path);
     }
     match subscription(admin, topic, name).await {
@@ -1168,8 +1209,8 @@ mod tests {
             "an update ignores the default rule"
         );
 
-        let forward = description("<ForwardTo>elsewhere</ForwardTo>");
-        let refused = apply_subscription(created, &forward, Intent::Update).expect_err("refused");
-        assert!(refused.contains("ForwardTo"), "{refused}");
+        let forward = description("<ForwardTo>sb://localhost:5300/Elsewhere</ForwardTo>");
+        let forwarding = apply_subscription(created, &forward, Intent::Update).expect("applied");
+        assert_eq!(forwarding.forward_to.as_deref(), Some("Elsewhere"));
     }
 }

@@ -38,6 +38,11 @@ pub struct Counts {
     pub deferred: u64,
     /// Bytes of every message.
     pub bytes: u64,
+    /// Messages of the main queue waiting to be forwarded (counted here, not as active).
+    pub transfer: u64,
+    /// Messages of its dead-letter queue waiting to be forwarded (counted here, not as
+    /// dead-lettered).
+    pub transfer_dead_letter: u64,
 }
 
 impl Counts {
@@ -49,11 +54,30 @@ impl Counts {
             scheduled: main.scheduled,
             deferred: main.deferred,
             bytes: main.bytes + dead_letter.bytes,
+            transfer: 0,
+            transfer_dead_letter: 0,
         }
     }
 
+    /// The counts of a queue or subscription whose main lane forwards (`to`) and whose
+    /// dead-letter lane does (`dead_letters`): their messages wait to be transferred.
+    pub fn forwarding(mut self, to: bool, dead_letters: bool) -> Counts {
+        if to {
+            self.transfer = std::mem::take(&mut self.active);
+        }
+        if dead_letters {
+            self.transfer_dead_letter = std::mem::take(&mut self.dead_letter);
+        }
+        self
+    }
+
     fn total(&self) -> u64 {
-        self.active + self.dead_letter + self.scheduled + self.deferred
+        self.active
+            + self.dead_letter
+            + self.scheduled
+            + self.deferred
+            + self.transfer
+            + self.transfer_dead_letter
     }
 }
 
@@ -128,14 +152,24 @@ impl Xml {
         let _ = write!(self.0, "<{name}>{}</{name}>", escape(&value.to_string()));
     }
 
+    /// An element written only when it has a value (Service Bus leaves out unset targets).
+    fn optional(&mut self, name: &str, value: &Option<String>) {
+        if let Some(value) = value {
+            self.element(name, value);
+        }
+    }
+
     fn counts(&mut self, counts: &Counts) {
         let _ = write!(self.0, "<CountDetails xmlns:d2p1=\"{COUNTS}\">");
         for (name, value) in [
             ("ActiveMessageCount", counts.active),
             ("DeadLetterMessageCount", counts.dead_letter),
             ("ScheduledMessageCount", counts.scheduled),
-            ("TransferMessageCount", 0),
-            ("TransferDeadLetterMessageCount", 0),
+            ("TransferMessageCount", counts.transfer),
+            (
+                "TransferDeadLetterMessageCount",
+                counts.transfer_dead_letter,
+            ),
         ] {
             let _ = write!(self.0, "<d2p1:{name}>{value}</d2p1:{name}>");
         }
@@ -190,12 +224,17 @@ pub fn queue(queue: &QueueConfig, counts: &Counts, times: &Times, max_message_ki
     xml.element("IsAnonymousAccessible", false);
     xml.0.push_str("<AuthorizationRules></AuthorizationRules>");
     xml.element("Status", "Active");
+    xml.optional("ForwardTo", &queue.forward_to);
     xml.times(times);
     xml.element("SupportOrdering", true);
     xml.counts(counts);
     xml.element("AutoDeleteOnIdle", duration(queue.auto_delete_on_idle));
     xml.element("EnablePartitioning", false);
     xml.element("EntityAvailabilityStatus", "Available");
+    xml.optional(
+        "ForwardDeadLetteredMessagesTo",
+        &queue.forward_dead_lettered_messages_to,
+    );
     xml.element("EnableExpress", false);
     xml.element("MaxMessageSizeInKilobytes", max_message_kib);
     xml.0.push_str("</QueueDescription>");
@@ -261,11 +300,16 @@ pub fn subscription(subscription: &SubscriptionConfig, counts: &Counts, times: &
     xml.element("MaxDeliveryCount", subscription.max_delivery_count);
     xml.element("EnableBatchedOperations", true);
     xml.element("Status", "Active");
+    xml.optional("ForwardTo", &subscription.forward_to);
     xml.times(times);
     xml.counts(counts);
     xml.element(
         "AutoDeleteOnIdle",
         duration(subscription.auto_delete_on_idle),
+    );
+    xml.optional(
+        "ForwardDeadLetteredMessagesTo",
+        &subscription.forward_dead_lettered_messages_to,
     );
     xml.element("EntityAvailabilityStatus", "Available");
     xml.0.push_str("</SubscriptionDescription>");

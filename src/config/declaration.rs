@@ -54,6 +54,7 @@ impl Declaration {
                     queue.requires_duplicate_detection,
                     queue.duplicate_detection_history_time_window,
                 );
+                out.forwarding(&queue.forward_to, &queue.forward_dead_lettered_messages_to);
             }
             Declaration::Topic(topic) => {
                 out.table("[[topics]]");
@@ -83,7 +84,8 @@ impl Declaration {
     pub fn parse(text: &str, origin: &str) -> Result<Declaration, ConfigError> {
         // The broker keys are not the declaration's: anonymous clients are allowed only so
         // that the whole-config check has nothing to say.
-        let config = Config::parse(&format!("[broker]\nallow_anonymous = true\n{text}"), origin)?;
+        let text = format!("[broker]\nallow_anonymous = true\n{text}");
+        let config = Config::parse_with(&text, origin, false)?;
         let mut entities = config
             .queues
             .into_iter()
@@ -135,6 +137,16 @@ impl Toml {
         self.duration("duplicate_detection_history_time_window", Some(window));
     }
 
+    /// The forwarding keys of a queue or subscription, when set.
+    fn forwarding(&mut self, forward_to: &Option<String>, dead_letters: &Option<String>) {
+        if let Some(target) = forward_to {
+            self.string("forward_to", target);
+        }
+        if let Some(target) = dead_letters {
+            self.string("forward_dead_lettered_messages_to", target);
+        }
+    }
+
     fn subscription(&mut self, subscription: &SubscriptionConfig) {
         self.table("[[topics.subscriptions]]");
         self.string("name", &subscription.name);
@@ -154,6 +166,10 @@ impl Toml {
             subscription.dead_lettering_on_filter_evaluation_exceptions,
         );
         self.duration("auto_delete_on_idle", subscription.auto_delete_on_idle);
+        self.forwarding(
+            &subscription.forward_to,
+            &subscription.forward_dead_lettered_messages_to,
+        );
         // A subscription declared without rules has `$Default` only, and reads back so.
         let only_default = matches!(
             subscription.rules.as_slice(),

@@ -4,8 +4,9 @@
 //! `UserConfig.Namespaces[0]` gives the queues, topics, subscriptions and rules; the broker
 //! settings and the shared access policy are the embedded default's (loopback, the emulator's
 //! `RootManageSharedAccessKey`), as the emulator's own are fixed. Unknown properties are errors
-//! naming them. Properties for what Tidebus does not do (duplicate detection, forwarding) are
-//! accepted at their off value (`false`, `""`) and refused otherwise. Absent properties take
+//! naming them. Properties for what Tidebus does not do (duplicate detection) are accepted at
+//! their off value (`false`) and refused otherwise; `ForwardTo` and
+//! `ForwardDeadLetteredMessagesTo` map to the forwarding keys (`""`: none). Absent properties take
 //! Tidebus's defaults (Service Bus's), not the emulator's (its TTL of 1 h, 3 deliveries).
 //!
 //! serde_json carries no spans: errors name the JSON path, and [`locate`] finds where its value
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::forwarding;
 use super::limits::{
     Limits, AT_LEAST_A_SECOND, DUPLICATE_DETECTION_HISTORY_TIME_WINDOW, LOCK_DURATION,
     MAX_DELIVERY_COUNT,
@@ -164,8 +166,6 @@ struct LaneProperties<'a> {
     lock_duration: &'a Option<String>,
     max_delivery_count: Option<u64>,
     default_message_time_to_live: &'a Option<String>,
-    forward_to: &'a Option<String>,
-    forward_dead_lettered_messages_to: &'a Option<String>,
 }
 
 /// Parses a `Config.json` into a [`Config`]: the embedded default's broker settings and
@@ -210,6 +210,19 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
         reader.unique(&mut seen, &path, &topic.name)?;
         topics.push(reader.topic(&path, topic)?);
     }
+    forwarding::check(&queues, &topics).map_err(|refusal| {
+        let table = match refusal.lane {
+            forwarding::Lane::Queue(index) => format!("{at}.Queues[{index}]"),
+            forwarding::Lane::Subscription(topic, subscription) => {
+                format!("{at}.Topics[{topic}].Subscriptions[{subscription}]")
+            }
+        };
+        let key = match refusal.key {
+            forwarding::Key::ForwardTo => "ForwardTo",
+            forwarding::Key::DeadLetters => "ForwardDeadLetteredMessagesTo",
+        };
+        reader.invalid(&format!("{table}.Properties.{key}"), refusal.message)
+    })?;
     let default = Config::embedded_default();
     Ok(Config {
         broker: default.broker,
@@ -245,8 +258,6 @@ impl Reader<'_> {
             lock_duration: &properties.lock_duration,
             max_delivery_count: properties.max_delivery_count,
             default_message_time_to_live: &properties.default_message_time_to_live,
-            forward_to: &properties.forward_to,
-            forward_dead_lettered_messages_to: &properties.forward_dead_lettered_messages_to,
         };
         let (lock_duration, max_delivery_count, default_message_time_to_live) =
             self.lane(&at, &lane)?;
@@ -263,6 +274,10 @@ impl Reader<'_> {
             auto_delete_on_idle: None,
             requires_duplicate_detection,
             duplicate_detection_history_time_window,
+            forward_to: forwarding::target(properties.forward_to.clone()),
+            forward_dead_lettered_messages_to: forwarding::target(
+                properties.forward_dead_lettered_messages_to.clone(),
+            ),
             shared_access_policies: Vec::new(),
         })
     }
@@ -313,8 +328,6 @@ impl Reader<'_> {
             lock_duration: &properties.lock_duration,
             max_delivery_count: properties.max_delivery_count,
             default_message_time_to_live: &properties.default_message_time_to_live,
-            forward_to: &properties.forward_to,
-            forward_dead_lettered_messages_to: &properties.forward_dead_lettered_messages_to,
         };
         let (lock_duration, max_delivery_count, default_message_time_to_live) =
             self.lane(&format!("{path}.Properties"), &lane)?;
@@ -344,6 +357,10 @@ impl Reader<'_> {
             dead_lettering_on_filter_evaluation_exceptions:
                 super::limits::DEAD_LETTERING_ON_FILTER_EVALUATION_EXCEPTIONS,
             auto_delete_on_idle: None,
+            forward_to: forwarding::target(properties.forward_to.clone()),
+            forward_dead_lettered_messages_to: forwarding::target(
+                properties.forward_dead_lettered_messages_to.clone(),
+            ),
             rules,
         })
     }
@@ -414,20 +431,6 @@ impl Reader<'_> {
         at: &str,
         lane: &LaneProperties<'_>,
     ) -> Result<(Duration, u32, Option<Duration>), ConfigError> {
-        for (name, value) in [
-            ("ForwardTo", lane.forward_to),
-            (
-                "ForwardDeadLetteredMessagesTo",
-                lane.forward_dead_lettered_messages_to,
-            ),
-        ] {
-            if value.as_deref().is_some_and(|target| !target.is_empty()) {
-                return Err(self.invalid(
-                    &format!("{at}.{name}"),
-                    "auto-forwarding is not supported yet; only \"\" is accepted".into(),
-                ));
-            }
-        }
         let lock_duration = self
             .duration(
                 &format!("{at}.LockDuration"),

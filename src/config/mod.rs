@@ -12,6 +12,7 @@
 
 mod declaration;
 mod emulator;
+pub mod forwarding;
 mod key_path;
 mod limits;
 mod names;
@@ -170,6 +171,12 @@ pub struct QueueConfig {
     pub requires_duplicate_detection: bool,
     /// How long accepted message ids are remembered; 1 s to 7 days, default 10 min.
     pub duplicate_detection_history_time_window: Duration,
+    /// The queue or topic every message arriving here moves to (`forward_to`); `None`: none.
+    /// Receivers of the queue itself are then refused.
+    pub forward_to: Option<String>,
+    /// The queue or topic dead-lettered messages move to instead of staying in the dead-letter
+    /// queue (`forward_dead_lettered_messages_to`); `None`: none.
+    pub forward_dead_lettered_messages_to: Option<String>,
     /// Entity-level shared access policies: their tokens reach this queue and its
     /// dead-letter queue only.
     pub shared_access_policies: Vec<PolicyConfig>,
@@ -241,9 +248,16 @@ impl Config {
     ///
     /// Any [`ConfigError`] but [`ConfigError::Read`].
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        Config::parse_with(text, origin, true)
+    }
+
+    /// As [`Config::parse`]; `whole` says whether the text declares every entity there is,
+    /// so that forwarding targets must be among them ([`forwarding::check`]). A
+    /// [`Declaration`] is one entity alone: its targets are checked against the live ones.
+    fn parse_with(text: &str, origin: &str, whole: bool) -> Result<Config, ConfigError> {
         let source = Source { text, origin };
         let raw: RawConfig = toml::from_str(text).map_err(|e| source.deserialize_error(&e))?;
-        source.validate(raw)
+        source.validate(raw, whole)
     }
 
     /// Reads and validates the config file at `path`: TOML, or Microsoft's emulator

@@ -107,7 +107,7 @@ macro_rules! lane_tables {
         #[serde(deny_unknown_fields)]
         pub(super) struct $table {
             pub(super) name: Spanned<String>,
-            $($key: Option<Spanned<$type>>,)*
+            $(pub(super) $key: Option<Spanned<$type>>,)*
             $($(#[$own_attr])* pub(super) $own: $own_type,)*
         }
 
@@ -130,6 +130,8 @@ lane_tables! {
         dead_lettering_on_message_expiration: bool,
         requires_session: bool,
         auto_delete_on_idle: HumanDuration,
+        forward_to: String,
+        forward_dead_lettered_messages_to: String,
     }
 
     /// One `[[queues]]` entry as written.

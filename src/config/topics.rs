@@ -61,6 +61,11 @@ pub struct SubscriptionConfig {
     /// without a receive, a settlement, a rule change or a management operation on it;
     /// `None`: never.
     pub auto_delete_on_idle: Option<Duration>,
+    /// The queue or topic every message the subscription gets moves to; `None`: none.
+    /// Receivers of the subscription itself are then refused.
+    pub forward_to: Option<String>,
+    /// The queue or topic the subscription's dead-lettered messages move to; `None`: none.
+    pub forward_dead_lettered_messages_to: Option<String>,
     /// The rules, in file order, never empty: a subscription declared without rules has one,
     /// `$Default` with [`RuleFilter::True`]. A message is copied to the subscription once when
     /// any rule matches.

@@ -14,6 +14,7 @@ use toml::Spanned;
 
 use crate::filter::{SqlAction, SqlError, SqlFilter};
 
+use super::forwarding;
 use super::key_path::key_path_at;
 use super::limits::*;
 use super::names::{NameRules, QUEUE_NAMES, RULE_NAMES, SUBSCRIPTION_NAMES, TOPIC_NAMES};
@@ -43,11 +44,14 @@ struct Lane {
     dead_lettering_on_message_expiration: bool,
     requires_session: bool,
     auto_delete_on_idle: Option<Duration>,
+    forward_to: Option<String>,
+    forward_dead_lettered_messages_to: Option<String>,
 }
 
 impl Source<'_> {
-    /// Validates every section; the first problem found is returned.
-    pub(super) fn validate(&self, raw: RawConfig) -> Result<Config, ConfigError> {
+    /// Validates every section, and the forwarding graph when the text declares every entity
+    /// (`whole`); the first problem found is returned.
+    pub(super) fn validate(&self, raw: RawConfig, whole: bool) -> Result<Config, ConfigError> {
         let anonymous = raw.broker.allow_anonymous.as_ref().map(Spanned::span);
         let broker = self.broker(raw.broker)?;
         let queue_names = entry_names("queues", "queue", raw.queues.iter().map(|q| &q.name));
@@ -56,8 +60,18 @@ impl Source<'_> {
             queue_names.chain(topic_names),
             "queue and topic names share one namespace and are compared case-insensitively",
         )?;
+        let forward_spans = forward_spans(&raw.queues, &raw.topics);
         let queues = each("queues", raw.queues, |path, queue| self.queue(path, queue))?;
         let topics = each("topics", raw.topics, |path, topic| self.topic(path, topic))?;
+        let graph = match whole {
+            true => forwarding::check(&queues, &topics),
+            false => Ok(()),
+        };
+        graph.map_err(|refusal| {
+            let key = forward_key_path(refusal.lane, refusal.key);
+            let span = forward_spans.get(&key).cloned().unwrap_or(0..0);
+            self.invalid(&key, span, refusal.message)
+        })?;
         let shared_access_policies =
             self.policies("shared_access_policies", raw.shared_access_policies)?;
         let admin = AdminConfig {
@@ -238,6 +252,8 @@ impl Source<'_> {
                 .is_some_and(Spanned::into_inner),
             duplicate_detection_history_time_window: self
                 .history_window(path, raw.duplicate_detection_history_time_window)?,
+            forward_to: lane.forward_to,
+            forward_dead_lettered_messages_to: lane.forward_dead_lettered_messages_to,
             shared_access_policies: self.policies(
                 &format!("{path}.shared_access_policies"),
                 raw.shared_access_policies,
@@ -305,6 +321,8 @@ impl Source<'_> {
                     Spanned::into_inner,
                 ),
             auto_delete_on_idle: lane.auto_delete_on_idle,
+            forward_to: lane.forward_to,
+            forward_dead_lettered_messages_to: lane.forward_dead_lettered_messages_to,
             rules: self.rules(path, raw.rules)?,
         })
     }
@@ -321,6 +339,8 @@ impl Source<'_> {
         self.check_name(path, &name, name_rules)?;
         let key = |key: &str| format!("{path}.{key}");
         Ok(Lane {
+            forward_to: target(keys.forward_to),
+            forward_dead_lettered_messages_to: target(keys.forward_dead_lettered_messages_to),
             name: name.into_inner(),
             lock_duration: self.bounded(
                 &key("lock_duration"),
@@ -594,6 +614,55 @@ impl Source<'_> {
         let within = offset_in_token(token, value.get_ref(), offset).unwrap_or(0);
         self.location(span.start + within)
     }
+}
+
+/// A forwarding target as written: `None` when absent or empty (as in the emulator's file).
+fn target(raw: Option<Spanned<String>>) -> Option<String> {
+    forwarding::target(raw.map(Spanned::into_inner))
+}
+
+/// The key path of a lane's forwarding key, as [`forward_spans`] names it.
+fn forward_key_path(lane: forwarding::Lane, key: forwarding::Key) -> String {
+    let table = match lane {
+        forwarding::Lane::Queue(index) => format!("queues[{index}]"),
+        forwarding::Lane::Subscription(topic, subscription) => {
+            format!("topics[{topic}].subscriptions[{subscription}]")
+        }
+    };
+    let key = match key {
+        forwarding::Key::ForwardTo => "forward_to",
+        forwarding::Key::DeadLetters => "forward_dead_lettered_messages_to",
+    };
+    format!("{table}.{key}")
+}
+
+/// Where each forwarding key is written, by key path, for the errors of [`forwarding::check`]
+/// (validation takes the raw values apart before the check runs).
+fn forward_spans(queues: &[RawQueue], topics: &[RawTopic]) -> HashMap<String, Span> {
+    use forwarding::{Key, Lane};
+    let mut spans = HashMap::new();
+    let mut add = |lane: Lane, key: Key, value: &Option<Spanned<String>>| {
+        if let Some(value) = value {
+            spans.insert(forward_key_path(lane, key), value.span());
+        }
+    };
+    for (index, queue) in queues.iter().enumerate() {
+        add(Lane::Queue(index), Key::ForwardTo, &queue.forward_to);
+        let dead_letters = &queue.forward_dead_lettered_messages_to;
+        add(Lane::Queue(index), Key::DeadLetters, dead_letters);
+    }
+    for (t, topic) in topics.iter().enumerate() {
+        for (s, subscription) in topic.subscriptions.iter().enumerate() {
+            add(
+                Lane::Subscription(t, s),
+                Key::ForwardTo,
+                &subscription.forward_to,
+            );
+            let dead_letters = &subscription.forward_dead_lettered_messages_to;
+            add(Lane::Subscription(t, s), Key::DeadLetters, dead_letters);
+        }
+    }
+    spans
 }
 
 /// The names of the entries of the array `list`, with the path of each entry and the `kind` of

@@ -22,14 +22,16 @@ use tracing::Instrument;
 use crate::clock::{millis, now_ms};
 use crate::config::SubscriptionConfig;
 use crate::entity::core::EntityCore;
+use crate::entity::forward::{self, Forwarder, Resolver};
 use crate::entity::handle::{
     Command, ConsumerId, Delivery, EntityError, EntityEvent, EntityHandle, EntityStats, EventSink,
     LaneId, LockRef, Properties, Settlement, Subscriptions,
 };
 use crate::entity::operation::{Answer, Operation};
 use crate::entity::queue::session_lane::Binding;
+use crate::entity::queue::FORWARDER;
 use crate::entity::sessions::MAX_SESSION_ID_CHARS;
-use crate::entity::setup;
+use crate::entity::setup::{self, Forward};
 use crate::message;
 use crate::message::{Arrival, DeliveryStamp};
 use crate::store::{EntityLog, Flusher, Recovered, StoreError};
@@ -38,6 +40,9 @@ use crate::store::{EntityLog, Flusher, Recovered, StoreError};
 const MAILBOX: usize = 4096;
 /// Commands taken per wake-up, so deadlines and shutdown are never starved.
 const BATCH: usize = 512;
+/// Why a receiver of a lane that forwards is refused (Service Bus's words).
+const FORWARDING_RECEIVER: &str =
+    "Cannot create a message receiver on an entity with auto-forwarding enabled.";
 /// Scheduled messages activated per turn, so a burst of due messages does not stall the
 /// mailbox; the rest follow on the next turns.
 const ACTIVATIONS_PER_TURN: usize = 1024;
@@ -65,19 +70,24 @@ pub struct Parts {
     pub auto_delete_on_idle: Option<Duration>,
     /// A topic's subscriptions; `None` for a queue.
     pub subscriptions: Option<Subscriptions>,
+    /// Where each queue's or subscription's lanes forward to, by its main lane.
+    pub forwards: Vec<(LaneId, Forward)>,
 }
 
-/// Starts an entity's actor.
+/// Starts an entity's actor; `resolve` finds the targets its lanes forward to.
 pub fn spawn(
     parts: Parts,
     commit: Commit,
     shutdown: CancellationToken,
     tracker: &TaskTracker,
+    resolve: Resolver,
 ) -> EntityHandle {
     let (tx, rx) = mpsc::channel(MAILBOX);
+    let (answers, forward_answers) = mpsc::unbounded_channel();
     let deleted = Arc::new(AtomicBool::new(false));
     let subscriptions = parts.subscriptions.map(|s| Arc::new(RwLock::new(s)));
-    let actor = Actor {
+    let mut actor = Actor {
+        forwarder: Forwarder::new(resolve, answers),
         flush_asked_below: parts.core.next_seq(),
         name: parts.name.clone(),
         subscriptions: subscriptions.clone(),
@@ -93,8 +103,11 @@ pub fn spawn(
         last_active_ms: now_ms(),
         reap: None,
     };
+    for (lane, forward) in &parts.forwards {
+        actor.set_forward(*lane, forward);
+    }
     let span = tracing::info_span!("entity", name = %parts.name);
-    tracker.spawn(actor.run(rx, shutdown).instrument(span));
+    tracker.spawn(actor.run(rx, forward_answers, shutdown).instrument(span));
     EntityHandle::new(parts.name, tx, deleted, subscriptions)
 }
 
@@ -152,14 +165,22 @@ struct Actor {
     /// A request to delete the entity after this turn: the reaper's, which found it idle (it
     /// is deleted unless the turn used it), or the administration API's (`forced`).
     reap: Option<(oneshot::Sender<bool>, Removal)>,
+    /// The lanes that forward, and their batches on the way to their targets.
+    forwarder: Forwarder,
 }
 
 impl Actor {
-    async fn run(mut self, mut mailbox: mpsc::Receiver<Command>, shutdown: CancellationToken) {
+    async fn run(
+        mut self,
+        mut mailbox: mpsc::Receiver<Command>,
+        mut forward_answers: mpsc::UnboundedReceiver<EntityEvent>,
+        shutdown: CancellationToken,
+    ) {
         let mut batch = Vec::with_capacity(BATCH);
         let mut flushing: Option<Flushing> = None;
         loop {
-            let deadline = self.core.next_deadline_ms().map(|at| {
+            let deadline = [self.core.next_deadline_ms(), self.forwarder.next_retry_ms()];
+            let deadline = deadline.into_iter().flatten().min().map(|at| {
                 let wait = u64::try_from(at.saturating_sub(now_ms())).unwrap_or(0);
                 Instant::now() + Duration::from_millis(wait)
             });
@@ -178,6 +199,12 @@ impl Actor {
                     let now = now_ms();
                     for command in batch.drain(..) {
                         self.apply(command, now);
+                    }
+                }
+                Some(answer) = forward_answers.recv() => {
+                    self.on_forwarded(answer, now_ms());
+                    while let Ok(answer) = forward_answers.try_recv() {
+                        self.on_forwarded(answer, now_ms());
                     }
                 }
                 _ = sleep_until_deadline(deadline) => {}
@@ -200,6 +227,7 @@ impl Actor {
                 }
                 let deliveries = self.core.dispatch(now);
                 self.hand_out(deliveries);
+                self.forward(now);
                 self.persist();
             }
             self.release_answers();
@@ -245,6 +273,15 @@ impl Actor {
                     self.answers
                         .push((events, EntityEvent::Sent { ticket, result }));
                 }
+            }
+            Command::AddConsumer {
+                consumer,
+                lane,
+                events,
+                ..
+            } if self.forwarder.forwards(lane) => {
+                let error = EntityError::NotAllowed(FORWARDING_RECEIVER);
+                let _ = events.send(EntityEvent::Gone { consumer, error });
             }
             Command::AddConsumer {
                 consumer,
@@ -383,6 +420,9 @@ impl Actor {
                 self.auto_delete_ms = settings.auto_delete_on_idle.map(millis);
                 self.core
                     .detect_duplicates(settings.duplicate_window_ms, now);
+                if self.subscriptions.is_none() {
+                    self.set_forward(LaneId::MAIN, &settings.forward);
+                }
                 for (name, subscription) in &settings.subscriptions {
                     let number = self.subscriptions.as_ref().and_then(|names| {
                         names
@@ -397,6 +437,7 @@ impl Actor {
                             dead_letter: false,
                         };
                         self.core.reconfigure_subscription(lane, subscription);
+                        self.set_forward(lane, &subscription.forward);
                     }
                 }
                 let _ = reply.send(());
@@ -429,6 +470,62 @@ impl Actor {
             }
         }
         self.core.enqueue(now, messages)
+    }
+
+    /// Sets where the lanes of the queue or subscription whose main lane is `main` forward to.
+    fn set_forward(&mut self, main: LaneId, forward: &Forward) {
+        for (lane, target) in forward.lanes(main) {
+            self.forwarder.set(lane, target);
+        }
+    }
+
+    /// Sends what each forwarding lane may send now to its target, one batch per lane.
+    fn forward(&mut self, now: i64) {
+        for (lane, room) in self.forwarder.room(now) {
+            let Ok(queue) = self.core.lane(lane) else {
+                continue;
+            };
+            let taken = queue.take_for_forwarding(room, forward::BATCH_BYTES, now);
+            if taken.is_empty() {
+                continue;
+            }
+            let mut bodies = Vec::with_capacity(taken.len());
+            let mut locks = Vec::with_capacity(taken.len());
+            for delivery in taken {
+                match self.log.body(lane, delivery.seq) {
+                    Ok(bytes) => bodies.push(bytes),
+                    Err(error) => return self.poison(&error),
+                }
+                let token = delivery.lock_token.unwrap_or_default();
+                locks.push(LockRef {
+                    seq: delivery.seq,
+                    token,
+                });
+            }
+            self.forwarder.send(lane, bodies, locks);
+        }
+    }
+
+    /// A target answered a batch: its messages leave (it stored them; the deletes are
+    /// journaled as any completion), or stay, available again without a counted delivery.
+    fn on_forwarded(&mut self, answer: EntityEvent, now: i64) {
+        let Some((lane, locks, stored)) = self.forwarder.answered(answer, now) else {
+            return;
+        };
+        let settlement = match stored {
+            true => Settlement::Complete,
+            false => Settlement::Release,
+        };
+        let Ok(queue) = self.core.lane(lane) else {
+            return;
+        };
+        for lock in locks {
+            let _ = queue.settle(FORWARDER, lock, &settlement);
+        }
+        if stored {
+            self.last_active_ms = now;
+            self.core.touch(lane, now);
+        }
     }
 
     /// Tells a session receiver the session it holds now, or that it holds none (its
@@ -489,15 +586,7 @@ impl Actor {
                 Ok(bytes) => bytes,
                 Err(error) => return self.poison(&error),
             };
-            let arrival = message::inspect(bytes.clone()).unwrap_or(Arrival {
-                bytes,
-                ttl_ms: None,
-                scheduled_ms: None,
-                view: None,
-                session_id: None,
-                message_id: None,
-            });
-            activated.push((seq, arrival));
+            activated.push((seq, message::stored_arrival(bytes)));
         }
         tracing::debug!(count = activated.len(), "scheduled messages activated");
         self.core.activate(now, activated);
@@ -511,6 +600,7 @@ impl Actor {
             now.saturating_sub(self.last_active_ms) >= idle
                 && !self.core.has_scheduled()
                 && !self.core.has_waiting_consumer()
+                && !self.forwarder.is_busy()
         })
     }
 
@@ -526,6 +616,7 @@ impl Actor {
     /// Deletes a subscription: its messages and runtime rules go, its links get
     /// `amqp:not-found`, its address stops resolving.
     fn drop_subscription(&mut self, lane: LaneId, why: &str) {
+        self.forwarder.remove_subscription(lane.subscription);
         for consumer in self.core.delete_subscription(lane) {
             if let Some(events) = self.consumers.remove(&consumer) {
                 let error = EntityError::Deleted;
@@ -580,6 +671,7 @@ impl Actor {
             Recovered::default(),
         );
         self.core.add_subscription(lanes);
+        self.set_forward(lane, &setup::subscription_forward(config));
         subscriptions
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

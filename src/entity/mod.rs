@@ -4,6 +4,7 @@
 pub mod actor;
 pub mod core;
 pub mod duplicates;
+pub mod forward;
 pub mod handle;
 pub mod intake;
 pub mod operation;

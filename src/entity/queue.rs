@@ -142,6 +142,8 @@ pub struct LaneActivity {
     pub received: u64,
     /// Messages that left it settled: completed, or received in receive-and-delete mode.
     pub consumed: u64,
+    /// Messages that left it for its forwarding target, which stored them.
+    pub forwarded: u64,
     /// Locks that ran out before their message was settled.
     pub lock_expirations: u64,
     /// Messages whose time to live ran out (deleted or dead-lettered).
@@ -643,6 +645,10 @@ impl QueueCore {
         }
         self.lock_expiry.remove(&(held.until_ms, lock.seq));
         match settlement {
+            Settlement::Complete if consumer == FORWARDER => {
+                self.activity.forwarded += 1;
+                self.remove(lock.seq);
+            }
             Settlement::Complete => {
                 self.activity.consumed += 1;
                 self.remove(lock.seq);
@@ -868,7 +874,8 @@ impl QueueCore {
                 let entry = self.messages.get_mut(&seq)?;
                 entry.lock = Some(lock);
                 self.expiry.remove(&(entry.record.expires_ms, seq));
-                if session_lock.is_none() {
+                // The forwarder's locks last until its target answers (or the broker stops).
+                if session_lock.is_none() && consumer != FORWARDER {
                     self.lock_expiry.insert((lock.until_ms, seq));
                 }
                 self.tokens.insert(lock.token, seq);
@@ -887,6 +894,23 @@ impl QueueCore {
             bytes: Bytes::new(),
             stamp: stamp(seq, &record, lock, false),
         })
+    }
+
+    /// Locks available messages for the entity's forwarding under [`FORWARDER`], up to
+    /// `count` messages or, past the first, `bytes` of them: their locks never expire, and
+    /// the forwarder settles each (complete once its target stored it, release otherwise).
+    /// The deliveries' bytes are left empty for the actor to read from the log.
+    pub fn take_for_forwarding(&mut self, count: usize, bytes: u64, now_ms: i64) -> Vec<Delivery> {
+        let mut taken: Vec<Delivery> = Vec::new();
+        let mut size = 0;
+        while taken.len() < count && (taken.is_empty() || size < bytes) {
+            let Some(delivery) = self.deliver_next(FORWARDER, ReceiveMode::PeekLock, now_ms) else {
+                break;
+            };
+            size += u64::from(delivery.record.size);
+            taken.push(delivery);
+        }
+        taken
     }
 
     /// Up to `count` messages (of `session` only, when given) from sequence number `from`
@@ -999,6 +1023,8 @@ impl QueueCore {
 
 /// The consumer id of locks taken through the management node (no link holds them).
 pub const MANAGEMENT: ConsumerId = ConsumerId(0);
+/// The consumer id of locks the entity's forwarding holds (links are numbered from 1 up).
+pub const FORWARDER: ConsumerId = ConsumerId(u64::MAX);
 
 /// What a delivery of `record` says about it: zero-based delivery count, sequence number,
 /// enqueued time, state, the lock when there is one, and the effective time to live with the

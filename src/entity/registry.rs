@@ -18,15 +18,17 @@
 //! it is deleted. In `memory` mode nothing is stored: they are this process's.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::clock::now_ms;
+use crate::config::forwarding;
 use crate::config::{Config, Declaration, Durability, SubscriptionConfig, TopicConfig};
 use crate::entity::actor::{self, Commit, Parts};
+use crate::entity::forward::Resolver;
 use crate::entity::handle::{Command, EntityError, EntityEvent, EntityHandle, LaneId, Ticket};
 use crate::entity::operation::{Answer, Operation};
 use crate::entity::setup;
@@ -56,12 +58,21 @@ pub enum RegistryError {
 }
 
 /// What starting an entity's actor takes.
-#[derive(Debug)]
 struct Launcher {
     store: Store,
     commit: Commit,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+    /// Finds the live entities by name, for the actors that forward.
+    resolve: Resolver,
+}
+
+impl std::fmt::Debug for Launcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Launcher")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Launcher {
@@ -76,6 +87,7 @@ impl Launcher {
             self.commit.clone(),
             self.shutdown.child_token(),
             &self.tracker,
+            self.resolve.clone(),
         ))
     }
 }
@@ -193,6 +205,20 @@ fn created(keys: Vec<String>, now_ms: i64) -> Vec<(String, Option<EntityTimes>)>
     keys.into_iter().map(|key| (key, times)).collect()
 }
 
+/// A [`Resolver`] over the live entities, holding them weakly.
+fn resolver(live: &Arc<RwLock<HashMap<String, Entry>>>) -> Resolver {
+    let live = Arc::downgrade(live);
+    Arc::new(move |name: &str| {
+        let live = live.upgrade()?;
+        let entities = live
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        entities
+            .get(&name.to_lowercase())
+            .map(|entry| entry.handle.clone())
+    })
+}
+
 /// A stored declaration, read back.
 fn parse_stored(name: &str, text: &str) -> Result<Declaration, StoreError> {
     Declaration::parse(text, &format!("<stored declaration of {name}>"))
@@ -202,7 +228,9 @@ fn parse_stored(name: &str, text: &str) -> Result<Declaration, StoreError> {
 /// Every live entity, by lower-cased name.
 #[derive(Debug)]
 pub struct Registry {
-    entities: RwLock<HashMap<String, Entry>>,
+    /// Shared, weakly, with the actors that forward ([`Resolver`]), so that they find their
+    /// targets as they are now without keeping one another alive.
+    entities: Arc<RwLock<HashMap<String, Entry>>>,
     /// The times of each live entity and subscription, by [`times_key`], as stored. Never
     /// locked together with `entities`.
     times: RwLock<HashMap<String, EntityTimes>>,
@@ -228,11 +256,13 @@ impl Registry {
             (Durability::Sync, Some(flusher)) => Commit::AfterFlush(flusher.clone()),
             (_, flusher) => Commit::AfterWrite(flusher.cloned()),
         };
+        let shared = Arc::new(RwLock::new(HashMap::new()));
         let launcher = Launcher {
             store: store.clone(),
             commit,
             shutdown: shutdown.clone(),
             tracker: tracker.clone(),
+            resolve: resolver(&shared),
         };
         // Each entity as it will run, with what the file declares of it.
         let mut declarations: Vec<(Declaration, Option<Declaration>)> = config
@@ -289,6 +319,7 @@ impl Registry {
             times.extend(value.map(|value| (key, value)));
         }
         let mut entities = HashMap::new();
+        // Launched before they are all live: an actor resolves its target at each attempt.
         for (declaration, file) in declarations {
             let handle = launcher.launch(&declaration)?;
             let entry = Entry {
@@ -298,10 +329,51 @@ impl Registry {
             };
             entities.insert(entry.declaration.name().to_lowercase(), entry);
         }
+        *shared
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = entities;
         Ok(Self {
-            entities: RwLock::new(entities),
+            entities: shared,
             times: RwLock::new(times),
             launcher: std::sync::Mutex::new(Some(launcher)),
+        })
+    }
+
+    /// Refuses a declaration to create or change at run time (the administration API) that
+    /// would make the live entities forward where they cannot: to a missing target, in a
+    /// loop, or along a chain too long ([`forwarding::check`]), naming the property at fault
+    /// as Service Bus spells it. A reloaded file is checked as a whole when it is read.
+    ///
+    /// # Errors
+    /// [`RegistryError::Invalid`] with the refusal.
+    pub fn check_forwarding(&self, changed: &Declaration) -> Result<(), RegistryError> {
+        let mut queues = Vec::new();
+        let mut topics = Vec::new();
+        // In name order, so that a loop is named the same way every time.
+        let others = self
+            .entries()
+            .into_iter()
+            .map(|entry| entry.declaration)
+            .filter(|d| !d.name().eq_ignore_ascii_case(changed.name()));
+        for declaration in others.chain([changed.clone()]) {
+            match declaration {
+                Declaration::Queue(queue) => queues.push(queue),
+                Declaration::Topic(topic) => topics.push(topic),
+            }
+        }
+        forwarding::check(&queues, &topics).map_err(|refusal| {
+            let lane = match refusal.lane {
+                forwarding::Lane::Queue(index) => queues[index].name.clone(),
+                forwarding::Lane::Subscription(topic, subscription) => format!(
+                    "{}/Subscriptions/{}",
+                    topics[topic].name, topics[topic].subscriptions[subscription].name
+                ),
+            };
+            let key = match refusal.key {
+                forwarding::Key::ForwardTo => "ForwardTo",
+                forwarding::Key::DeadLetters => "ForwardDeadLetteredMessagesTo",
+            };
+            RegistryError::Invalid(format!("{key} of '{lane}': {}", refusal.message))
         })
     }
 

@@ -53,6 +53,8 @@ pub struct Settings {
     pub auto_delete_on_idle: Option<Duration>,
     /// The duplicate-detection window in ms; `None`: no duplicate detection.
     pub duplicate_window_ms: Option<i64>,
+    /// Where a queue's lanes forward to (nowhere for a topic: its subscriptions say).
+    pub forward: Forward,
     /// A topic's subscriptions' settings, by name (`None` for a queue).
     pub subscriptions: Vec<(String, SubscriptionSettings)>,
 }
@@ -66,6 +68,35 @@ pub struct SubscriptionSettings {
     pub dead_letter_on_filter_error: bool,
     /// `auto_delete_on_idle`, in ms.
     pub auto_delete_ms: Option<i64>,
+    /// Where its lanes forward to.
+    pub forward: Forward,
+}
+
+/// Where a queue's or subscription's two lanes forward to (`forward_to` and
+/// `forward_dead_lettered_messages_to`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Forward {
+    /// The main lane's target.
+    pub to: Option<String>,
+    /// The dead-letter lane's target.
+    pub dead_letters: Option<String>,
+}
+
+impl Forward {
+    fn of(to: &Option<String>, dead_letters: &Option<String>) -> Self {
+        Self {
+            to: to.clone(),
+            dead_letters: dead_letters.clone(),
+        }
+    }
+
+    /// Each lane of the queue or subscription whose main lane is `main`, with its target.
+    pub fn lanes(&self, main: LaneId) -> [(LaneId, Option<&str>); 2] {
+        [
+            (main, self.to.as_deref()),
+            (main.dead_letter_lane(), self.dead_letters.as_deref()),
+        ]
+    }
 }
 
 /// The updatable settings a declaration gives.
@@ -86,6 +117,7 @@ pub fn settings(declaration: &Declaration) -> Settings {
                 queue.requires_duplicate_detection,
                 queue.duplicate_detection_history_time_window,
             ),
+            forward: Forward::of(&queue.forward_to, &queue.forward_dead_lettered_messages_to),
             subscriptions: Vec::new(),
         },
         Declaration::Topic(topic) => Settings {
@@ -97,6 +129,7 @@ pub fn settings(declaration: &Declaration) -> Settings {
                 topic.requires_duplicate_detection,
                 topic.duplicate_detection_history_time_window,
             ),
+            forward: Forward::default(),
             subscriptions: topic
                 .subscriptions
                 .iter()
@@ -112,6 +145,7 @@ pub fn settings(declaration: &Declaration) -> Settings {
                         dead_letter_on_filter_error: subscription
                             .dead_lettering_on_filter_evaluation_exceptions,
                         auto_delete_ms: subscription.auto_delete_on_idle.map(millis),
+                        forward: subscription_forward(subscription),
                     };
                     (subscription.name.to_lowercase(), settings)
                 })
@@ -190,6 +224,13 @@ pub fn queue(config: &QueueConfig, mut log: EntityLog) -> Result<Parts, StoreErr
         log,
         auto_delete_on_idle: config.auto_delete_on_idle,
         subscriptions: None,
+        forwards: vec![(
+            LaneId::MAIN,
+            Forward::of(
+                &config.forward_to,
+                &config.forward_dead_lettered_messages_to,
+            ),
+        )],
     })
 }
 
@@ -206,11 +247,13 @@ pub fn topic(config: &TopicConfig, mut log: EntityLog) -> Result<Parts, StoreErr
         .collect();
     let numbers = log.subscription_numbers(&names, 0)?;
     let mut subscriptions = Vec::with_capacity(config.subscriptions.len());
+    let mut forwards = Vec::new();
     for (subscription, name) in config.subscriptions.iter().zip(&names) {
         let lane = LaneId {
             subscription: numbers[name],
             dead_letter: false,
         };
+        forwards.push((lane, subscription_forward(subscription)));
         let added = added_rules(&log, lane)?;
         let main = recover(&mut log, lane, subscription.requires_session)?;
         let dead_letter = log.recover(lane.dead_letter_lane())?;
@@ -240,7 +283,16 @@ pub fn topic(config: &TopicConfig, mut log: EntityLog) -> Result<Parts, StoreErr
         log,
         auto_delete_on_idle: config.auto_delete_on_idle,
         subscriptions: Some(numbers),
+        forwards,
     })
+}
+
+/// Where a subscription's lanes forward to.
+pub fn subscription_forward(config: &SubscriptionConfig) -> Forward {
+    Forward::of(
+        &config.forward_to,
+        &config.forward_dead_lettered_messages_to,
+    )
 }
 
 /// A subscription's lanes from its declaration: its route (its declared rules, with the ones

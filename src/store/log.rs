@@ -1374,7 +1374,11 @@ mod tests {
             let planned = log.plan(with_id, false).expect("plan");
             assert!(!planned.atomic, "single operations, in a crash-safe order");
             let letters: Vec<u8> = planned.list.iter().map(|(key, _)| key[0]).collect();
-            assert_eq!(letters, vec![b'c', ACCEPTED_PREFIX], "the message's chunk first");
+            assert_eq!(
+                letters,
+                vec![b'c', ACCEPTED_PREFIX],
+                "the message's chunk first"
+            );
             log.write(vec![(LaneId::MAIN, accepted(8, 2))])
                 .expect("write");
             log.write(vec![(LaneId::MAIN, accepted(9, 3))])

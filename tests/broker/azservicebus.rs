@@ -327,6 +327,8 @@ fn topic_config(data_dir: &std::path::Path) -> tidebus::config::Config {
         requires_session: false,
         dead_lettering_on_filter_evaluation_exceptions: true,
         auto_delete_on_idle: None,
+        forward_to: None,
+        forward_dead_lettered_messages_to: None,
         rules: vec![RuleConfig {
             name: "$Default".into(),
             filter: RuleFilter::True,

@@ -73,3 +73,12 @@ fn duplicates_suite() {
 fn reload_suite() {
     pytest::run("tests/python/test_reload.py");
 }
+
+/// Auto-forwarding with the official `azure-servicebus` SDK: queue and subscription to queue,
+/// dead letters to an error queue, a two-hop chain through a topic, a refused receiver, a
+/// loop refused at start and through the administration API, and nothing lost when the
+/// broker is killed while it forwards.
+#[test]
+fn forwarding_suite() {
+    pytest::run("tests/python/test_forwarding.py");
+}

@@ -144,12 +144,32 @@ fn duplicate_detection_maps_with_its_window() {
 }
 
 #[test]
-fn what_tidebus_does_not_do_is_refused_unless_off() {
-    let forward = SAMPLE.replacen("\"ForwardTo\": \"\"", "\"ForwardTo\": \"elsewhere\"", 2);
+fn forwarding_maps_and_its_targets_are_checked() {
+    let forward = SAMPLE
+        .replacen("\"ForwardTo\": \"\"", "\"ForwardTo\": \"topic.1\"", 1)
+        .replacen(
+            "\"ForwardDeadLetteredMessagesTo\": \"\"",
+            "\"ForwardDeadLetteredMessagesTo\": \"topic.1\"",
+            1,
+        )
+        .replacen(
+            "\"ForwardDeadLetteredMessagesTo\": \"\"",
+            "\"ForwardDeadLetteredMessagesTo\": \"Queue.1\"",
+            1,
+        );
+    let config = load(&forward).expect("valid");
+    assert_eq!(config.queues[0].forward_to.as_deref(), Some("topic.1"));
+    let subscription = &config.topics[0].subscriptions[0];
     assert_eq!(
-        refusal(&forward),
-        "UserConfig.Namespaces[0].Queues[0].Properties.ForwardTo (F:14:28): auto-forwarding is \
-         not supported yet; only \"\" is accepted"
+        subscription.forward_dead_lettered_messages_to.as_deref(),
+        Some("Queue.1")
+    );
+    assert_eq!(subscription.forward_to, None, "\"\" is none");
+    let missing = SAMPLE.replacen("\"ForwardTo\": \"\"", "\"ForwardTo\": \"elsewhere\"", 2);
+    assert_eq!(
+        refusal(&missing),
+        "UserConfig.Namespaces[0].Queues[0].Properties.ForwardTo (F:14:28): The auto \
+         forwarding destination entity 'elsewhere' does not exist."
     );
 }
 

@@ -2,6 +2,7 @@
 //! the refusal reads. Topics, subscriptions and rules are in `topics`.
 
 mod emulator;
+mod forwarding;
 mod security;
 mod topics;
 

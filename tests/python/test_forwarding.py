@@ -1,0 +1,153 @@
+"""Auto-forwarding (`forward_to`, `forward_dead_lettered_messages_to`) through the official
+SDK: every message that arrives in a forwarding queue or subscription moves to its target,
+dead letters move to theirs, receivers of a forwarding queue are refused, loops are refused
+at start and through the administration API, and a crash while forwarding loses nothing.
+"""
+
+import subprocess
+import time
+
+import pytest
+from azure.core.exceptions import HttpResponseError
+from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode
+from azure.servicebus.exceptions import ServiceBusError
+
+from sb_common import (
+    DEADLINE_S,
+    RECEIVE_WAIT_S,
+    expected_summary,
+    numbered,
+    open_client,
+    receive_exactly,
+    receive_one,
+    send,
+    summary,
+)
+from test_admin import admin, secured  # noqa: F401 (a fixture, and the client it needs)
+from tidebus_broker import broker_binary, render_config
+
+
+@pytest.mark.broker(queues=[{"name": "in", "forward_to": "OUT"}, "out"])
+def test_a_queue_forwards_every_message_to_its_target(client):
+    send(client, "in", [numbered("fw", i) for i in range(20)])
+    with client.get_queue_receiver("out") as receiver:
+        received = receive_exactly(receiver, 20)
+        assert [summary(m) for m in received] == [expected_summary("fw", i) for i in range(20)]
+        # The target numbers them itself.
+        assert [m.sequence_number for m in received] == list(range(1, 21))
+        for message in received:
+            receiver.complete_message(message)
+
+
+@pytest.mark.broker(
+    queues=["collected"],
+    topics=[{"name": "events", "subscriptions": [{"name": "all", "forward_to": "collected"}]}],
+)
+def test_a_subscription_forwards_to_a_queue(client):
+    with client.get_topic_sender("events") as sender:
+        sender.send_messages([numbered("ev", i) for i in range(5)])
+    with client.get_queue_receiver("collected") as receiver:
+        received = receive_exactly(receiver, 5)
+        assert [summary(m) for m in received] == [expected_summary("ev", i) for i in range(5)]
+
+
+@pytest.mark.broker(queues=[{"name": "work", "forward_dead_lettered_messages_to": "errors"}, "errors"])
+def test_dead_letters_move_to_the_error_queue_with_their_reason(client):
+    send(client, "work", numbered("job", 1))
+    with client.get_queue_receiver("work") as receiver:
+        receiver.dead_letter_message(receive_one(receiver), reason="Bad", error_description="why")
+    with client.get_queue_receiver("errors") as receiver:
+        dead = receive_one(receiver)
+        assert summary(dead)[:2] == expected_summary("job", 1)[:2]
+        assert (dead.dead_letter_reason, dead.dead_letter_error_description) == ("Bad", "why")
+        receiver.complete_message(dead)
+    # A dead-letter queue that forwards takes no receivers either.
+    with pytest.raises(ServiceBusError, match="auto-forwarding"):
+        with client.get_queue_receiver("work", sub_queue="deadletter") as receiver:
+            receiver.receive_messages(max_wait_time=RECEIVE_WAIT_S)
+
+
+@pytest.mark.broker(
+    queues=[{"name": "in", "forward_to": "hub"}, "out"],
+    topics=[{"name": "hub", "subscriptions": [{"name": "s", "forward_to": "out"}]}],
+)
+def test_a_two_hop_chain_through_a_topic(client):
+    send(client, "in", [numbered("hop", i) for i in range(3)])
+    with client.get_queue_receiver("out") as receiver:
+        received = receive_exactly(receiver, 3)
+        assert [summary(m) for m in received] == [expected_summary("hop", i) for i in range(3)]
+
+
+@pytest.mark.broker(queues=[{"name": "in", "forward_to": "out"}, "out"])
+def test_a_receiver_of_a_forwarding_queue_is_refused(client):
+    with pytest.raises(ServiceBusError) as refused:
+        with client.get_queue_receiver("in") as receiver:
+            receiver.receive_messages(max_wait_time=RECEIVE_WAIT_S)
+    assert "auto-forwarding" in str(refused.value), repr(refused.value)
+    # Its dead-letter queue stays receivable.
+    with client.get_queue_receiver("in", sub_queue="deadletter") as receiver:
+        assert receiver.receive_messages(max_wait_time=1) == []
+
+
+def test_a_loop_in_the_config_is_refused_at_start_naming_it(tmp_path):
+    config = tmp_path / "loop.toml"
+    config.write_text(
+        render_config(
+            {"allow_anonymous": True},
+            [{"name": "orders", "forward_to": "audit"}, {"name": "audit", "forward_to": "orders"}],
+        )
+    )
+    started = subprocess.run(
+        [broker_binary(), "--config", str(config), "--listen", "127.0.0.1:0",
+         "--data-dir", str(tmp_path / "data")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert started.returncode != 0
+    assert "forwarding loop: orders → audit → orders" in started.stderr, started.stderr
+
+
+def test_the_administration_api_forwards_and_refuses_loops_and_missing_targets(secured):  # noqa: F811
+    with admin(secured) as client:
+        client.create_queue("sink")
+        client.create_queue("source", forward_to="sink", forward_dead_lettered_messages_to="sink")
+        properties = client.get_queue("source")
+        assert properties.forward_to.endswith("sink"), properties.forward_to
+        assert properties.forward_dead_lettered_messages_to.endswith("sink")
+        with pytest.raises(HttpResponseError) as refused:
+            client.create_queue("stray", forward_to="nowhere")
+        assert refused.value.status_code == 400
+        assert "'nowhere' does not exist" in str(refused.value), str(refused.value)
+        sink = client.get_queue("sink")
+        sink.forward_to = "source"
+        with pytest.raises(HttpResponseError) as refused:
+            client.update_queue(sink)
+        assert refused.value.status_code == 400
+        assert "forwarding loop: source → sink → source" in str(refused.value), str(refused.value)
+        assert client.get_queue("sink").forward_to is None
+    with open_client(secured) as sb:
+        send(sb, "source", numbered("adm", 1))
+        with sb.get_queue_receiver("sink") as receiver:
+            assert summary(receive_one(receiver)) == expected_summary("adm", 1)
+
+
+@pytest.mark.broker(durability="sync", queues=[{"name": "in", "forward_to": "out"}, "out"])
+def test_a_crash_while_forwarding_loses_nothing(broker):
+    count = 3000
+    with open_client(broker) as client:
+        with client.get_queue_sender("in") as sender:
+            for start in range(0, count, 250):
+                sender.send_messages([ServiceBusMessage(f"m{i}", message_id=f"m-{i}")
+                                      for i in range(start, start + 250)])
+    broker.kill9()
+    broker.start()
+    seen = set()
+    deadline = time.monotonic() + 4 * DEADLINE_S
+    with open_client(broker) as client:
+        with client.get_queue_receiver(
+            "out", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE, prefetch_count=500
+        ) as receiver:
+            while len(seen) < count and time.monotonic() < deadline:
+                batch = receiver.receive_messages(max_message_count=500, max_wait_time=RECEIVE_WAIT_S)
+                seen.update(m.message_id for m in batch)
+    missing = {f"m-{i}" for i in range(count)} - seen
+    assert not missing, f"{len(missing)} messages lost, e.g. {sorted(missing)[:5]}"

@@ -15,6 +15,8 @@ from azure.servicebus.exceptions import ServiceBusError
 from sb_common import (
     DEADLINE_S,
     RECEIVE_WAIT_S,
+    assert_only_marker_left,
+    crash,
     expected_summary,
     numbered,
     open_client,
@@ -130,8 +132,16 @@ def test_the_administration_api_forwards_and_refuses_loops_and_missing_targets(s
             assert summary(receive_one(receiver)) == expected_summary("adm", 1)
 
 
-@pytest.mark.broker(durability="sync", queues=[{"name": "in", "forward_to": "out"}, "out"])
-def test_a_crash_while_forwarding_loses_nothing(broker):
+@pytest.mark.broker(
+    durability="sync",
+    queues=[
+        {"name": "in", "forward_to": "out"},
+        {"name": "out", "requires_duplicate_detection": True},
+    ],
+)
+def test_a_crash_while_forwarding_loses_nothing_and_the_target_drops_repeats(broker):
+    # The source deletes a message only after the target stored it, so a crash in between
+    # forwards it again after the restart: the target's duplicate detection drops the repeat.
     count = 3000
     with open_client(broker) as client:
         with client.get_queue_sender("in") as sender:
@@ -140,14 +150,45 @@ def test_a_crash_while_forwarding_loses_nothing(broker):
                                       for i in range(start, start + 250)])
     broker.kill9()
     broker.start()
-    seen = set()
+    received = []
     deadline = time.monotonic() + 4 * DEADLINE_S
     with open_client(broker) as client:
         with client.get_queue_receiver(
             "out", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE, prefetch_count=500
         ) as receiver:
-            while len(seen) < count and time.monotonic() < deadline:
+            while len(received) < count and time.monotonic() < deadline:
                 batch = receiver.receive_messages(max_message_count=500, max_wait_time=RECEIVE_WAIT_S)
-                seen.update(m.message_id for m in batch)
-    missing = {f"m-{i}" for i in range(count)} - seen
-    assert not missing, f"{len(missing)} messages lost, e.g. {sorted(missing)[:5]}"
+                received += [m.message_id for m in batch]
+        missing = {f"m-{i}" for i in range(count)} - set(received)
+        assert not missing, f"{len(missing)} messages lost, e.g. {sorted(missing)[:5]}"
+        assert len(received) == count, f"{len(received) - count} repeats reached the target"
+        assert_only_marker_left(client, "out", ServiceBusReceiveMode.RECEIVE_AND_DELETE)
+
+
+@pytest.mark.broker(
+    durability="sync",
+    queues=[{"name": "in"}, {"name": "out", "requires_duplicate_detection": True}],
+)
+def test_messages_a_crash_left_in_both_places_reach_the_target_once(broker):
+    # The state a crash between the target's store and the source's delete leaves: the target
+    # holds some of the messages (or held them: half were received already), the source all.
+    # After the restart the source forwards them all again; the target drops the repeats.
+    count = 200
+    messages = lambda ids: [ServiceBusMessage(f"m{i}", message_id=f"m-{i}") for i in ids]
+    client = open_client(broker)
+    send(client, "in", messages(range(count)))
+    send(client, "out", messages(range(count // 2)))
+    with client.get_queue_receiver("out") as receiver:
+        for message in receive_exactly(receiver, count // 4):
+            receiver.complete_message(message)
+    crash(broker, client)
+    broker.queues = [{"name": "in", "forward_to": "out"}, broker.queues[1]]
+    broker.start()
+    with open_client(broker) as client:
+        with client.get_queue_receiver("out") as receiver:
+            left = receive_exactly(receiver, count - count // 4)
+            for message in left:
+                receiver.complete_message(message)
+        expected = [f"m-{i}" for i in range(count // 4, count)]
+        assert sorted(m.message_id for m in left) == sorted(expected)
+        assert_only_marker_left(client, "out")

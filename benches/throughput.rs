@@ -3,7 +3,7 @@
 //!
 //! `cargo bench --bench throughput -- [--messages N] [--size BYTES] [--window N] [--credit N]
 //! [--durability sync|interval|memory] [--fill-first] [--receive-and-delete] [--topic N]
-//! [--tls] [--dedup]`
+//! [--tls] [--dedup] [--forward]`
 //!
 //! The producer sends to the entity `bench`: a queue, or with `--topic N` a topic with N
 //! subscriptions `sub-1` .. `sub-N`, each with the default rule (`$Default`, the true filter),
@@ -14,6 +14,9 @@
 //! Every message carries a distinct `message-id`. With `--dedup` the queue or topic requires
 //! duplicate detection (a one-hour window, so that every id of the run stays in it), and the
 //! bench also prints what a window holding a million ids costs in memory.
+//!
+//! With `--forward` the queue forwards every message to a second queue, `bench-out`, which the
+//! consumer reads: the cost of one auto-forwarding hop.
 //!
 //! With `--tls` every client connects over TLS (a `gen-cert` certificate for `localhost`,
 //! verified), to the broker's TLS listener.
@@ -79,6 +82,8 @@ impl Dial {
 
 /// The queue or topic the producer sends to.
 const ENTITY: &str = "bench";
+/// The queue `bench` forwards to with `--forward`.
+const FORWARD_TARGET: &str = "bench-out";
 
 struct Args {
     durability: Durability,
@@ -94,6 +99,8 @@ struct Args {
     tls: bool,
     /// Whether the queue or topic detects duplicates.
     dedup: bool,
+    /// Whether the queue forwards to [`FORWARD_TARGET`], where the consumer reads.
+    forward: bool,
 }
 
 impl Args {
@@ -108,7 +115,14 @@ impl Args {
             false => "",
         };
         let Some(subscriptions) = self.topic else {
-            return format!("{}{dedup}", support::queue_toml(ENTITY));
+            let queue = format!("{}{dedup}", support::queue_toml(ENTITY));
+            return match self.forward {
+                true => format!(
+                    "{queue}forward_to = \"{FORWARD_TARGET}\"\n{}",
+                    support::queue_toml(FORWARD_TARGET)
+                ),
+                false => queue,
+            };
         };
         let mut toml = format!("[[topics]]\nname = \"{ENTITY}\"\n{dedup}");
         for n in 1..=subscriptions {
@@ -120,6 +134,7 @@ impl Args {
     /// The addresses the consumers receive from, one consumer each.
     fn sources(&self) -> Vec<String> {
         match self.topic {
+            None if self.forward => vec![FORWARD_TARGET.to_owned()],
             None => vec![ENTITY.to_owned()],
             Some(subscriptions) => (1..=subscriptions)
                 .map(|n| format!("{ENTITY}/Subscriptions/sub-{n}"))
@@ -140,6 +155,7 @@ fn parse_args() -> Result<Args, String> {
         topic: None,
         tls: false,
         dedup: false,
+        forward: false,
     };
     let mut flags = Flags::from_env();
     while let Some(flag) = flags.next_flag() {
@@ -154,8 +170,12 @@ fn parse_args() -> Result<Args, String> {
             "--topic" => args.topic = Some(flags.number(&flag)?.max(1)),
             "--tls" => args.tls = true,
             "--dedup" => args.dedup = true,
+            "--forward" => args.forward = true,
             other => return Err(format!("unknown argument {other}")),
         }
+    }
+    if args.forward && args.topic.is_some() {
+        return Err("--forward forwards a queue; it does not combine with --topic".into());
     }
     Ok(args)
 }
@@ -363,6 +383,9 @@ fn main() -> Result<(), BoxError> {
     );
     if args.dedup {
         println!("dedup:      duplicate detection on, every id distinct");
+    }
+    if args.forward {
+        println!("forward:    {ENTITY} forwards to {FORWARD_TARGET}, where the consumer reads");
     }
     println!(
         "send:       accepted={accepted} elapsed={send_elapsed:.3?} rate={:.0} msg/s",

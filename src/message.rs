@@ -148,14 +148,21 @@ pub struct Arrival {
 /// A stored message read again (a scheduled one activated, one forwarded): what [`inspect`]
 /// reads, or the bytes alone should they no longer read (they did when stored).
 pub fn stored_arrival(bytes: Bytes) -> Arrival {
-    inspect(bytes.clone()).unwrap_or(Arrival {
-        bytes,
-        ttl_ms: None,
-        scheduled_ms: None,
-        view: None,
-        session_id: None,
-        message_id: None,
-    })
+    inspect(bytes.clone()).unwrap_or_else(|_| Arrival::bare(bytes))
+}
+
+impl Arrival {
+    /// A message as nothing but its bytes: no time to live, schedule, view, session or id.
+    pub fn bare(bytes: Bytes) -> Arrival {
+        Arrival {
+            bytes,
+            ttl_ms: None,
+            scheduled_ms: None,
+            view: None,
+            session_id: None,
+            message_id: None,
+        }
+    }
 }
 
 /// Checks a single message (sections scan; the header, the annotations and the properties
@@ -164,14 +171,7 @@ pub fn stored_arrival(bytes: Bytes) -> Arrival {
 /// # Errors
 /// Returns the first problem found.
 pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
-    let mut arrival = Arrival {
-        bytes,
-        ttl_ms: None,
-        scheduled_ms: None,
-        view: None,
-        session_id: None,
-        message_id: None,
-    };
+    let mut arrival = Arrival::bare(bytes);
     let sections = scan_sections(&arrival.bytes)?;
     check_order(&sections)?;
     for section in &sections {

@@ -180,27 +180,15 @@ pub(super) const RULES: Rules = Rules {
 const A: ConsumerId = ConsumerId(1);
 const B: ConsumerId = ConsumerId(2);
 
-/// A message as it arrives, without time to live or schedule.
-fn plain(bytes: Bytes) -> Arrival {
-    Arrival {
-        bytes,
-        ttl_ms: None,
-        scheduled_ms: None,
-        view: None,
-        session_id: None,
-        message_id: None,
-    }
-}
-
 /// `n` empty messages.
 fn empties(n: usize) -> Vec<Arrival> {
-    vec![plain(Bytes::new()); n]
+    vec![Arrival::bare(Bytes::new()); n]
 }
 
 fn queue_with(n: usize) -> Queue {
     let mut q = Queue::new(RULES);
     for i in 0..n {
-        q.enqueue(10, vec![plain(Bytes::from(vec![i as u8]))])
+        q.enqueue(10, vec![Arrival::bare(Bytes::from(vec![i as u8]))])
             .expect("room");
     }
     q.reveal_up_to(q.next_seq());
@@ -386,7 +374,7 @@ fn the_delivery_limit_dead_letters_with_the_service_bus_reason() {
         max_delivery_count: 3,
         ..RULES
     });
-    q.enqueue(0, vec![plain(Bytes::from_static(b"m"))])
+    q.enqueue(0, vec![Arrival::bare(Bytes::from_static(b"m"))])
         .expect("room");
     q.reveal_up_to(q.next_seq());
     q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
@@ -979,7 +967,7 @@ fn a_dead_lettered_message_is_resubmitted_as_a_new_arrival_and_dead_letters_are_
         ..RULES
     });
     let bodies = [Bytes::from_static(b"a"), Bytes::from_static(b"b")];
-    q.enqueue(0, bodies.iter().cloned().map(plain).collect())
+    q.enqueue(0, bodies.iter().cloned().map(Arrival::bare).collect())
         .expect("room");
     q.reveal_up_to(q.next_seq());
     q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
@@ -996,7 +984,7 @@ fn a_dead_lettered_message_is_resubmitted_as_a_new_arrival_and_dead_letters_are_
     }
     assert_eq!(q.core.lane(dead).expect("its DLQ").len(), 2);
 
-    let again = || plain(Bytes::from_static(b"a"));
+    let again = || Arrival::bare(Bytes::from_static(b"a"));
     assert!(matches!(
         q.core.resubmit(50, LaneId::MAIN, 1, again()),
         Err(EntityError::NotAllowed(_))

@@ -392,3 +392,52 @@ brokerTest(
     });
   },
 );
+
+brokerTest(
+  "a forwarding queue moves its messages and dead letters on and refuses receivers",
+  {
+    queues: [
+      { name: "in", forward_to: "out", forward_dead_lettered_messages_to: "errors" },
+      { name: "work", forward_dead_lettered_messages_to: "errors" },
+      { name: "out", requires_duplicate_detection: true },
+      { name: "errors" },
+    ],
+  },
+  async ({ client }) => {
+    await send(client, "in", [numbered("fw", 0), numbered("fw", 1), numbered("fw", 0)]);
+    await withReceiver(client, "out", async (receiver) => {
+      const received = await receiveExactly(receiver, 2);
+      assert.deepEqual(received.map(summary), [
+        expectedSummary("fw", 0),
+        expectedSummary("fw", 1),
+      ]);
+      for (const message of received) await receiver.completeMessage(message);
+    });
+    await assertOnlyMarkerLeft(client, "out");
+
+    const receiver = client.createReceiver("in");
+    try {
+      const error = await rejection(
+        receiver.receiveMessages(1, { maxWaitTimeInMs: 5_000 }),
+        "receiving from a forwarding queue",
+      );
+      assert.match(error.message, /auto-forwarding/, `${error.code}: ${error.message}`);
+    } finally {
+      await receiver.close();
+    }
+
+    await send(client, "work", numbered("dl", 0));
+    await withReceiver(client, "work", async (receiver) => {
+      await receiver.deadLetterMessage(await receiveOne(receiver), {
+        deadLetterReason: "Broken",
+        deadLetterErrorDescription: "cannot be processed",
+      });
+    });
+    await withReceiver(client, "errors", async (receiver) => {
+      const moved = await receiveOne(receiver);
+      assert.equal(moved.messageId, "dl-0");
+      assert.equal(moved.applicationProperties.DeadLetterReason, "Broken");
+      await receiver.completeMessage(moved);
+    });
+  },
+);

@@ -83,6 +83,8 @@ pub fn spawn(
     resolve: Resolver,
 ) -> EntityHandle {
     let (tx, rx) = mpsc::channel(MAILBOX);
+    // Targets' answers to forwarded batches: one per batch, and a lane has at most
+    // `forward::IN_FLIGHT` messages in flight, so this channel holds that many at most.
     let (answers, forward_answers) = mpsc::unbounded_channel();
     let deleted = Arc::new(AtomicBool::new(false));
     let subscriptions = parts.subscriptions.map(|s| Arc::new(RwLock::new(s)));

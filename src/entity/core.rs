@@ -288,22 +288,19 @@ impl EntityCore {
         now_ms: i64,
         messages: Vec<Arrival>,
     ) -> Result<Vec<i64>, EntityError> {
-        let digests: Vec<Option<Digest>> = match &mut self.duplicates {
-            Some(window) => {
-                window.forget_before(now_ms);
-                messages
-                    .iter()
-                    .map(|m| m.message_id.as_deref().map(duplicates::digest))
-                    .collect()
-            }
-            None => Vec::new(),
-        };
+        if let Some(window) = &mut self.duplicates {
+            window.forget_before(now_ms);
+        }
         let mut numbers = Vec::with_capacity(messages.len());
         let mut taken = Vec::with_capacity(messages.len());
+        // The ids this call accepted so far, with their numbers.
         let mut fresh: HashMap<Digest, i64> = HashMap::new();
         let mut next = self.intake.next_seq();
-        for (index, arrival) in messages.into_iter().enumerate() {
-            let digest = digests.get(index).copied().flatten();
+        for arrival in messages {
+            let digest = match (&self.duplicates, &arrival.message_id) {
+                (Some(_), Some(id)) => Some(duplicates::digest(id)),
+                _ => None,
+            };
             let seen = digest.and_then(|digest| {
                 let window = self.duplicates.as_ref()?;
                 window.seen(&digest).or_else(|| fresh.get(&digest).copied())

@@ -8,7 +8,7 @@
 //! have nothing to call and the ticker does nothing.
 
 use std::collections::HashMap;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
@@ -36,7 +36,7 @@ pub async fn run(shutdown: CancellationToken) {
 /// its largest size otherwise (a drained queue's lock tokens or cached bodies, several MB
 /// after 100,000 messages). Rehashing costs O(len), and after it the map is full again, so
 /// calling this on every housekeeping tick costs nothing while the map does not shrink.
-pub fn shrink_if_sparse<K: Eq + Hash, V>(map: &mut HashMap<K, V>) {
+pub fn shrink_if_sparse<K: Eq + Hash, V, S: BuildHasher>(map: &mut HashMap<K, V, S>) {
     if map.capacity() > 64 && map.len() < map.capacity() / 4 {
         map.shrink_to_fit();
     }

@@ -6,7 +6,8 @@
 //! writer is bounded by `connection_buffer`: when it is full the task stops reading the socket
 //! and its events until there is room, and closes the connection after `write_timeout`.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

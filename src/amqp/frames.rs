@@ -18,6 +18,7 @@ use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Semaphore};
 
+use crate::amqp::hot;
 use crate::encoding::{self, EncodingError};
 
 /// The frame size every connection starts with, until `open` negotiates another (§2.4.1).
@@ -189,6 +190,19 @@ pub fn decode_amqp(raw: RawFrame) -> Result<Frame, FrameError> {
     if raw.body.is_empty() {
         return Ok(Frame::new(raw.channel, FrameBody::Empty));
     }
+    if let Some((performative, length)) = hot::decode_transfer(&raw.body) {
+        let payload = raw.body.slice(length..);
+        return Ok(Frame::new(
+            raw.channel,
+            FrameBody::Transfer {
+                performative,
+                payload,
+            },
+        ));
+    }
+    if let Some(disposition) = hot::decode_disposition(&raw.body) {
+        return Ok(Frame::new(raw.channel, FrameBody::Disposition(disposition)));
+    }
     let length = encoding::check_frame_body(&raw.body)?;
     let encoded = &raw.body[..length];
     let performative = match serde_amqp::from_slice::<Performative>(encoded) {
@@ -263,10 +277,16 @@ pub fn encode_amqp(frame: Frame, out: &mut BytesMut) -> Result<(), serde_amqp::E
             performative,
             payload,
         } => {
-            serialize(&performative, out)?;
+            if !hot::encode_transfer(&performative, out) {
+                serialize(&performative, out)?;
+            }
             out.extend_from_slice(&payload);
         }
-        FrameBody::Disposition(disposition) => serialize(&disposition, out)?,
+        FrameBody::Disposition(disposition) => {
+            if !hot::encode_disposition(&disposition, out) {
+                serialize(&disposition, out)?;
+            }
+        }
         FrameBody::Detach(detach) => serialize(&detach, out)?,
         FrameBody::End(end) => serialize(&end, out)?,
         FrameBody::Close(close) => serialize(&close, out)?,

@@ -4,6 +4,7 @@
 pub mod connection;
 pub mod frames;
 pub mod header;
+pub mod hot;
 pub mod link;
 pub mod sasl;
 pub mod session;

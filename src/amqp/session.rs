@@ -4,7 +4,8 @@
 //! The session is a synchronous state machine: every handler writes the frames to send and
 //! the entity commands to post into an [`Outbox`]; the connection task performs them.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use foldhash::{HashMap, HashMapExt};
+use std::collections::{BTreeMap, VecDeque};
 
 use bytes::{Bytes, BytesMut};
 use fe2o3_amqp::frames::amqp::FrameBody;
@@ -18,6 +19,7 @@ use fe2o3_amqp::types::messaging::{
 use fe2o3_amqp::types::performatives::{Attach, Begin, Detach, Disposition, End, Flow, Transfer};
 use fe2o3_amqp::types::primitives::{SimpleValue, Symbol, Value};
 
+use crate::amqp::hot;
 use crate::amqp::link::{
     self, Incoming, Link, LinkKind, Outgoing, Partial, Replies, SENDER_CREDIT,
 };
@@ -1438,7 +1440,7 @@ fn split_transfer(first: Transfer, mut rest: Bytes, max_frame: usize) -> Vec<Fra
     let mut performative = first;
     loop {
         performative.more = true;
-        let overhead = 8 + serde_amqp::serialized_size(&performative).unwrap_or(64);
+        let overhead = 8 + hot::transfer_len(&performative);
         let room = max_frame.saturating_sub(overhead).max(1);
         let chunk = if rest.len() > room {
             rest.split_to(room)

@@ -7,7 +7,7 @@
 //! in `flushing` until that flush completes; meanwhile the next batches are applied and
 //! written, so one fsync covers everything that arrived while the previous one ran.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;

@@ -5,7 +5,8 @@
 //! copy of a send is staged in the same turn, so they become durable, and visible, together.
 //! Everything the actor asks of the entity goes through here; time comes in as `now_ms`.
 
-use std::collections::{BTreeMap, HashMap};
+use foldhash::{HashMap, HashMapExt};
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use fe2o3_amqp::types::primitives::SimpleValue;

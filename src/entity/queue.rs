@@ -7,7 +7,8 @@
 //! The lane holds per-message records only; message bytes live in the entity's log. Every
 //! change that must be stored is appended to a journal the actor writes after each batch.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use foldhash::{HashMap, HashMapExt};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::Bytes;
 use fe2o3_amqp::types::primitives::{SimpleValue, Timestamp, Value};

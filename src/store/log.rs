@@ -29,6 +29,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 use bytes::Bytes;
+use foldhash::HashMap as FastMap;
+use foldhash::HashMapExt;
 
 use crate::store::chunk::{self, ChunkError, Departures};
 use crate::store::record::{MessageState, Record, RECORD_LEN};
@@ -309,7 +311,7 @@ impl Default for LaneChunks {
 /// within a budget otherwise, so that a queue that keeps up never reads its own writes back.
 #[derive(Debug)]
 struct BodyCache {
-    bodies: HashMap<(LaneId, i64), Bytes>,
+    bodies: FastMap<(LaneId, i64), Bytes>,
     bytes: usize,
     budget: usize,
 }
@@ -355,7 +357,7 @@ pub struct EntityLog {
     entity: String,
     cache: BodyCache,
     /// The chunks of each lane that stores them.
-    chunks: HashMap<LaneId, LaneChunks>,
+    chunks: FastMap<LaneId, LaneChunks>,
     /// The topic's shared bodies, by first sequence number.
     shared: BTreeMap<i64, SharedBodies>,
     /// Shared bodies nothing refers to any more, to remove with the next departures.
@@ -372,7 +374,7 @@ pub struct EntityLog {
     /// Changes staged for the next [`EntityLog::commit`], in order.
     staged: Vec<(LaneId, Change)>,
     /// The bytes of the staged puts, readable before they are written.
-    staged_bodies: HashMap<(LaneId, i64), Bytes>,
+    staged_bodies: FastMap<(LaneId, i64), Bytes>,
     /// Some staged change moves a message (see [`EntityLog::stage`]).
     staged_moves: bool,
 }
@@ -391,18 +393,18 @@ impl EntityLog {
             tree,
             entity,
             cache: BodyCache {
-                bodies: HashMap::new(),
+                bodies: FastMap::new(),
                 bytes: 0,
                 budget: cache_budget,
             },
-            chunks: HashMap::new(),
+            chunks: FastMap::new(),
             shared: BTreeMap::new(),
             released: Vec::new(),
             recovered: HashMap::new(),
             chunks_read: [false; 2],
             last_read: None,
             staged: Vec::new(),
-            staged_bodies: HashMap::new(),
+            staged_bodies: FastMap::new(),
             staged_moves: false,
         }
     }
@@ -673,7 +675,7 @@ impl EntityLog {
         let mut accepted = Vec::new();
         let mut fresh: BTreeMap<LaneId, Vec<FreshChunk>> = BTreeMap::new();
         // Messages given their own key in this batch, which a later update must start from.
-        let mut own: HashMap<(LaneId, i64), Bytes> = HashMap::new();
+        let mut own: FastMap<(LaneId, i64), Bytes> = FastMap::new();
         for (lane, change) in changes {
             let chunked = !lane.dead_letter;
             let lane_fresh = fresh.entry(lane).or_default();

@@ -16,8 +16,7 @@
 //! to the hard limit (the broker inherits it).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,7 +33,7 @@ use tokio::task::JoinSet;
 // Only the flags and `connect` are used here, not the in-process broker.
 #[allow(dead_code)]
 mod support;
-use support::{connect, BoxError, Flags};
+use support::{connect, BoxError, ChildBroker, Flags};
 
 /// Connections in their handshake at once, so the listen backlog is never overrun.
 const OPENING_AT_ONCE: usize = 200;
@@ -92,126 +91,6 @@ fn raise_fd_limit() -> Result<u64, BoxError> {
         }
     }
     Ok(limit.rlim_cur)
-}
-
-/// The `tidebus` binary as a child process; killed (by its PID) when dropped.
-struct Broker {
-    addr: SocketAddr,
-    child: Child,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Broker {
-    fn start(args: &Args) -> Result<Self, BoxError> {
-        let dir = tempfile::tempdir()?;
-        let config = dir.path().join("tidebus.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[broker]\ndurability = \"{}\"\nmax_connections = {}\nallow_anonymous = true\n\n\
-                 [[queues]]\nname = \"{QUEUE}\"\n",
-                args.durability,
-                args.connections + 100
-            ),
-        )?;
-        let ready = dir.path().join("ready");
-        let log = dir.path().join("broker.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_tidebus"))
-            .arg("--config")
-            .arg(&config)
-            .arg("--listen")
-            .arg("127.0.0.1:0")
-            .arg("--admin-listen")
-            .arg("127.0.0.1:0")
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .arg("--ready-file")
-            .arg(&ready)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()?;
-        let mut broker = Broker {
-            addr: "127.0.0.1:0".parse()?,
-            child,
-            log,
-            _dir: dir,
-        };
-        let started = Instant::now();
-        loop {
-            if let Some(addr) = std::fs::read_to_string(&ready)
-                .ok()
-                // The plain listener's address is the first line.
-                .and_then(|text| text.lines().next()?.parse().ok())
-            {
-                broker.addr = addr;
-                return Ok(broker);
-            }
-            if let Some(status) = broker.child.try_wait()? {
-                return Err(
-                    format!("tidebus exited with {status}:\n{}", broker.log_tail(20)).into(),
-                );
-            }
-            if started.elapsed() > STEP_TIMEOUT {
-                return Err(format!("tidebus not ready in time:\n{}", broker.log_tail(20)).into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// The broker's resident memory, its peak and its open file descriptors.
-    fn memory(&self) -> String {
-        let pid = self.child.id();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let mib = |key: &str| {
-            status
-                .lines()
-                .find(|line| line.starts_with(key))
-                .and_then(|line| line.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-                .map_or(f64::NAN, |kb| kb / 1024.0)
-        };
-        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |dir| dir.count());
-        format!(
-            "VmRSS {:.1} MiB, VmHWM {:.1} MiB, {fds} fds",
-            mib("VmRSS:"),
-            mib("VmHWM:")
-        )
-    }
-
-    /// The last `lines` lines of the broker's log.
-    fn log_tail(&self, lines: usize) -> String {
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let all: Vec<&str> = log.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
-    }
-
-    /// The broker's memory once it has had the time to give freed memory back (one
-    /// trimmer interval and a second) and its figures stopped changing (same for 1 s).
-    fn settled_memory(&self) -> String {
-        let started = Instant::now();
-        let patience = tidebus::trimmer::TRIM_INTERVAL + Duration::from_secs(1);
-        let limit = patience + Duration::from_secs(5);
-        let (mut last, mut since) = (self.memory(), Instant::now());
-        while (started.elapsed() < patience || since.elapsed() < Duration::from_secs(1))
-            && started.elapsed() < limit
-        {
-            std::thread::sleep(Duration::from_millis(200));
-            let now = self.memory();
-            if now != last {
-                (last, since) = (now, Instant::now());
-            }
-        }
-        last
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// One client connection with its session and links.
@@ -333,7 +212,7 @@ impl Errors {
     }
 }
 
-async fn bench(broker: &Broker, args: &Args) -> Result<(), BoxError> {
+async fn bench(broker: &ChildBroker, args: &Args) -> Result<(), BoxError> {
     let n = args.connections;
     let rate = |count: u64, took: Duration| count as f64 / took.as_secs_f64().max(1e-9);
 
@@ -442,7 +321,12 @@ fn run() -> Result<(), BoxError> {
         "connections: {} × {} messages of {} bytes, durability {}, fd limit {fd_limit}",
         args.connections, args.messages, args.size, args.durability
     );
-    let broker = Broker::start(&args)?;
+    let broker = ChildBroker::start(&format!(
+        "[broker]\ndurability = \"{}\"\nmax_connections = {}\nallow_anonymous = true\n\n{}",
+        args.durability,
+        args.connections + 100,
+        support::queue_toml(QUEUE)
+    ))?;
     println!("broker:  {} idle", broker.memory());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

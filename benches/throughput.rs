@@ -3,7 +3,7 @@
 //!
 //! `cargo bench --bench throughput -- [--messages N] [--size BYTES] [--window N] [--credit N]
 //! [--durability sync|interval|memory] [--fill-first] [--receive-and-delete] [--topic N]
-//! [--tls] [--dedup] [--forward]`
+//! [--tls] [--dedup] [--forward] [--child]`
 //!
 //! The producer sends to the entity `bench`: a queue, or with `--topic N` a topic with N
 //! subscriptions `sub-1` .. `sub-N`, each with the default rule (`$Default`, the true filter),
@@ -17,6 +17,11 @@
 //!
 //! With `--forward` the queue forwards every message to a second queue, `bench-out`, which the
 //! consumer reads: the cost of one auto-forwarding hop.
+//!
+//! With `--child` the broker is the real `tidebus` binary, started as a child process with the
+//! same entities, and the CPU figure is the child's own (`/proc/<pid>/stat`, all its threads),
+//! whatever the client costs: the figure to compare with other brokers. It does not combine
+//! with `--tls`.
 //!
 //! With `--tls` every client connects over TLS (a `gen-cert` certificate for `localhost`,
 //! verified), to the broker's TLS listener.
@@ -61,7 +66,8 @@ use tidebus::entity::duplicates::{digest, Duplicates};
 #[allow(dead_code)]
 mod support;
 use support::{
-    connect, connect_tls, now_micros, percentile, BenchBroker, BoxError, Flags, TlsEndpoint, Usage,
+    connect, connect_tls, now_micros, percentile, BenchBroker, BoxError, ChildBroker, Flags,
+    TlsEndpoint, Usage,
 };
 
 /// Where the clients connect.
@@ -101,6 +107,8 @@ struct Args {
     dedup: bool,
     /// Whether the queue forwards to [`FORWARD_TARGET`], where the consumer reads.
     forward: bool,
+    /// Whether the broker is the `tidebus` binary as a child process.
+    child: bool,
 }
 
 impl Args {
@@ -156,6 +164,7 @@ fn parse_args() -> Result<Args, String> {
         tls: false,
         dedup: false,
         forward: false,
+        child: false,
     };
     let mut flags = Flags::from_env();
     while let Some(flag) = flags.next_flag() {
@@ -171,8 +180,14 @@ fn parse_args() -> Result<Args, String> {
             "--tls" => args.tls = true,
             "--dedup" => args.dedup = true,
             "--forward" => args.forward = true,
+            "--child" => args.child = true,
             other => return Err(format!("unknown argument {other}")),
         }
+    }
+    if args.child && args.tls {
+        return Err(
+            "--child runs the binary's plain listener; it does not combine with --tls".into(),
+        );
     }
     if args.forward && args.topic.is_some() {
         return Err("--forward forwards a queue; it does not combine with --topic".into());
@@ -331,16 +346,67 @@ async fn consume(dial: &Dial, args: &Args, source: &str) -> Result<Received, Box
     Ok(got)
 }
 
+/// The broker under load: in this process, or the binary as a child.
+enum Broker {
+    InProcess(BenchBroker),
+    Child(ChildBroker),
+}
+
+impl Broker {
+    fn start(args: &Args) -> Result<Self, BoxError> {
+        if !args.child {
+            let broker = BenchBroker::start_with(args.durability, &args.entities(), args.tls)?;
+            return Ok(Broker::InProcess(broker));
+        }
+        let durability = match args.durability {
+            Durability::Sync => "sync",
+            Durability::Interval => "interval",
+            Durability::Memory => "memory",
+        };
+        let config = format!(
+            "[broker]\nallow_anonymous = true\ndurability = \"{durability}\"\n\n{}",
+            args.entities()
+        );
+        Ok(Broker::Child(ChildBroker::start(&config)?))
+    }
+
+    fn dial(&self) -> Dial {
+        match self {
+            Broker::InProcess(broker) => match &broker.tls {
+                Some(endpoint) => Dial::Tls(endpoint.clone()),
+                None => Dial::Plain(broker.addr),
+            },
+            Broker::Child(child) => Dial::Plain(child.addr),
+        }
+    }
+
+    /// The child's CPU time so far, in µs, and the bytes it wrote; `None` in process.
+    fn child_usage(&self) -> Result<Option<(f64, Option<u64>)>, BoxError> {
+        match self {
+            Broker::InProcess(_) => Ok(None),
+            Broker::Child(child) => child.usage().map(Some),
+        }
+    }
+
+    fn stop(self) -> Result<(), BoxError> {
+        match self {
+            Broker::InProcess(broker) => broker.stop(),
+            Broker::Child(child) => {
+                drop(child);
+                Ok(())
+            }
+        }
+    }
+}
+
 fn main() -> Result<(), BoxError> {
     let args = parse_args()?;
-    let broker = BenchBroker::start_with(args.durability, &args.entities(), args.tls)?;
-    let dial = match &broker.tls {
-        Some(endpoint) => Dial::Tls(endpoint.clone()),
-        None => Dial::Plain(broker.addr),
-    };
+    let broker = Broker::start(&args)?;
+    let dial = broker.dial();
     let sources = args.sources();
     let client_runtime = support::runtime(support::CLIENT_THREADS)?;
     let before = Usage::now()?;
+    let child_before = broker.child_usage()?;
     let started = Instant::now();
     let (sent, received) = client_runtime.block_on(async {
         let consumers = try_join_all(sources.iter().map(|source| consume(&dial, &args, source)));
@@ -357,6 +423,7 @@ fn main() -> Result<(), BoxError> {
         Ok::<_, BoxError>((sent?, received?))
     })?;
     let after = Usage::now()?;
+    let child_after = broker.child_usage()?;
     let (accepted, send_elapsed, mut round_trips) = sent;
     round_trips.sort_unstable();
     broker.stop()?;
@@ -381,6 +448,9 @@ fn main() -> Result<(), BoxError> {
         },
         if args.tls { " over TLS" } else { "" }
     );
+    if args.child {
+        println!("broker:     the tidebus binary as a child process");
+    }
     if args.dedup {
         println!("dedup:      duplicate detection on, every id distinct");
     }
@@ -431,13 +501,23 @@ fn main() -> Result<(), BoxError> {
     );
     let published = accepted.max(1) as f64;
     let process_us = after.process_us - before.process_us;
-    let broker_us = process_us - (after.client_us - before.client_us);
-    println!(
-        "cpu:        broker {:.1} µs per published message (whole process {:.1} µs)",
-        broker_us / published,
-        process_us / published
-    );
-    match (before.written, after.written) {
+    let mut written = (before.written, after.written);
+    match (child_before, child_after) {
+        (Some((cpu_before, written_before)), Some((cpu_after, written_after))) => {
+            written = (written_before, written_after);
+            println!(
+                "cpu:        broker {:.1} µs per published message (the child process; this one {:.1} µs)",
+                (cpu_after - cpu_before) / published,
+                process_us / published
+            )
+        }
+        _ => println!(
+            "cpu:        broker {:.1} µs per published message (whole process {:.1} µs)",
+            (process_us - (after.client_us - before.client_us)) / published,
+            process_us / published
+        ),
+    }
+    match written {
         (Some(before), Some(after)) => println!(
             "disk:       {:.0} bytes written per published message ({:.1} MiB in all)",
             after.saturating_sub(before) as f64 / published,

@@ -1,10 +1,11 @@
-//! What the in-process benches share: the broker on a runtime of its own, their flags and
-//! their client connections. Included by each bench with `mod support;`.
+//! What the benches share: the broker on a runtime of its own or as a child process, their
+//! flags and their client connections. Included by each bench with `mod support;`.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fe2o3_amqp::connection::ConnectionHandle;
 use fe2o3_amqp::Connection;
@@ -236,9 +237,7 @@ pub struct Usage {
 impl Usage {
     /// The figures now.
     pub fn now() -> Result<Usage, BoxError> {
-        // SAFETY: sysconf only reads a system setting.
-        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-        let tick_us = 1e6 / ticks_per_second.max(1) as f64;
+        let tick_us = tick_us();
         let main = std::process::id().to_string();
         let mut client_ticks = 0;
         for task in std::fs::read_dir("/proc/self/task")? {
@@ -252,9 +251,16 @@ impl Usage {
         Ok(Usage {
             process_us: cpu_ticks(Path::new("/proc/self/stat"))? as f64 * tick_us,
             client_us: client_ticks as f64 * tick_us,
-            written: written_bytes(),
+            written: written_bytes(Path::new("/proc/self/io")),
         })
     }
+}
+
+/// The length of a clock tick (the unit of CPU times in `/proc`), in µs.
+fn tick_us() -> f64 {
+    // SAFETY: sysconf only reads a system setting.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    1e6 / ticks_per_second.max(1) as f64
 }
 
 /// utime + stime, in clock ticks, of a `stat` file of `/proc`.
@@ -273,11 +279,139 @@ fn cpu_ticks(stat: &Path) -> Result<u64, BoxError> {
 
 /// Bytes this process had written to storage so far, those it dirtied and then truncated away
 /// before writeback left out.
-fn written_bytes() -> Option<u64> {
-    let io = std::fs::read_to_string("/proc/self/io").ok()?;
+fn written_bytes(io: &Path) -> Option<u64> {
+    let io = std::fs::read_to_string(io).ok()?;
     let field = |key: &str| {
         io.lines()
             .find_map(|line| line.strip_prefix(key)?.trim().parse::<u64>().ok())
     };
     Some(field("write_bytes:")?.saturating_sub(field("cancelled_write_bytes:")?))
+}
+
+/// The `tidebus` binary as a child process; killed (by its PID) when dropped.
+pub struct ChildBroker {
+    /// Where its plain AMQP listener is.
+    pub addr: SocketAddr,
+    child: Child,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// How long the child broker may take to start.
+const CHILD_START_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl ChildBroker {
+    /// Starts the binary with `config` (TOML) on ephemeral loopback ports and a data directory
+    /// of its own, and waits until it is ready.
+    pub fn start(config: &str) -> Result<Self, BoxError> {
+        let dir = tempfile::tempdir()?;
+        let config_path = dir.path().join("tidebus.toml");
+        std::fs::write(&config_path, config)?;
+        let ready = dir.path().join("ready");
+        let log = dir.path().join("broker.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_tidebus"))
+            .arg("--config")
+            .arg(&config_path)
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--admin-listen")
+            .arg("127.0.0.1:0")
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .arg("--ready-file")
+            .arg(&ready)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()?;
+        let mut broker = ChildBroker {
+            addr: "127.0.0.1:0".parse()?,
+            child,
+            log,
+            _dir: dir,
+        };
+        let started = Instant::now();
+        loop {
+            if let Some(addr) = std::fs::read_to_string(&ready)
+                .ok()
+                // The plain listener's address is the first line.
+                .and_then(|text| text.lines().next()?.parse().ok())
+            {
+                broker.addr = addr;
+                return Ok(broker);
+            }
+            if let Some(status) = broker.child.try_wait()? {
+                return Err(
+                    format!("tidebus exited with {status}:\n{}", broker.log_tail(20)).into(),
+                );
+            }
+            if started.elapsed() > CHILD_START_TIMEOUT {
+                return Err(format!("tidebus not ready in time:\n{}", broker.log_tail(20)).into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The broker's resident memory, its peak and its open file descriptors.
+    pub fn memory(&self) -> String {
+        let pid = self.child.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let mib = |key: &str| {
+            status
+                .lines()
+                .find(|line| line.starts_with(key))
+                .and_then(|line| line.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+                .map_or(f64::NAN, |kb| kb / 1024.0)
+        };
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |dir| dir.count());
+        format!(
+            "VmRSS {:.1} MiB, VmHWM {:.1} MiB, {fds} fds",
+            mib("VmRSS:"),
+            mib("VmHWM:")
+        )
+    }
+
+    /// The last `lines` lines of the broker's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// The broker's memory once it has had the time to give freed memory back (one
+    /// trimmer interval and a second) and its figures stopped changing (same for 1 s).
+    pub fn settled_memory(&self) -> String {
+        let started = Instant::now();
+        let patience = tidebus::trimmer::TRIM_INTERVAL + Duration::from_secs(1);
+        let limit = patience + Duration::from_secs(5);
+        let (mut last, mut since) = (self.memory(), Instant::now());
+        while (started.elapsed() < patience || since.elapsed() < Duration::from_secs(1))
+            && started.elapsed() < limit
+        {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = self.memory();
+            if now != last {
+                (last, since) = (now, Instant::now());
+            }
+        }
+        last
+    }
+}
+
+impl ChildBroker {
+    /// The broker's CPU time so far (user + system of all its threads), in µs, and the bytes
+    /// it wrote (as [`Usage::written`]).
+    pub fn usage(&self) -> Result<(f64, Option<u64>), BoxError> {
+        let proc = PathBuf::from(format!("/proc/{}", self.child.id()));
+        let cpu_us = cpu_ticks(&proc.join("stat"))? as f64 * tick_us();
+        Ok((cpu_us, written_bytes(&proc.join("io"))))
+    }
+}
+
+impl Drop for ChildBroker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

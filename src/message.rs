@@ -93,21 +93,34 @@ pub struct Section {
 /// # Errors
 /// Returns a [`MessageError`] naming the offset of the first malformed byte.
 pub fn scan_sections(bytes: &[u8]) -> Result<Vec<Section>, MessageError> {
-    let mut sections = Vec::with_capacity(4);
-    let mut at = 0;
-    while at < bytes.len() {
-        let code = section_code(bytes, at)?;
-        let end = at + value_len(bytes, at)?;
-        sections.push(Section {
-            code,
-            range: at..end,
-        });
-        at = end;
-    }
+    let sections = sections(bytes).collect::<Result<Vec<_>, _>>()?;
     if sections.is_empty() {
         return Err(MessageError::Empty);
     }
     Ok(sections)
+}
+
+/// The sections of message bytes one by one, each checked to be well formed; after an error,
+/// nothing more.
+fn sections(bytes: &[u8]) -> impl Iterator<Item = Result<Section, MessageError>> + '_ {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if at >= bytes.len() {
+            return None;
+        }
+        let section = section_code(bytes, at).and_then(|code| {
+            let end = at + value_len(bytes, at)?;
+            Ok(Section {
+                code,
+                range: at..end,
+            })
+        });
+        at = match &section {
+            Ok(section) => section.range.end,
+            Err(_) => bytes.len(),
+        };
+        Some(section)
+    })
 }
 
 /// Sections must come in AMQP's order, each at most once, but for a body of several `data` or
@@ -224,8 +237,8 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
             _ => {}
         }
     }
-    if let Some(assigned) = with_assigned_message_id(&arrival.bytes, &sections)? {
-        arrival.bytes = assigned;
+    if arrival.message_id.is_none() {
+        arrival.bytes = with_assigned_message_id(&arrival.bytes, &sections)?;
     }
     Ok(arrival)
 }
@@ -290,16 +303,19 @@ pub struct DeliveryStamp {
 }
 
 /// Builds the outgoing message: a fresh header and message-annotations, then every section
-/// after them untouched. Returns the new prefix and the untouched tail.
+/// after them untouched, in one buffer (a delivery is spliced for every message sent).
 ///
 /// # Errors
 /// Fails only on bytes that [`inspect`] would have refused.
-pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<(Vec<u8>, Bytes), MessageError> {
-    let sections = scan_sections(stored)?;
+pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<Bytes, MessageError> {
     let mut header = HeaderFields::default();
     let mut annotations: Vec<Entry> = Vec::new();
+    // The first section the broker passes on (or the message's end), and a properties
+    // section right there.
     let mut tail_start = stored.len();
-    for section in &sections {
+    let mut properties = None;
+    for section in sections(stored) {
+        let section = section?;
         let raw = &stored[section.range.clone()];
         match section.code {
             code::HEADER => header = read_header(raw)?,
@@ -307,8 +323,9 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<(Vec<u8>, Bytes),
             code::MESSAGE_ANNOTATIONS => {
                 annotations = annotation_entries(raw, "message-annotations")?
             }
-            _ => {
+            other => {
                 tail_start = section.range.start;
+                properties = (other == code::PROPERTIES).then_some(section.range);
                 break;
             }
         }
@@ -316,21 +333,16 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<(Vec<u8>, Bytes),
     if let Some(ttl) = stamp.ttl_ms {
         header.ttl = Some(ttl);
     }
-    let mut prefix = Vec::with_capacity(256);
-    write_header(&mut prefix, &header, stamp.delivery_count);
+    let mut out = Vec::with_capacity(SPLICED_PREFIX_ROOM + stored.len() - tail_start);
+    write_header(&mut out, &header, stamp.delivery_count);
     if let Some(token) = stamp.lock_token {
-        let mut value = vec![0x98];
-        value.extend_from_slice(token.as_bytes());
-        let entry = [(symbol(LOCK_TOKEN_KEY), value)];
-        write_annotations(&mut prefix, code::DELIVERY_ANNOTATIONS, &entry, &[]);
+        let mut value = [0x98; 17];
+        value[1..].copy_from_slice(token.as_bytes());
+        let entry = [(LOCK_TOKEN_KEY, AnnotationValue::Encoded(&value))];
+        write_annotations(&mut out, code::DELIVERY_ANNOTATIONS, entry, &[])?;
     } else if stamp.presettled {
-        write_annotations(&mut prefix, code::DELIVERY_ANNOTATIONS, &[], &[]);
+        write_annotations(&mut out, code::DELIVERY_ANNOTATIONS, [], &[])?;
     }
-    let ours: Vec<(Vec<u8>, Vec<u8>)> = stamp
-        .annotations
-        .iter()
-        .map(|(key, value)| Ok((symbol(key), encode_value(value)?)))
-        .collect::<Result<_, MessageError>>()?;
     // The client's own entries follow the broker's, but for the keys the broker sets.
     annotations.retain(|(key, _)| {
         let name = symbol_name(key);
@@ -339,19 +351,22 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<(Vec<u8>, Bytes),
             .iter()
             .any(|(ours, _)| name == Some(ours.as_bytes()))
     });
-    write_annotations(&mut prefix, code::MESSAGE_ANNOTATIONS, &ours, &annotations);
+    let ours = (stamp.annotations.iter()).map(|(key, value)| (*key, AnnotationValue::Value(value)));
+    write_annotations(&mut out, code::MESSAGE_ANNOTATIONS, ours, &annotations)?;
     if let Some(expires_ms) = stamp.expires_ms {
-        let properties = sections
-            .iter()
-            .find(|section| section.code == code::PROPERTIES && section.range.start == tail_start);
-        let raw = properties.map(|section| &stored[section.range.clone()]);
-        prefix.extend_from_slice(&properties_with_expiry(raw, expires_ms)?);
-        if let Some(section) = properties {
-            tail_start = section.range.end;
+        let raw = properties.as_ref().map(|range| &stored[range.clone()]);
+        write_properties_with_expiry(&mut out, raw, expires_ms)?;
+        if let Some(range) = properties {
+            tail_start = range.end;
         }
     }
-    Ok((prefix, stored.slice(tail_start..)))
+    out.extend_from_slice(&stored[tail_start..]);
+    Ok(Bytes::from(out))
 }
+
+/// What the header and annotations the splice writes usually take: a delivery's buffer is
+/// made this much larger than the sections it passes on.
+const SPLICED_PREFIX_ROOM: usize = 256;
 
 /// The fields of an encoded list section (header, properties), each as its encoded bytes.
 fn list_fields<'a>(section: &'a [u8], what: &'static str) -> Result<Vec<&'a [u8]>, MessageError> {
@@ -444,19 +459,20 @@ fn symbol_name(encoded: &[u8]) -> Option<&[u8]> {
     }
 }
 
-/// `name` encoded as a symbol.
-fn symbol(name: &str) -> Vec<u8> {
-    text(SYMBOL_CODES, name)
-}
-
 /// The format codes of symbols (short, long).
 const SYMBOL_CODES: (u8, u8) = (0xa3, 0xb3);
 /// The format codes of strings (short, long).
 const STRING_CODES: (u8, u8) = (0xa1, 0xb1);
 
 /// `name` encoded as a symbol or a string, by `codes`.
-fn text((short, long): (u8, u8), name: &str) -> Vec<u8> {
+fn text(codes: (u8, u8), name: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(name.len() + 5);
+    write_text(&mut out, codes, name);
+    out
+}
+
+/// Writes `name` as a symbol or a string, by `codes` (short, long).
+fn write_text(out: &mut Vec<u8>, (short, long): (u8, u8), name: &str) {
     match u8::try_from(name.len()) {
         Ok(len) => out.extend_from_slice(&[short, len]),
         Err(_) => {
@@ -465,7 +481,6 @@ fn text((short, long): (u8, u8), name: &str) -> Vec<u8> {
         }
     }
     out.extend_from_slice(name.as_bytes());
-    out
 }
 
 /// The text of an encoded string; `None` for anything else.
@@ -477,15 +492,26 @@ fn string_text(encoded: &[u8]) -> Option<&[u8]> {
     }
 }
 
-/// A broker annotation value encoded (the common kinds by hand, others through serde_amqp).
-fn encode_value(value: &Value) -> Result<Vec<u8>, MessageError> {
-    let fixed = |code: u8, bytes: &[u8]| [&[code][..], bytes].concat();
-    Ok(match value {
-        Value::Long(long) => fixed(0x81, &long.to_be_bytes()),
-        Value::Timestamp(at) => fixed(0x83, &at.milliseconds().to_be_bytes()),
-        Value::Int(int) => fixed(0x71, &int.to_be_bytes()),
-        other => serde_amqp::to_vec(other).map_err(|_| MessageError::Malformed("annotation"))?,
-    })
+/// Writes a broker annotation value (the common kinds by hand, others through serde_amqp).
+fn write_value(out: &mut Vec<u8>, value: &Value) -> Result<(), MessageError> {
+    match value {
+        Value::Long(long) => {
+            out.push(0x81);
+            out.extend_from_slice(&long.to_be_bytes());
+        }
+        Value::Timestamp(at) => {
+            out.push(0x83);
+            out.extend_from_slice(&at.milliseconds().to_be_bytes());
+        }
+        Value::Int(int) => {
+            out.push(0x71);
+            out.extend_from_slice(&int.to_be_bytes());
+        }
+        other => out.extend_from_slice(
+            &serde_amqp::to_vec(other).map_err(|_| MessageError::Malformed("annotation"))?,
+        ),
+    }
+    Ok(())
 }
 
 /// A timestamp or long annotation value (ms since the Unix epoch).
@@ -497,30 +523,62 @@ fn read_time(value: &[u8]) -> Option<i64> {
     }
 }
 
-/// Writes an annotations section: the broker's entries, then the kept ones as they were.
-fn write_annotations(out: &mut Vec<u8>, section: u8, ours: &[(Vec<u8>, Vec<u8>)], kept: &[Entry]) {
-    let pairs = ours
-        .iter()
-        .map(|(key, value)| (&key[..], &value[..]))
-        .chain(kept.iter().copied());
-    let length: usize = pairs
-        .clone()
-        .map(|(key, value)| key.len() + value.len())
-        .sum();
-    let count = 2 * (ours.len() + kept.len());
-    out.extend_from_slice(&[0x00, 0x53, section]);
-    match (u8::try_from(length + 1), u8::try_from(count)) {
-        (Ok(size), Ok(count)) => out.extend_from_slice(&[0xc1, size, count]),
-        _ => {
-            out.push(0xd1);
-            out.extend_from_slice(&u32::try_from(length + 4).unwrap_or(u32::MAX).to_be_bytes());
-            out.extend_from_slice(&u32::try_from(count).unwrap_or(u32::MAX).to_be_bytes());
+/// The value of an annotation the broker writes.
+enum AnnotationValue<'a> {
+    /// A value to encode.
+    Value(&'a Value),
+    /// A value encoded already.
+    Encoded(&'a [u8]),
+}
+
+/// Writes an annotations section (symbol keys): the broker's entries, then the kept ones as
+/// they were.
+fn write_annotations<'a>(
+    out: &mut Vec<u8>,
+    section: u8,
+    ours: impl IntoIterator<Item = (&'a str, AnnotationValue<'a>)>,
+    kept: &[Entry],
+) -> Result<(), MessageError> {
+    write_map(out, section, SYMBOL_CODES, ours, kept)
+}
+
+/// Writes a map section: the broker's entries (keys encoded by `key_codes`), then the kept
+/// ones as they were; as a map8 when it fits one, else a map32.
+fn write_map<'a>(
+    out: &mut Vec<u8>,
+    section: u8,
+    key_codes: (u8, u8),
+    ours: impl IntoIterator<Item = (&'a str, AnnotationValue<'a>)>,
+    kept: &[Entry],
+) -> Result<(), MessageError> {
+    out.extend_from_slice(&[0x00, 0x53, section, 0xd1, 0, 0, 0, 0, 0, 0, 0, 0]);
+    let map_at = out.len() - 9;
+    let mut count = 2 * kept.len();
+    for (key, value) in ours {
+        count += 2;
+        write_text(out, key_codes, key);
+        match value {
+            AnnotationValue::Encoded(encoded) => out.extend_from_slice(encoded),
+            AnnotationValue::Value(value) => write_value(out, value)?,
         }
     }
-    for (key, value) in pairs {
+    for (key, value) in kept {
         out.extend_from_slice(key);
         out.extend_from_slice(value);
     }
+    let length = out.len() - map_at - 9;
+    match (u8::try_from(length + 1), u8::try_from(count)) {
+        (Ok(size), Ok(count)) => {
+            out.splice(map_at..map_at + 9, [0xc1, size, count]);
+        }
+        _ => {
+            let size = u32::try_from(length + 4).unwrap_or(u32::MAX);
+            let count = u32::try_from(count).unwrap_or(u32::MAX);
+            out[map_at + 1..map_at + 5].copy_from_slice(&size.to_be_bytes());
+            out[map_at + 5..map_at + 9].copy_from_slice(&count.to_be_bytes());
+        }
+    }
+    Ok(())
 }
 
 /// The fields of a message header the broker keeps (AMQP 1.0 §3.2.1).
@@ -567,24 +625,26 @@ fn read_header(section: &[u8]) -> Result<HeaderFields, MessageError> {
     })
 }
 
-/// A properties section (the stored one, or an empty one) with `absolute-expiry-time` set to
-/// `expires_ms`; every other field is kept byte for byte.
-fn properties_with_expiry(
+/// Writes a properties section (the stored one, or an empty one) with `absolute-expiry-time`
+/// set to `expires_ms`; every other field is kept byte for byte.
+fn write_properties_with_expiry(
+    out: &mut Vec<u8>,
     section: Option<&[u8]>,
     expires_ms: i64,
-) -> Result<Vec<u8>, MessageError> {
-    let mut timestamp = vec![0x83];
-    timestamp.extend_from_slice(&expires_ms.to_be_bytes());
-    properties_with(section, ABSOLUTE_EXPIRY_TIME_FIELD, &timestamp)
+) -> Result<(), MessageError> {
+    let mut timestamp = [0x83; 9];
+    timestamp[1..].copy_from_slice(&expires_ms.to_be_bytes());
+    write_properties_with(out, section, ABSOLUTE_EXPIRY_TIME_FIELD, &timestamp)
 }
 
-/// A properties section (the stored one, or an empty one) with field `index` set to the
-/// encoded `value`; every other field is kept byte for byte.
-fn properties_with(
+/// Writes a properties section (the stored one, or an empty one) with field `index` set to
+/// the encoded `value`; every other field is kept byte for byte.
+fn write_properties_with(
+    out: &mut Vec<u8>,
     section: Option<&[u8]>,
     index: usize,
     value: &[u8],
-) -> Result<Vec<u8>, MessageError> {
+) -> Result<(), MessageError> {
     let mut fields = match section {
         Some(raw) => list_fields(raw, "properties")?,
         None => Vec::new(),
@@ -594,7 +654,7 @@ fn properties_with(
     }
     fields[index] = value;
     let length: usize = fields.iter().map(|field| field.len()).sum();
-    let mut out = Vec::with_capacity(length + 12);
+    out.reserve(length + 12);
     out.extend_from_slice(&[0x00, 0x53, code::PROPERTIES, 0xd0]);
     out.extend_from_slice(&u32::try_from(length + 4).unwrap_or(u32::MAX).to_be_bytes());
     out.extend_from_slice(
@@ -605,31 +665,16 @@ fn properties_with(
     for field in fields {
         out.extend_from_slice(field);
     }
-    Ok(out)
+    Ok(())
 }
 
-/// The message with a `message-id` where the sender set none, as Service Bus assigns one (a
-/// GUID in 32 hex digits): the JavaScript SDK sends none, and keys its lock renewal by it.
-/// `None` when the message has one already.
-fn with_assigned_message_id(
-    bytes: &Bytes,
-    sections: &[Section],
-) -> Result<Option<Bytes>, MessageError> {
-    let raw = sections
-        .iter()
-        .find(|section| section.code == code::PROPERTIES)
-        .map(|section| &bytes[section.range.clone()]);
-    if let Some(raw) = raw {
-        if list_fields(raw, "properties")?
-            .first()
-            .is_some_and(|id| *id != [0x40])
-        {
-            return Ok(None);
-        }
-    }
-    let mut id = vec![0xa1, 32];
-    id.extend_from_slice(uuid::Uuid::new_v4().simple().to_string().as_bytes());
-    with_property_field(bytes, sections, MESSAGE_ID_FIELD, &id).map(Some)
+/// The message with a `message-id`, for one whose sender set none, as Service Bus assigns one
+/// (a GUID in 32 hex digits): the JavaScript SDK sends none, and keys its lock renewal by it.
+fn with_assigned_message_id(bytes: &Bytes, sections: &[Section]) -> Result<Bytes, MessageError> {
+    let mut id = [0xa1; 34];
+    id[1] = 32;
+    Uuid::new_v4().simple().encode_lower(&mut id[2..]);
+    with_property_field(bytes, sections, MESSAGE_ID_FIELD, &id)
 }
 
 /// The message with one field of its properties section replaced by `value` (encoded); a
@@ -656,7 +701,7 @@ fn with_property_field(
     };
     let mut out = Vec::with_capacity(bytes.len() + value.len() + 16);
     out.extend_from_slice(&bytes[..replaced.start]);
-    out.extend_from_slice(&properties_with(raw, index, value)?);
+    write_properties_with(&mut out, raw, index, value)?;
     out.extend_from_slice(&bytes[replaced.end..]);
     Ok(Bytes::from(out))
 }
@@ -779,17 +824,19 @@ pub fn edit_application_properties(
                 .iter()
                 .any(|(ours, _)| name == Some(ours.as_bytes()))
     });
-    let ours: Vec<(Vec<u8>, Vec<u8>)> = entries
+    let values: Vec<(&str, Value)> = entries
         .iter()
-        .map(|(key, value)| {
-            Ok((
-                text(STRING_CODES, key),
-                encode_value(&Value::from(value.clone()))?,
-            ))
-        })
-        .collect::<Result<_, MessageError>>()?;
+        .map(|(key, value)| (key.as_str(), Value::from(value.clone())))
+        .collect();
+    let ours = (values.iter()).map(|(key, value)| (*key, AnnotationValue::Value(value)));
     let mut encoded = Vec::new();
-    write_annotations(&mut encoded, code::APPLICATION_PROPERTIES, &ours, &kept);
+    write_map(
+        &mut encoded,
+        code::APPLICATION_PROPERTIES,
+        STRING_CODES,
+        ours,
+        &kept,
+    )?;
     let (start, end) = match existing {
         Some(section) => (section.range.start, section.range.end),
         None => {
@@ -818,25 +865,26 @@ fn write_header(out: &mut Vec<u8>, header: &HeaderFields, delivery_count: u32) {
         Some(true) => 0x41,
         Some(false) => 0x42,
     };
-    let mut fields = vec![boolean(header.durable)];
+    // described(0x70) list8 of 5 fields: its size (patched below) counts the count byte and
+    // the fields.
+    out.extend_from_slice(&[0x00, 0x53, code::HEADER, 0xc0, 0, 5]);
+    let size_at = out.len() - 2;
+    out.push(boolean(header.durable));
     match header.priority {
-        Some(priority) => fields.extend_from_slice(&[0x50, priority]),
-        None => fields.push(0x40),
+        Some(priority) => out.extend_from_slice(&[0x50, priority]),
+        None => out.push(0x40),
     }
     match header.ttl {
         Some(ttl) => {
-            fields.push(0x70);
-            fields.extend_from_slice(&ttl.to_be_bytes());
+            out.push(0x70);
+            out.extend_from_slice(&ttl.to_be_bytes());
         }
-        None => fields.push(0x40),
+        None => out.push(0x40),
     }
-    fields.push(boolean(header.first_acquirer));
-    fields.push(0x70);
-    fields.extend_from_slice(&delivery_count.to_be_bytes());
-    // described(0x70) list8: size counts the count byte and the fields; 5 fields.
-    let size = u8::try_from(fields.len() + 1).unwrap_or(u8::MAX);
-    out.extend_from_slice(&[0x00, 0x53, code::HEADER, 0xc0, size, 5]);
-    out.extend_from_slice(&fields);
+    out.push(boolean(header.first_acquirer));
+    out.push(0x70);
+    out.extend_from_slice(&delivery_count.to_be_bytes());
+    out[size_at] = u8::try_from(out.len() - size_at - 1).unwrap_or(u8::MAX);
 }
 
 /// The binary inside a `data` section, as a zero-copy slice.
@@ -966,9 +1014,7 @@ mod tests {
             ttl_ms: None,
             expires_ms: None,
         };
-        let (prefix, tail) = splice(&stored, &stamp).expect("splice");
-        let mut whole = prefix.clone();
-        whole.extend_from_slice(&tail);
+        let whole = splice(&stored, &stamp).expect("splice");
         let sections = scan_sections(&whole).expect("scan");
         assert_eq!(
             sections.iter().map(|s| s.code).collect::<Vec<_>>(),
@@ -983,7 +1029,7 @@ mod tests {
             fe2o3_amqp::types::primitives::Symbol::from("x-opt-sequence-number"),
         );
         assert_eq!(ma.0.get(&key), Some(&Value::Long(42)));
-        assert!(tail.ends_with(b"body bytes"));
+        assert!(whole.ends_with(b"body bytes"));
     }
 
     #[test]
@@ -1003,8 +1049,7 @@ mod tests {
             (bare, vec![0x70, 0x72, 0x73, 0x75]),
         ] {
             let had_id = stored.windows(2).any(|w| w == b"m1");
-            let (mut whole, tail) = splice(&Bytes::from(stored), &stamp).expect("splice");
-            whole.extend_from_slice(&tail);
+            let whole = splice(&Bytes::from(stored), &stamp).expect("splice");
             let sections = scan_sections(&whole).expect("scan");
             assert_eq!(sections.iter().map(|s| s.code).collect::<Vec<_>>(), codes);
             let header: Header =
@@ -1139,7 +1184,7 @@ mod tests {
             ttl_ms: None,
             expires_ms: None,
         };
-        let (prefix, _) = splice(&stored, &stamp).expect("splice");
+        let prefix = splice(&stored, &stamp).expect("splice");
         let sections = scan_sections(&prefix).expect("scan");
         let annotations = sections
             .iter()
@@ -1205,8 +1250,7 @@ mod tests {
             ttl_ms: None,
             expires_ms: None,
         };
-        let (mut whole, tail) = splice(&Bytes::from(stored), &stamp).expect("splice");
-        whole.extend_from_slice(&tail);
+        let whole = splice(&Bytes::from(stored), &stamp).expect("splice");
         let sections = scan_sections(&whole).expect("scan");
         let delivery: DeliveryAnnotations =
             serde_amqp::from_slice(&whole[sections[1].range.clone()]).expect("da");

@@ -46,6 +46,9 @@ const REASSEMBLY_MESSAGES: u64 = 4;
 const LONGEST_TIMER: Duration = Duration::from_secs(24 * 3600);
 /// How long a `detach`, `end` or `close` waits for the settlements received before it.
 const SETTLE_BARRIER_TIMEOUT: Duration = Duration::from_secs(30);
+/// What a frame takes in the write buffer besides its payload: the frame header and an
+/// everyday performative (an attach or an open may take more; the buffer grows for those).
+const FRAME_ROOM: usize = 64;
 
 /// What every connection shares.
 #[derive(Debug)]
@@ -140,6 +143,7 @@ pub async fn serve<R, W>(
         forwarded: HashMap::new(),
         unanswered_settlements: 0,
         held: None,
+        spare: Outbox::default(),
     };
     connection
         .run(reader, events_rx, remote_idle, shutdown)
@@ -310,6 +314,9 @@ struct Connection {
     /// deadline passes), so that answering it tells the client its settlements are applied.
     /// No frame is read meanwhile, which keeps the client's frames in order.
     held: Option<(Frame, Instant)>,
+    /// The last turn's outbox, emptied: its vectors keep their room for the next turn, so a
+    /// message in steady flow allocates none of them.
+    spare: Outbox,
 }
 
 impl Connection {
@@ -412,7 +419,7 @@ impl Connection {
             let Some(session) = self.sessions.get_mut(&channel) else {
                 continue;
             };
-            let mut out = Outbox::default();
+            let mut out = std::mem::take(&mut self.spare);
             session.revoke(&self.access, now_ms, &mut out);
             let local = session.local_channel;
             if let Running::Stop = self.perform(local, out).await {
@@ -541,7 +548,7 @@ impl Connection {
                         format!("frame on channel {channel}, which has no session"),
                     ));
                 };
-                let mut out = Outbox::default();
+                let mut out = std::mem::take(&mut self.spare);
                 let mut ctx = context(
                     &self.shared,
                     &self.events,
@@ -608,7 +615,7 @@ impl Connection {
         else {
             return;
         };
-        let mut out = Outbox::default();
+        let mut out = std::mem::take(&mut self.spare);
         let ctx = context(
             &self.shared,
             &self.events,
@@ -640,26 +647,25 @@ impl Connection {
 
     fn flush_accepted(&mut self) {
         for session in self.sessions.values_mut() {
-            let mut out = Outbox::default();
-            session.flush_accepted(&mut out);
-            for body in out.frames {
+            session.flush_accepted(&mut self.spare);
+            for body in self.spare.frames.drain(..) {
                 self.pending.push(Frame::new(session.local_channel, body));
             }
         }
     }
 
     /// Sends an outbox's frames on `local` and posts its commands (waiting for mailbox room).
-    async fn perform(&mut self, local: u16, out: Outbox) -> Running {
-        for (entity, consumer, bytes) in out.forwarded {
+    async fn perform(&mut self, local: u16, mut out: Outbox) -> Running {
+        for (entity, consumer, bytes) in out.forwarded.drain(..) {
             self.forwarded.entry(consumer).or_insert((entity, 0)).1 += bytes;
         }
         let mut running = Running::Continue;
-        for body in out.frames {
+        for body in out.frames.drain(..) {
             if let Running::Stop = self.write(Frame::new(local, body)) {
                 running = Running::Stop;
             }
         }
-        for (entity, command) in out.posts {
+        for (entity, command) in out.posts.drain(..) {
             if let Command::Settle { reply: Some(_), .. } = command {
                 self.unanswered_settlements += 1;
             }
@@ -668,6 +674,7 @@ impl Connection {
                 command.refuse(&entity.refusal());
             }
         }
+        self.spare = out;
         running
     }
 
@@ -681,7 +688,7 @@ impl Connection {
         if let Some(error) = &error {
             tracing::info!(channel, condition = ?error.condition, description = ?error.description, "ending session on an error");
         }
-        let mut out = Outbox::default();
+        let mut out = std::mem::take(&mut self.spare);
         for id in session.end(&mut out) {
             self.link_sessions.remove(&id);
         }
@@ -694,7 +701,7 @@ impl Connection {
         let channels: Vec<u16> = self.sessions.keys().copied().collect();
         for channel in channels {
             if let Some(mut session) = self.sessions.remove(&channel) {
-                let mut out = Outbox::default();
+                let mut out = std::mem::take(&mut self.spare);
                 session.end(&mut out);
                 out.frames.clear();
                 self.perform(session.local_channel, out).await;
@@ -726,7 +733,16 @@ impl Connection {
             self.report_forwarded().await;
             return Running::Continue;
         }
-        let mut bytes = BytesMut::new();
+        // Room for every frame up front: growing the buffer frame by frame copies it each time.
+        let room = self
+            .pending
+            .iter()
+            .map(|frame| match &frame.body {
+                FrameBody::Transfer { payload, .. } => FRAME_ROOM + payload.len(),
+                _ => FRAME_ROOM,
+            })
+            .sum();
+        let mut bytes = BytesMut::with_capacity(room);
         let mut closing = false;
         for frame in self.pending.drain(..) {
             closing = matches!(frame.body, FrameBody::Close(_));

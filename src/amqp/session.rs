@@ -425,7 +425,6 @@ impl Session {
             .get_mut(&remote_handle)
             .ok_or_else(|| unattached(remote_handle))?;
         let (local_handle, link_id) = (link.local_handle, link.id);
-        let authorized = link.authorized.clone();
         let incoming = match &mut link.kind {
             LinkKind::Incoming(incoming) => incoming,
             LinkKind::Refused => return Ok(()),
@@ -517,7 +516,11 @@ impl Session {
         }
         let node = incoming.node.clone();
         let Node::Entity(entity, _) = node else {
-            let address = authorized.map(|(address, _)| address);
+            let address = self
+                .links
+                .get(&remote_handle)
+                .and_then(|link| link.authorized.as_ref())
+                .map(|(address, _)| address.clone());
             self.on_request(&node, address.as_deref(), &whole, &partial, ctx, out);
             return Ok(());
         };
@@ -746,17 +749,27 @@ impl Session {
         }
         let first = disposition.first;
         let last = disposition.last.unwrap_or(first);
-        let ids: Vec<u32> = if first <= last {
-            self.unsettled
+        // Most dispositions settle one delivery: that needs no list of ids.
+        let single;
+        let many: Vec<u32>;
+        let ids: &[u32] = if first == last {
+            single = [first];
+            &single
+        } else if first < last {
+            many = self
+                .unsettled
                 .range(first..=last)
                 .map(|(id, _)| *id)
-                .collect()
+                .collect();
+            &many
         } else {
-            self.unsettled
+            many = self
+                .unsettled
                 .range(first..)
                 .chain(self.unsettled.range(..=last))
                 .map(|(id, _)| *id)
-                .collect()
+                .collect();
+            &many
         };
         let state = disposition
             .state
@@ -765,16 +778,18 @@ impl Session {
             return;
         };
         let mut by_link: BTreeMap<u64, LinkSettlements> = BTreeMap::new();
-        for id in ids {
+        for &id in ids {
             let Some(unsettled) = self.unsettled.get(&id).copied() else {
                 continue;
             };
             if disposition.settled {
                 self.unsettled.remove(&id);
             }
-            let entry = by_link.entry(unsettled.link_id).or_default();
-            entry.0.push((unsettled.lock, settlement.clone()));
-            entry.1.push((id, state.clone()));
+            let (items, echoes) = by_link
+                .entry(unsettled.link_id)
+                .or_insert_with(|| (Vec::with_capacity(ids.len()), Vec::with_capacity(ids.len())));
+            items.push((unsettled.lock, settlement.clone()));
+            echoes.push((id, state.clone()));
         }
         for (link_id, (items, echoes)) in by_link {
             let Some(outgoing) = self.outgoing_by_id(link_id) else {
@@ -864,8 +879,8 @@ impl Session {
         outgoing.credit -= 1;
         outgoing.delivery_count = outgoing.delivery_count.wrapping_add(1);
         let size = u64::from(delivery.record.size);
-        let (prefix, tail) = match message::splice(&delivery.bytes, &delivery.stamp) {
-            Ok(parts) => parts,
+        let payload = match message::splice(&delivery.bytes, &delivery.stamp) {
+            Ok(payload) => payload,
             Err(error) => {
                 tracing::error!(seq = delivery.seq, %error, "stored message does not splice");
                 out.forwarded
@@ -892,9 +907,6 @@ impl Session {
                 },
             );
         }
-        let mut payload = BytesMut::with_capacity(prefix.len() + tail.len());
-        payload.extend_from_slice(&prefix);
-        payload.extend_from_slice(&tail);
         let first = Transfer {
             handle: Handle(local_handle),
             delivery_id: Some(delivery_id),
@@ -908,7 +920,7 @@ impl Session {
             aborted: false,
             batchable: false,
         };
-        let frames = split_transfer(first, payload.freeze(), ctx.remote_max_frame);
+        let frames = split_transfer(first, payload, ctx.remote_max_frame);
         let last = frames.len().saturating_sub(1);
         for (index, frame) in frames.into_iter().enumerate() {
             let forwarded = (index == last).then_some((delivery.consumer, size));

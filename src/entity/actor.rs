@@ -868,11 +868,7 @@ impl Actor {
             .log
             .body(lane, seq)
             .map_err(|e| EntityError::Storage(e.to_string()))?;
-        let (prefix, tail) =
-            message::splice(&body, stamp).map_err(|e| EntityError::Storage(e.to_string()))?;
-        let mut whole = prefix;
-        whole.extend_from_slice(&tail);
-        Ok(Bytes::from(whole))
+        message::splice(&body, stamp).map_err(|e| EntityError::Storage(e.to_string()))
     }
 
     /// Delivers what the consumer's drain may take now; answers [`EntityEvent::Drained`]

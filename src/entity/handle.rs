@@ -472,7 +472,8 @@ pub type Subscriptions = HashMap<String, u32>;
 /// A cloneable handle to an entity actor.
 #[derive(Debug, Clone)]
 pub struct EntityHandle {
-    name: String,
+    /// Shared: a handle is cloned for every message posted through it.
+    name: Arc<str>,
     mailbox: mpsc::Sender<Command>,
     deleted: Arc<AtomicBool>,
     /// A topic's subscriptions; `None` for a queue.
@@ -489,7 +490,7 @@ impl EntityHandle {
         subscriptions: Option<Arc<RwLock<Subscriptions>>>,
     ) -> Self {
         Self {
-            name,
+            name: name.into(),
             mailbox,
             deleted,
             subscriptions,

@@ -1033,13 +1033,14 @@ pub const FORWARDER: ConsumerId = ConsumerId(u64::MAX);
 fn stamp(seq: i64, record: &Record, lock: Option<Lock>, peek: bool) -> DeliveryStamp {
     let state = i32::from(record.state.code());
     let expires_ms = (record.expires_ms != NEVER).then_some(record.expires_ms);
-    let mut annotations = vec![
+    let mut annotations = Vec::with_capacity(4);
+    annotations.extend([
         (wire::annotation::SEQUENCE_NUMBER, Value::Long(seq)),
         (
             wire::annotation::ENQUEUED_TIME,
             Value::Timestamp(Timestamp::from_milliseconds(record.enqueued_ms)),
         ),
-    ];
+    ]);
     // Service Bus states a message's state on peek, and on delivery only when it is not
     // active (a deferred message received by sequence number).
     if peek || state != 0 {

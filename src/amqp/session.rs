@@ -625,7 +625,7 @@ impl Session {
                             entity.clone(),
                             Command::Manage {
                                 lane: *lane,
-                                operation,
+                                operation: Box::new(operation),
                                 reply: (ticket, ctx.events.clone()),
                             },
                         ));
@@ -872,8 +872,12 @@ impl Session {
         outgoing.owed -= 1;
         if outgoing.credit == 0 {
             // Credit was taken back while this delivery was on its way: give it back untouched.
-            out.posts
-                .push((outgoing.entity.clone(), Command::GiveBack { delivery }));
+            out.posts.push((
+                outgoing.entity.clone(),
+                Command::GiveBack {
+                    delivery: Box::new(delivery),
+                },
+            ));
             return;
         }
         outgoing.credit -= 1;

@@ -354,7 +354,7 @@ impl Actor {
                 let draining = self
                     .core
                     .lane_of(consumer)
-                    .is_some_and(|queue| queue.give_back(delivery));
+                    .is_some_and(|queue| queue.give_back(*delivery));
                 if draining {
                     self.drain(consumer, now);
                 }
@@ -366,7 +366,7 @@ impl Actor {
             } => {
                 let result = match &self.poisoned {
                     Some(error) => Err(EntityError::Storage(error.clone())),
-                    None => self.manage(lane, operation, now),
+                    None => self.manage(lane, *operation, now),
                 };
                 self.answers
                     .push((events, EntityEvent::Managed { ticket, result }));

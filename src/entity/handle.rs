@@ -222,7 +222,7 @@ pub enum Command {
     /// the message is available again as if never delivered.
     GiveBack {
         /// The delivery, untouched.
-        delivery: Delivery,
+        delivery: Box<Delivery>,
     },
     /// Perform a management operation on the queue or its dead-letter queue; answer with
     /// [`EntityEvent::Managed`].
@@ -230,7 +230,7 @@ pub enum Command {
         /// Which queue.
         lane: LaneId,
         /// The operation.
-        operation: Operation,
+        operation: Box<Operation>,
         /// Where to answer.
         reply: (Ticket, EventSink),
     },
@@ -262,7 +262,7 @@ pub enum Command {
     /// Add a subscription to this topic (the administration API); answers why not, if not.
     AddSubscription {
         /// Its declaration.
-        config: SubscriptionConfig,
+        config: Box<SubscriptionConfig>,
         /// Where the answer goes.
         reply: oneshot::Sender<Result<(), String>>,
     },
@@ -276,7 +276,7 @@ pub enum Command {
     /// Apply changed settings (an entity updated at run time); answers once applied.
     Reconfigure {
         /// The new settings.
-        settings: Settings,
+        settings: Box<Settings>,
         /// Where the answer goes.
         reply: oneshot::Sender<()>,
     },

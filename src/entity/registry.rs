@@ -456,7 +456,10 @@ impl Registry {
             .ok_or_else(|| RegistryError::NotFound(declaration.name().to_owned()))?;
         let (reply, applied) = oneshot::channel();
         let settings = setup::settings(declaration);
-        let command = Command::Reconfigure { settings, reply };
+        let command = Command::Reconfigure {
+            settings: Box::new(settings),
+            reply,
+        };
         if handle.post(command).await.is_err() || applied.await.is_err() {
             return Err(RegistryError::NotFound(declaration.name().to_owned()));
         }
@@ -498,7 +501,7 @@ impl Registry {
         let (reply, added) = oneshot::channel();
         let subscription_name = subscription.name.clone();
         let command = Command::AddSubscription {
-            config: subscription,
+            config: Box::new(subscription),
             reply,
         };
         if entry.handle.post(command).await.is_err() {
@@ -717,7 +720,7 @@ impl Registry {
         };
         let command = Command::Manage {
             lane,
-            operation,
+            operation: Box::new(operation),
             reply: (ticket, sink),
         };
         handle.post(command).await.map_err(|_| missing())?;

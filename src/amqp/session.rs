@@ -864,7 +864,7 @@ impl Session {
     }
 
     /// Sends one message from the entity to its consumer, framed to the client's frame size.
-    pub fn on_delivery(&mut self, delivery: Delivery, ctx: &Context<'_>, out: &mut Outbox) {
+    pub fn on_delivery(&mut self, delivery: Box<Delivery>, ctx: &Context<'_>, out: &mut Outbox) {
         let link_id = delivery.consumer.0;
         let Some((local_handle, outgoing)) = self.outgoing_mut(link_id) else {
             return;
@@ -872,12 +872,8 @@ impl Session {
         outgoing.owed -= 1;
         if outgoing.credit == 0 {
             // Credit was taken back while this delivery was on its way: give it back untouched.
-            out.posts.push((
-                outgoing.entity.clone(),
-                Command::GiveBack {
-                    delivery: Box::new(delivery),
-                },
-            ));
+            out.posts
+                .push((outgoing.entity.clone(), Command::GiveBack { delivery }));
             return;
         }
         outgoing.credit -= 1;

@@ -985,7 +985,10 @@ impl Actor {
                 Ok(bytes) => delivery.bytes = bytes,
                 Err(error) => return self.poison(&error),
             }
-            if events.send(EntityEvent::Delivered(delivery)).is_err() {
+            if events
+                .send(EntityEvent::Delivered(Box::new(delivery)))
+                .is_err()
+            {
                 self.unsubscribe(consumer);
             }
         }

@@ -428,7 +428,7 @@ pub enum EntityEvent {
         result: Result<(), EntityError>,
     },
     /// A message for a consumer.
-    Delivered(Delivery),
+    Delivered(Box<Delivery>),
     /// A drain finished: every delivery sent before this event was all there was.
     Drained {
         /// The consumer.

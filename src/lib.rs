@@ -136,6 +136,8 @@ async fn apply_reloads(
 
 /// How often the service manager hears the broker's status.
 const STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a stopping broker waits for its flusher thread to let go of the database.
+const FLUSHER_EXIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Tells the service manager the connections and entities every [`STATUS_INTERVAL`], and pings
 /// its watchdog when it asked for pings, until `stop`.
@@ -213,7 +215,7 @@ pub async fn run_with_reloads(
     };
     let tasks = Shutdown::default();
     let store = Store::open(&config.broker)?;
-    let flusher = store.flusher()?;
+    let (flusher, flusher_thread) = store.flusher()?.unzip();
     let interval = (config.broker.durability == Durability::Interval)
         .then_some(flusher.clone())
         .flatten();
@@ -316,9 +318,20 @@ pub async fn run_with_reloads(
     if !finished {
         tracing::warn!(timeout = ?config.broker.shutdown_timeout, "some tasks did not stop in time");
     }
-    tokio::task::spawn_blocking(move || store.flush_blocking())
-        .await
-        .map_err(|e| StoreError::Sled(format!("final flush task: {e}")))??;
+    tokio::task::spawn_blocking(move || {
+        store.flush_blocking()?;
+        drop(store);
+        // Stopped means the database is closed, so that it can be opened again at once; a
+        // task that did not stop in time may still hold the flusher, and is not waited for.
+        if let Some(thread) = flusher_thread.filter(|_| finished) {
+            if !thread.wait(FLUSHER_EXIT_TIMEOUT) {
+                tracing::warn!("the flusher thread did not end; the database may stay open");
+            }
+        }
+        Ok::<(), StoreError>(())
+    })
+    .await
+    .map_err(|e| StoreError::Sled(format!("final flush task: {e}")))??;
     tracing::info!("stopped");
     Ok(())
 }

@@ -875,29 +875,23 @@ mod tests {
                 Declaration::Topic(topic) => config.topics.push(topic),
             }
         }
-        // The previous run's flusher thread lets go of the database a moment after it is
-        // told to stop: wait for the lock.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        let store = loop {
-            match Store::open(&config.broker) {
-                Ok(store) => break store,
-                Err(error) if std::time::Instant::now() < deadline => {
-                    tracing::debug!(%error, "waiting for the database");
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                }
-                Err(error) => panic!("store: {error}"),
-            }
-        };
-        let flusher = store.flusher().expect("flusher");
+        let store = Store::open(&config.broker).expect("store");
+        let (flusher, flusher_thread) = store.flusher().expect("flusher").unzip();
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
         let registry =
             Registry::start(&config, &store, flusher.as_ref(), &shutdown, &tracker).expect("start");
+        drop(flusher);
         let out = body(registry).await;
         shutdown.cancel();
         tracker.close();
         tracker.wait().await;
         store.flush_blocking().expect("flush");
+        // The next run opens the database again: wait until it is closed.
+        drop(store);
+        let closed =
+            flusher_thread.is_some_and(|thread| thread.wait(std::time::Duration::from_secs(30)));
+        assert!(closed, "the flusher thread let go of the database");
         out
     }
 

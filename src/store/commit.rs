@@ -28,19 +28,25 @@ pub struct Flusher {
 }
 
 impl Flusher {
-    /// Starts the flusher thread of `db`. It ends when every handle is dropped.
+    /// Starts the flusher thread of `db`. It ends when every handle is dropped; the returned
+    /// [`FlusherThread`] tells when it has let go of the database.
     ///
     /// # Errors
     /// [`StoreError::Sled`] when the thread cannot be started.
-    pub fn start(db: sled::Db) -> Result<Flusher, StoreError> {
+    pub fn start(db: sled::Db) -> Result<(Flusher, FlusherThread), StoreError> {
         let (requests, rx) = mpsc::unbounded_channel();
         let poisoned = Arc::new(OnceLock::new());
         let for_thread = poisoned.clone();
+        let (ended, ended_rx) = std::sync::mpsc::channel::<()>();
         std::thread::Builder::new()
             .name("tidebus-flusher".into())
-            .spawn(move || run(&db, rx, &for_thread))
+            .spawn(move || {
+                run(&db, rx, &for_thread);
+                drop(db);
+                drop(ended);
+            })
             .map_err(|e| StoreError::Sled(format!("cannot start the flusher thread: {e}")))?;
-        Ok(Flusher { requests, poisoned })
+        Ok((Flusher { requests, poisoned }, FlusherThread(ended_rx)))
     }
 
     /// The failure that poisoned the database, if a flush ever failed.
@@ -57,6 +63,22 @@ impl Flusher {
             let _ = tx.send(Err(StoreError::Sled("the flusher has stopped".into())));
         }
         rx
+    }
+}
+
+/// The end of a flusher thread, to wait for: the database stays open (and locked against
+/// another process or a restarted broker) until the thread has let go of it.
+#[derive(Debug)]
+pub struct FlusherThread(std::sync::mpsc::Receiver<()>);
+
+impl FlusherThread {
+    /// Waits up to `timeout` for the thread to end, which it does once every [`Flusher`]
+    /// handle is dropped; whether it ended.
+    pub fn wait(&self, timeout: std::time::Duration) -> bool {
+        matches!(
+            self.0.recv_timeout(timeout),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected)
+        )
     }
 }
 

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 
 use crate::config::{BrokerConfig, Durability};
 use crate::store::chunk::ChunkError;
-pub use crate::store::commit::Flusher;
+pub use crate::store::commit::{Flusher, FlusherThread};
 pub use crate::store::log::EntityLog;
 use crate::store::record::{Record, RecordError};
 
@@ -307,11 +307,12 @@ impl Store {
         self.durability
     }
 
-    /// The flusher of this database, if it has one (not in `memory` mode).
+    /// The flusher of this database and the end of its thread, if it has one (not in
+    /// `memory` mode).
     ///
     /// # Errors
     /// [`StoreError::Sled`] when its thread cannot be started.
-    pub fn flusher(&self) -> Result<Option<Flusher>, StoreError> {
+    pub fn flusher(&self) -> Result<Option<(Flusher, FlusherThread)>, StoreError> {
         self.db.clone().map(Flusher::start).transpose()
     }
 

@@ -49,6 +49,8 @@ const SETTLE_BARRIER_TIMEOUT: Duration = Duration::from_secs(30);
 /// What a frame takes in the write buffer besides its payload: the frame header and an
 /// everyday performative (an attach or an open may take more; the buffer grows for those).
 const FRAME_ROOM: usize = 64;
+/// The most frames and commands whose room a connection keeps from one turn for the next.
+const SPARE_ROOM: usize = 64;
 
 /// What every connection shares.
 #[derive(Debug)]
@@ -674,7 +676,11 @@ impl Connection {
                 command.refuse(&entity.refusal());
             }
         }
-        self.spare = out;
+        // A turn that made many frames (a large message cut into small ones) leaves no more
+        // room behind than an everyday turn, so an idle connection stays small.
+        if out.frames.capacity() <= SPARE_ROOM && out.posts.capacity() <= SPARE_ROOM {
+            self.spare = out;
+        }
         running
     }
 

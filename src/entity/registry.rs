@@ -889,9 +889,14 @@ mod tests {
         store.flush_blocking().expect("flush");
         // The next run opens the database again: wait until it is closed.
         drop(store);
-        let closed =
-            flusher_thread.is_some_and(|thread| thread.wait(std::time::Duration::from_secs(30)));
-        assert!(closed, "the flusher thread let go of the database");
+        if let Some(thread) = flusher_thread {
+            let closed = tokio::task::spawn_blocking(move || {
+                thread.wait(std::time::Duration::from_secs(30))
+            })
+            .await
+            .expect("wait task");
+            assert!(closed, "the flusher thread let go of the database");
+        }
         out
     }
 

@@ -1,9 +1,10 @@
 //! Message bytes without decoding bodies: a section scanner, the Service Bus batch unpacker and
 //! the header/annotation splice applied on delivery (design.md D3).
 //!
-//! A stored message is exactly the bytes the client sent. On delivery the broker replaces the
-//! `header`, `delivery-annotations` and `message-annotations` sections with its own and passes
-//! every other section through byte for byte.
+//! A stored message is the bytes the client sent, its sections put in AMQP's order when they
+//! came in another. On delivery the broker writes the `header`, `delivery-annotations` and
+//! `message-annotations` sections anew (the client's annotations kept, but for the keys the
+//! broker sets) and passes every other section through byte for byte.
 
 use std::ops::Range;
 
@@ -68,9 +69,9 @@ pub enum MessageError {
     /// An application-properties value that is a list, map, array or described value.
     #[error("application-properties values must be simple types; value {0} is not")]
     NotSimple(usize),
-    /// Sections out of the order AMQP gives them, or one that may appear once appears twice.
-    #[error("section at byte {0} is out of order (AMQP 1.0 §3.2: header, delivery-annotations, message-annotations, properties, application-properties, body, footer)")]
-    OutOfOrder(usize),
+    /// A body section of another kind than the body before it, or a second `amqp-value`.
+    #[error("body section at byte {0} does not continue the body before it (AMQP 1.0 §3.2: a body is one or more data sections, one or more amqp-sequence sections, or one amqp-value section)")]
+    MixedBody(usize),
     /// A message without any section.
     #[error("empty message")]
     Empty,
@@ -123,27 +124,65 @@ fn sections(bytes: &[u8]) -> impl Iterator<Item = Result<Section, MessageError>>
     })
 }
 
-/// Sections must come in AMQP's order, each at most once, but for a body of several `data` or
-/// `amqp-sequence` sections (of one kind).
-fn check_order(sections: &[Section]) -> Result<(), MessageError> {
-    for pair in sections.windows(2) {
-        let (before, after) = (pair[0].code, pair[1].code);
-        let repeated_body = before == after && matches!(after, code::DATA | code::AMQP_SEQUENCE);
-        let body_kinds_mixed =
-            matches!(before, code::DATA | code::AMQP_SEQUENCE | code::AMQP_VALUE)
-                && matches!(after, code::DATA | code::AMQP_SEQUENCE | code::AMQP_VALUE)
-                && before != after;
-        if (after <= before && !repeated_body) || body_kinds_mixed {
-            return Err(MessageError::OutOfOrder(pair[1].range.start));
+/// Where a section belongs in AMQP's order (§3.2): header, delivery-annotations,
+/// message-annotations, properties, application-properties, the body, footer.
+fn rank(code: u8) -> usize {
+    match code {
+        code::DATA | code::AMQP_SEQUENCE | code::AMQP_VALUE => BODY_RANK,
+        code::FOOTER => BODY_RANK + 1,
+        other => usize::from(other - code::HEADER),
+    }
+}
+
+/// The rank of every body section.
+const BODY_RANK: usize = 5;
+
+/// The message's sections in AMQP's order, as Service Bus reads them: in any order (the
+/// Python SDK writes delivery-annotations after the footer), a later copy of a header,
+/// annotations, properties or footer replacing an earlier one. `None` when the bytes are in
+/// that order already, as every other client sends them. The body sections keep their order.
+///
+/// # Errors
+/// A body that mixes kinds or holds two `amqp-value` sections: AMQP gives it no meaning.
+fn in_amqp_order(bytes: &Bytes, sections: &[Section]) -> Result<Option<Bytes>, MessageError> {
+    let mut body_kind = None;
+    // Where the last copy of each section other than the body lies.
+    let mut last = [None; BODY_RANK + 2];
+    let mut ordered = true;
+    let mut previous_rank = 0;
+    for (index, section) in sections.iter().enumerate() {
+        let rank = rank(section.code);
+        if rank == BODY_RANK {
+            if body_kind.is_some_and(|kind| kind != section.code || kind == code::AMQP_VALUE) {
+                return Err(MessageError::MixedBody(section.range.start));
+            }
+            body_kind = Some(section.code);
+        } else {
+            ordered &= last[rank].is_none();
+            last[rank] = Some(index);
+        }
+        ordered &= rank >= previous_rank;
+        previous_rank = rank;
+    }
+    if ordered {
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    for rank_wanted in 0..last.len() {
+        for (index, section) in sections.iter().enumerate() {
+            let rank = rank(section.code);
+            if rank == rank_wanted && (rank == BODY_RANK || last[rank] == Some(index)) {
+                out.extend_from_slice(&bytes[section.range.clone()]);
+            }
         }
     }
-    Ok(())
+    Ok(Some(Bytes::from(out)))
 }
 
 /// What the broker reads from a message as it arrives; the bytes themselves are kept as sent.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Arrival {
-    /// The encoded message, exactly as the client sent it.
+    /// The encoded message as the client sent it, its sections in AMQP's order.
     pub bytes: Bytes,
     /// `header.ttl`: the message's time to live in milliseconds.
     pub ttl_ms: Option<u32>,
@@ -179,14 +218,21 @@ impl Arrival {
 }
 
 /// Checks a single message (sections scan; the header, the annotations and the properties
-/// decode, so that the splice on delivery cannot fail later) and reads what the broker needs.
+/// decode, so that the splice on delivery cannot fail later), puts its sections in AMQP's
+/// order (see `in_amqp_order`) and reads what the broker needs.
 ///
 /// # Errors
 /// Returns the first problem found.
 pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
+    let mut sections = scan_sections(&bytes)?;
+    let bytes = match in_amqp_order(&bytes, &sections)? {
+        Some(reordered) => {
+            sections = scan_sections(&reordered)?;
+            reordered
+        }
+        None => bytes,
+    };
     let mut arrival = Arrival::bare(bytes);
-    let sections = scan_sections(&arrival.bytes)?;
-    check_order(&sections)?;
     for section in &sections {
         let raw = &arrival.bytes[section.range.clone()];
         if !matches!(
@@ -199,6 +245,9 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
         }
         match section.code {
             code::HEADER => arrival.ttl_ms = read_header(raw)?.ttl,
+            code::DELIVERY_ANNOTATIONS => {
+                annotation_entries(raw, "delivery-annotations")?;
+            }
             code::MESSAGE_ANNOTATIONS => {
                 for (key, value) in annotation_entries(raw, "message-annotations")? {
                     if symbol_name(key) == Some(SCHEDULED_ENQUEUE_TIME_KEY.as_bytes()) {
@@ -309,6 +358,7 @@ pub struct DeliveryStamp {
 /// Fails only on bytes that [`inspect`] would have refused.
 pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<Bytes, MessageError> {
     let mut header = HeaderFields::default();
+    let mut delivery_annotations: Vec<Entry> = Vec::new();
     let mut annotations: Vec<Entry> = Vec::new();
     // The first section the broker passes on (or the message's end), and a properties
     // section right there.
@@ -319,7 +369,12 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<Bytes, MessageErr
         let raw = &stored[section.range.clone()];
         match section.code {
             code::HEADER => header = read_header(raw)?,
-            code::DELIVERY_ANNOTATIONS => {}
+            // Checked on arrival only since they are passed on: older stored messages may hold
+            // ones that do not read, which are dropped rather than the message.
+            code::DELIVERY_ANNOTATIONS => {
+                delivery_annotations =
+                    annotation_entries(raw, "delivery-annotations").unwrap_or_default()
+            }
             code::MESSAGE_ANNOTATIONS => {
                 annotations = annotation_entries(raw, "message-annotations")?
             }
@@ -335,13 +390,26 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<Bytes, MessageErr
     }
     let mut out = Vec::with_capacity(SPLICED_PREFIX_ROOM + stored.len() - tail_start);
     write_header(&mut out, &header, stamp.delivery_count);
+    // The sender's delivery annotations reach the receiver, as in Service Bus; a lock token
+    // is only ever the broker's.
+    delivery_annotations.retain(|(key, _)| symbol_name(key) != Some(LOCK_TOKEN_KEY.as_bytes()));
     if let Some(token) = stamp.lock_token {
         let mut value = [0x98; 17];
         value[1..].copy_from_slice(token.as_bytes());
         let entry = [(LOCK_TOKEN_KEY, AnnotationValue::Encoded(&value))];
-        write_annotations(&mut out, code::DELIVERY_ANNOTATIONS, entry, &[])?;
-    } else if stamp.presettled {
-        write_annotations(&mut out, code::DELIVERY_ANNOTATIONS, [], &[])?;
+        write_annotations(
+            &mut out,
+            code::DELIVERY_ANNOTATIONS,
+            entry,
+            &delivery_annotations,
+        )?;
+    } else if stamp.presettled || !delivery_annotations.is_empty() {
+        write_annotations(
+            &mut out,
+            code::DELIVERY_ANNOTATIONS,
+            [],
+            &delivery_annotations,
+        )?;
     }
     // The client's own entries follow the broker's, but for the keys the broker sets.
     annotations.retain(|(key, _)| {
@@ -1237,7 +1305,21 @@ mod tests {
                 .insert(OwnedKey::from(Symbol::from(key)), value);
         }
         annotations.0.insert(OwnedKey::from(7u64), Value::Int(7));
-        let mut stored = serde_amqp::to_vec(&annotations).expect("ma");
+        // The sender's delivery annotations, one of them a lock token of its own.
+        let mut sent_delivery = DeliveryAnnotations::default();
+        for (key, value) in [
+            (
+                LOCK_TOKEN_KEY,
+                Value::Uuid(uuid::Uuid::from_u128(9).into_bytes().into()),
+            ),
+            ("delann_key", Value::String("delann_value".into())),
+        ] {
+            sent_delivery
+                .0
+                .insert(OwnedKey::from(Symbol::from(key)), value);
+        }
+        let mut stored = serde_amqp::to_vec(&sent_delivery).expect("da");
+        stored.extend(serde_amqp::to_vec(&annotations).expect("ma"));
         stored.extend(serde_amqp::to_vec(&Data(Binary::from(b"x".to_vec()))).expect("d"));
         let stamp = DeliveryStamp {
             delivery_count: 0,
@@ -1260,6 +1342,11 @@ mod tests {
                 .get(&OwnedKey::from(Symbol::from(LOCK_TOKEN_KEY))),
             Some(&Value::Uuid(uuid::Uuid::from_u128(7).into_bytes().into()))
         );
+        assert_eq!(
+            delivery.0.get(&OwnedKey::from(Symbol::from("delann_key"))),
+            Some(&Value::String("delann_value".into()))
+        );
+        assert_eq!(delivery.0.len(), 2, "{delivery:?}");
         let spliced: MessageAnnotations =
             serde_amqp::from_slice(&whole[sections[2].range.clone()]).expect("ma");
         let get = |key: &str| spliced.0.get(&OwnedKey::from(Symbol::from(key)));
@@ -1288,20 +1375,64 @@ mod tests {
     }
 
     #[test]
-    fn inspect_refuses_sections_out_of_order_and_compound_application_property_values() {
-        // Data, then a header: a second header would reach the receiver.
-        let late_header = [0x00, 0x53, 0x75, 0xa0, 0x00, 0x00, 0x53, 0x70, 0x45];
+    fn inspect_puts_sections_in_amqp_order_and_refuses_mixed_bodies() {
+        let header = [0x00, 0x53, 0x70, 0x45];
+        let data = [0x00, 0x53, 0x75, 0xa0, 0x00];
+        let footer = [0x00, 0x53, 0x78, 0xc1, 0x01, 0x00];
+        let delivery_annotations = [0x00, 0x53, 0x71, 0xc1, 0x01, 0x00];
+        // properties {message-id: "m"}: with none the broker would assign one.
+        let properties = [0x00, 0x53, 0x73, 0xc0, 0x04, 0x01, 0xa1, 0x01, b'm'];
+        let inspected = |parts: &[&[u8]]| inspect(Bytes::from(parts.concat())).map(|a| a.bytes);
+        // As the Python SDK writes a message with delivery annotations: after the footer.
         assert_eq!(
-            inspect(Bytes::copy_from_slice(&late_header)),
-            Err(MessageError::OutOfOrder(5))
+            inspected(&[&header, &properties, &data, &footer, &delivery_annotations]),
+            Ok(Bytes::from(
+                [
+                    &header[..],
+                    &delivery_annotations,
+                    &properties,
+                    &data,
+                    &footer
+                ]
+                .concat()
+            ))
         );
-        let two_bodies = [0x00, 0x53, 0x75, 0xa0, 0x00, 0x00, 0x53, 0x77, 0x40];
+        // A header after the body goes before it; of two headers the later one counts, as
+        // Service Bus reads them.
+        let priority_header = [0x00, 0x53, 0x70, 0xc0, 0x04, 0x02, 0x40, 0x50, 0x07];
         assert_eq!(
-            inspect(Bytes::copy_from_slice(&two_bodies)),
-            Err(MessageError::OutOfOrder(5))
+            inspected(&[&header, &properties, &data, &data, &priority_header]),
+            Ok(Bytes::from(
+                [&priority_header[..], &properties, &data, &data].concat()
+            ))
         );
-        let data_twice = [0x00, 0x53, 0x75, 0xa0, 0x00, 0x00, 0x53, 0x75, 0xa0, 0x00];
-        assert!(inspect(Bytes::copy_from_slice(&data_twice)).is_ok());
+        // In order already: untouched.
+        assert_eq!(
+            inspected(&[&header, &properties, &data, &data, &footer]),
+            Ok(Bytes::from(
+                [&header[..], &properties, &data, &data, &footer].concat()
+            ))
+        );
+        let value = [0x00, 0x53, 0x77, 0x40];
+        let sequence = [0x00, 0x53, 0x76, 0x45];
+        for (body, at) in [
+            (&[&data[..], &value][..], 5),
+            (&[&sequence[..], &data], 4),
+            (&[&value[..], &value], 4),
+            (&[&data[..], &footer, &sequence], 11),
+        ] {
+            assert_eq!(
+                inspected(body),
+                Err(MessageError::MixedBody(at)),
+                "{body:?}"
+            );
+        }
+        // Delivery annotations are passed on, so they must read like message annotations.
+        let string_keyed = [0x00, 0x53, 0x71, 0xc1, 0x05, 0x02, 0xa1, 0x01, b'k', 0x40];
+        assert_eq!(
+            inspected(&[&string_keyed, &data]),
+            Err(MessageError::Malformed("delivery-annotations"))
+        );
         // application-properties {"k": []} (a list0 value).
         let list_value = [0x00, 0x53, 0x74, 0xc1, 0x05, 0x02, 0xa1, 0x01, b'k', 0x45];
         assert_eq!(

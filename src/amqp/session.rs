@@ -891,9 +891,11 @@ impl Session {
         let delivery_id = self.next_delivery_id;
         self.next_delivery_id = self.next_delivery_id.wrapping_add(1);
         let settled = delivery.lock_token.is_none();
+        // A locked message's tag is its lock token; a pre-settled one has an empty tag, as
+        // Service Bus sends it (the Python SDK's receive-and-delete messages have none).
         let tag = match delivery.lock_token {
             Some(token) => token.to_bytes_le().to_vec(),
-            None => uuid::Uuid::new_v4().as_bytes().to_vec(),
+            None => Vec::new(),
         };
         if let Some(token) = delivery.lock_token {
             self.unsettled.insert(

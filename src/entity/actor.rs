@@ -7,7 +7,7 @@
 //! in `flushing` until that flush completes; meanwhile the next batches are applied and
 //! written, so one fsync covers everything that arrived while the previous one ran.
 
-use foldhash::{HashMap, HashMapExt};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -756,6 +756,15 @@ impl Actor {
                 mode,
                 session,
             } => {
+                // All or nothing: a number asked for twice is taken once, and none is taken
+                // unless every one can be.
+                let mut seqs = seqs;
+                let mut seen = HashSet::with_capacity(seqs.len());
+                seqs.retain(|seq| seen.insert(*seq));
+                let queue = self.core.lane(lane)?;
+                for &seq in &seqs {
+                    queue.check_deferred(seq, now, session.as_deref())?;
+                }
                 let mut messages = Vec::with_capacity(seqs.len());
                 for seq in seqs {
                     let queue = self.core.lane(lane)?;

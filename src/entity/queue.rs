@@ -974,9 +974,7 @@ impl QueueCore {
     /// lane with sessions the message must be of `session`, whose lock then covers it.
     ///
     /// # Errors
-    /// [`EntityError::MessageNotFound`] when no unlocked deferred message (of `session`) has
-    /// that number (an expired one leaves the queue then), and
-    /// [`EntityError::SessionLockLost`] when nobody holds its session.
+    /// As [`QueueCore::check_deferred`]; an expired message leaves the queue then.
     pub fn receive_deferred(
         &mut self,
         seq: i64,
@@ -984,13 +982,31 @@ impl QueueCore {
         now_ms: i64,
         session: Option<&str>,
     ) -> Result<Delivery, EntityError> {
+        if let Err(error) = self.check_deferred(seq, now_ms, session) {
+            if self.has_expired(seq, now_ms) && self.is_deferred_unlocked(seq, session) {
+                self.expire(seq);
+            }
+            return Err(error);
+        }
+        self.take(seq, MANAGEMENT, mode, now_ms)
+            .ok_or(EntityError::MessageNotFound(seq, "deferred"))
+    }
+
+    /// Whether [`QueueCore::receive_deferred`] would take `seq` now; changes nothing, so that a
+    /// request for several messages takes all of them or none.
+    ///
+    /// # Errors
+    /// [`EntityError::MessageNotFound`] when no unlocked, unexpired deferred message (of
+    /// `session`) has that number, and [`EntityError::SessionLockLost`] when nobody holds its
+    /// session.
+    pub fn check_deferred(
+        &self,
+        seq: i64,
+        now_ms: i64,
+        session: Option<&str>,
+    ) -> Result<(), EntityError> {
         let not_found = EntityError::MessageNotFound(seq, "deferred");
-        let deferred = self.messages.get(&seq).is_some_and(|entry| {
-            entry.record.state == MessageState::Deferred
-                && entry.lock.is_none()
-                && entry.session.as_deref() == session.filter(|_| self.sessions.is_some())
-        });
-        if !deferred {
+        if !self.is_deferred_unlocked(seq, session) {
             return Err(not_found);
         }
         if let Some(id) = session.filter(|_| self.sessions.is_some()) {
@@ -999,10 +1015,18 @@ impl QueueCore {
             }
         }
         if self.has_expired(seq, now_ms) {
-            self.expire(seq);
             return Err(not_found);
         }
-        self.take(seq, MANAGEMENT, mode, now_ms).ok_or(not_found)
+        Ok(())
+    }
+
+    /// Whether `seq` is an unlocked deferred message (of `session`, in a lane with sessions).
+    fn is_deferred_unlocked(&self, seq: i64, session: Option<&str>) -> bool {
+        self.messages.get(&seq).is_some_and(|entry| {
+            entry.record.state == MessageState::Deferred
+                && entry.lock.is_none()
+                && entry.session.as_deref() == session.filter(|_| self.sessions.is_some())
+        })
     }
 
     /// Settles a locked message by its token, whoever holds the lock (`update-disposition`).

@@ -1,0 +1,137 @@
+"""What the official `azure-servicebus` SDK sends and expects where its own live suite (the tests
+Microsoft runs against real namespaces) found Tidebus stricter or otherwise than Service Bus
+(issue 31): messages re-sent as received, every section kind of an `AmqpAnnotatedMessage`, the
+delivery tag of a receive-and-delete message, and the management operations the suite uses.
+
+Each test runs its own broker and client (conftest.py); every wait is bounded.
+"""
+
+import warnings
+from datetime import timedelta
+
+import pytest
+from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode
+from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType, AmqpMessageHeader
+from azure.servicebus.exceptions import MessageNotFoundError
+
+from sb_common import (
+    OPERATION_TIMEOUT_S,
+    assert_only_marker_left,
+    body_of,
+    now_utc,
+    properties_of,
+    receive_exactly,
+    receive_one,
+    send,
+    text,
+)
+
+
+def test_a_received_message_is_sent_and_scheduled_again_as_it_is(client):
+    # pyamqp writes a received message's delivery annotations (its lock token) after the
+    # footer; Service Bus takes sections in any order.
+    send(client, "q1", ServiceBusMessage("again", message_id="m1", application_properties={"k": 1}))
+
+    with client.get_queue_receiver("q1") as receiver, client.get_queue_sender("q1") as sender:
+        original = receive_one(receiver)
+        sender.send_messages(original, timeout=OPERATION_TIMEOUT_S)
+        (scheduled,) = sender.schedule_messages(original, now_utc(), timeout=OPERATION_TIMEOUT_S)
+        receiver.complete_message(original)
+
+        copies = receive_exactly(receiver, 2)
+        for copy in copies:
+            assert (copy.message_id, body_of(copy), properties_of(copy)) == ("m1", "again", {"k": 1})
+            assert copy.sequence_number != original.sequence_number
+            assert copy.lock_token != original.lock_token, "a lock token the client sent came back"
+            receiver.complete_message(copy)
+        assert scheduled in [copy.sequence_number for copy in copies]
+    assert_only_marker_left(client, "q1")
+
+
+def test_every_section_kind_of_an_annotated_message_arrives(client):
+    data = AmqpAnnotatedMessage(
+        data_body=[b"aa", b"bb"],
+        delivery_annotations={"delann_key": "delann_value"},
+        application_properties={"body_type": "data"},
+        footer={"footer_key": "footer_value"},
+    )
+    sequence = AmqpAnnotatedMessage(
+        sequence_body=[b"message", 123.456, True],
+        properties={"subject": "sequence"},
+        application_properties={"body_type": "sequence"},
+        footer={"footer_key": "footer_value"},
+    )
+    value = AmqpAnnotatedMessage(
+        value_body={b"key": [-123, b"data", False]},
+        header=AmqpMessageHeader(priority=10),
+        annotations={"ann_key": "ann_value"},
+        application_properties={"body_type": "value"},
+    )
+    send(client, "q1", [data, sequence, value])
+
+    with client.get_queue_receiver("q1") as receiver:
+        received = {}
+        for message in receive_exactly(receiver, 3):
+            raw = message.raw_amqp_message
+            received[text(raw.application_properties[b"body_type"])] = raw
+            assert message.lock_token, "the broker's lock token is missing"
+            receiver.complete_message(message)
+
+    assert received["data"].body_type == AmqpMessageBodyType.DATA
+    assert list(received["data"].body) == [b"aa", b"bb"]
+    # The sender's delivery annotations reach the receiver beside the broker's lock token.
+    assert received["data"].delivery_annotations[b"delann_key"] == b"delann_value"
+    assert b"x-opt-lock-token" in received["data"].delivery_annotations
+    assert received["data"].footer[b"footer_key"] == b"footer_value"
+    assert received["sequence"].body_type == AmqpMessageBodyType.SEQUENCE
+    assert list(received["sequence"].body) == [[b"message", 123.456, True]]
+    assert received["sequence"].properties.subject == b"sequence"
+    assert received["value"].body == {b"key": [-123, b"data", False]}
+    assert received["value"].header.priority == 10
+    assert received["value"].annotations[b"ann_key"] == b"ann_value"
+
+
+def test_a_receive_and_delete_message_has_an_empty_delivery_tag(client):
+    send(client, "q1", ServiceBusMessage("settled", time_to_live=timedelta(seconds=30)))
+
+    with client.get_queue_receiver("q1", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
+        message = receive_one(receiver)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            legacy = message.message
+        # Service Bus sends pre-settled deliveries with an empty tag, which the SDK reads as none.
+        assert legacy.delivery_tag is None
+        assert legacy.settled
+        assert legacy.delivery_annotations == {}
+        assert sorted(legacy.annotations) == [b"x-opt-enqueued-time", b"x-opt-sequence-number"]
+
+
+def defer_one(client, queue, message_id):
+    """Send a message and defer it; returns its sequence number."""
+    send(client, queue, ServiceBusMessage(message_id, message_id=message_id))
+    with client.get_queue_receiver(queue) as receiver:
+        message = receive_one(receiver)
+        receiver.defer_message(message)
+    return message.sequence_number
+
+
+def test_a_deferred_message_asked_for_twice_is_received_once(client):
+    seq = defer_one(client, "q1", "twice")
+
+    with client.get_queue_receiver("q1", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
+        received = receiver.receive_deferred_messages([seq, seq], timeout=OPERATION_TIMEOUT_S)
+    assert [message.message_id for message in received] == ["twice"]
+
+
+def test_receiving_deferred_messages_takes_all_or_none(client):
+    seq = defer_one(client, "q1", "kept")
+
+    for mode in (ServiceBusReceiveMode.PEEK_LOCK, ServiceBusReceiveMode.RECEIVE_AND_DELETE):
+        with client.get_queue_receiver("q1", receive_mode=mode) as receiver:
+            with pytest.raises(MessageNotFoundError):
+                receiver.receive_deferred_messages([seq, seq + 1000], timeout=OPERATION_TIMEOUT_S)
+    # Neither refusal took the message that was there: it is still deferred and unlocked.
+    with client.get_queue_receiver("q1") as receiver:
+        (message,) = receiver.receive_deferred_messages([seq], timeout=OPERATION_TIMEOUT_S)
+        assert message.message_id == "kept"
+        receiver.complete_message(message)

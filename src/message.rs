@@ -774,6 +774,55 @@ fn with_property_field(
     Ok(Bytes::from(out))
 }
 
+/// A stored message with message annotations added: each of `set` replaces the message's own
+/// entry of that key, each of `kept` is added only where the message has none.
+///
+/// # Errors
+/// When the stored message does not scan or its message-annotations do not read.
+pub fn annotate(
+    stored: &Bytes,
+    set: &[(&'static str, Value)],
+    kept: &[(&'static str, Value)],
+) -> Result<Bytes, MessageError> {
+    let sections = scan_sections(stored)?;
+    let annotations = sections
+        .iter()
+        .find(|section| section.code == code::MESSAGE_ANNOTATIONS);
+    let mut own = match annotations {
+        Some(section) => annotation_entries(&stored[section.range.clone()], "message-annotations")?,
+        None => Vec::new(),
+    };
+    let has = |entries: &[Entry], key: &str| {
+        entries
+            .iter()
+            .any(|(own_key, _)| symbol_name(own_key) == Some(key.as_bytes()))
+    };
+    let added: Vec<_> = (kept.iter())
+        .filter(|(key, _)| !has(&own, key))
+        .chain(set)
+        .map(|(key, value)| (*key, AnnotationValue::Value(value)))
+        .collect();
+    own.retain(|(key, _)| {
+        !set.iter()
+            .any(|(ours, _)| symbol_name(key) == Some(ours.as_bytes()))
+    });
+    let replaced = match annotations {
+        Some(section) => section.range.clone(),
+        None => {
+            let at = sections
+                .iter()
+                .find(|section| section.code > code::MESSAGE_ANNOTATIONS)
+                .map_or(stored.len(), |section| section.range.start);
+            at..at
+        }
+    };
+    let mut out = Vec::with_capacity(stored.len() + SPLICED_PREFIX_ROOM);
+    out.extend_from_slice(&stored[..replaced.start]);
+    write_annotations(&mut out, code::MESSAGE_ANNOTATIONS, added, &own)?;
+    out.extend_from_slice(&stored[replaced.end..]);
+    Ok(Bytes::from(out))
+}
+
 /// A stored message with a system property set (or cleared, `None`) by a topic rule's
 /// action: the field of the properties section it lives in.
 ///
@@ -1355,6 +1404,36 @@ mod tests {
         assert_eq!(get("x-opt-message-state"), Some(&Value::Int(0)));
         assert_eq!(get("x-opt-partition-key"), Some(&Value::String("p".into())));
         assert_eq!(spliced.0.get(&OwnedKey::from(7u64)), Some(&Value::Int(7)));
+    }
+
+    #[test]
+    fn annotate_sets_replaces_and_keeps_message_annotations() {
+        let plain = Bytes::from(encode_message(b"x"));
+        let once = annotate(
+            &plain,
+            &[("x-opt-deadletter-source", Value::String("q".into()))],
+            &[("x-opt-enqueue-sequence-number", Value::Long(7))],
+        )
+        .expect("annotate");
+        let twice = annotate(
+            &once,
+            &[("x-opt-deadletter-source", Value::String("q2".into()))],
+            &[("x-opt-enqueue-sequence-number", Value::Long(9))],
+        )
+        .expect("annotate again");
+        let sections = scan_sections(&twice).expect("scan");
+        let codes: Vec<u8> = sections.iter().map(|section| section.code).collect();
+        assert_eq!(codes, [0x70, 0x72, 0x73, 0x74, 0x75]);
+        let annotations: MessageAnnotations =
+            serde_amqp::from_slice(&twice[sections[1].range.clone()]).expect("ma");
+        let get = |key: &str| annotations.0.get(&OwnedKey::from(Symbol::from(key)));
+        assert_eq!(annotations.0.len(), 2, "{annotations:?}");
+        assert_eq!(
+            get("x-opt-deadletter-source"),
+            Some(&Value::String("q2".into()))
+        );
+        assert_eq!(get("x-opt-enqueue-sequence-number"), Some(&Value::Long(7)));
+        assert!(inspect(twice).is_ok());
     }
 
     #[test]

@@ -833,6 +833,7 @@ fn entity_refusal(refused: &EntityError) -> Response<Full<Bytes>> {
     let status = match refused {
         EntityError::RuleExists(_) => StatusCode::CONFLICT,
         EntityError::RuleNotFound(_) => StatusCode::NOT_FOUND,
+        EntityError::FilterQuotaExceeded { .. } => StatusCode::FORBIDDEN,
         EntityError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         EntityError::Deleted => StatusCode::NOT_FOUND,
         _ => StatusCode::BAD_REQUEST,

@@ -15,7 +15,7 @@ mod emulator;
 pub mod forwarding;
 mod key_path;
 mod limits;
-mod names;
+pub(crate) mod names;
 mod raw;
 mod security;
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! a character set narrow enough to be safe in every address and log line.
 
 /// The rules for one kind of name.
-pub(super) struct NameRules {
+pub(crate) struct NameRules {
     /// What is named, for messages: `queue`, `topic`, `subscription`, `rule`.
     pub(super) kind: &'static str,
     max_chars: usize,
@@ -46,7 +46,7 @@ pub(super) const SUBSCRIPTION_NAMES: NameRules = NameRules {
 
 /// Rule names: as subscription names, and `$` first so that Service Bus's `$Default` can be
 /// written.
-pub(super) const RULE_NAMES: NameRules = NameRules {
+pub(crate) const RULE_NAMES: NameRules = NameRules {
     kind: "rule",
     leading: Some('$'),
     allowed_text: "letters, digits, '.', '_', '-' and '$' first",
@@ -62,7 +62,7 @@ pub(super) const POLICY_NAMES: NameRules = NameRules {
 
 impl NameRules {
     /// Why `name` is not a valid name of this kind, if it is not.
-    pub(super) fn check(&self, name: &str) -> Result<(), String> {
+    pub(crate) fn check(&self, name: &str) -> Result<(), String> {
         let length = name.chars().count();
         if length == 0 {
             return Err("it is empty".to_owned());

@@ -481,6 +481,22 @@ impl Actor {
         }
     }
 
+    /// The entity path of a lane: the queue's or topic's name, or a subscription's
+    /// `<topic>/subscriptions/<name>`.
+    fn lane_path(&self, lane: LaneId) -> String {
+        let subscription = (self.subscriptions.as_ref())
+            .filter(|_| lane.subscription != 0)
+            .and_then(|names| {
+                let names = names.read().ok()?;
+                let (name, _) = names.iter().find(|(_, id)| **id == lane.subscription)?;
+                Some(name.clone())
+            });
+        match subscription {
+            Some(name) => format!("{}/subscriptions/{name}", self.name),
+            None => self.name.clone(),
+        }
+    }
+
     /// Sends what each forwarding lane may send now to its target, one batch per lane.
     fn forward(&mut self, now: i64) {
         for (lane, room) in self.forwarder.room(now) {
@@ -491,11 +507,12 @@ impl Actor {
             if taken.is_empty() {
                 continue;
             }
+            let source = lane.dead_letter.then(|| self.lane_path(lane));
             let mut bodies = Vec::with_capacity(taken.len());
             let mut locks = Vec::with_capacity(taken.len());
             for delivery in taken {
                 match self.log.body(lane, delivery.seq) {
-                    Ok(bytes) => bodies.push(bytes),
+                    Ok(bytes) => bodies.push(forwarded(bytes, delivery.seq, source.as_deref())),
                     Err(error) => return self.poison(&error),
                 }
                 let token = delivery.lock_token.unwrap_or_default();
@@ -1135,4 +1152,18 @@ async fn sleep_until_deadline(deadline: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
+}
+
+/// A message as it leaves for its forwarding target, marked as Service Bus marks it: with
+/// the sequence number it was first given (kept from an earlier hop) and, leaving a
+/// dead-letter queue, the entity it was dead-lettered in.
+fn forwarded(bytes: Bytes, seq: i64, dead_letter_source: Option<&str>) -> Bytes {
+    use crate::node::wire::annotation;
+    use fe2o3_amqp::types::primitives::Value;
+    let first_seq = [(annotation::ENQUEUE_SEQUENCE_NUMBER, Value::Long(seq))];
+    let source: Vec<_> = dead_letter_source
+        .map(|source| (annotation::DEAD_LETTER_SOURCE, Value::String(source.into())))
+        .into_iter()
+        .collect();
+    message::annotate(&bytes, &source, &first_seq).unwrap_or(bytes)
 }

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use fe2o3_amqp::types::primitives::SimpleValue;
 
+use crate::config::names::RULE_NAMES;
 use crate::entity::duplicates::{self, Digest, Duplicates};
 use crate::entity::handle::{
     ConsumerId, Delivery, EntityError, LaneId, LockRef, ReceiveMode, SessionRequest, Settlement,
@@ -22,6 +23,7 @@ use crate::entity::schedule::Schedule;
 use crate::entity::sessions::SessionId;
 use crate::entity::setup::SubscriptionSettings;
 use crate::entity::topic::{self, Copy, Route, Rule};
+use crate::filter::Filter;
 use crate::message::{self, Arrival};
 use crate::node::wire;
 use crate::store::record::{MessageState, Record, NEVER};
@@ -724,9 +726,30 @@ impl EntityCore {
     /// Adds a rule to a subscription (`add-rule`), stored with the entity's durability.
     ///
     /// # Errors
-    /// [`EntityError::RuleExists`] when the name is taken (ignoring case);
-    /// [`EntityError::NotAllowed`] when `lane` is not a subscription.
+    /// [`EntityError::InvalidRuleName`] for a name the config would refuse;
+    /// [`EntityError::FilterQuotaExceeded`] when the topic has as many filters of the rule's
+    /// kind as Service Bus allows; [`EntityError::RuleExists`] when the name is taken
+    /// (ignoring case); [`EntityError::NotAllowed`] when `lane` is not a subscription.
     pub fn add_rule(&mut self, lane: LaneId, rule: Rule) -> Result<(), EntityError> {
+        RULE_NAMES
+            .check(&rule.name)
+            .map_err(EntityError::InvalidRuleName)?;
+        let kind = filter_kind(&rule.filter);
+        let held = (self.routes.iter().flatten())
+            .flat_map(|route| &route.rules)
+            .filter(|kept| filter_kind(&kept.filter) == kind)
+            .count();
+        let max = match kind {
+            FilterKind::Correlation => MAX_CORRELATION_FILTERS,
+            FilterKind::Sql => MAX_SQL_FILTERS,
+        };
+        if held >= max {
+            let kind = match kind {
+                FilterKind::Correlation => "correlation",
+                FilterKind::Sql => "SQL",
+            };
+            return Err(EntityError::FilterQuotaExceeded { kind, max });
+        }
         let route = self.route(lane)?;
         if route
             .rules
@@ -988,6 +1011,28 @@ impl EntityCore {
     /// Whether no lane holds a message.
     pub fn is_empty(&self) -> bool {
         self.lanes.values().all(QueueCore::is_empty)
+    }
+}
+
+/// SQL filters a topic may hold across its subscriptions (Service Bus's quota).
+pub const MAX_SQL_FILTERS: usize = 2_000;
+/// Correlation filters a topic may hold across its subscriptions (Service Bus's quota).
+pub const MAX_CORRELATION_FILTERS: usize = 100_000;
+
+/// The two kinds of filter Service Bus counts against its quotas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FilterKind {
+    /// SQL filters, the true and false filters among them.
+    Sql,
+    /// Correlation filters.
+    Correlation,
+}
+
+/// Which quota a filter counts against.
+fn filter_kind(filter: &Filter) -> FilterKind {
+    match filter {
+        Filter::Correlation(_) => FilterKind::Correlation,
+        Filter::True | Filter::False | Filter::Sql(_) => FilterKind::Sql,
     }
 }
 

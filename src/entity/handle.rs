@@ -127,6 +127,17 @@ pub enum EntityError {
     /// The operation is not allowed on this entity.
     #[error("{0}")]
     NotAllowed(&'static str),
+    /// A rule name Service Bus would not take (the reason, not the name: it may be huge).
+    #[error("the rule name is invalid: {0}")]
+    InvalidRuleName(String),
+    /// The topic holds as many filters of a kind as Service Bus allows.
+    #[error("the topic already has {max} {kind} filters, Service Bus's limit per topic: remove one first")]
+    FilterQuotaExceeded {
+        /// `SQL` (true and false filters count as SQL filters) or `correlation`.
+        kind: &'static str,
+        /// The limit.
+        max: usize,
+    },
     /// A rule of that name exists already in the subscription.
     #[error("the subscription already has a rule named '{0}'")]
     RuleExists(String),

@@ -664,6 +664,10 @@ impl QueueCore {
             } => {
                 let mut all = dead_letter_properties(reason.clone(), description.clone());
                 all.extend(properties.iter().cloned());
+                // The delivery it is dead-lettered from counts, as in Service Bus.
+                if let Some(entry) = self.messages.get_mut(&lock.seq) {
+                    entry.record.delivery_count = entry.record.delivery_count.saturating_add(1);
+                }
                 self.dead_letter(lock.seq, all);
             }
         }
@@ -925,7 +929,7 @@ impl QueueCore {
     ) -> Vec<(i64, DeliveryStamp)> {
         let stamped = |seq: i64| {
             let entry = self.messages.get(&seq)?;
-            Some((seq, stamp(seq, &entry.record, None, true)))
+            Some((seq, stamp(seq, &entry.record, entry.lock, true)))
         };
         match (session, &self.sessions) {
             (Some(id), Some(table)) => table
@@ -1052,8 +1056,8 @@ pub const MANAGEMENT: ConsumerId = ConsumerId(0);
 pub const FORWARDER: ConsumerId = ConsumerId(u64::MAX);
 
 /// What a delivery of `record` says about it: zero-based delivery count, sequence number,
-/// enqueued time, state, the lock when there is one, and the effective time to live with the
-/// expiry it gives.
+/// enqueued time, state, the lock when there is one (a peek shows until when, never the
+/// token), and the effective time to live with the expiry it gives.
 fn stamp(seq: i64, record: &Record, lock: Option<Lock>, peek: bool) -> DeliveryStamp {
     let state = i32::from(record.state.code());
     let expires_ms = (record.expires_ms != NEVER).then_some(record.expires_ms);
@@ -1079,7 +1083,7 @@ fn stamp(seq: i64, record: &Record, lock: Option<Lock>, peek: bool) -> DeliveryS
     DeliveryStamp {
         delivery_count: record.delivery_count,
         annotations,
-        lock_token: lock.map(|lock| lock.token),
+        lock_token: lock.filter(|_| !peek).map(|lock| lock.token),
         presettled: !peek && lock.is_none(),
         ttl_ms: expires_ms.and_then(|at| u32::try_from(at - record.enqueued_ms).ok()),
         expires_ms,

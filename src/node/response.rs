@@ -15,7 +15,10 @@ pub fn status_of(error: &EntityError) -> (i32, &'static str) {
         EntityError::LockLost => (410, wire::condition::MESSAGE_LOCK_LOST),
         EntityError::MessageNotFound(..) => (404, wire::condition::MESSAGE_NOT_FOUND),
         EntityError::Deleted => (404, wire::condition::NOT_FOUND),
-        EntityError::QuotaExceeded { .. } => (403, wire::condition::RESOURCE_LIMIT_EXCEEDED),
+        EntityError::QuotaExceeded { .. } | EntityError::FilterQuotaExceeded { .. } => {
+            (403, wire::condition::RESOURCE_LIMIT_EXCEEDED)
+        }
+        EntityError::InvalidRuleName(_) => (400, wire::condition::ARGUMENT_ERROR),
         EntityError::NotAllowed(_) => (400, wire::condition::NOT_ALLOWED),
         EntityError::Unavailable => (503, wire::condition::SERVER_BUSY),
         EntityError::Storage(_) => (500, wire::condition::INTERNAL_ERROR),

@@ -12,6 +12,10 @@ pub mod annotation {
     pub const MESSAGE_STATE: &str = "x-opt-message-state";
     /// The lock token, in the delivery annotations (uuid).
     pub const LOCK_TOKEN: &str = "x-opt-lock-token";
+    /// On a forwarded message: the sequence number it was first given (long).
+    pub const ENQUEUE_SEQUENCE_NUMBER: &str = "x-opt-enqueue-sequence-number";
+    /// On a message forwarded from a dead-letter queue: the entity it was dead-lettered in.
+    pub const DEAD_LETTER_SOURCE: &str = "x-opt-deadletter-source";
 }
 
 /// Dead-lettering (amqp-dialect.md §5.2).

@@ -406,6 +406,60 @@ async fn rules_managed_at_run_time_pick_copies_and_outlive_a_restart() {
     broker.stop().await;
 }
 
+/// `add-rule` through azservicebus's rule manager: a name the config and the administration
+/// API refuse is refused here too (not stored, to come back after a restart), and a topic
+/// holds at most Service Bus's 2,000 SQL filters while correlation filters still fit.
+#[tokio::test(flavor = "current_thread")]
+async fn added_rules_are_named_as_in_the_config_and_counted_against_the_topic() {
+    use azservicebus::administration::{CorrelationRuleFilter, SqlRuleFilter};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = TestBroker::start(topic_config(dir.path())).await;
+    let mut client = client(&broker).await;
+    let mut rules = within("rule manager", client.create_rule_manager("t", "s1")).await;
+    for (name, why) in [
+        ("a/b", "'/' is not allowed"),
+        ("<b>", "'<' is not allowed"),
+        (&"r".repeat(51) as &str, "at most 50 are allowed"),
+    ] {
+        let refused = timeout(DEADLINE, rules.create_rule(name, SqlRuleFilter::new("1=1")))
+            .await
+            .expect("an answer in time")
+            .expect_err("a rule name Service Bus refuses");
+        let text = format!("{refused:?}");
+        assert!(
+            text.contains("argument-error") && text.contains(why),
+            "{name}: {text}"
+        );
+    }
+    // Both subscriptions hold $Default (a SQL filter): 1,998 more reach the limit.
+    for index in 0..1_998 {
+        let filter = SqlRuleFilter::new(format!("n = {index}"));
+        within(
+            "create rule",
+            rules.create_rule(format!("r{index}"), filter),
+        )
+        .await;
+    }
+    let refused = timeout(
+        DEADLINE,
+        rules.create_rule("over", SqlRuleFilter::new("1=1")),
+    )
+    .await
+    .expect("an answer in time")
+    .expect_err("a SQL filter past 2,000");
+    let text = format!("{refused:?}");
+    assert!(
+        text.contains("resource-limit-exceeded") && text.contains("2000 SQL filters"),
+        "{text}"
+    );
+    let correlation = CorrelationRuleFilter::builder().subject("red").build();
+    within("correlation rule", rules.create_rule("red", correlation)).await;
+    within("dispose rule manager", rules.dispose()).await;
+    assert_eq!(rule_names(&mut client).await.len(), 2_000);
+    within("dispose client", client.dispose()).await;
+    broker.stop().await;
+}
+
 /// Sessions through azservicebus: its next-available session (sent as a described null
 /// filter) is the one with the oldest message, its messages come in order, state set and read
 /// back, the session lock renewed; a named session after that.

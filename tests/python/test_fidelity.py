@@ -10,7 +10,7 @@ import warnings
 from datetime import timedelta
 
 import pytest
-from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode
+from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode, ServiceBusSubQueue
 from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType, AmqpMessageHeader
 from azure.servicebus.exceptions import MessageNotFoundError
 
@@ -135,3 +135,58 @@ def test_receiving_deferred_messages_takes_all_or_none(client):
         (message,) = receiver.receive_deferred_messages([seq], timeout=OPERATION_TIMEOUT_S)
         assert message.message_id == "kept"
         receiver.complete_message(message)
+
+
+def test_a_dead_letter_counts_the_delivery_it_left(client):
+    send(client, "q1", ServiceBusMessage("dead", message_id="dead"))
+    with client.get_queue_receiver("q1") as receiver:
+        message = receive_one(receiver)
+        assert message.delivery_count == 0
+        receiver.dead_letter_message(message, reason="r", error_description="d")
+    with client.get_queue_receiver("q1", sub_queue=ServiceBusSubQueue.DEAD_LETTER) as receiver:
+        dead = receive_one(receiver)
+        assert dead.delivery_count == 1
+        receiver.complete_message(dead)
+
+
+def test_a_peeked_locked_message_shows_until_when(client):
+    send(client, "q1", ServiceBusMessage("locked", message_id="locked"))
+    with client.get_queue_receiver("q1") as receiver:
+        message = receive_one(receiver)
+        # The SDK peeks after the last number it received unless told where to start.
+        (peeked,) = receiver.peek_messages(
+            max_message_count=1, sequence_number=message.sequence_number, timeout=OPERATION_TIMEOUT_S
+        )
+        assert peeked.message_id == "locked"
+        assert peeked.locked_until_utc == message.locked_until_utc
+        receiver.complete_message(message)
+
+
+@pytest.mark.broker(
+    queues=[
+        {"name": "work", "forward_to": "middle", "forward_dead_lettered_messages_to": "errors"},
+        {"name": "middle", "forward_to": "done"},
+        "done",
+        "errors",
+        {"name": "dead", "forward_dead_lettered_messages_to": "errors"},
+    ]
+)
+def test_forwarded_messages_carry_their_first_number_and_dead_letter_source(client):
+    send(client, "work", ServiceBusMessage("on", message_id="on"))
+    with client.get_queue_receiver("done") as receiver:
+        moved = receive_one(receiver)
+        # Two hops: the number is the one "work" gave it.
+        assert moved.enqueued_sequence_number == 1
+        assert moved.dead_letter_source is None
+        receiver.complete_message(moved)
+
+    send(client, "dead", ServiceBusMessage("off", message_id="off"))
+    with client.get_queue_receiver("dead") as receiver:
+        receiver.dead_letter_message(receive_one(receiver), reason="r")
+    with client.get_queue_receiver("errors") as receiver:
+        errored = receive_one(receiver)
+        assert errored.message_id == "off"
+        assert errored.dead_letter_source == "dead"
+        assert errored.enqueued_sequence_number == 1
+        assert errored.dead_letter_reason == "r"
+        receiver.complete_message(errored)

@@ -923,7 +923,11 @@ impl Harness {
                 self.held.push(held);
                 return;
             }
-            Settlement::DeadLetter { .. } => self.dead_letter(lane, seq, SETTLED_DEAD),
+            Settlement::DeadLetter { .. } => {
+                // The delivery it leaves counts, as in Service Bus.
+                self.model.kept(lane, seq).count += 1;
+                self.dead_letter(lane, seq, SETTLED_DEAD);
+            }
             Settlement::Complete => {
                 self.model.remove(lane, seq);
                 self.note("completed");

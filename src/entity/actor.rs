@@ -835,6 +835,15 @@ impl Actor {
                 Ok(Answer::Moved(moved))
             }
             Operation::Purge => Ok(Answer::Purged(self.core.purge(lane)?)),
+            Operation::BatchDelete {
+                count,
+                before_ms,
+                session,
+            } => Ok(Answer::Deleted(
+                self.core
+                    .lane(lane)?
+                    .delete_enqueued_before(count, before_ms, session.as_deref()),
+            )),
             Operation::RemoveRule { name } => {
                 self.core.remove_rule(lane, &name)?;
                 Ok(Answer::Done)

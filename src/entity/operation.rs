@@ -9,6 +9,13 @@ use crate::entity::handle::{ReceiveMode, Settlement};
 use crate::entity::topic::Rule;
 use crate::message::Arrival;
 
+/// The most messages one `peek-message` returns, as in Service Bus.
+pub const MAX_PEEK: usize = 250;
+
+/// The most messages one `batch-delete-messages` deletes (Service Bus Premium's limit; the
+/// SDKs ask for 500 or 4,000).
+pub const MAX_BATCH_DELETE: usize = 4_000;
+
 /// A management operation the entity performs.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Operation {
@@ -68,6 +75,16 @@ pub enum Operation {
     /// Deletes every message of a dead-letter queue (the web console's purge; no AMQP
     /// operation reads into it). Answered with [`Answer::Purged`].
     Purge,
+    /// `batch-delete-messages`: deletes up to `count` messages enqueued before `before_ms`.
+    /// Answered with [`Answer::Deleted`].
+    BatchDelete {
+        /// At most this many (1 to [`MAX_BATCH_DELETE`]).
+        count: usize,
+        /// Only messages enqueued before this instant (ms since the Unix epoch).
+        before_ms: i64,
+        /// Only this session's messages, for a session receiver.
+        session: Option<String>,
+    },
     /// `remove-rule` on a subscription.
     RemoveRule {
         /// The rule's name.
@@ -146,6 +163,8 @@ pub enum Answer {
     Moved(i64),
     /// How many messages a purge deleted.
     Purged(u64),
+    /// How many messages a batch delete deleted.
+    Deleted(usize),
     /// Done; nothing to return.
     Done,
 }

@@ -448,6 +448,32 @@ impl QueueCore {
         }
     }
 
+    /// Deletes up to `count` messages enqueued before `before_ms`, lowest sequence numbers
+    /// first (`batch-delete-messages`): available and deferred ones, never one a receiver
+    /// holds locked or one still scheduled; of `session` only, when one is given. Returns how
+    /// many it deleted.
+    pub fn delete_enqueued_before(
+        &mut self,
+        count: usize,
+        before_ms: i64,
+        session: Option<&str>,
+    ) -> usize {
+        let doomed: Vec<i64> = (self.messages.iter())
+            .filter(|(_, entry)| {
+                entry.lock.is_none()
+                    && entry.record.state != MessageState::Scheduled
+                    && entry.record.enqueued_ms < before_ms
+                    && session.is_none_or(|id| entry.session.as_deref() == Some(id))
+            })
+            .map(|(seq, _)| *seq)
+            .take(count)
+            .collect();
+        for &seq in &doomed {
+            self.remove(seq);
+        }
+        doomed.len()
+    }
+
     /// Deletes a message (a scheduled one cancelled or activated, through the entity).
     pub fn remove(&mut self, seq: i64) {
         let Some(entry) = self.messages.remove(&seq) else {

@@ -12,7 +12,7 @@ use crate::clock;
 use crate::config::Rights;
 use crate::encoding;
 use crate::entity::handle::{EntityError, Properties as AppProperties, ReceiveMode, Settlement};
-use crate::entity::operation::{Answer, Operation};
+use crate::entity::operation::{Answer, Operation, MAX_BATCH_DELETE, MAX_PEEK};
 use crate::entity::topic::Rule;
 use crate::filter::description;
 use crate::message::{self, Arrival, MessageError};
@@ -187,6 +187,7 @@ pub fn rights_of(operation: &Operation) -> Rights {
         Operation::Peek { .. }
         | Operation::RenewLock { .. }
         | Operation::ReceiveBySequence { .. }
+        | Operation::BatchDelete { .. }
         | Operation::UpdateDisposition { .. }
         | Operation::RenewSessionLock { .. }
         | Operation::GetSessionState { .. }
@@ -278,6 +279,16 @@ pub fn respond(result: Result<Answer, EntityError>) -> Response {
                 ("sessions-ids", Value::Array(Array(ids))),
             ])
         }
+        // Nothing deleted: 204 with message-not-found, which every SDK reads as 0.
+        Ok(Answer::Deleted(0)) => Response::error(
+            204,
+            wire::condition::MESSAGE_NOT_FOUND,
+            "no message enqueued before the given time was deleted",
+        ),
+        Ok(Answer::Deleted(count)) => Response::ok(vec![(
+            "message-count",
+            Value::Int(i32::try_from(count).unwrap_or(i32::MAX)),
+        )]),
         // The console's operations never come through AMQP; nothing to add to the answer.
         Ok(Answer::Done | Answer::Moved(_) | Answer::Purged(_)) => Response::ok(Vec::new()),
     }
@@ -299,7 +310,10 @@ pub fn parse(request: &Request) -> Result<Operation, Response> {
     match operation {
         "com.microsoft:peek-message" => Ok(Operation::Peek {
             from: long(body, "from-sequence-number")?,
-            count: usize::try_from(int(body, "message-count")?.max(0)).unwrap_or(0),
+            // Service Bus returns at most 250 per call; the SDKs ask again for more.
+            count: usize::try_from(int(body, "message-count")?.max(0))
+                .unwrap_or(0)
+                .min(MAX_PEEK),
             session: optional_session(body)?,
         }),
         "com.microsoft:renew-lock" => Ok(Operation::RenewLock {
@@ -310,6 +324,22 @@ pub fn parse(request: &Request) -> Result<Operation, Response> {
             mode: match field(body, "receiver-settle-mode") {
                 Some(Value::Uint(0)) => ReceiveMode::ReceiveAndDelete,
                 _ => ReceiveMode::PeekLock,
+            },
+            session: optional_session(body)?,
+        }),
+        "com.microsoft:batch-delete-messages" => Ok(Operation::BatchDelete {
+            count: match usize::try_from(int(body, "message-count")?) {
+                Ok(count @ 1..=MAX_BATCH_DELETE) => count,
+                _ => {
+                    return Err(Response::bad_request(format!(
+                        "message-count must be from 1 to {MAX_BATCH_DELETE}"
+                    )))
+                }
+            },
+            before_ms: match field(body, "enqueued-time-utc") {
+                Some(Value::Timestamp(at)) => at.milliseconds(),
+                None | Some(Value::Null) => clock::now_ms(),
+                Some(_) => return Err(missing("enqueued-time-utc", "a timestamp")),
             },
             session: optional_session(body)?,
         }),

@@ -6,13 +6,14 @@ delivery tag of a receive-and-delete message, and the management operations the 
 Each test runs its own broker and client (conftest.py); every wait is bounded.
 """
 
+import logging
 import warnings
 from datetime import timedelta
 
 import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode, ServiceBusSubQueue
 from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType, AmqpMessageHeader
-from azure.servicebus.exceptions import MessageNotFoundError
+from azure.servicebus.exceptions import MessageNotFoundError, ServiceBusError
 
 from sb_common import (
     OPERATION_TIMEOUT_S,
@@ -190,3 +191,57 @@ def test_forwarded_messages_carry_their_first_number_and_dead_letter_source(clie
         assert errored.enqueued_sequence_number == 1
         assert errored.dead_letter_reason == "r"
         receiver.complete_message(errored)
+
+
+def batch_delete(receiver, count, before):
+    """`com.microsoft:batch-delete-messages` as azure-servicebus 7.13.0b1's `delete_messages`
+    sent it (the GA 7.15 has no such call), through the receiver's own management link: how
+    many messages enqueued before `before` the broker deleted, or its refusal raised as the
+    SDK raises any."""
+
+    def answered(status_code, message, description, amqp_transport):
+        if status_code == 200:
+            return message.value[b"message-count"]
+        if status_code in (202, 204):
+            return 0
+        condition = message.application_properties.get(b"error-condition")
+        amqp_transport.handle_amqp_mgmt_error(
+            logging.getLogger(__name__), "Batch delete failed.", condition, description, status_code
+        )
+
+    return receiver._mgmt_request_response_with_retry(
+        b"com.microsoft:batch-delete-messages",
+        {"enqueued-time-utc": before, "message-count": count},
+        answered,
+        timeout=OPERATION_TIMEOUT_S,
+    )
+
+
+def test_batch_delete_takes_the_oldest_unlocked_messages_up_to_the_count(client):
+    send(client, "q1", [ServiceBusMessage(f"m{index}", message_id=f"m{index}") for index in range(5)])
+    cutoff = now_utc()
+    send(client, "q1", ServiceBusMessage("late", message_id="late"))
+
+    with client.get_queue_receiver("q1") as receiver:
+        locked = receive_one(receiver)
+        assert locked.message_id == "m0"
+        assert batch_delete(receiver, 2, cutoff) == 2  # m1, m2: m0 is locked
+        assert batch_delete(receiver, 4000, cutoff) == 2  # m3, m4: "late" came after the cutoff
+        assert batch_delete(receiver, 4000, cutoff) == 0  # 204, which the SDKs read as none
+        receiver.complete_message(locked)
+        left = receive_one(receiver)
+        assert left.message_id == "late"
+        receiver.complete_message(left)
+    assert_only_marker_left(client, "q1")
+    with client.get_queue_receiver("q1") as receiver:
+        with pytest.raises(ServiceBusError, match="message-count must be from 1 to 4000"):
+            batch_delete(receiver, 4001, now_utc())
+
+
+def test_one_peek_returns_at_most_250_messages(client):
+    send(client, "q1", [ServiceBusMessage(f"p{index}") for index in range(260)])
+    with client.get_queue_receiver("q1") as receiver:
+        first = receiver.peek_messages(max_message_count=1000, timeout=OPERATION_TIMEOUT_S)
+        assert len(first) == 250
+        rest = receiver.peek_messages(max_message_count=1000, timeout=OPERATION_TIMEOUT_S)
+        assert [text(b"".join(m.body)) for m in rest] == [f"p{index}" for index in range(250, 260)]

@@ -21,6 +21,10 @@ use crate::encoding::{byte_at, check_value, read_u32, read_u64, value_len, Encod
 const LOCK_TOKEN_KEY: &str = "x-opt-lock-token";
 /// Message annotation asking for a scheduled enqueue (a timestamp).
 const SCHEDULED_ENQUEUE_TIME_KEY: &str = "x-opt-scheduled-enqueue-time";
+/// Message annotation with the partition key (a string).
+const PARTITION_KEY_KEY: &str = "x-opt-partition-key";
+/// The most characters of a message id or partition key (Service Bus's quota).
+pub const MAX_ID_CHARS: usize = 128;
 /// Index of `message-id` in the properties list (AMQP 1.0 §3.2.4).
 const MESSAGE_ID_FIELD: usize = 0;
 /// Index of `absolute-expiry-time` in the properties list (AMQP 1.0 §3.2.4).
@@ -72,6 +76,9 @@ pub enum MessageError {
     /// A body section of another kind than the body before it, or a second `amqp-value`.
     #[error("body section at byte {0} does not continue the body before it (AMQP 1.0 §3.2: a body is one or more data sections, one or more amqp-sequence sections, or one amqp-value section)")]
     MixedBody(usize),
+    /// A message id or partition key longer than Service Bus allows.
+    #[error("{0} has {1} characters; Service Bus allows at most {MAX_ID_CHARS}")]
+    TooLong(&'static str, usize),
     /// A message without any section.
     #[error("empty message")]
     Empty,
@@ -250,13 +257,22 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
             }
             code::MESSAGE_ANNOTATIONS => {
                 for (key, value) in annotation_entries(raw, "message-annotations")? {
-                    if symbol_name(key) == Some(SCHEDULED_ENQUEUE_TIME_KEY.as_bytes()) {
-                        arrival.scheduled_ms = read_time(value);
+                    match symbol_name(key) {
+                        Some(name) if name == SCHEDULED_ENQUEUE_TIME_KEY.as_bytes() => {
+                            arrival.scheduled_ms = read_time(value);
+                        }
+                        Some(name) if name == PARTITION_KEY_KEY.as_bytes() => {
+                            check_id_length(PARTITION_KEY_KEY, value)?;
+                        }
+                        _ => {}
                     }
                 }
             }
             code::PROPERTIES => {
                 let fields = list_fields(raw, "properties")?;
+                if let Some(id) = fields.get(MESSAGE_ID_FIELD) {
+                    check_id_length("message-id", id)?;
+                }
                 arrival.session_id = group_id(&fields);
                 arrival.message_id = fields
                     .get(MESSAGE_ID_FIELD)
@@ -290,6 +306,18 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
         arrival.bytes = with_assigned_message_id(&arrival.bytes, &sections)?;
     }
     Ok(arrival)
+}
+
+/// Refuses an id (an encoded value) that is a string of more than [`MAX_ID_CHARS`]
+/// characters; ids of other types pass.
+fn check_id_length(what: &'static str, encoded: &[u8]) -> Result<(), MessageError> {
+    let chars = string_text(encoded)
+        .and_then(|text| std::str::from_utf8(text).ok())
+        .map_or(0, |text| text.chars().count());
+    match chars > MAX_ID_CHARS {
+        true => Err(MessageError::TooLong(what, chars)),
+        false => Ok(()),
+    }
 }
 
 /// The session id (`properties.group-id`) of a stored message, which [`inspect`] checked.
@@ -1404,6 +1432,33 @@ mod tests {
         assert_eq!(get("x-opt-message-state"), Some(&Value::Int(0)));
         assert_eq!(get("x-opt-partition-key"), Some(&Value::String("p".into())));
         assert_eq!(spliced.0.get(&OwnedKey::from(7u64)), Some(&Value::Int(7)));
+    }
+
+    #[test]
+    fn inspect_refuses_message_ids_and_partition_keys_over_128_characters() {
+        let with_id = |id: &str| {
+            let props = Properties {
+                message_id: Some(id.to_string().into()),
+                ..Properties::default()
+            };
+            Bytes::from(serde_amqp::to_vec(&props).expect("props"))
+        };
+        assert!(inspect(with_id(&"é".repeat(128))).is_ok());
+        assert_eq!(
+            inspect(with_id(&"é".repeat(129))).map(|a| a.bytes),
+            Err(MessageError::TooLong("message-id", 129))
+        );
+        let mut annotations = MessageAnnotations::default();
+        annotations.0.insert(
+            OwnedKey::from(Symbol::from(PARTITION_KEY_KEY)),
+            Value::String("k".repeat(129)),
+        );
+        let mut bytes = serde_amqp::to_vec(&annotations).expect("ma");
+        bytes.extend_from_slice(&with_id("m"));
+        assert_eq!(
+            inspect(Bytes::from(bytes)).map(|a| a.bytes),
+            Err(MessageError::TooLong(PARTITION_KEY_KEY, 129))
+        );
     }
 
     #[test]

@@ -114,11 +114,12 @@ pub(super) const DUPLICATE_DETECTION_HISTORY_TIME_WINDOW: Limits<Duration> = Lim
     max: Duration::from_secs(7 * 24 * 3600),
     allowed: "1s to 7d",
 };
+/// Service Bus's range: frameworks such as NServiceBus set .NET's `int.MaxValue`.
 pub(super) const MAX_DELIVERY_COUNT: Limits<u32> = Limits {
     default: 10,
     min: 1,
-    max: u32::MAX,
-    allowed: "1 to 4294967295",
+    max: i32::MAX as u32,
+    allowed: "1 to 2147483647",
 };
 
 pub(super) const DEFAULT_LISTEN: SocketAddr =

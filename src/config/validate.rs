@@ -35,6 +35,9 @@ pub(super) struct Source<'a> {
     pub(super) origin: &'a str,
 }
 
+/// Subscriptions one topic may have (Service Bus's quota).
+pub const MAX_SUBSCRIPTIONS_PER_TOPIC: usize = 2_000;
+
 /// The settings queues and subscriptions share, validated once for both.
 struct Lane {
     name: String,
@@ -272,6 +275,16 @@ impl Source<'_> {
             entry_names(&subscriptions, "subscription", names),
             "subscription names are compared case-insensitively within their topic",
         )?;
+        if let Some(over) = raw.subscriptions.get(MAX_SUBSCRIPTIONS_PER_TOPIC) {
+            return Err(self.invalid(
+                &format!("{subscriptions}[{MAX_SUBSCRIPTIONS_PER_TOPIC}]"),
+                over.name.span(),
+                format!(
+                    "a topic has at most {MAX_SUBSCRIPTIONS_PER_TOPIC} subscriptions, as in \
+                     Service Bus"
+                ),
+            ));
+        }
         Ok(TopicConfig {
             name: raw.name.into_inner(),
             default_message_time_to_live: self.lifetime(

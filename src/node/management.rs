@@ -373,6 +373,13 @@ pub fn parse(request: &Request) -> Result<Operation, Response> {
             session: session(body)?,
             state: match field(body, "session-state") {
                 None | Some(Value::Null) => None,
+                Some(Value::Binary(state)) if state.len() > MAX_SESSION_STATE_BYTES => {
+                    return Err(Response::bad_request(format!(
+                        "session-state holds {} bytes; Service Bus allows at most \
+                         {MAX_SESSION_STATE_BYTES} (256 KB, one Standard message)",
+                        state.len()
+                    )))
+                }
                 Some(Value::Binary(state)) => Some(Bytes::from(state.to_vec())),
                 Some(_) => return Err(missing("session-state", "a binary or null")),
             },
@@ -394,6 +401,9 @@ pub fn parse(request: &Request) -> Result<Operation, Response> {
         )),
     }
 }
+
+/// The most bytes of session state (Service Bus Standard: the size of one message).
+const MAX_SESSION_STATE_BYTES: usize = 256 * 1024;
 
 /// .NET's `DateTime.MaxValue` in ms since the Unix epoch: as `last-updated-time` of
 /// `get-message-sessions`, it asks for every session with messages or state.
@@ -764,6 +774,34 @@ mod tests {
             "{}",
             bad.description
         );
+        let state = |bytes: usize| {
+            request(
+                "com.microsoft:set-session-state",
+                vec![
+                    ("session-id", Value::String("s".into())),
+                    ("session-state", Value::Binary(vec![0; bytes].into())),
+                ],
+            )
+        };
+        assert!(parse(&state(MAX_SESSION_STATE_BYTES)).is_ok());
+        let big = parse(&state(MAX_SESSION_STATE_BYTES + 1)).expect_err("refused");
+        assert_eq!(big.status, 400);
+        assert!(
+            big.description.contains("at most 262144"),
+            "{}",
+            big.description
+        );
+        for count in [0, 4_001] {
+            let delete = request(
+                "com.microsoft:batch-delete-messages",
+                vec![("message-count", Value::Int(count))],
+            );
+            let refused = parse(&delete).expect_err("refused");
+            assert_eq!(
+                refused.description, "message-count must be from 1 to 4000",
+                "{count}"
+            );
+        }
     }
 
     #[test]

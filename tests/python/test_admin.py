@@ -114,6 +114,18 @@ def test_a_queue_created_at_run_time_is_used_counted_deleted(secured):
             client.delete_queue("made")
 
 
+def test_max_delivery_count_takes_service_bus_s_range(secured):
+    # NServiceBus sets .NET's int.MaxValue; Service Bus refuses more.
+    with admin(secured) as client:
+        created = client.create_queue("patient", max_delivery_count=2**31 - 1)
+        assert created.max_delivery_count == 2**31 - 1
+        assert client.get_queue("patient").max_delivery_count == 2**31 - 1
+        with pytest.raises(HttpResponseError, match="1 to 2147483647"):
+            client.create_queue("impatient", max_delivery_count=2**31)
+        with pytest.raises(HttpResponseError, match="1 to 2147483647"):
+            client.create_queue("impatient", max_delivery_count=0)
+
+
 def test_duplicate_detection_is_set_read_updated_and_applied(secured):
     with admin(secured) as client:
         client.create_queue(

@@ -8,8 +8,8 @@ import time
 import uuid
 
 import pytest
-from proton import SASL, Message, Timeout, timestamp
-from proton.utils import LinkDetached
+from proton import SASL, Delivery, Message, Timeout, symbol, timestamp
+from proton.utils import LinkDetached, SendException
 
 import amqp_raw
 from proton_client import (
@@ -211,3 +211,23 @@ def test_garbage_after_header_closes_only_that_socket(broker, garbage):
         assert_round_trip(before, "q1", "after the garbage, old connection")
         with connect(broker) as after:
             assert_round_trip(after, "q2", "after the garbage, new connection")
+
+
+def test_message_ids_and_partition_keys_over_128_characters_are_rejected(broker):
+    # Service Bus's quota; its SDKs refuse such messages before sending them.
+    key = symbol("x-opt-partition-key")
+    with connect(broker) as conn:
+        sender = conn.create_sender("q1")
+        send_accepted(sender, Message(id="i" * 128, body="fits", annotations={key: "k" * 128}))
+        for message in [
+            Message(id="i" * 129, body="long id"),
+            Message(id="m", body="long key", annotations={key: "k" * 129}),
+        ]:
+            with pytest.raises(SendException) as refused:
+                sender.send(message)
+            assert refused.value.state == Delivery.REJECTED
+        assert_round_trip(conn, "q2", "the link still works")
+        receiver = conn.create_receiver("q1")
+        fitting = receiver.receive(timeout=DEADLINE_S)
+        assert fitting.body == "fits"
+        receiver.accept()

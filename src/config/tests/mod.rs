@@ -360,7 +360,7 @@ fn max_delivery_count_zero_is_refused() {
     assert_eq!(
         error.to_string(),
         "queues[0].max_delivery_count (t.toml:3:22): 0 is out of range; allowed: 1 to \
-         4294967295"
+         2147483647"
     );
 }
 

@@ -365,7 +365,7 @@ fn subscriptions_follow_the_queue_rules() {
     assert_eq!(
         refusal(&in_subscription("max_delivery_count = 0\n")),
         "topics[0].subscriptions[0].max_delivery_count (t.toml:5:22): 0 is out of range; \
-         allowed: 1 to 4294967295"
+         allowed: 1 to 2147483647"
     );
     assert_eq!(
         refusal(&in_subscription("auto_delete_on_idle = \"0s\"\n")),
@@ -465,5 +465,25 @@ fn sql_syntax_errors_name_their_position_in_the_file() {
         "topics[0].subscriptions[0].rules[0].action (t.toml:8:19): system property sys.Size is \
          not supported by this broker (only sys.MessageId, sys.CorrelationId, sys.To, \
          sys.ReplyTo, sys.Label, sys.SessionId, sys.ReplyToSessionId and sys.ContentType)"
+    );
+}
+
+#[test]
+fn a_topic_has_at_most_2000_subscriptions() {
+    let topic = |count: usize| {
+        let mut text = String::from("[[topics]]\nname = \"t\"\n");
+        for index in 0..count {
+            text.push_str(&format!("[[topics.subscriptions]]\nname = \"s{index}\"\n"));
+        }
+        text
+    };
+    assert_eq!(parse(&topic(2_000)).topics[0].subscriptions.len(), 2_000);
+    assert!(
+        refusal(&topic(2_001)).starts_with(
+            "topics[0].subscriptions[2000] (t.toml:4004:8): a topic has at most 2000 \
+             subscriptions, as in Service Bus"
+        ),
+        "{}",
+        refusal(&topic(2_001))
     );
 }

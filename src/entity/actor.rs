@@ -366,7 +366,7 @@ impl Actor {
             } => {
                 let result = match &self.poisoned {
                     Some(error) => Err(EntityError::Storage(error.clone())),
-                    None => self.manage(lane, *operation, now),
+                    None => self.manage(lane, *operation, now, &events),
                 };
                 self.answers
                     .push((events, EntityEvent::Managed { ticket, result }));
@@ -740,13 +740,38 @@ impl Actor {
         let _ = reply.send(true);
     }
 
-    /// Performs a management operation (amqp-dialect.md §7.3).
+    /// Refuses an operation on a session unless a receiver of the caller's connection holds
+    /// it: another client cannot read or set its state, renew its lock or take its deferred
+    /// messages.
+    fn check_session_holder(
+        &mut self,
+        lane: LaneId,
+        session: &str,
+        caller: &EventSink,
+    ) -> Result<(), EntityError> {
+        let queue = self.core.lane(lane)?;
+        if !queue.requires_session() {
+            return Ok(());
+        }
+        let holder = queue.session_holder(session);
+        match holder.and_then(|holder| self.consumers.get(&holder)) {
+            Some(events) if events.same_channel(caller) => Ok(()),
+            _ => Err(EntityError::SessionLockLost(session.into())),
+        }
+    }
+
+    /// Performs a management operation (amqp-dialect.md §7.3) for the connection whose
+    /// events go to `caller`.
     fn manage(
         &mut self,
         lane: LaneId,
         operation: Operation,
         now: i64,
+        caller: &EventSink,
     ) -> Result<Answer, EntityError> {
+        if let Some(session) = operation.session() {
+            self.check_session_holder(lane, session, caller)?;
+        }
         match operation {
             Operation::Peek {
                 from,

@@ -133,6 +133,20 @@ pub enum Operation {
     },
 }
 
+impl Operation {
+    /// The session the operation acts on in a lane with sessions, which the caller's
+    /// connection must hold.
+    pub fn session(&self) -> Option<&str> {
+        match self {
+            Operation::RenewSessionLock { session }
+            | Operation::GetSessionState { session }
+            | Operation::SetSessionState { session, .. } => Some(session),
+            Operation::ReceiveBySequence { session, .. } => session.as_deref(),
+            _ => None,
+        }
+    }
+}
+
 /// What an entity answers a successful [`Operation`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {

@@ -13,13 +13,15 @@ from datetime import timedelta
 import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode, ServiceBusSubQueue
 from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType, AmqpMessageHeader
-from azure.servicebus.exceptions import MessageNotFoundError, ServiceBusError
+from azure.servicebus._common import mgmt_handlers
+from azure.servicebus.exceptions import MessageNotFoundError, ServiceBusError, SessionLockLostError
 
 from sb_common import (
     OPERATION_TIMEOUT_S,
     assert_only_marker_left,
     body_of,
     now_utc,
+    open_client,
     properties_of,
     receive_exactly,
     receive_one,
@@ -245,3 +247,25 @@ def test_one_peek_returns_at_most_250_messages(client):
         assert len(first) == 250
         rest = receiver.peek_messages(max_message_count=1000, timeout=OPERATION_TIMEOUT_S)
         assert [text(b"".join(m.body)) for m in rest] == [f"p{index}" for index in range(250, 260)]
+
+
+@pytest.mark.broker(queues=[{"name": "sq", "requires_session": True}])
+def test_only_the_connection_holding_a_session_reads_sets_or_renews_it(broker):
+    # The SDK only asks about its own session; another client's request is sent as the SDK
+    # sends its own, through that client's session receiver's management link.
+    requests = [
+        (b"com.microsoft:get-session-state", {"session-id": "mine"}),
+        (b"com.microsoft:set-session-state", {"session-id": "mine", "session-state": b"theirs"}),
+        (b"com.microsoft:renew-session-lock", {"session-id": "mine"}),
+    ]
+    with open_client(broker) as holder, open_client(broker) as stranger:
+        with holder.get_queue_receiver("sq", session_id="mine") as mine:
+            mine.session.set_state("kept", timeout=OPERATION_TIMEOUT_S)
+            for index, (operation, body) in enumerate(requests):
+                with stranger.get_queue_receiver("sq", session_id=f"other-{index}") as other:
+                    with pytest.raises(SessionLockLostError):
+                        other._mgmt_request_response_with_retry(
+                            operation, body, mgmt_handlers.default, timeout=OPERATION_TIMEOUT_S
+                        )
+            assert mine.session.get_state(timeout=OPERATION_TIMEOUT_S) == b"kept"
+            mine.session.renew_lock(timeout=OPERATION_TIMEOUT_S)

@@ -103,6 +103,11 @@ impl QueueCore {
         Ok(until_ms)
     }
 
+    /// The receiver holding session `id`, if one does.
+    pub fn session_holder(&self, id: &str) -> Option<ConsumerId> {
+        Some(self.sessions.as_ref()?.lock_of(id)?.holder)
+    }
+
     /// The state of session `id`.
     ///
     /// # Errors

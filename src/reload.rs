@@ -225,7 +225,8 @@ async fn topic(
     };
     let topic_changed = updated.default_message_time_to_live != before.default_message_time_to_live
         || updated.max_size_in_megabytes != before.max_size_in_megabytes
-        || updated.auto_delete_on_idle != before.auto_delete_on_idle;
+        || updated.auto_delete_on_idle != before.auto_delete_on_idle
+        || updated.status != before.status;
     (topic_changed || settings_changed).then_some(Declaration::Topic(updated))
 }
 

@@ -23,7 +23,9 @@ use crate::auth::sas::Token;
 use crate::auth::{path_covers, resource_path};
 use crate::clock::now_ms;
 use crate::config::forwarding;
-use crate::config::{Declaration, QueueConfig, Rights, SubscriptionConfig, TopicConfig};
+use crate::config::{
+    Declaration, EntityStatus, QueueConfig, Rights, SubscriptionConfig, TopicConfig,
+};
 use crate::entity::handle::{Command, EntityError, EntityStats, LaneId};
 use crate::entity::operation::{Answer, Operation};
 use crate::entity::registry::{Entry, RegistryError};
@@ -589,14 +591,13 @@ const READ_ONLY: [&str; 9] = [
 
 /// Properties for what Tidebus does not do, with the only values it accepts (a JS or Python
 /// client sends some of them at their defaults).
-const OFF_ONLY: [(&str, &[&str]); 8] = [
+const OFF_ONLY: [(&str, &[&str]); 7] = [
     ("EnablePartitioning", &["false"]),
     ("EnableExpress", &["false"]),
     ("EnableSubscriptionPartitioning", &["false"]),
     ("FilteringMessagesBeforePublishing", &["false"]),
     ("IsAnonymousAccessible", &["false"]),
     ("UserMetadata", &[""]),
-    ("Status", &["Active"]),
     ("SupportOrdering", &["true"]),
 ];
 
@@ -704,6 +705,13 @@ fn number<T: std::str::FromStr>(value: &str) -> Result<T, String> {
         .map_err(|_| "expected a whole number".to_owned())
 }
 
+/// An entity status by its Service Bus name (which ones an entity may have, the config's
+/// validation says).
+fn status(value: &str) -> Result<EntityStatus, String> {
+    EntityStatus::from_service_bus_name(value)
+        .ok_or_else(|| "expected Active, Disabled, SendDisabled or ReceiveDisabled".to_owned())
+}
+
 /// A duplicate-detection history window (bounded by the config's validation).
 fn history_window(value: &str) -> Result<std::time::Duration, String> {
     atom::read_duration(value)?.ok_or_else(|| "the window cannot last forever".to_owned())
@@ -733,6 +741,7 @@ fn set_queue(queue: &mut QueueConfig, property: &str, value: &str) -> Result<boo
         "ForwardDeadLetteredMessagesTo" => {
             queue.forward_dead_lettered_messages_to = forward_target(value)
         }
+        "Status" => queue.status = status(value)?,
         _ => return Ok(false),
     }
     Ok(true)
@@ -765,6 +774,7 @@ fn set_subscription(
         "ForwardDeadLetteredMessagesTo" => {
             subscription.forward_dead_lettered_messages_to = forward_target(value)
         }
+        "Status" => subscription.status = status(value)?,
         _ => return Ok(false),
     }
     Ok(true)
@@ -788,6 +798,7 @@ fn set_topic(topic: &mut TopicConfig, property: &str, value: &str) -> Result<boo
         "DuplicateDetectionHistoryTimeWindow" => {
             topic.duplicate_detection_history_time_window = history_window(value)?
         }
+        "Status" => topic.status = status(value)?,
         _ => return Ok(false),
     }
     Ok(true)

@@ -223,7 +223,7 @@ pub fn queue(queue: &QueueConfig, counts: &Counts, times: &Times, max_message_ki
     xml.element("MessageCount", counts.total());
     xml.element("IsAnonymousAccessible", false);
     xml.0.push_str("<AuthorizationRules></AuthorizationRules>");
-    xml.element("Status", "Active");
+    xml.element("Status", queue.status.service_bus_name());
     xml.optional("ForwardTo", &queue.forward_to);
     xml.times(times);
     xml.element("SupportOrdering", true);
@@ -263,7 +263,7 @@ pub fn topic(topic: &TopicConfig, counts: &Counts, times: &Times, max_message_ki
     xml.element("FilteringMessagesBeforePublishing", false);
     xml.element("IsAnonymousAccessible", false);
     xml.0.push_str("<AuthorizationRules></AuthorizationRules>");
-    xml.element("Status", "Active");
+    xml.element("Status", topic.status.service_bus_name());
     xml.times(times);
     xml.element("SupportOrdering", true);
     xml.counts(counts);
@@ -299,7 +299,7 @@ pub fn subscription(subscription: &SubscriptionConfig, counts: &Counts, times: &
     xml.element("MessageCount", counts.total());
     xml.element("MaxDeliveryCount", subscription.max_delivery_count);
     xml.element("EnableBatchedOperations", true);
-    xml.element("Status", "Active");
+    xml.element("Status", subscription.status.service_bus_name());
     xml.optional("ForwardTo", &subscription.forward_to);
     xml.times(times);
     xml.counts(counts);

@@ -55,6 +55,7 @@ impl Declaration {
                     queue.duplicate_detection_history_time_window,
                 );
                 out.forwarding(&queue.forward_to, &queue.forward_dead_lettered_messages_to);
+                out.string("status", queue.status.config_name());
             }
             Declaration::Topic(topic) => {
                 out.table("[[topics]]");
@@ -69,6 +70,7 @@ impl Declaration {
                     topic.requires_duplicate_detection,
                     topic.duplicate_detection_history_time_window,
                 );
+                out.string("status", topic.status.config_name());
                 for subscription in &topic.subscriptions {
                     out.subscription(subscription);
                 }
@@ -170,6 +172,7 @@ impl Toml {
             &subscription.forward_to,
             &subscription.forward_dead_lettered_messages_to,
         );
+        self.string("status", subscription.status.config_name());
         // A subscription declared without rules has `$Default` only, and reads back so.
         let only_default = matches!(
             subscription.rules.as_slice(),
@@ -254,11 +257,13 @@ mod tests {
                     auto_delete_on_idle = \"5m\"\nrequires_session = true\n\
                     dead_lettering_on_message_expiration = true\nmax_size_in_megabytes = 7\n\
                     requires_duplicate_detection = true\n\
-                    duplicate_detection_history_time_window = \"90s\"\n\n\
+                    duplicate_detection_history_time_window = \"90s\"\n\
+                    status = \"receive_disabled\"\n\n\
                     [[topics]]\nname = \"t\"\ndefault_message_time_to_live = \"1h\"\n\
-                    requires_duplicate_detection = true\n\
+                    requires_duplicate_detection = true\nstatus = \"send_disabled\"\n\
                     [[topics.subscriptions]]\nname = \"s\"\n\
                     dead_lettering_on_filter_evaluation_exceptions = false\n\
+                    status = \"disabled\"\n\
                     [[topics.subscriptions.rules]]\nname = \"r\"\n\
                     correlation = { subject = \"a\\\"b\", properties = { n = 3, f = 1.5, \
                     b = true, s = \"x\" } }\naction = \"SET x = 'y'\"\n";

@@ -23,6 +23,9 @@ use super::limits::{
     MAX_DELIVERY_COUNT,
 };
 use super::names::{NameRules, QUEUE_NAMES, RULE_NAMES, SUBSCRIPTION_NAMES, TOPIC_NAMES};
+use super::status::{
+    allowed_text, EntityStatus, QUEUE_STATUSES, SUBSCRIPTION_STATUSES, TOPIC_STATUSES,
+};
 use super::units::parse_duration;
 use super::validate::Source;
 use super::{
@@ -89,6 +92,7 @@ struct QueueProperties {
     max_delivery_count: Option<u64>,
     requires_duplicate_detection: Option<bool>,
     requires_session: Option<bool>,
+    status: Option<String>,
 }
 
 #[derive(Default, Deserialize)]
@@ -97,6 +101,7 @@ struct TopicProperties {
     default_message_time_to_live: Option<String>,
     duplicate_detection_history_time_window: Option<String>,
     requires_duplicate_detection: Option<bool>,
+    status: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -119,6 +124,7 @@ struct SubscriptionProperties {
     lock_duration: Option<String>,
     max_delivery_count: Option<u64>,
     requires_session: Option<bool>,
+    status: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -279,7 +285,30 @@ impl Reader<'_> {
                 properties.forward_dead_lettered_messages_to.clone(),
             ),
             shared_access_policies: Vec::new(),
+            status: self.status(&at, &properties.status, QUEUE_STATUSES)?,
         })
+    }
+
+    /// `Status` of the entity whose properties are at `at`, one of `allowed`; absent: active.
+    fn status(
+        &self,
+        at: &str,
+        status: &Option<String>,
+        allowed: &[EntityStatus],
+    ) -> Result<EntityStatus, ConfigError> {
+        let Some(name) = status else {
+            return Ok(EntityStatus::Active);
+        };
+        match EntityStatus::from_service_bus_name(name) {
+            Some(status) if allowed.contains(&status) => Ok(status),
+            _ => Err(self.invalid(
+                &format!("{at}.Status"),
+                format!(
+                    "{name:?} is not a status this entity can have; allowed: {}",
+                    allowed_text(allowed, EntityStatus::service_bus_name)
+                ),
+            )),
+        }
     }
 
     fn topic(&self, path: &str, topic: &Topic) -> Result<TopicConfig, ConfigError> {
@@ -313,6 +342,7 @@ impl Reader<'_> {
             duplicate_detection_history_time_window,
             shared_access_policies: Vec::new(),
             subscriptions,
+            status: self.status(&at, &properties.status, TOPIC_STATUSES)?,
         })
     }
 
@@ -329,8 +359,10 @@ impl Reader<'_> {
             max_delivery_count: properties.max_delivery_count,
             default_message_time_to_live: &properties.default_message_time_to_live,
         };
+        let at = format!("{path}.Properties");
         let (lock_duration, max_delivery_count, default_message_time_to_live) =
-            self.lane(&format!("{path}.Properties"), &lane)?;
+            self.lane(&at, &lane)?;
+        let status = self.status(&at, &properties.status, SUBSCRIPTION_STATUSES)?;
         let mut seen = BTreeMap::new();
         let mut rules = Vec::new();
         for (index, rule) in subscription.rules.iter().enumerate() {
@@ -362,6 +394,7 @@ impl Reader<'_> {
                 properties.forward_dead_lettered_messages_to.clone(),
             ),
             rules,
+            status,
         })
     }
 

@@ -18,6 +18,7 @@ mod limits;
 pub(crate) mod names;
 mod raw;
 mod security;
+mod status;
 #[cfg(test)]
 mod tests;
 mod toml_string;
@@ -37,6 +38,7 @@ use self::validate::Source;
 
 pub use self::declaration::Declaration;
 pub use self::security::{PolicyConfig, Rights, SecretKey, TlsConfig};
+pub use self::status::EntityStatus;
 pub use self::topics::{
     CorrelationConfig, PropertyValue, RuleConfig, RuleFilter, SubscriptionConfig, TopicConfig,
 };
@@ -180,6 +182,8 @@ pub struct QueueConfig {
     /// Entity-level shared access policies: their tokens reach this queue and its
     /// dead-letter queue only.
     pub shared_access_policies: Vec<PolicyConfig>,
+    /// Whether it takes sends and hands out messages (its dead-letter queue always does).
+    pub status: EntityStatus,
 }
 
 /// A position in a config file, shown as `origin:line:column` (both 1-based; the column counts

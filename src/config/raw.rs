@@ -136,6 +136,7 @@ lane_tables! {
 
     /// One `[[queues]]` entry as written.
     struct RawQueue {
+        status: Option<Spanned<String>>,
         max_size_in_megabytes: Option<Spanned<u64>>,
         requires_duplicate_detection: Option<Spanned<bool>>,
         duplicate_detection_history_time_window: Option<Spanned<HumanDuration>>,
@@ -146,6 +147,7 @@ lane_tables! {
     /// One `[[topics.subscriptions]]` entry as written. `max_size_in_megabytes` is a topic key:
     /// a subscription has no size of its own.
     struct RawSubscription {
+        status: Option<Spanned<String>>,
         dead_lettering_on_filter_evaluation_exceptions: Option<Spanned<bool>>,
         #[serde(default)]
         rules: Vec<Spanned<RawRule>>,
@@ -162,6 +164,7 @@ pub(super) struct RawTopic {
     pub(super) auto_delete_on_idle: Option<Spanned<HumanDuration>>,
     pub(super) requires_duplicate_detection: Option<Spanned<bool>>,
     pub(super) duplicate_detection_history_time_window: Option<Spanned<HumanDuration>>,
+    pub(super) status: Option<Spanned<String>>,
     #[serde(default)]
     pub(super) shared_access_policies: Vec<RawPolicy>,
     #[serde(default)]

@@ -33,6 +33,9 @@ pub struct TopicConfig {
     /// `[[topics.subscriptions]]`, in file order; names are unique within the topic ignoring
     /// case. Empty is allowed: the topic accepts messages and keeps none.
     pub subscriptions: Vec<SubscriptionConfig>,
+    /// Whether it takes sends: active, disabled or send-disabled (its subscriptions hand out
+    /// their messages whatever the topic's status).
+    pub status: super::EntityStatus,
 }
 
 /// One `[[topics.subscriptions]]` entry: a queue fed by its topic. Its queue settings have the
@@ -70,6 +73,9 @@ pub struct SubscriptionConfig {
     /// `$Default` with [`RuleFilter::True`]. A message is copied to the subscription once when
     /// any rule matches.
     pub rules: Vec<RuleConfig>,
+    /// Whether it hands out messages: active, disabled or receive-disabled (the topic's copies
+    /// still arrive; its dead-letter queue always hands out).
+    pub status: super::EntityStatus,
 }
 
 /// One `[[topics.subscriptions.rules]]` entry: a filter and an optional action.

@@ -19,6 +19,9 @@ use super::key_path::key_path_at;
 use super::limits::*;
 use super::names::{NameRules, QUEUE_NAMES, RULE_NAMES, SUBSCRIPTION_NAMES, TOPIC_NAMES};
 use super::raw::{LaneKeys, RawBroker, RawConfig, RawQueue, RawRule, RawSubscription, RawTopic};
+use super::status::{
+    allowed_text, EntityStatus, QUEUE_STATUSES, SUBSCRIPTION_STATUSES, TOPIC_STATUSES,
+};
 use super::toml_string::offset_in_token;
 use super::units::HumanDuration;
 use super::{
@@ -227,6 +230,29 @@ impl Source<'_> {
         })
     }
 
+    /// The `status` of the entity at `path`, one of `allowed`; absent: active.
+    fn status(
+        &self,
+        path: &str,
+        raw: Option<Spanned<String>>,
+        allowed: &[EntityStatus],
+    ) -> Result<EntityStatus, ConfigError> {
+        let Some(raw) = raw else {
+            return Ok(EntityStatus::Active);
+        };
+        match EntityStatus::from_config_name(raw.get_ref()) {
+            Some(status) if allowed.contains(&status) => Ok(status),
+            _ => {
+                let message = format!(
+                    "{:?} is not a status this entity can have; allowed: {}",
+                    raw.get_ref(),
+                    allowed_text(allowed, EntityStatus::config_name)
+                );
+                Err(self.invalid(&format!("{path}.status"), raw.span(), message))
+            }
+        }
+    }
+
     fn data_dir(&self, raw: Option<Spanned<PathBuf>>) -> Result<PathBuf, ConfigError> {
         let Some(raw) = raw else {
             return Ok(PathBuf::from(DEFAULT_DATA_DIR));
@@ -261,6 +287,7 @@ impl Source<'_> {
                 &format!("{path}.shared_access_policies"),
                 raw.shared_access_policies,
             )?,
+            status: self.status(path, raw.status, QUEUE_STATUSES)?,
         })
     }
 
@@ -307,6 +334,7 @@ impl Source<'_> {
                 &format!("{path}.shared_access_policies"),
                 raw.shared_access_policies,
             )?,
+            status: self.status(path, raw.status, TOPIC_STATUSES)?,
             subscriptions: each(&subscriptions, raw.subscriptions, |path, raw| {
                 self.subscription(path, raw)
             })?,
@@ -337,6 +365,7 @@ impl Source<'_> {
             forward_to: lane.forward_to,
             forward_dead_lettered_messages_to: lane.forward_dead_lettered_messages_to,
             rules: self.rules(path, raw.rules)?,
+            status: self.status(path, raw.status, SUBSCRIPTION_STATUSES)?,
         })
     }
 

@@ -20,7 +20,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::clock::{millis, now_ms};
-use crate::config::SubscriptionConfig;
+use crate::config::{EntityStatus, SubscriptionConfig};
 use crate::entity::core::EntityCore;
 use crate::entity::forward::{self, Forwarder, Resolver};
 use crate::entity::handle::{
@@ -72,6 +72,8 @@ pub struct Parts {
     pub subscriptions: Option<Subscriptions>,
     /// Where each queue's or subscription's lanes forward to, by its main lane.
     pub forwards: Vec<(LaneId, Forward)>,
+    /// The status of the queue or topic (number 0) and of each subscription, by number.
+    pub statuses: Vec<(u32, EntityStatus)>,
 }
 
 /// Starts an entity's actor; `resolve` finds the targets its lanes forward to.
@@ -104,6 +106,7 @@ pub fn spawn(
         deleted: deleted.clone(),
         last_active_ms: now_ms(),
         reap: None,
+        statuses: parts.statuses.into_iter().collect(),
     };
     for (lane, forward) in &parts.forwards {
         actor.set_forward(*lane, forward);
@@ -164,6 +167,9 @@ struct Actor {
     deleted: Arc<AtomicBool>,
     /// When a client last used the entity (auto-delete on idle).
     last_active_ms: i64,
+    /// Service Bus's entity status of the queue or topic (number 0) and of each subscription,
+    /// by number: what it takes and hands out (absent: active).
+    statuses: HashMap<u32, EntityStatus>,
     /// A request to delete the entity after this turn: the reaper's, which found it idle (it
     /// is deleted unless the turn used it), or the administration API's (`forced`).
     reap: Option<(oneshot::Sender<bool>, Removal)>,
@@ -293,7 +299,8 @@ impl Actor {
                 events,
                 session,
             } => {
-                let added = match &session {
+                let status = self.check_status(lane, EntityStatus::can_receive, "Receive");
+                let added = status.and_then(|()| match &session {
                     None => self
                         .core
                         .add_consumer(consumer, lane, mode, window)
@@ -301,7 +308,7 @@ impl Actor {
                     Some(request) => self
                         .core
                         .accept_session(consumer, lane, mode, window, request, now),
-                };
+                });
                 match added {
                     Ok(bound) => {
                         self.consumers.insert(consumer, events);
@@ -420,6 +427,7 @@ impl Actor {
                     settings.rules,
                 );
                 self.auto_delete_ms = settings.auto_delete_on_idle.map(millis);
+                self.statuses.insert(0, settings.status);
                 self.core
                     .detect_duplicates(settings.duplicate_window_ms, now);
                 if self.subscriptions.is_none() {
@@ -440,8 +448,10 @@ impl Actor {
                         };
                         self.core.reconfigure_subscription(lane, subscription);
                         self.set_forward(lane, &subscription.forward);
+                        self.statuses.insert(number, subscription.status);
                     }
                 }
+                self.detach_disabled_receivers();
                 let _ = reply.send(());
             }
             Command::Describe { reply } => {
@@ -460,6 +470,7 @@ impl Actor {
     /// Stores sent or scheduled messages; an entity with a lane that requires sessions takes
     /// only messages with a session id (a batch is all or nothing).
     fn enqueue(&mut self, now: i64, messages: Vec<Arrival>) -> Result<Vec<i64>, EntityError> {
+        self.check_status(LaneId::MAIN, EntityStatus::can_send, "Send")?;
         if self.core.requires_session_id() {
             for message in &messages {
                 match &message.session_id {
@@ -691,6 +702,7 @@ impl Actor {
         );
         self.core.add_subscription(lanes);
         self.set_forward(lane, &setup::subscription_forward(config));
+        self.statuses.insert(lane.subscription, config.status);
         subscriptions
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -740,6 +752,43 @@ impl Actor {
         let _ = reply.send(true);
     }
 
+    /// Refuses what the status of `lane`'s queue, topic or subscription does not allow
+    /// (`allows`: sends or receives, named `kind`), as Service Bus words it. A dead-letter
+    /// queue hands out its messages whatever the status.
+    fn check_status(
+        &self,
+        lane: LaneId,
+        allows: fn(EntityStatus) -> bool,
+        kind: &'static str,
+    ) -> Result<(), EntityError> {
+        let status = (self.statuses.get(&lane.subscription).copied()).unwrap_or_default();
+        if allows(status) || lane.dead_letter {
+            return Ok(());
+        }
+        Err(EntityError::Disabled {
+            entity: self.lane_path(lane),
+            operation: (status != EntityStatus::Disabled).then_some(kind),
+        })
+    }
+
+    /// Tells every receiver of a lane whose status no longer lets it receive that it is
+    /// gone: its link is detached with the refusal.
+    fn detach_disabled_receivers(&mut self) {
+        let refused: Vec<(ConsumerId, EntityError)> = (self.consumers.keys())
+            .filter_map(|consumer| {
+                let lane = self.core.lane_id_of(*consumer)?;
+                let error = self.check_status(lane, EntityStatus::can_receive, "Receive");
+                error.err().map(|error| (*consumer, error))
+            })
+            .collect();
+        for (consumer, error) in refused {
+            if let Some(events) = self.consumers.get(&consumer) {
+                let _ = events.send(EntityEvent::Gone { consumer, error });
+            }
+            self.unsubscribe(consumer);
+        }
+    }
+
     /// Refuses an operation on a session unless a receiver of the caller's connection holds
     /// it: another client cannot read or set its state, renew its lock or take its deferred
     /// messages.
@@ -771,6 +820,15 @@ impl Actor {
     ) -> Result<Answer, EntityError> {
         if let Some(session) = operation.session() {
             self.check_session_holder(lane, session, caller)?;
+        }
+        match &operation {
+            Operation::ReceiveBySequence { .. } => {
+                self.check_status(lane, EntityStatus::can_receive, "Receive")?
+            }
+            Operation::Schedule { .. } => {
+                self.check_status(LaneId::MAIN, EntityStatus::can_send, "Send")?
+            }
+            _ => {}
         }
         match operation {
             Operation::Peek {

@@ -127,6 +127,15 @@ pub enum EntityError {
     /// The operation is not allowed on this entity.
     #[error("{0}")]
     NotAllowed(&'static str),
+    /// The entity's status refuses the operation (Service Bus's wording): `operation` is
+    /// `Some("Send")` or `Some("Receive")` when only that kind is disabled.
+    #[error("Messaging entity '{entity}' is currently disabled{}.", operation.map(|o| format!(" for {o} operations")).unwrap_or_default())]
+    Disabled {
+        /// The entity's path (`q`, `t/subscriptions/s`).
+        entity: String,
+        /// The kind of operation disabled, when the other still works.
+        operation: Option<&'static str>,
+    },
     /// A rule name Service Bus would not take (the reason, not the name: it may be huge).
     #[error("the rule name is invalid: {0}")]
     InvalidRuleName(String),

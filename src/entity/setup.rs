@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::clock::millis;
 use crate::config::{
-    CorrelationConfig, Declaration, PropertyValue, QueueConfig, RuleConfig, RuleFilter,
-    SubscriptionConfig, TopicConfig,
+    CorrelationConfig, Declaration, EntityStatus, PropertyValue, QueueConfig, RuleConfig,
+    RuleFilter, SubscriptionConfig, TopicConfig,
 };
 use crate::entity::actor::Parts;
 use crate::entity::core::{EntityCore, SubscriptionLanes};
@@ -57,6 +57,8 @@ pub struct Settings {
     pub forward: Forward,
     /// A topic's subscriptions' settings, by name (`None` for a queue).
     pub subscriptions: Vec<(String, SubscriptionSettings)>,
+    /// The queue's or topic's status.
+    pub status: EntityStatus,
 }
 
 /// The settings of a subscription that can change while it runs.
@@ -70,6 +72,8 @@ pub struct SubscriptionSettings {
     pub auto_delete_ms: Option<i64>,
     /// Where its lanes forward to.
     pub forward: Forward,
+    /// Its status.
+    pub status: EntityStatus,
 }
 
 /// Where a queue's or subscription's two lanes forward to (`forward_to` and
@@ -119,6 +123,7 @@ pub fn settings(declaration: &Declaration) -> Settings {
             ),
             forward: Forward::of(&queue.forward_to, &queue.forward_dead_lettered_messages_to),
             subscriptions: Vec::new(),
+            status: queue.status,
         },
         Declaration::Topic(topic) => Settings {
             max_size_bytes: topic.max_size_in_megabytes.saturating_mul(1024 * 1024),
@@ -146,10 +151,12 @@ pub fn settings(declaration: &Declaration) -> Settings {
                             .dead_lettering_on_filter_evaluation_exceptions,
                         auto_delete_ms: subscription.auto_delete_on_idle.map(millis),
                         forward: subscription_forward(subscription),
+                        status: subscription.status,
                     };
                     (subscription.name.to_lowercase(), settings)
                 })
                 .collect(),
+            status: topic.status,
         },
     }
 }
@@ -231,6 +238,7 @@ pub fn queue(config: &QueueConfig, mut log: EntityLog) -> Result<Parts, StoreErr
                 &config.forward_dead_lettered_messages_to,
             ),
         )],
+        statuses: vec![(0, config.status)],
     })
 }
 
@@ -282,6 +290,15 @@ pub fn topic(config: &TopicConfig, mut log: EntityLog) -> Result<Parts, StoreErr
         core,
         log,
         auto_delete_on_idle: config.auto_delete_on_idle,
+        statuses: std::iter::once((0, config.status))
+            .chain(
+                config
+                    .subscriptions
+                    .iter()
+                    .zip(&names)
+                    .map(|(subscription, name)| (numbers[name], subscription.status)),
+            )
+            .collect(),
         subscriptions: Some(numbers),
         forwards,
     })

@@ -19,6 +19,7 @@ pub fn status_of(error: &EntityError) -> (i32, &'static str) {
             (403, wire::condition::RESOURCE_LIMIT_EXCEEDED)
         }
         EntityError::InvalidRuleName(_) => (400, wire::condition::ARGUMENT_ERROR),
+        EntityError::Disabled { .. } => (400, wire::condition::ENTITY_DISABLED),
         EntityError::NotAllowed(_) => (400, wire::condition::NOT_ALLOWED),
         EntityError::Unavailable => (503, wire::condition::SERVER_BUSY),
         EntityError::Storage(_) => (500, wire::condition::INTERNAL_ERROR),

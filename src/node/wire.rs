@@ -64,4 +64,6 @@ pub mod condition {
     pub const UNAUTHORIZED_ACCESS: &str = "amqp:unauthorized-access";
     /// No session became available in time.
     pub const TIMEOUT: &str = "com.microsoft:timeout";
+    /// The entity's status refuses the operation (Service Bus's `MessagingEntityDisabled`).
+    pub const ENTITY_DISABLED: &str = "com.microsoft:entity-disabled";
 }

@@ -314,7 +314,9 @@ async fn deferred_message_is_settled_through_the_management_node() {
 /// A `sync` broker on `data_dir` with topic `t` and subscriptions `s1` and `s2` (each with the
 /// declared rule `$Default`).
 fn topic_config(data_dir: &std::path::Path) -> tidebus::config::Config {
-    use tidebus::config::{Durability, RuleConfig, RuleFilter, SubscriptionConfig, TopicConfig};
+    use tidebus::config::{
+        Durability, EntityStatus, RuleConfig, RuleFilter, SubscriptionConfig, TopicConfig,
+    };
     let mut config = config_with_queues(&["q"]);
     config.broker.durability = Durability::Sync;
     config.broker.data_dir = data_dir.to_path_buf();
@@ -334,6 +336,7 @@ fn topic_config(data_dir: &std::path::Path) -> tidebus::config::Config {
             filter: RuleFilter::True,
             action: None,
         }],
+        status: EntityStatus::Active,
     };
     config.topics = vec![TopicConfig {
         name: "t".into(),
@@ -344,6 +347,7 @@ fn topic_config(data_dir: &std::path::Path) -> tidebus::config::Config {
         duplicate_detection_history_time_window: std::time::Duration::from_secs(600),
         shared_access_policies: Vec::new(),
         subscriptions: vec![subscription("s1"), subscription("s2")],
+        status: EntityStatus::Active,
     }];
     config
 }

@@ -441,3 +441,39 @@ brokerTest(
     });
   },
 );
+
+brokerTest(
+  "an entity's status refuses sends and receives as Service Bus words them",
+  {
+    queues: [
+      { name: "closed", status: "send_disabled" },
+      { name: "dark", status: "receive_disabled" },
+    ],
+  },
+  async ({ client }) => {
+    const sender = client.createSender("closed");
+    try {
+      const error = await rejection(
+        sender.sendMessages(numbered("off", 0)),
+        "sending to a send-disabled queue",
+      );
+      assert.equal(error.code, "MessagingEntityDisabled", error.message);
+      assert.match(error.message, /'closed' is currently disabled for Send operations/);
+    } finally {
+      await sender.close();
+    }
+
+    await send(client, "dark", numbered("kept", 0));
+    const receiver = client.createReceiver("dark");
+    try {
+      const error = await rejection(
+        receiver.receiveMessages(1, { maxWaitTimeInMs: 5_000 }),
+        "receiving from a receive-disabled queue",
+      );
+      assert.equal(error.code, "MessagingEntityDisabled", error.message);
+      assert.match(error.message, /'dark' is currently disabled for Receive operations/);
+    } finally {
+      await receiver.close();
+    }
+  },
+);

@@ -16,9 +16,10 @@ from azure.core.exceptions import (
     ResourceNotFoundError,
 )
 from azure.servicebus import ServiceBusMessage
-from azure.servicebus.exceptions import MessagingEntityNotFoundError
+from azure.servicebus.exceptions import MessagingEntityDisabledError, MessagingEntityNotFoundError
 from azure.servicebus.management import (
     CorrelationRuleFilter,
+    EntityStatus,
     ServiceBusAdministrationClient,
     SqlRuleAction,
     SqlRuleFilter,
@@ -124,6 +125,73 @@ def test_max_delivery_count_takes_service_bus_s_range(secured):
             client.create_queue("impatient", max_delivery_count=2**31)
         with pytest.raises(HttpResponseError, match="1 to 2147483647"):
             client.create_queue("impatient", max_delivery_count=0)
+
+
+def set_status(client, queue, status):
+    properties = client.get_queue(queue)
+    properties.status = status
+    client.update_queue(properties)
+    assert client.get_queue(queue).status == status
+
+
+def test_a_queue_s_status_is_read_and_applied_live(secured):
+    with admin(secured) as client, open_client(secured) as data:
+        client.create_queue("paused")
+        assert client.get_queue("paused").status == EntityStatus.ACTIVE
+        with data.get_queue_sender("paused") as sender:
+            sender.send_messages([ServiceBusMessage("first"), ServiceBusMessage("second")])
+
+        set_status(client, "paused", EntityStatus.SEND_DISABLED)
+        with data.get_queue_sender("paused") as sender:
+            with pytest.raises(MessagingEntityDisabledError, match="disabled for Send operations"):
+                sender.send_messages(ServiceBusMessage("refused"))
+        with data.get_queue_receiver("paused", max_wait_time=RECEIVE_WAIT_S) as receiver:
+            (first,) = receive_exactly(receiver, 1)
+            receiver.complete_message(first)
+            # A receiver attached when receiving is disabled is detached, told why.
+            set_status(client, "paused", EntityStatus.RECEIVE_DISABLED)
+            with pytest.raises(MessagingEntityDisabledError, match="disabled for Receive"):
+                receiver.receive_messages(max_wait_time=RECEIVE_WAIT_S)
+        with data.get_queue_sender("paused") as sender:
+            sender.send_messages(ServiceBusMessage("third"))
+
+        set_status(client, "paused", EntityStatus.DISABLED)
+        with data.get_queue_receiver("paused", max_wait_time=RECEIVE_WAIT_S) as receiver:
+            with pytest.raises(MessagingEntityDisabledError, match="is currently disabled\\."):
+                receiver.receive_messages()
+
+        set_status(client, "paused", EntityStatus.ACTIVE)
+        with data.get_queue_receiver("paused", max_wait_time=RECEIVE_WAIT_S) as receiver:
+            left = receive_exactly(receiver, 2)
+            assert sorted(str(m) for m in left) == ["second", "third"]
+            for message in left:
+                receiver.complete_message(message)
+
+
+def test_topics_and_subscriptions_take_the_statuses_service_bus_gives_them(secured):
+    with admin(secured) as client, open_client(secured) as data:
+        topic = client.get_topic("events")
+        topic.status = EntityStatus.RECEIVE_DISABLED
+        with pytest.raises(HttpResponseError, match="send_disabled"):
+            client.update_topic(topic)
+        subscription = client.get_subscription("events", "all")
+        subscription.status = EntityStatus.RECEIVE_DISABLED
+        client.update_subscription("events", subscription)
+        assert client.get_subscription("events", "all").status == EntityStatus.RECEIVE_DISABLED
+        with data.get_topic_sender("events") as sender:
+            sender.send_messages(ServiceBusMessage("copied"))
+        with data.get_subscription_receiver("events", "all") as receiver:
+            with pytest.raises(MessagingEntityDisabledError, match="events/subscriptions/all"):
+                receiver.receive_messages(max_wait_time=RECEIVE_WAIT_S)
+        with data.get_subscription_receiver("events", "picky", max_wait_time=RECEIVE_WAIT_S) as receiver:
+            (copy,) = receive_exactly(receiver, 1)
+            receiver.complete_message(copy)
+
+        topic.status = EntityStatus.SEND_DISABLED
+        client.update_topic(topic)
+        with data.get_topic_sender("events") as sender:
+            with pytest.raises(MessagingEntityDisabledError, match="'events' is currently disabled for Send"):
+                sender.send_messages(ServiceBusMessage("refused"))
 
 
 def test_duplicate_detection_is_set_read_updated_and_applied(secured):

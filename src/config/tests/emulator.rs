@@ -113,7 +113,7 @@ fn unknown_properties_are_refused_naming_them_and_their_place() {
          `Colour`, expected one of `DeadLetteringOnMessageExpiration`, \
          `DefaultMessageTimeToLive`, `DuplicateDetectionHistoryTimeWindow`, \
          `ForwardDeadLetteredMessagesTo`, `ForwardTo`, `LockDuration`, `MaxDeliveryCount`, \
-         `RequiresDuplicateDetection`, `RequiresSession`"
+         `RequiresDuplicateDetection`, `RequiresSession`, `Status`"
     );
     assert_eq!(
         refusal("{\"UserConfig\": {\"Namespaces\": []},}"),
@@ -206,4 +206,28 @@ fn bad_values_are_refused_at_their_place() {
         "UserConfig.Namespaces[0].Queues[0].Properties.MaxDeliveryCount (F:16:35): 0 is out of \
          range"
     ));
+}
+
+#[test]
+fn status_maps_and_each_kind_takes_service_bus_s_values() {
+    let paused = SAMPLE.replacen(
+        "\"RequiresSession\": false",
+        "\"RequiresSession\": false, \"Status\": \"SendDisabled\"",
+        1,
+    );
+    let config = load(&paused).expect("loads");
+    assert_eq!(config.queues[0].status, EntityStatus::SendDisabled);
+    assert_eq!(config.topics[0].status, EntityStatus::Active);
+    let refused = refusal(&SAMPLE.replacen(
+        "\"RequiresSession\": false",
+        "\"RequiresSession\": false, \"Status\": \"Paused\"",
+        1,
+    ));
+    assert!(
+        refused.ends_with(
+            "\"Paused\" is not a status this entity can have; allowed: \"Active\", \
+             \"Disabled\", \"SendDisabled\" or \"ReceiveDisabled\""
+        ),
+        "{refused}"
+    );
 }

@@ -487,3 +487,23 @@ fn a_topic_has_at_most_2000_subscriptions() {
         refusal(&topic(2_001))
     );
 }
+
+#[test]
+fn statuses_are_the_ones_service_bus_gives_each_kind() {
+    let config = parse(
+        "[[queues]]\nname = \"q\"\nstatus = \"receive_disabled\"\n\
+         [[topics]]\nname = \"t\"\nstatus = \"send_disabled\"\n\
+         [[topics.subscriptions]]\nname = \"s\"\nstatus = \"disabled\"\n",
+    );
+    assert_eq!(config.queues[0].status, EntityStatus::ReceiveDisabled);
+    assert_eq!(config.topics[0].status, EntityStatus::SendDisabled);
+    assert_eq!(
+        config.topics[0].subscriptions[0].status,
+        EntityStatus::Disabled
+    );
+    assert_eq!(
+        refusal("[[topics]]\nname = \"t\"\nstatus = \"receive_disabled\"\n"),
+        "topics[0].status (t.toml:3:10): \"receive_disabled\" is not a status this entity can \
+         have; allowed: \"active\", \"disabled\" or \"send_disabled\""
+    );
+}

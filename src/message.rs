@@ -781,25 +781,27 @@ fn with_property_field(
     index: usize,
     value: &[u8],
 ) -> Result<Bytes, MessageError> {
-    let properties = sections
-        .iter()
-        .find(|section| section.code == code::PROPERTIES);
+    let (properties, replaced) = slot(sections, code::PROPERTIES, bytes.len());
     let raw = properties.map(|section| &bytes[section.range.clone()]);
-    let replaced = match properties {
-        Some(section) => section.range.clone(),
-        None => {
-            let at = sections
-                .iter()
-                .find(|section| section.code > code::PROPERTIES)
-                .map_or(bytes.len(), |section| section.range.start);
-            at..at
-        }
-    };
     let mut out = Vec::with_capacity(bytes.len() + value.len() + 16);
     out.extend_from_slice(&bytes[..replaced.start]);
     write_properties_with(&mut out, raw, index, value)?;
     out.extend_from_slice(&bytes[replaced.end..]);
     Ok(Bytes::from(out))
+}
+
+/// The section of kind `code` with its range, or none and the empty range where AMQP's order
+/// puts one (`end`: the message's length).
+fn slot(sections: &[Section], code: u8, end: usize) -> (Option<&Section>, Range<usize>) {
+    match sections.iter().find(|section| section.code == code) {
+        Some(section) => (Some(section), section.range.clone()),
+        None => {
+            let at = (sections.iter())
+                .find(|section| section.code > code)
+                .map_or(end, |section| section.range.start);
+            (None, at..at)
+        }
+    }
 }
 
 /// A stored message with message annotations added: each of `set` replaces the message's own
@@ -813,9 +815,7 @@ pub fn annotate(
     kept: &[(&'static str, Value)],
 ) -> Result<Bytes, MessageError> {
     let sections = scan_sections(stored)?;
-    let annotations = sections
-        .iter()
-        .find(|section| section.code == code::MESSAGE_ANNOTATIONS);
+    let (annotations, replaced) = slot(&sections, code::MESSAGE_ANNOTATIONS, stored.len());
     let mut own = match annotations {
         Some(section) => annotation_entries(&stored[section.range.clone()], "message-annotations")?,
         None => Vec::new(),
@@ -834,16 +834,6 @@ pub fn annotate(
         !set.iter()
             .any(|(ours, _)| symbol_name(key) == Some(ours.as_bytes()))
     });
-    let replaced = match annotations {
-        Some(section) => section.range.clone(),
-        None => {
-            let at = sections
-                .iter()
-                .find(|section| section.code > code::MESSAGE_ANNOTATIONS)
-                .map_or(stored.len(), |section| section.range.start);
-            at..at
-        }
-    };
     let mut out = Vec::with_capacity(stored.len() + SPLICED_PREFIX_ROOM);
     out.extend_from_slice(&stored[..replaced.start]);
     write_annotations(&mut out, code::MESSAGE_ANNOTATIONS, added, &own)?;
@@ -951,9 +941,7 @@ pub fn edit_application_properties(
         return Ok(stored.clone());
     }
     let sections = scan_sections(stored)?;
-    let existing = sections
-        .iter()
-        .find(|section| section.code == code::APPLICATION_PROPERTIES);
+    let (existing, replaced) = slot(&sections, code::APPLICATION_PROPERTIES, stored.len());
     // The client's entries are kept byte for byte (never decoded), but for the keys set here.
     let mut kept = match existing {
         Some(section) => map_entries(&stored[section.range.clone()], "application-properties")?,
@@ -982,20 +970,10 @@ pub fn edit_application_properties(
         ours,
         &kept,
     )?;
-    let (start, end) = match existing {
-        Some(section) => (section.range.start, section.range.end),
-        None => {
-            let at = sections
-                .iter()
-                .find(|section| section.code > code::APPLICATION_PROPERTIES)
-                .map_or(stored.len(), |section| section.range.start);
-            (at, at)
-        }
-    };
     let mut out = Vec::with_capacity(stored.len() + encoded.len());
-    out.extend_from_slice(&stored[..start]);
+    out.extend_from_slice(&stored[..replaced.start]);
     out.extend_from_slice(&encoded);
-    out.extend_from_slice(&stored[end..]);
+    out.extend_from_slice(&stored[replaced.end..]);
     Ok(Bytes::from(out))
 }
 

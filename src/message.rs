@@ -16,7 +16,11 @@ use uuid::Uuid;
 use crate::filter::{MessageView, SystemProperty, Value as FilterValue};
 
 use crate::encoding::{byte_at, check_value, read_u32, read_u64, value_len, EncodingError};
+use crate::node::wire::annotation;
 
+/// Message annotations that only the broker writes, per delivery: a sender's are never passed
+/// on (a received message sent again carries its old lock's end and its state).
+const PER_DELIVERY_KEYS: [&str; 2] = [annotation::LOCKED_UNTIL, annotation::MESSAGE_STATE];
 /// Delivery annotation carrying the lock token (Service Bus `x-opt-lock-token`).
 const LOCK_TOKEN_KEY: &str = "x-opt-lock-token";
 /// Message annotation asking for a scheduled enqueue (a timestamp).
@@ -439,13 +443,12 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<Bytes, MessageErr
             &delivery_annotations,
         )?;
     }
-    // The client's own entries follow the broker's, but for the keys the broker sets.
+    // The client's own entries follow the broker's, but for the keys the broker sets, and
+    // those that describe one delivery only (a received message sent again carries them).
     annotations.retain(|(key, _)| {
         let name = symbol_name(key);
-        !stamp
-            .annotations
-            .iter()
-            .any(|(ours, _)| name == Some(ours.as_bytes()))
+        let ours = (stamp.annotations.iter().map(|(ours, _)| *ours)).chain(PER_DELIVERY_KEYS);
+        !ours.into_iter().any(|ours| name == Some(ours.as_bytes()))
     });
     let ours = (stamp.annotations.iter()).map(|(key, value)| (*key, AnnotationValue::Value(value)));
     write_annotations(&mut out, code::MESSAGE_ANNOTATIONS, ours, &annotations)?;
@@ -1354,6 +1357,11 @@ mod tests {
         for (key, value) in [
             ("x-opt-sequence-number", Value::Long(1)),
             ("x-opt-partition-key", Value::String("p".into())),
+            // An earlier delivery's, which a client sending a received message repeats.
+            (
+                "x-opt-locked-until",
+                Value::Timestamp(Timestamp::from_milliseconds(5)),
+            ),
         ] {
             annotations
                 .0

@@ -11,7 +11,12 @@ import warnings
 from datetime import timedelta
 
 import pytest
-from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode, ServiceBusSubQueue
+from azure.servicebus import (
+    ServiceBusMessage,
+    ServiceBusMessageState,
+    ServiceBusReceiveMode,
+    ServiceBusSubQueue,
+)
 from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType, AmqpMessageHeader
 from azure.servicebus._common import mgmt_handlers
 from azure.servicebus.exceptions import MessageNotFoundError, ServiceBusError, SessionLockLostError
@@ -46,8 +51,22 @@ def test_a_received_message_is_sent_and_scheduled_again_as_it_is(client):
             assert (copy.message_id, body_of(copy), properties_of(copy)) == ("m1", "again", {"k": 1})
             assert copy.sequence_number != original.sequence_number
             assert copy.lock_token != original.lock_token, "a lock token the client sent came back"
-            receiver.complete_message(copy)
         assert scheduled in [copy.sequence_number for copy in copies]
+        for copy in copies:
+            receiver.complete_message(copy)
+    # A received message carries its lock's end (and its state): the copy sent from it shows
+    # the broker's alone, here none, as a receive-and-delete delivery has no lock.
+    send(client, "q1", ServiceBusMessage("plain", message_id="plain"))
+    with client.get_queue_sender("q1") as sender:
+        with client.get_queue_receiver("q1") as receiver:
+            received = receive_one(receiver)
+            sender.send_messages(received, timeout=OPERATION_TIMEOUT_S)
+            receiver.complete_message(received)
+    with client.get_queue_receiver("q1", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
+        again = receive_one(receiver)
+        assert again.message_id == "plain"
+        assert b"x-opt-locked-until" not in again.raw_amqp_message.annotations
+        assert again.state == ServiceBusMessageState.ACTIVE
     assert_only_marker_left(client, "q1")
 
 

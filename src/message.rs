@@ -256,8 +256,10 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
         }
         match section.code {
             code::HEADER => arrival.ttl_ms = read_header(raw)?.ttl,
+            // Passed on to the receiver, so a map it must be (its keys as they come: Service
+            // Bus reads them so).
             code::DELIVERY_ANNOTATIONS => {
-                annotation_entries(raw, "delivery-annotations")?;
+                map_entries(raw, "delivery-annotations")?;
             }
             code::MESSAGE_ANNOTATIONS => {
                 for (key, value) in annotation_entries(raw, "message-annotations")? {
@@ -404,8 +406,7 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<Bytes, MessageErr
             // Checked on arrival only since they are passed on: older stored messages may hold
             // ones that do not read, which are dropped rather than the message.
             code::DELIVERY_ANNOTATIONS => {
-                delivery_annotations =
-                    annotation_entries(raw, "delivery-annotations").unwrap_or_default()
+                delivery_annotations = map_entries(raw, "delivery-annotations").unwrap_or_default()
             }
             code::MESSAGE_ANNOTATIONS => {
                 annotations = annotation_entries(raw, "message-annotations")?
@@ -1547,10 +1548,12 @@ mod tests {
                 "{body:?}"
             );
         }
-        // Delivery annotations are passed on, so they must read like message annotations.
+        // Delivery annotations are passed on, so they must be a map (keyed as they come).
         let string_keyed = [0x00, 0x53, 0x71, 0xc1, 0x05, 0x02, 0xa1, 0x01, b'k', 0x40];
+        assert!(inspected(&[&string_keyed, &properties, &data]).is_ok());
+        let a_list = [0x00, 0x53, 0x71, 0x45];
         assert_eq!(
-            inspected(&[&string_keyed, &data]),
+            inspected(&[&a_list, &data]),
             Err(MessageError::Malformed("delivery-annotations"))
         );
         // application-properties {"k": []} (a list0 value).

@@ -821,14 +821,9 @@ impl Actor {
         if let Some(session) = operation.session() {
             self.check_session_holder(lane, session, caller)?;
         }
-        match &operation {
-            Operation::ReceiveBySequence { .. } => {
-                self.check_status(lane, EntityStatus::can_receive, "Receive")?
-            }
-            Operation::Schedule { .. } => {
-                self.check_status(LaneId::MAIN, EntityStatus::can_send, "Send")?
-            }
-            _ => {}
+        // (A schedule is refused as a send is, in `enqueue`.)
+        if let Operation::ReceiveBySequence { .. } = &operation {
+            self.check_status(lane, EntityStatus::can_receive, "Receive")?;
         }
         match operation {
             Operation::Peek {

@@ -458,11 +458,13 @@ impl QueueCore {
         before_ms: i64,
         session: Option<&str>,
     ) -> usize {
+        // Enqueued times never go backwards along sequence numbers: the scan stops at the first
+        // message enqueued at `before_ms` or later.
         let doomed: Vec<i64> = (self.messages.iter())
+            .take_while(|(_, entry)| entry.record.enqueued_ms < before_ms)
             .filter(|(_, entry)| {
                 entry.lock.is_none()
                     && entry.record.state != MessageState::Scheduled
-                    && entry.record.enqueued_ms < before_ms
                     && session.is_none_or(|id| entry.session.as_deref() == Some(id))
             })
             .map(|(seq, _)| *seq)

@@ -28,6 +28,7 @@ use super::status::{
 };
 use super::units::parse_duration;
 use super::validate::Source;
+use super::validate::MAX_SUBSCRIPTIONS_PER_TOPIC;
 use super::{
     Config, ConfigError, CorrelationConfig, PropertyValue, QueueConfig, RuleConfig, RuleFilter,
     SubscriptionConfig, TopicConfig,
@@ -322,6 +323,15 @@ impl Reader<'_> {
                 properties.requires_duplicate_detection,
                 &properties.duplicate_detection_history_time_window,
             )?;
+        if topic.subscriptions.len() > MAX_SUBSCRIPTIONS_PER_TOPIC {
+            return Err(self.invalid(
+                &format!("{path}.Subscriptions[{MAX_SUBSCRIPTIONS_PER_TOPIC}]"),
+                format!(
+                    "a topic has at most {MAX_SUBSCRIPTIONS_PER_TOPIC} subscriptions, as in \
+                     Service Bus"
+                ),
+            ));
+        }
         let mut seen = BTreeMap::new();
         let mut subscriptions = Vec::new();
         for (index, subscription) in topic.subscriptions.iter().enumerate() {

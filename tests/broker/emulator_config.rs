@@ -95,4 +95,33 @@ fn check_config_reads_a_config_json_and_names_an_unknown_property() {
             && stderr.contains("unknown field `ForwardTwo`"),
         "{stderr}"
     );
+    // Service Bus's entity statuses, each kind its own, and its 2,000 subscriptions a topic.
+    let status = |value: &str| {
+        SAMPLE.replacen(
+            "\"RequiresSession\": false",
+            &format!("\"RequiresSession\": false, \"Status\": \"{value}\""),
+            1,
+        )
+    };
+    assert_eq!(check(&status("SendDisabled")).0, Some(0));
+    let (code, _, stderr) = check(&status("Paused"));
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("\"Paused\" is not a status"), "{stderr}");
+    let topic = |count: usize| {
+        let subscriptions: Vec<String> = (0..count)
+            .map(|index| format!("{{\"Name\": \"s{index}\"}}"))
+            .collect();
+        format!(
+            "{{\"UserConfig\": {{\"Namespaces\": [{{\"Name\": \"ns\", \"Queues\": [], \
+             \"Topics\": [{{\"Name\": \"t\", \"Subscriptions\": [{}]}}]}}]}}}}",
+            subscriptions.join(", ")
+        )
+    };
+    assert_eq!(check(&topic(2_000)).0, Some(0));
+    let (code, _, stderr) = check(&topic(2_001));
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("a topic has at most 2000 subscriptions"),
+        "{stderr}"
+    );
 }

@@ -63,8 +63,12 @@
 //! Later runs found a char that is no Unicode scalar, a null application-properties value
 //! and a boolean byte of 5: `set_application_properties` now keeps the client's entries byte
 //! for byte instead of decoding them.
-//! Each is fixed and is a named test in `src/amqp/message.rs`
+//! Each is fixed and is a named test in `src/message.rs`
 //! (`fuzz_findings_are_refused_or_get_through_every_later_step`).
+//! Issue 31 (sections in any order, the sender's delivery annotations passed on): 10 million
+//! executions (`-O --sanitizer none`, 55 s) found one flaw, in this target's own expectation
+//! (a sender's delivery annotations holding only a lock token are not passed on), and none in
+//! the codec.
 
 #![no_main]
 
@@ -141,6 +145,20 @@ fn section_bytes<'a>(bytes: &'a [u8], sections: &[Section]) -> Vec<&'a [u8]> {
         .collect()
 }
 
+/// Whether a sender's delivery-annotations section holds an entry the broker passes on: any
+/// but a lock token, which is only ever the broker's. `None` when serde_amqp cannot tell
+/// (the broker reads the map without decoding its values).
+fn passes_entries_on(section: &[u8]) -> Option<bool> {
+    let lock_token = Value::Symbol("x-opt-lock-token".into());
+    match serde_amqp::from_slice::<Value>(section).ok()? {
+        Value::Described(described) => match described.value {
+            Value::Map(map) => Some(map.keys().any(|key| *key != lock_token)),
+            _ => Some(false),
+        },
+        _ => None,
+    }
+}
+
 /// Splices `stored` (accepted by `inspect`, scanned into `sections`) and checks the result.
 fn check_splice(stored: &Bytes, sections: &[Section], stamp: &DeliveryStamp) {
     let whole = message::splice(stored, stamp)
@@ -170,18 +188,23 @@ fn check_splice(stored: &Bytes, sections: &[Section], stamp: &DeliveryStamp) {
     let prefix = &whole[..whole.len() - tail.len()];
     let prefix_sections = message::scan_sections(prefix)
         .unwrap_or_else(|error| panic!("the spliced prefix does not scan: {error}"));
-    let sent_delivery_annotations = sections[..first_other]
-        .iter()
-        .any(|s| s.code == DELIVERY_ANNOTATIONS);
+    let sent_delivery_annotations = (sections[..first_other].iter())
+        .find(|s| s.code == DELIVERY_ANNOTATIONS)
+        .map_or(Some(false), |s| passes_entries_on(&stored[s.range.clone()]));
     let mut expected = vec![HEADER];
-    if stamp.lock_token.is_some() || stamp.presettled || sent_delivery_annotations {
+    let broker_writes_them = stamp.lock_token.is_some() || stamp.presettled;
+    if broker_writes_them || sent_delivery_annotations == Some(true) {
         expected.push(DELIVERY_ANNOTATIONS);
     }
     expected.push(MESSAGE_ANNOTATIONS);
     if stamp.expires_ms.is_some() {
         expected.push(PROPERTIES);
     }
-    assert_eq!(codes(&prefix_sections), expected, "prefix sections");
+    let mut got = codes(&prefix_sections);
+    if sent_delivery_annotations.is_none() && !broker_writes_them {
+        got.retain(|code| *code != DELIVERY_ANNOTATIONS);
+    }
+    assert_eq!(got, expected, "prefix sections");
     let header: Header = serde_amqp::from_slice(&prefix[prefix_sections[0].range.clone()])
         .unwrap_or_else(|error| panic!("the broker's header does not decode: {error}"));
     assert_eq!(

@@ -11,7 +11,7 @@ use bytes::{Bytes, BytesMut};
 use fe2o3_amqp::frames::amqp::FrameBody;
 use fe2o3_amqp::types::definitions::DeliveryTag;
 use fe2o3_amqp::types::definitions::{
-    self, AmqpError, ErrorCondition, Handle, LinkError, Role, SessionError,
+    self, AmqpError, ConnectionError, ErrorCondition, Handle, LinkError, Role, SessionError,
 };
 use fe2o3_amqp::types::messaging::{
     Accepted, DeliveryState, MessageId, Rejected, Released, TargetArchetype,
@@ -43,6 +43,8 @@ use crate::node::{router, Node};
 const INCOMING_WINDOW: u32 = 8192;
 /// Most links one session may hold (`handle-max` + 1).
 const HANDLE_MAX: u32 = 1023;
+/// Longest delivery tag, in bytes (AMQP 1.0 §2.8.7).
+const MAX_DELIVERY_TAG: usize = 32;
 
 /// What a handler wants done: frames to send on this session's channel and commands to post.
 #[derive(Debug, Default)]
@@ -177,6 +179,13 @@ impl Session {
         out: &mut Outbox,
     ) -> Result<Option<u64>, Fault> {
         let remote_handle = attach.handle.0;
+        if remote_handle > HANDLE_MAX {
+            // AMQP 1.0 §2.7.2: a handle outside the range closes the connection.
+            return Err(Fault::Connection(link::amqp_error(
+                ConnectionError::FramingError,
+                format!("handle {remote_handle} is above this session's handle-max {HANDLE_MAX}"),
+            )));
+        }
         if self.links.contains_key(&remote_handle) {
             return Err(Fault::Session(link::amqp_error(
                 SessionError::HandleInUse,
@@ -217,10 +226,16 @@ impl Session {
                     .push(FrameBody::Attach(link::refuse_reply(&attach, local_handle)));
                 out.frames
                     .push(FrameBody::Detach(link::refuse_detach(local_handle, error)));
+                if ctx.links_full {
+                    // Holding it until the client's detach would take the connection past
+                    // its limit; a detach for a handle not held is ignored.
+                    return Ok(None);
+                }
+                // Held (without its name) until the client's detach, and counted as a link.
                 self.insert_link(
                     remote_handle,
                     Link {
-                        name: attach.name,
+                        name: String::new(),
                         local_handle,
                         id: link_id,
                         kind: LinkKind::Refused,
@@ -229,7 +244,7 @@ impl Session {
                         span: tracing::Span::none(),
                     },
                 );
-                return Ok(None);
+                return Ok(Some(link_id));
             }
         };
         // A session receiver's attach is answered once the entity has bound it to a session.
@@ -443,6 +458,18 @@ impl Session {
         }
         let mut partial = match incoming.partial.take() {
             Some(partial) => partial,
+            None if transfer
+                .delivery_tag
+                .as_ref()
+                .is_some_and(|tag| tag.len() > MAX_DELIVERY_TAG) =>
+            {
+                let error = link::amqp_error(
+                    AmqpError::InvalidField,
+                    format!("a delivery tag holds at most {MAX_DELIVERY_TAG} bytes"),
+                );
+                self.detach_with(remote_handle, error, out);
+                return Ok(());
+            }
             None => Partial {
                 delivery_id: transfer.delivery_id.ok_or_else(|| {
                     Fault::Connection(link::amqp_error(
@@ -509,7 +536,11 @@ impl Session {
                     partial.received, incoming.max_message_size
                 ),
             );
-            if !partial.settled {
+            // A pre-settled one cannot be rejected: its link is detached, so the sender (a
+            // management client waiting for its answer, say) learns at once.
+            if partial.settled {
+                self.detach_with(remote_handle, error, out);
+            } else {
                 out.frames.push(rejection(partial.delivery_id, error));
             }
             return Ok(());

@@ -86,6 +86,16 @@ impl NameRules {
         if let Some(edge) = self.inner.iter().find(|c| ends.contains(&Some(**c))) {
             return Err(format!("{edge:?} is not allowed first or last"));
         }
+        // A client that normalises paths would address another entity through these.
+        if let Some(segment) = name
+            .split('/')
+            .find(|segment| matches!(*segment, "" | "." | ".."))
+        {
+            return Err(match segment {
+                "" => "'//' is not allowed (an empty path segment)".to_owned(),
+                dots => format!("a path segment may not be {dots:?}"),
+            });
+        }
         Ok(())
     }
 }
@@ -111,6 +121,14 @@ mod tests {
         assert_eq!(reason("/a"), "'/' is not allowed first or last");
         assert_eq!(reason("a/"), "'/' is not allowed first or last");
         assert_eq!(reason("$a"), reason("a$"), "no '$' in queue names");
+        assert_eq!(
+            reason("a//b"),
+            "'//' is not allowed (an empty path segment)"
+        );
+        assert_eq!(reason("a/../b"), "a path segment may not be \"..\"");
+        assert_eq!(reason(".."), "a path segment may not be \"..\"");
+        assert_eq!(reason("a/."), "a path segment may not be \".\"");
+        assert_eq!(QUEUE_NAMES.check("a/.b/c..d"), Ok(()));
     }
 
     #[test]
@@ -145,6 +163,7 @@ mod tests {
             "'$' is not allowed; use letters, digits, '.', '_' and '-'"
         );
         assert_eq!(reason(""), "it is empty");
+        assert_eq!(reason(".."), "a path segment may not be \"..\"");
     }
 
     #[test]

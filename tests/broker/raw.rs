@@ -31,6 +31,7 @@ use tokio::time::{timeout, timeout_at, Instant};
 use crate::support::{config_with_queues, TestBroker, DEADLINE};
 
 mod hostile;
+mod hostile_links;
 
 /// The session window the test client grants: far more transfer frames than any test sends.
 const WINDOW: u32 = 1 << 20;

@@ -1,0 +1,242 @@
+//! Hostile clients, round two (issue 32), on the AMQP side: links the broker refused, handles
+//! and delivery tags outside AMQP's bounds, and oversized pre-settled deliveries. Each test
+//! prints the broker's peak memory; hand-made frames against the real binary.
+
+use bytes::Bytes;
+use fe2o3_amqp::frames::amqp::FrameBody;
+use fe2o3_amqp::types::definitions::{
+    AmqpError, ConnectionError, ErrorCondition, Handle, LinkError, ReceiverSettleMode, Role,
+    SenderSettleMode,
+};
+use fe2o3_amqp::types::messaging::{DeliveryState, Source, Target, TargetArchetype};
+use fe2o3_amqp::types::performatives::{Attach, Detach, Transfer};
+
+use super::{message, RawClient};
+use crate::child::ChildBroker;
+
+fn config(broker_keys: &str) -> String {
+    format!(
+        "[broker]\ndurability = \"memory\"\nallow_anonymous = true\n{broker_keys}\n\n\
+         [[queues]]\nname = \"q\"\n"
+    )
+}
+
+/// An attach of a sender link named `name` with `handle` to `address`.
+fn sender_attach(name: String, handle: u32, address: &str) -> FrameBody {
+    FrameBody::Attach(Attach {
+        name,
+        handle: Handle(handle),
+        role: Role::Sender,
+        snd_settle_mode: SenderSettleMode::Mixed,
+        rcv_settle_mode: ReceiverSettleMode::First,
+        source: Some(Box::new(Source::builder().address("here").build())),
+        target: Some(Box::new(TargetArchetype::Target(
+            Target::builder().address(address).build(),
+        ))),
+        unsettled: None,
+        incomplete_unsettled: false,
+        initial_delivery_count: Some(0),
+        max_message_size: None,
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    })
+}
+
+/// The first frame of a delivery on `handle`, whole in one frame.
+fn transfer(
+    handle: u32,
+    delivery_id: u32,
+    tag: Vec<u8>,
+    settled: bool,
+    payload: Bytes,
+) -> FrameBody {
+    FrameBody::Transfer {
+        performative: Transfer {
+            handle: Handle(handle),
+            delivery_id: Some(delivery_id),
+            delivery_tag: Some(tag.into()),
+            message_format: Some(0),
+            settled: Some(settled),
+            more: false,
+            rcv_settle_mode: None,
+            state: None,
+            resume: false,
+            aborted: false,
+            batchable: false,
+        },
+        payload,
+    }
+}
+
+/// The detach the broker sends for its link `local_handle`; returns its error.
+async fn detach_error(
+    client: &mut RawClient,
+    local_handle: u32,
+) -> fe2o3_amqp::types::definitions::Error {
+    let detach = client
+        .expect(
+            "the broker's detach",
+            |body| matches!(body, FrameBody::Detach(d) if d.handle == Handle(local_handle)),
+        )
+        .await;
+    let FrameBody::Detach(detach) = detach else {
+        unreachable!()
+    };
+    detach.error.expect("the detach says why")
+}
+
+/// Defect 2: links the broker refused count against `max_links_per_connection` until the
+/// client detaches them, and keep nothing of their attach: 1,000 refused attaches with 60 KB
+/// names held 60 MiB and every one of them, so that an accepted link could still follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_links_count_against_the_connection_limit_and_keep_no_name() {
+    const NAME_BYTES: usize = 60 * 1024;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ChildBroker::start(dir.path(), &config("max_links_per_connection = 256"));
+    let (idle, _) = broker.memory_kib();
+    let mut client = RawClient::connect(broker.addr, 1 << 20).await;
+    // One at a time: the refusals echo the names, and a client that does not read them
+    // is throttled.
+    let mut not_found = 0;
+    for handle in 0..1000u32 {
+        let name = format!("{handle:05}{}", "n".repeat(NAME_BYTES));
+        client.send(sender_attach(name, handle, "missing")).await;
+        loop {
+            let body = client
+                .expect("the refusal", |body| {
+                    matches!(body, FrameBody::Attach(_) | FrameBody::Detach(_))
+                })
+                .await;
+            if let FrameBody::Detach(detach) = body {
+                let error = detach.error.expect("a refusal says why");
+                match error.condition {
+                    ErrorCondition::AmqpError(AmqpError::NotFound) => not_found += 1,
+                    ErrorCondition::AmqpError(AmqpError::ResourceLimitExceeded) => {}
+                    other => panic!("refused with {other:?}"),
+                }
+                break;
+            }
+        }
+    }
+    let (held, peak) = broker.memory_kib();
+    eprintln!("1000 refused attaches of 60 KB names: broker {idle} KiB idle, {held} KiB after (peak {peak} KiB)");
+    assert_eq!(
+        not_found, 256,
+        "once 256 refused links are held, the rest are refused for the limit"
+    );
+    assert!(
+        held < idle + 16 * 1024,
+        "the refused links hold {} KiB",
+        held - idle
+    );
+    // The 256 held refusals fill the connection: an attach to a queue that exists is refused.
+    let name = client.request_sender(1000, "q").await;
+    let reply = client.attach_reply(&name).await;
+    assert!(reply.target.is_none(), "accepted past the limit: {reply:?}");
+    let error = detach_error(&mut client, reply.handle.0).await;
+    assert_eq!(
+        error.condition,
+        ErrorCondition::AmqpError(AmqpError::ResourceLimitExceeded),
+        "{error:?}"
+    );
+    // Detaching one refused link makes room for a link that works.
+    client
+        .send(FrameBody::Detach(Detach {
+            handle: Handle(0),
+            closed: true,
+            error: None,
+        }))
+        .await;
+    client.attach_sender(1001, "q").await;
+    let sent = client.send_message(1001, message("after", 10)).await;
+    let outcome = client.send_outcome(sent).await;
+    assert!(matches!(outcome, DeliveryState::Accepted(_)), "{outcome:?}");
+}
+
+/// Defect 9: an oversized delivery sent pre-settled cannot be rejected, so its link is
+/// detached with `amqp:link:message-size-exceeded`; a management client used to wait for
+/// an answer that never came. The connection goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_presettled_delivery_detaches_its_link() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ChildBroker::start(dir.path(), &config("max_message_size = 1000"));
+    let mut client = RawClient::connect(broker.addr, 65536).await;
+    for (handle, address) in [(0, "q/$management"), (1, "q")] {
+        let name = client.request_sender(handle, address).await;
+        let local = client.attach_reply(&name).await.handle.0;
+        client
+            .send(transfer(
+                handle,
+                handle,
+                vec![1],
+                true,
+                message("big", 2000),
+            ))
+            .await;
+        let error = detach_error(&mut client, local).await;
+        assert_eq!(
+            error.condition,
+            ErrorCondition::LinkError(LinkError::MessageSizeExceeded),
+            "{address}: {error:?}"
+        );
+    }
+    client.attach_sender(2, "q").await;
+    let sent = client.send_message(2, message("small", 10)).await;
+    let outcome = client.send_outcome(sent).await;
+    assert!(matches!(outcome, DeliveryState::Accepted(_)), "{outcome:?}");
+}
+
+/// Defect 11: a delivery tag longer than AMQP's 32 bytes detaches its link with
+/// `amqp:invalid-field`; 32 bytes are fine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_tag_over_32_bytes_detaches_its_link() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ChildBroker::start(dir.path(), &config(""));
+    let mut client = RawClient::connect(broker.addr, 65536).await;
+    let to_q = client.attach_sender(0, "q").await;
+    client
+        .send(transfer(0, 0, vec![7; 32], false, message("tag-32", 10)))
+        .await;
+    let outcome = client.send_outcome(0).await;
+    assert!(matches!(outcome, DeliveryState::Accepted(_)), "{outcome:?}");
+    client
+        .send(transfer(0, 1, vec![7; 33], false, message("tag-33", 10)))
+        .await;
+    let error = detach_error(&mut client, to_q).await;
+    assert_eq!(
+        error.condition,
+        ErrorCondition::AmqpError(AmqpError::InvalidField),
+        "{error:?}"
+    );
+    assert!(
+        error
+            .description
+            .unwrap_or_default()
+            .contains("at most 32 bytes"),
+        "the detach says why"
+    );
+}
+
+/// Defect 11: an attach whose handle is above the `handle-max` the broker advertised (1023)
+/// closes the connection with `amqp:connection:framing-error` (AMQP 1.0 §2.7.2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_above_handle_max_closes_the_connection() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ChildBroker::start(dir.path(), &config(""));
+    let mut client = RawClient::connect(broker.addr, 65536).await;
+    client.attach_sender(1023, "q").await;
+    client
+        .send(sender_attach("too-high".to_owned(), 1024, "q"))
+        .await;
+    let error = super::close_error(&mut client.transport).await;
+    assert_eq!(
+        error.condition,
+        ErrorCondition::ConnectionError(ConnectionError::FramingError),
+        "{error:?}"
+    );
+    assert!(
+        error.description.unwrap_or_default().contains("handle-max"),
+        "the close says why"
+    );
+}

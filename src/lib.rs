@@ -270,6 +270,15 @@ pub async fn run_with_reloads(
             started_ms: clock::now_ms(),
             https: admin_tls.is_some(),
             shutdown: tasks.token.clone(),
+            max_connections: config.admin.max_connections,
+            request_timeout: config.admin.request_timeout,
+            hosts: config
+                .admin
+                .hosts
+                .iter()
+                .cloned()
+                .chain(admin::machine_name())
+                .collect(),
         });
         tokio::spawn(admin::accept_loop(
             listener,

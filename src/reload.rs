@@ -95,7 +95,7 @@ fn restart_only(running: &Config, new: &Config, report: &mut Report) {
         log_format,
     );
     let others = [
-        ("admin.listen", running.admin != new.admin),
+        ("admin", running.admin != new.admin),
         (
             "shared_access_policies",
             running.shared_access_policies != new.shared_access_policies,

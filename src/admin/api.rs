@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, HOST, IF_MATCH};
 use hyper::{Method, Request, Response, StatusCode};
@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 
 use super::atom::{self, Counts, Times};
 use super::rules;
-use super::{respond as xml, Admin, MAX_BODY};
+use super::{body, respond as xml, Admin};
 use crate::auth::sas::Token;
 use crate::auth::{path_covers, resource_path};
 use crate::clock::now_ms;
@@ -478,15 +478,6 @@ fn feed(
 /// The description in a request's body.
 async fn sent(request: Request<Incoming>) -> Result<atom::Sent, String> {
     atom::read_description(&body(request).await?)
-}
-
-/// A request's body, at most [`MAX_BODY`] bytes.
-pub(super) async fn body(request: Request<Incoming>) -> Result<Bytes, String> {
-    Ok(Limited::new(request.into_body(), MAX_BODY)
-        .collect()
-        .await
-        .map_err(|e| format!("the body does not read: {e}"))?
-        .to_bytes())
 }
 
 /// Updates a queue or topic from the description in the request's body (`If-Match: *`): the
@@ -1163,7 +1154,7 @@ fn not_found(name: &str) -> Response<Full<Bytes>> {
     )
 }
 
-fn error(status: StatusCode, detail: String) -> Response<Full<Bytes>> {
+pub(super) fn error(status: StatusCode, detail: String) -> Response<Full<Bytes>> {
     if status.is_server_error() {
         tracing::warn!(%status, %detail, "admin request failed");
     } else {

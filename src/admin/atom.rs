@@ -423,15 +423,21 @@ impl Element {
 
 /// Most elements nested in a request body.
 const MAX_DEPTH: usize = 32;
+/// Most elements in a request body (a description has about 30).
+const MAX_ELEMENTS: usize = 4096;
+/// Most attributes on one element (quick-xml's own duplicate check is quadratic in them).
+const MAX_ATTRIBUTES: usize = 32;
 
-/// Reads an XML document into its root element.
+/// Reads an XML document into its root element, in time linear in its length.
 ///
 /// # Errors
-/// Why it is not XML, or nests deeper than 32 elements.
+/// Why it is not XML, nests deeper than 32 elements, holds more than 4,096 elements, or an
+/// element has more than 32 attributes (of two with one local name, the last is kept).
 pub fn parse(body: &[u8]) -> Result<Element, String> {
     let mut reader = Reader::from_reader(body);
     reader.config_mut().trim_text(true);
     let mut stack: Vec<Element> = vec![Element::default()];
+    let mut elements = 0;
     let mut buffer = Vec::new();
     let local = |name: &[u8]| {
         let name = String::from_utf8_lossy(name).into_owned();
@@ -444,11 +450,21 @@ pub fn parse(body: &[u8]) -> Result<Element, String> {
         let empty = matches!(event, Event::Empty(_));
         match event {
             Event::Start(start) | Event::Empty(start) => {
+                elements += 1;
+                if elements > MAX_ELEMENTS {
+                    return Err(format!("the body holds more than {MAX_ELEMENTS} elements"));
+                }
                 let mut element = Element {
                     name: local(start.name().as_ref()),
                     ..Element::default()
                 };
-                for attribute in start.attributes().flatten() {
+                for (index, attribute) in start.attributes().with_checks(false).enumerate() {
+                    if index == MAX_ATTRIBUTES {
+                        return Err(format!(
+                            "an element has more than {MAX_ATTRIBUTES} attributes"
+                        ));
+                    }
+                    let attribute = attribute.map_err(|e| format!("an attribute: {e}"))?;
                     let value = attribute
                         .unescape_value()
                         .map_err(|e| format!("an attribute: {e}"))?
@@ -575,5 +591,24 @@ mod tests {
         assert!(sent.fields.is_empty());
         assert!(read_description(b"<entry/>").is_err());
         assert!(read_description(b"<a><b></a>").is_err());
+    }
+
+    /// 111,000 attributes on one element cost 9 s of a runtime worker in quick-xml's
+    /// duplicate check; they are refused after the 32nd now.
+    #[test]
+    fn attributes_and_elements_are_bounded() {
+        let attributes: String = (0..111_000).map(|n| format!(" x{n:05}=\"\"")).collect();
+        let body = format!("<entry><content><QueueDescription{attributes}/></content></entry>");
+        assert_eq!(
+            parse(body.as_bytes()).map(|_| ()),
+            Err("an element has more than 32 attributes".to_owned())
+        );
+        let fine: String = (0..32).map(|n| format!(" x{n}=\"\"")).collect();
+        assert!(parse(format!("<a{fine}/>").as_bytes()).is_ok());
+        let many = format!("<a>{}</a>", "<b/>".repeat(MAX_ELEMENTS));
+        assert_eq!(
+            parse(many.as_bytes()).map(|_| ()),
+            Err("the body holds more than 4096 elements".to_owned())
+        );
     }
 }

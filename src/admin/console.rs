@@ -40,6 +40,9 @@ const STYLE: &str = include_str!("console/console.css");
 
 /// Most messages a page shows.
 const MAX_TOP: usize = 100;
+/// A page of messages ends once its JSON holds this many bytes (the message that passes it
+/// is the last one shown).
+const MAX_PAGE_BYTES: usize = 4 * 1024 * 1024;
 /// Most messages one request peeks through looking for a state.
 const MAX_SCAN: usize = 5_000;
 /// Dead letters whose reasons are counted.
@@ -69,7 +72,7 @@ pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<
                 }
                 let call = call.to_owned();
                 match call_api(admin, &method, &call, request).await {
-                    Ok(answer) => respond(StatusCode::OK, "application/json", answer.to_string()),
+                    Ok(answer) => respond(StatusCode::OK, "application/json", answer),
                     Err((status, reason)) => failure(status, &reason),
                 }
             }
@@ -119,6 +122,34 @@ async fn call_api(
     method: &Method,
     call: &str,
     request: Request<Incoming>,
+) -> Result<String, Failure> {
+    if (method, call) != (&Method::GET, "messages") {
+        return json_call(admin, method, call, request)
+            .await
+            .map(|answer| answer.to_string());
+    }
+    let query = api::query(request.uri().query().unwrap_or_default());
+    let param = |name: &str| {
+        query
+            .get(name)
+            .cloned()
+            .ok_or_else(|| bad(&format!("the query names no {name}")))
+    };
+    let from = query.get("from").and_then(|n| n.parse().ok()).unwrap_or(0);
+    let top = query
+        .get("top")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20)
+        .clamp(1, MAX_TOP);
+    messages(admin, &param("entity")?, &param("state")?, from, top).await
+}
+
+/// A console call whose answer is built as JSON (all but `messages`).
+async fn json_call(
+    admin: &Admin,
+    method: &Method,
+    call: &str,
+    request: Request<Incoming>,
 ) -> Result<Json, Failure> {
     let query = api::query(request.uri().query().unwrap_or_default());
     let param = |name: &str| {
@@ -129,19 +160,9 @@ async fn call_api(
     };
     match (method, call) {
         (&Method::GET, "entities") => Ok(entities(admin).await),
-        (&Method::GET, "messages") => {
-            let state = param("state")?;
-            let from = query.get("from").and_then(|n| n.parse().ok()).unwrap_or(0);
-            let top = query
-                .get("top")
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(20)
-                .clamp(1, MAX_TOP);
-            messages(admin, &param("entity")?, &state, from, top).await
-        }
         (&Method::GET, "reasons") => reasons(admin, &param("entity")?).await,
         (&Method::POST, "resubmit" | "purge" | "send") => {
-            let body = api::body(request).await.map_err(|e| bad(&e))?;
+            let body = super::body(request).await.map_err(|e| bad(&e))?;
             let sent: Json = serde_json::from_slice(&body)
                 .map_err(|e| bad(&format!("the body is not JSON: {e}")))?;
             let entity = sent["entity"]
@@ -254,14 +275,16 @@ async fn entities(admin: &Admin) -> Json {
     json!({ "entities": listed })
 }
 
-/// A page of `entity`'s messages in `state`, from sequence number `from` on.
+/// A page of `entity`'s messages in `state`, from sequence number `from` on, as JSON text:
+/// each message is written out as soon as it is read, so the page holds its text only, at
+/// most [`MAX_PAGE_BYTES`] and one message.
 async fn messages(
     admin: &Admin,
     entity: &str,
     state: &str,
     from: i64,
     top: usize,
-) -> Result<Json, Failure> {
+) -> Result<String, Failure> {
     let (path, wanted) = match state {
         "deadletter" => (dead_letter_path(entity), None),
         "active" => (entity.to_owned(), Some(0)),
@@ -273,9 +296,9 @@ async fn messages(
             )))
         }
     };
-    let (mut shown, mut next, mut scanned) = (Vec::new(), from, 0);
+    let (mut shown, mut page, mut next, mut scanned) = (0, String::new(), from, 0);
     let mut more = true;
-    while shown.len() < top && scanned < MAX_SCAN {
+    while shown < top && page.len() < MAX_PAGE_BYTES && scanned < MAX_SCAN {
         let count = MAX_TOP;
         let operation = Operation::Peek {
             from: next,
@@ -302,12 +325,20 @@ async fn messages(
             let in_state = annotations[wire::annotation::MESSAGE_STATE]
                 .as_i64()
                 .unwrap_or(0);
-            if wanted.is_none_or(|wanted| wanted == in_state) && shown.len() < top {
-                shown.push(message);
+            if wanted.is_none_or(|wanted| wanted == in_state) {
+                if shown > 0 {
+                    page.push(',');
+                }
+                page.push_str(&message.to_string());
+                shown += 1;
+            }
+            if shown == top || page.len() >= MAX_PAGE_BYTES {
+                break;
             }
         }
     }
-    Ok(json!({ "messages": shown, "next": more.then_some(next) }))
+    let next = json!(more.then_some(next));
+    Ok(format!("{{\"messages\":[{page}],\"next\":{next}}}"))
 }
 
 /// How many of the first dead letters of `entity` carry each `DeadLetterReason`.

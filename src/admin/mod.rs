@@ -1,8 +1,10 @@
 //! The administration endpoint (`[admin] listen`, the emulator's port 5300): Service Bus's
 //! ATOM management API over HTTP/1.1, HTTPS with the broker's certificate when `[broker.tls]`
-//! is set (the SDKs' administration clients speak HTTPS only). It shares the broker's
-//! connection limit and shutdown; requests are authorized as Service Bus does, with a
-//! `SharedAccessSignature` in `Authorization` granting Manage.
+//! is set (the SDKs' administration clients speak HTTPS only). It has a connection limit of
+//! its own (`[admin] max_connections`), so HTTP clients cannot take the AMQP listeners'
+//! slots, and shares the broker's shutdown. A request must arrive whole within
+//! `[admin] request_timeout` and name in `Host` a name the endpoint serves; it is authorized
+//! as Service Bus does, with a `SharedAccessSignature` in `Authorization` granting Manage.
 //!
 //! `atom` writes and reads the documents; `api` maps requests to the registry; `observe`
 //! answers `/health` and `/metrics`; `console` serves the web console and its JSON calls,
@@ -21,14 +23,16 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderValue, CONTENT_TYPE, HOST};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -39,8 +43,6 @@ use crate::server::Acceptance;
 
 /// Largest request body read.
 const MAX_BODY: usize = 1024 * 1024;
-/// How long a client may take to send a request's head.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What every administration request needs.
 pub struct Admin {
@@ -57,10 +59,47 @@ pub struct Admin {
     pub https: bool,
     /// Cancelled when the broker starts shutting down (`/health` answers 503 then).
     pub shutdown: CancellationToken,
+    /// Most connections served at once.
+    pub max_connections: usize,
+    /// How long a client may take to send a whole request, head and body.
+    pub request_timeout: Duration,
+    /// Host names `Host` may name besides loopback names and IP addresses (lowercase; `*`
+    /// for any), the machine's own name among them.
+    pub hosts: Vec<String>,
 }
 
-/// Accepts administration connections until shutdown; each one counts toward
-/// `max_connections` (beyond it, 503).
+impl Admin {
+    /// Whether `host` (a `Host` header: a name or address, with or without a port) is one
+    /// this endpoint serves: an IP address, `localhost` or a name under it, or one of
+    /// [`Admin::hosts`]. A DNS-rebinding page names its own host, which is none of these.
+    fn serves_host(&self, host: &str) -> bool {
+        let name = match host.strip_prefix('[') {
+            // An IPv6 address with or without a port.
+            Some(bracketed) => return bracketed.split_once(']').is_some(),
+            None => host
+                .rsplit_once(':')
+                .filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit()))
+                .map_or(host, |(name, _)| name),
+        };
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        name.parse::<std::net::IpAddr>().is_ok()
+            || name == "localhost"
+            || name.ends_with(".localhost")
+            || self.hosts.iter().any(|host| host == "*" || *host == name)
+    }
+}
+
+/// The machine's own host name, lowercase, if it has one.
+pub fn machine_name() -> Option<String> {
+    let mut buffer = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at most that much.
+    let result = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) };
+    let end = buffer.iter().position(|b| *b == 0)?;
+    (result == 0 && end > 0).then(|| String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase())
+}
+
+/// Accepts administration connections until shutdown; at most [`Admin::max_connections`] are
+/// served at once (beyond it, 503).
 pub async fn accept_loop(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
@@ -68,6 +107,7 @@ pub async fn accept_loop(
     acceptance: Acceptance,
 ) {
     let shutdown = acceptance.shutdown.clone();
+    let permits = Arc::new(Semaphore::new(admin.max_connections));
     loop {
         let (stream, peer) = tokio::select! {
             biased;
@@ -82,7 +122,7 @@ pub async fn accept_loop(
             },
         };
         let _ = stream.set_nodelay(true);
-        let permit = acceptance.permits.clone().try_acquire_owned().ok();
+        let permit = permits.clone().try_acquire_owned().ok();
         let (admin, tls, token) = (admin.clone(), tls.clone(), shutdown.token.child_token());
         let deadline = acceptance.shared.handshake_timeout;
         let span = tracing::info_span!("admin", %peer);
@@ -106,14 +146,23 @@ pub async fn accept_loop(
     }
 }
 
+/// When a request's body must have arrived: [`Admin::request_timeout`] after its head did
+/// (the head has as long again, counted by hyper), kept in the request's extensions.
+#[derive(Clone, Copy)]
+struct BodyDeadline(tokio::time::Instant);
+
 /// Serves HTTP/1.1 requests on one connection until it closes or the broker stops; `full`:
 /// every request is answered 503 (the connection limit is reached).
 async fn serve<S>(stream: S, admin: Arc<Admin>, full: bool, shutdown: CancellationToken)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let service = service_fn(move |request: Request<Incoming>| {
+    let request_timeout = admin.request_timeout;
+    let service = service_fn(move |mut request: Request<Incoming>| {
         let admin = admin.clone();
+        request.extensions_mut().insert(BodyDeadline(
+            tokio::time::Instant::now() + admin.request_timeout,
+        ));
         async move {
             let response = match full {
                 true => api::busy(),
@@ -124,7 +173,7 @@ where
     });
     let connection = http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT)
+        .header_read_timeout(request_timeout)
         .serve_connection(TokioIo::new(stream), service);
     tokio::pin!(connection);
     tokio::select! {
@@ -140,6 +189,24 @@ where
     }
 }
 
+/// A request's body, at most [`MAX_BODY`] bytes, read by its [`BodyDeadline`].
+///
+/// # Errors
+/// Why it does not read: too long, cut off, or not there in time.
+async fn body(request: Request<Incoming>) -> Result<Bytes, String> {
+    let deadline = request.extensions().get::<BodyDeadline>().copied();
+    let read = Limited::new(request.into_body(), MAX_BODY).collect();
+    let read = match deadline {
+        Some(BodyDeadline(deadline)) => tokio::time::timeout_at(deadline, read)
+            .await
+            .map_err(|_| "the body does not read: it did not arrive in time".to_owned())?,
+        None => read.await,
+    };
+    Ok(read
+        .map_err(|e| format!("the body does not read: {e}"))?
+        .to_bytes())
+}
+
 /// Sends a request to what answers its path: `/health`, `/metrics` and the console's page `/`
 /// (asked without an `api-version`, which every Service Bus client sends: an entity may be
 /// named `health`), the console's files and calls (`/$console/...`: no entity name starts
@@ -150,6 +217,20 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
             .uri()
             .query()
             .is_some_and(|query| query.contains("api-version="));
+    let host = request
+        .headers()
+        .get(HOST)
+        .and_then(|host| host.to_str().ok())
+        .unwrap_or_default();
+    if !admin.serves_host(host) {
+        return api::error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "this endpoint does not serve the host {host:?}; name it in [admin] hosts to \
+                 reach the broker by that name"
+            ),
+        );
+    }
     let path = request.uri().path();
     match (plain_get, path) {
         (true, "/health") => observe::health(admin),

@@ -2,6 +2,11 @@
 //! and application properties, and its body (base64 of the `data` sections, or the AMQP value
 //! or sequence as JSON). Each section is decoded as a generic AMQP value; nothing here trusts
 //! the bytes further than `message::scan_sections` checked them.
+//!
+//! What one message shows is bounded, since a decoded value can take 50 times its encoding (a
+//! null is one byte on the wire): at most [`MAX_DECODED`] bytes of sections other than `data`
+//! are decoded, in message order, and at most [`MAX_DATA_SHOWN`] bytes of `data`. What is left
+//! out is named in `truncated`.
 
 use base64::Engine;
 use serde_amqp::primitives::OrderedMap;
@@ -36,8 +41,14 @@ const HEADER: [&str; 5] = [
     "deliveryCount",
 ];
 
+/// Most encoded bytes of a message's sections other than `data` that are decoded and shown.
+pub const MAX_DECODED: usize = 64 * 1024;
+/// Most bytes of a message's `data` sections shown.
+pub const MAX_DATA_SHOWN: usize = 256 * 1024;
+
 /// The console's view of one encoded message: `{header, annotations, properties,
-/// applicationProperties, bodyKind, body}` where `body` is base64 for `data`, JSON otherwise.
+/// applicationProperties, bodyKind, body}` where `body` is base64 for `data`, JSON otherwise,
+/// and `truncated` (only when something is left out) names what is not shown.
 ///
 /// # Errors
 /// When the bytes do not split into sections or a section does not decode.
@@ -45,9 +56,25 @@ pub fn to_json(bytes: &[u8]) -> Result<Json, String> {
     let sections = scan_sections(bytes).map_err(|e| e.to_string())?;
     let mut out = Map::new();
     let mut data = Vec::new();
+    let mut data_bytes = 0;
     let mut sequence = Vec::new();
+    let mut truncated = Vec::new();
+    let mut decoded = 0;
     for section in sections {
-        let value: Value = serde_amqp::from_slice(&bytes[section.range.clone()])
+        let encoded = &bytes[section.range.clone()];
+        if section.code != 0x75 {
+            if decoded + encoded.len() > MAX_DECODED {
+                truncated.push(json!(format!(
+                    "section 0x{:02x} of {} bytes (at most {MAX_DECODED} bytes of sections \
+                     are shown)",
+                    section.code,
+                    encoded.len()
+                )));
+                continue;
+            }
+            decoded += encoded.len();
+        }
+        let value: Value = serde_amqp::from_slice(encoded)
             .map_err(|e| format!("section 0x{:02x}: {e}", section.code))?;
         let Value::Described(described) = value else {
             return Err(format!("section 0x{:02x} is not described", section.code));
@@ -68,7 +95,9 @@ pub fn to_json(bytes: &[u8]) -> Result<Json, String> {
             }
             0x75 => {
                 if let Value::Binary(bytes) = inner {
-                    data.extend_from_slice(&bytes);
+                    data_bytes += bytes.len();
+                    let room = MAX_DATA_SHOWN.saturating_sub(data.len());
+                    data.extend_from_slice(&bytes[..room.min(bytes.len())]);
                 }
             }
             0x76 => {
@@ -92,6 +121,15 @@ pub fn to_json(bytes: &[u8]) -> Result<Json, String> {
             "body".into(),
             json!(base64::engine::general_purpose::STANDARD.encode(&data)),
         );
+    }
+    if data_bytes > data.len() {
+        truncated.push(json!(format!(
+            "data after its first {} of {data_bytes} bytes",
+            data.len()
+        )));
+    }
+    if !truncated.is_empty() {
+        out.insert("truncated".into(), Json::Array(truncated));
     }
     Ok(Json::Object(out))
 }
@@ -179,5 +217,30 @@ mod tests {
         assert_eq!(shown["bodyKind"], "data");
         assert_eq!(shown["body"], "aGVsbG8=");
         assert!(to_json(b"\x00garbage").is_err());
+    }
+
+    /// A megabyte of nulls in amqp-sequence sections used to become 46 MiB of JSON.
+    #[test]
+    fn what_a_message_shows_is_bounded_and_the_rest_named() {
+        let nulls = fe2o3_amqp::types::messaging::AmqpSequence(vec![Value::Null; 65_000]);
+        let mut bytes = Vec::new();
+        for _ in 0..15 {
+            bytes.extend(serde_amqp::to_vec(&nulls).expect("sequence"));
+        }
+        let shown = to_json(&bytes).expect("reads");
+        assert_eq!(shown["bodyKind"], "sequence");
+        // The first section fits the budget; the other 14 are named instead.
+        assert_eq!(shown["body"].as_array().expect("a list").len(), 65_000);
+        assert_eq!(shown["truncated"].as_array().expect("named").len(), 14);
+        assert!(shown.to_string().len() < 400_000);
+
+        let big = serde_amqp::to_vec(&Data(Binary::from(vec![b'x'; 300_000]))).expect("data");
+        let shown = to_json(&big).expect("reads");
+        let body = shown["body"].as_str().expect("base64");
+        assert_eq!(body.len(), MAX_DATA_SHOWN / 3 * 4 + 4);
+        assert_eq!(
+            shown["truncated"][0],
+            "data after its first 262144 of 300000 bytes"
+        );
     }
 }

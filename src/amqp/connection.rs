@@ -42,6 +42,8 @@ const EVENT_BATCH: usize = 256;
 const FRAME_BATCH: usize = 64;
 /// Unfinished multi-frame deliveries one connection may hold, in units of max_message_size.
 const REASSEMBLY_MESSAGES: u64 = 4;
+/// Most management requests one connection has at entities at once; more wait their turn.
+const MAX_REQUESTS_IN_FLIGHT: usize = 8;
 /// The longest a connection's timer waits before it looks at its tokens again.
 const LONGEST_TIMER: Duration = Duration::from_secs(24 * 3600);
 /// How long a `detach`, `end` or `close` waits for the settlements received before it.
@@ -267,12 +269,14 @@ fn context<'a>(
     remote_max_frame: usize,
     reassembly: &'a ReassemblyBudget,
     links: usize,
+    answers_full: bool,
     access: &'a mut Access,
 ) -> Context<'a> {
     Context {
         access,
         reassembly,
         links_full: links >= shared.max_links_per_connection,
+        answers_full,
         registry: &shared.registry,
         events,
         max_message_size: shared.max_message_size,
@@ -394,6 +398,10 @@ impl Connection {
                     }
                 }
             };
+            let running = match running {
+                Running::Continue => self.answer_deferred().await,
+                Running::Stop => Running::Stop,
+            };
             let sent = self.send_pending(&shutdown).await;
             if let (Running::Continue, Running::Continue) = (running, sent) {
                 continue;
@@ -471,6 +479,57 @@ impl Connection {
         }
     }
 
+    /// Whether the connection holds as many answers to management and CBS requests as it
+    /// may: `connection_buffer` bytes waiting for the client's credit or window, or
+    /// [`MAX_REQUESTS_IN_FLIGHT`] requests at entities. Requests arriving meanwhile are
+    /// deferred, so a client that takes no answers holds little more than that.
+    fn answers_full(&self) -> bool {
+        let (waiting, in_flight) = self
+            .sessions
+            .values()
+            .map(Session::answers_held)
+            .fold((0, 0), |(bytes, requests), (b, r)| {
+                (bytes + b, requests + r)
+            });
+        waiting >= self.shared.connection_buffer as u64 || in_flight >= MAX_REQUESTS_IN_FLIGHT
+    }
+
+    /// Answers deferred requests, lowest channel first, while the connection has room.
+    async fn answer_deferred(&mut self) -> Running {
+        loop {
+            let Some(channel) = self
+                .sessions
+                .iter()
+                .filter(|(_, session)| session.defers_requests())
+                .map(|(channel, _)| *channel)
+                .min()
+            else {
+                return Running::Continue;
+            };
+            if self.answers_full() {
+                return Running::Continue;
+            }
+            let Some(session) = self.sessions.get_mut(&channel) else {
+                return Running::Continue;
+            };
+            let mut out = std::mem::take(&mut self.spare);
+            let mut ctx = context(
+                &self.shared,
+                &self.events,
+                self.remote_max_frame,
+                &self.reassembly,
+                self.link_sessions.len(),
+                false,
+                &mut self.access,
+            );
+            session.answer_deferred(&mut ctx, &mut out);
+            let local = session.local_channel;
+            if let Running::Stop = self.perform(local, out).await {
+                return Running::Stop;
+            }
+        }
+    }
+
     fn on_frame_error(&mut self, error: FrameError) {
         let close_with = match &error {
             FrameError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
@@ -544,6 +603,8 @@ impl Connection {
                 Running::Continue
             }
             body => {
+                let answers_full =
+                    matches!(body, FrameBody::Transfer { .. }) && self.answers_full();
                 let Some(session) = self.sessions.get_mut(&channel) else {
                     return self.fail(amqp_error(
                         AmqpError::IllegalState,
@@ -557,6 +618,7 @@ impl Connection {
                     self.remote_max_frame,
                     &self.reassembly,
                     self.link_sessions.len(),
+                    answers_full,
                     &mut self.access,
                 );
                 let result = match body {
@@ -624,6 +686,7 @@ impl Connection {
             self.remote_max_frame,
             &self.reassembly,
             self.link_sessions.len(),
+            false,
             &mut self.access,
         );
         match event {

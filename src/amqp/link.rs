@@ -134,7 +134,68 @@ pub struct Outgoing {
     /// A drain request is at the entity and its answer has not arrived.
     pub draining: bool,
     /// A session receiver's attach, answered once the entity bound it to a session.
-    pub pending_attach: Option<Box<Attach>>,
+    pub pending_attach: Option<WaitingAttach>,
+}
+
+/// A session receiver's attach while it waits for a session: only what its reply reads
+/// (name, role, settle modes, terminus), kept encoded (a decoded map can take 50 times its
+/// encoding) and charged to the connection's [`ReassemblyBudget`] until it is answered or
+/// the link goes.
+#[derive(Debug)]
+pub struct WaitingAttach {
+    encoded: Vec<u8>,
+    _charge: Charge,
+}
+
+impl WaitingAttach {
+    /// Keeps what the reply to `request` needs, if `budget` has room for it.
+    ///
+    /// # Errors
+    /// `amqp:resource-limit-exceeded` when the connection's budget is used up.
+    pub fn new(request: &Attach, budget: &ReassemblyBudget) -> Result<Self, definitions::Error> {
+        let kept = Attach {
+            name: request.name.clone(),
+            handle: request.handle.clone(),
+            role: request.role.clone(),
+            snd_settle_mode: request.snd_settle_mode.clone(),
+            rcv_settle_mode: request.rcv_settle_mode.clone(),
+            source: request.source.clone(),
+            target: request.target.clone(),
+            unsettled: None,
+            incomplete_unsettled: false,
+            initial_delivery_count: None,
+            max_message_size: None,
+            offered_capabilities: None,
+            desired_capabilities: None,
+            properties: None,
+        };
+        let encoded = serde_amqp::to_vec(&kept).map_err(|error| {
+            amqp_error(
+                AmqpError::InternalError,
+                format!("the attach does not encode: {error}"),
+            )
+        })?;
+        let mut charge = budget.charge();
+        if !charge.add(encoded.len() as u64) {
+            return Err(amqp_error(
+                AmqpError::ResourceLimitExceeded,
+                format!(
+                    "receivers waiting for a session, and unfinished deliveries, hold more \
+                     than {} bytes on this connection",
+                    budget.limit()
+                ),
+            ));
+        }
+        Ok(Self {
+            encoded,
+            _charge: charge,
+        })
+    }
+
+    /// The attach as kept.
+    pub fn attach(&self) -> Attach {
+        serde_amqp::from_slice(&self.encoded).expect("an attach this broker encoded decodes")
+    }
 }
 
 impl Outgoing {

@@ -83,6 +83,9 @@ pub struct Context<'a> {
     pub reassembly: &'a link::ReassemblyBudget,
     /// Whether the connection holds as many links as it may: new attaches are refused.
     pub links_full: bool,
+    /// Whether the connection holds as many answers to management and CBS requests as it
+    /// may (waiting for the client, or for their entity): new requests are deferred.
+    pub answers_full: bool,
     /// What the connection may do; `$cbs` adds tokens to it.
     pub access: &'a mut Access,
 }
@@ -95,6 +98,27 @@ type LinkSettlements = (Vec<(LockRef, Settlement)>, Vec<(u32, DeliveryState)>);
 struct Unsettled {
     link_id: u64,
     lock: LockRef,
+}
+
+/// What leaves with a frame that waited for the client's session window.
+#[derive(Debug)]
+enum Leaving {
+    /// A frame before the last of a delivery.
+    Nothing,
+    /// The last frame of a delivery: its consumer and stored size, reported forwarded.
+    Delivery(ConsumerId, u64),
+    /// A frame of an answer, with the bytes of the answer it carries.
+    Answer(u64),
+}
+
+/// A management or CBS request kept until the connection's answers have room; its bytes are
+/// charged to the connection's reassembly budget meanwhile.
+#[derive(Debug)]
+struct Deferred {
+    node: Node,
+    address: Option<String>,
+    bytes: Bytes,
+    _charge: link::Charge,
 }
 
 /// One session's state.
@@ -113,9 +137,9 @@ pub struct Session {
     by_id: HashMap<u64, u32>,
     /// Outgoing deliveries awaiting the client's settlement, by delivery id.
     unsettled: BTreeMap<u32, Unsettled>,
-    /// Transfer frames waiting for the client's incoming window; the last frame of a
-    /// delivery names its consumer and stored size, to report it forwarded when it leaves.
-    pending: VecDeque<(FrameBody, Option<(ConsumerId, u64)>)>,
+    /// Transfer frames waiting for the client's incoming window, each with what leaves
+    /// with it.
+    pending: VecDeque<(FrameBody, Leaving)>,
     /// Settlements awaiting the entity's answer: delivery ids and the outcomes to echo.
     settling: HashMap<u64, Vec<(u32, DeliveryState)>>,
     next_request: u64,
@@ -123,6 +147,11 @@ pub struct Session {
     accepted: Vec<u32>,
     /// Management requests at an entity: the `message-id` each answer echoes.
     correlations: HashMap<u64, Option<MessageId>>,
+    /// Bytes of answers to management and CBS requests that wait for the client's link
+    /// credit or session window.
+    answers_waiting: u64,
+    /// Requests that arrived while the connection held as many answers as it may, in order.
+    deferred: VecDeque<Deferred>,
     /// Largest frame the client accepts.
     remote_max_frame: usize,
 }
@@ -150,6 +179,8 @@ impl Session {
             next_request: 0,
             accepted: Vec::new(),
             correlations: HashMap::new(),
+            answers_waiting: 0,
+            deferred: VecDeque::new(),
             remote_max_frame,
         };
         let reply = Begin {
@@ -218,7 +249,20 @@ impl Session {
                 .transpose()?;
             Ok((node, needs.map(|rights| (address, rights))))
         });
-        let (node, authorized) = match authorized {
+        let accepted = authorized.and_then(|(node, authorized)| {
+            // A session receiver's attach is answered once the entity has bound it to a
+            // session; until then the link keeps what the answer needs.
+            let session = match (&attach.role, &node) {
+                (Role::Receiver, Node::Entity(..)) => link::session_request(&attach),
+                _ => None,
+            };
+            let waiting = session
+                .as_ref()
+                .map(|_| link::WaitingAttach::new(&attach, ctx.reassembly))
+                .transpose()?;
+            Ok((node, authorized, session, waiting))
+        });
+        let (node, authorized, session, waiting) = match accepted {
             Ok(found) => found,
             Err(error) => {
                 tracing::debug!(link = %attach.name, condition = ?error.condition, "attach refused");
@@ -246,11 +290,6 @@ impl Session {
                 );
                 return Ok(Some(link_id));
             }
-        };
-        // A session receiver's attach is answered once the entity has bound it to a session.
-        let session = match (&attach.role, &node) {
-            (Role::Receiver, Node::Entity(..)) => link::session_request(&attach),
-            _ => None,
         };
         if session.is_none() {
             out.frames.push(FrameBody::Attach(link::accept_reply(
@@ -309,7 +348,7 @@ impl Session {
                     owed: 0,
                     drain: false,
                     draining: false,
-                    pending_attach: session.map(|_| Box::new(attach.clone())),
+                    pending_attach: waiting,
                 })
             }
         };
@@ -552,8 +591,7 @@ impl Session {
                 .get(&remote_handle)
                 .and_then(|link| link.authorized.as_ref())
                 .map(|(address, _)| address.clone());
-            self.on_request(&node, address.as_deref(), &whole, &partial, ctx, out);
-            return Ok(());
+            return self.on_request(node, address, whole, &partial, ctx, out);
         };
         let mut inspected = if partial.message_format == BATCH_MESSAGE_FORMAT {
             message::unpack_batch(&whole)
@@ -601,24 +639,83 @@ impl Session {
         Ok(())
     }
 
-    /// Answers a request to `$cbs` or a management node (at `address`): settles it, decodes
-    /// it, and answers on the reply link it names (CBS at once, management once the entity has
-    /// answered, or at once when the connection lacks the operation's right).
+    /// A request to `$cbs` or a `$management` node arrived whole: it is accepted, then
+    /// answered, or deferred while the connection holds as many answers as it may
+    /// ([`Context::answers_full`]) or this session already defers one (they keep their order).
     fn on_request(
         &mut self,
-        node: &Node,
-        address: Option<&str>,
-        bytes: &Bytes,
+        node: Node,
+        address: Option<String>,
+        bytes: Bytes,
         delivery: &Partial,
         ctx: &mut Context<'_>,
         out: &mut Outbox,
-    ) {
+    ) -> Result<(), Fault> {
         if !delivery.settled {
             out.frames.push(settled_disposition(
                 delivery.delivery_id,
                 DeliveryState::Accepted(Accepted {}),
             ));
         }
+        if !ctx.answers_full && self.deferred.is_empty() {
+            self.answer_request(&node, address.as_deref(), &bytes, ctx, out);
+            return Ok(());
+        }
+        let mut charge = ctx.reassembly.charge();
+        if !charge.add(bytes.len() as u64) {
+            return Err(Fault::Connection(link::amqp_error(
+                AmqpError::ResourceLimitExceeded,
+                format!(
+                    "requests waiting for answers the client does not take, and unfinished \
+                     deliveries, hold more than {} bytes on this connection",
+                    ctx.reassembly.limit()
+                ),
+            )));
+        }
+        self.deferred.push_back(Deferred {
+            node,
+            address,
+            bytes,
+            _charge: charge,
+        });
+        Ok(())
+    }
+
+    /// What this session holds of answers: bytes waiting for the client, and requests
+    /// posted to entities and not answered yet.
+    pub fn answers_held(&self) -> (u64, usize) {
+        (self.answers_waiting, self.correlations.len())
+    }
+
+    /// Whether a request waits for the connection's answers to have room.
+    pub fn defers_requests(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
+    /// Answers the first deferred request (the connection has room for its answer now).
+    pub fn answer_deferred(&mut self, ctx: &mut Context<'_>, out: &mut Outbox) {
+        if let Some(request) = self.deferred.pop_front() {
+            let Deferred {
+                node,
+                address,
+                bytes,
+                ..
+            } = &request;
+            self.answer_request(node, address.as_deref(), bytes, ctx, out);
+        }
+    }
+
+    /// Decodes a request and answers it on the reply link it names: CBS at once, management
+    /// once the entity has answered, or at once when the connection lacks the operation's
+    /// right.
+    fn answer_request(
+        &mut self,
+        node: &Node,
+        address: Option<&str>,
+        bytes: &Bytes,
+        ctx: &mut Context<'_>,
+        out: &mut Outbox,
+    ) {
         let request = management::Request::decode(bytes);
         if let Some(why) = &request.malformed {
             tracing::info!(%why, "undecodable request");
@@ -717,6 +814,7 @@ impl Session {
             ..
         }) = self.links.get_mut(&handle)
         {
+            self.answers_waiting += encoded.len() as u64;
             replies.waiting.push_back(encoded);
         }
         self.send_waiting_replies(link_id, out);
@@ -761,7 +859,11 @@ impl Session {
                 batchable: false,
             };
             for frame in split_transfer(transfer, encoded, self.remote_max_frame) {
-                self.pending.push_back((frame, None));
+                let carried = match &frame {
+                    FrameBody::Transfer { payload, .. } => payload.len() as u64,
+                    _ => 0,
+                };
+                self.pending.push_back((frame, Leaving::Answer(carried)));
             }
             self.flush_pending(out);
         }
@@ -956,8 +1058,11 @@ impl Session {
         let frames = split_transfer(first, payload, ctx.remote_max_frame);
         let last = frames.len().saturating_sub(1);
         for (index, frame) in frames.into_iter().enumerate() {
-            let forwarded = (index == last).then_some((delivery.consumer, size));
-            self.pending.push_back((frame, forwarded));
+            let leaving = match index == last {
+                true => Leaving::Delivery(delivery.consumer, size),
+                false => Leaving::Nothing,
+            };
+            self.pending.push_back((frame, leaving));
         }
         self.flush_pending(out);
     }
@@ -1016,10 +1121,10 @@ impl Session {
         };
         let local_handle = link.local_handle;
         if let LinkKind::Outgoing(outgoing) = &mut link.kind {
-            if let Some(request) = outgoing.pending_attach.take() {
+            if let Some(waiting) = outgoing.pending_attach.take() {
                 tracing::debug!(link = %link.name, session, "session accepted");
                 out.frames.push(FrameBody::Attach(link::session_reply(
-                    &request,
+                    &waiting.attach(),
                     local_handle,
                     ctx.max_message_size,
                     session,
@@ -1033,12 +1138,12 @@ impl Session {
     /// waiting for a session) gets the refusing attach first: null source, then the detach.
     fn answer_pending_attach(link: &Link, out: &mut Outbox) {
         if let LinkKind::Outgoing(Outgoing {
-            pending_attach: Some(request),
+            pending_attach: Some(waiting),
             ..
         }) = &link.kind
         {
             out.frames.push(FrameBody::Attach(link::refuse_reply(
-                request,
+                &waiting.attach(),
                 link.local_handle,
             )));
         }
@@ -1180,6 +1285,9 @@ impl Session {
     }
 
     fn release_link(&mut self, link_id: u64, kind: LinkKind, out: &mut Outbox) {
+        if let LinkKind::Replies(replies) = &kind {
+            self.answers_waiting -= replies.waiting.iter().map(|a| a.len() as u64).sum::<u64>();
+        }
         if let LinkKind::Outgoing(outgoing) = kind {
             self.unsettled
                 .retain(|_, unsettled| unsettled.link_id != link_id);
@@ -1211,17 +1319,21 @@ impl Session {
 
     fn flush_pending(&mut self, out: &mut Outbox) {
         while self.remote_incoming_window > 0 {
-            let Some((frame, forwarded)) = self.pending.pop_front() else {
+            let Some((frame, leaving)) = self.pending.pop_front() else {
                 break;
             };
             self.remote_incoming_window -= 1;
             self.next_outgoing_id = self.next_outgoing_id.wrapping_add(1);
             out.frames.push(frame);
-            if let Some((consumer, bytes)) = forwarded {
-                if let Some(outgoing) = self.outgoing_by_id(consumer.0) {
-                    out.forwarded
-                        .push((outgoing.entity.clone(), consumer, bytes));
+            match leaving {
+                Leaving::Nothing => {}
+                Leaving::Delivery(consumer, bytes) => {
+                    if let Some(outgoing) = self.outgoing_by_id(consumer.0) {
+                        out.forwarded
+                            .push((outgoing.entity.clone(), consumer, bytes));
+                    }
                 }
+                Leaving::Answer(bytes) => self.answers_waiting -= bytes,
             }
         }
     }

@@ -35,6 +35,21 @@ pub(super) const MAX_SIZE_IN_MEGABYTES: Limits<u64> = Limits {
     max: u64::MAX / (1024 * 1024),
     allowed: "at least 1",
 };
+/// `[admin] max_connections`: separate from the AMQP listeners', so that slow HTTP clients
+/// cannot lock AMQP clients out.
+pub(super) const ADMIN_CONNECTIONS: Limits<usize> = Limits {
+    default: 64,
+    min: 1,
+    max: usize::MAX,
+    allowed: "at least 1",
+};
+/// `[admin] request_timeout`: head and body of one request.
+pub(super) const REQUEST_TIMEOUT: Limits<Duration> = Limits {
+    default: Duration::from_secs(30),
+    min: Duration::from_millis(100),
+    max: Duration::from_secs(300),
+    allowed: "100ms to 5m",
+};
 pub(super) const MAX_CONNECTIONS: Limits<usize> = Limits {
     default: 1024,
     min: 1,

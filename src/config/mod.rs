@@ -74,6 +74,16 @@ pub struct AdminConfig {
     /// Address the administration endpoint binds (HTTPS when `[broker.tls]` is set); `None`
     /// (written `""`): no endpoint.
     pub listen: Option<SocketAddr>,
+    /// Most connections the endpoint serves at once, apart from the AMQP listeners' own
+    /// `max_connections`; beyond it, 503.
+    pub max_connections: usize,
+    /// How long a client may take to send a whole request, head and body.
+    pub request_timeout: Duration,
+    /// Host names a request may name in `Host` besides loopback names (`localhost`,
+    /// `*.localhost`), IP addresses and the machine's own name, lowercase; `*` lets any
+    /// through. A request naming another host is refused, so a web page whose name rebinds
+    /// to the broker's address cannot reach it.
+    pub hosts: Vec<String>,
 }
 
 /// How much of an acknowledged change survives a crash (`[broker] durability`).

@@ -54,6 +54,9 @@ pub(super) struct RawBroker {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawAdmin {
     pub(super) listen: Option<Spanned<String>>,
+    pub(super) max_connections: Option<Spanned<u64>>,
+    pub(super) request_timeout: Option<Spanned<HumanDuration>>,
+    pub(super) hosts: Option<Vec<Spanned<String>>>,
 }
 
 /// `[broker.tls]` as written: every key is required.

@@ -86,6 +86,17 @@ impl Source<'_> {
                 Some(written) if written.get_ref().is_empty() => None,
                 Some(written) => Some(self.socket_address("admin.listen", written, "5300")?),
             },
+            max_connections: self.bounded(
+                "admin.max_connections",
+                raw.admin.max_connections,
+                &ADMIN_CONNECTIONS,
+            )?,
+            request_timeout: self.bounded(
+                "admin.request_timeout",
+                raw.admin.request_timeout,
+                &REQUEST_TIMEOUT,
+            )?,
+            hosts: self.admin_hosts(raw.admin.hosts.unwrap_or_default())?,
         };
         let config = Config {
             broker,
@@ -211,6 +222,30 @@ impl Source<'_> {
     }
 
     /// The socket address at `key`; `port` is the example port errors show.
+    /// `[admin] hosts`: host names without a port (letters, digits, `-` and `.`), or `*`.
+    fn admin_hosts(&self, written: Vec<Spanned<String>>) -> Result<Vec<String>, ConfigError> {
+        written
+            .into_iter()
+            .map(|host| {
+                let span = host.span();
+                let name = host.into_inner().to_ascii_lowercase();
+                let valid = name == "*"
+                    || (!name.is_empty()
+                        && name
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'));
+                match valid {
+                    true => Ok(name),
+                    false => Err(self.invalid(
+                        "admin.hosts",
+                        span,
+                        format!("{name:?} is not a host name (letters, digits, '-' and '.', no port) or \"*\""),
+                    )),
+                }
+            })
+            .collect()
+    }
+
     pub(super) fn socket_address(
         &self,
         key: &str,

@@ -27,7 +27,7 @@ use crate::entity::handle::{
     Command, ConsumerId, Delivery, EntityError, EntityEvent, EntityHandle, EntityStats, EventSink,
     LaneId, LockRef, Properties, Settlement, Subscriptions,
 };
-use crate::entity::operation::{Answer, Operation};
+use crate::entity::operation::{Answer, Operation, MAX_PEEK_BYTES};
 use crate::entity::queue::session_lane::Binding;
 use crate::entity::queue::FORWARDER;
 use crate::entity::sessions::MAX_SESSION_ID_CHARS;
@@ -832,9 +832,14 @@ impl Actor {
                 session,
             } => {
                 let peeked = self.core.lane(lane)?.peek(from, count, session.as_deref());
-                let mut messages = Vec::with_capacity(peeked.len());
+                let (mut messages, mut bytes) = (Vec::with_capacity(peeked.len()), 0);
                 for (seq, stamp) in peeked {
-                    messages.push(self.encoded(lane, seq, &stamp)?);
+                    if bytes >= MAX_PEEK_BYTES {
+                        break;
+                    }
+                    let encoded = self.encoded(lane, seq, &stamp)?;
+                    bytes += encoded.len();
+                    messages.push(encoded);
                 }
                 Ok(Answer::Peeked(messages))
             }

@@ -12,6 +12,10 @@ use crate::message::Arrival;
 /// The most messages one `peek-message` returns, as in Service Bus.
 pub const MAX_PEEK: usize = 250;
 
+/// A `peek-message` answer ends with the message that brings its bytes to this many (so it
+/// holds at least one message, whatever its size); the client peeks on from the last one.
+pub const MAX_PEEK_BYTES: usize = 4 * 1024 * 1024;
+
 /// The most messages one `batch-delete-messages` deletes (Service Bus Premium's limit; the
 /// SDKs ask for 500 or 4,000).
 pub const MAX_BATCH_DELETE: usize = 4_000;

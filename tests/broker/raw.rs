@@ -32,6 +32,7 @@ use crate::support::{config_with_queues, TestBroker, DEADLINE};
 
 mod hostile;
 mod hostile_links;
+mod hostile_requests;
 
 /// The session window the test client grants: far more transfer frames than any test sends.
 const WINDOW: u32 = 1 << 20;

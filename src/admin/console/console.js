@@ -174,6 +174,7 @@ function renderBody() {
       }
     }
   }
+  if (message.truncated) shown += `\n\n(not shown: ${message.truncated.join("; ")})`;
   $("#message-body").textContent = shown;
 }
 

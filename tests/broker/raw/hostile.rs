@@ -25,9 +25,9 @@ use crate::child::ChildBroker;
 use crate::support::{connect_session, next_delivery, DEADLINE};
 
 /// Most a single attack may add to the broker's peak memory (it used to be gigabytes).
-const MEMORY_BOUND_KIB: u64 = 64 * 1024;
+pub(super) const MEMORY_BOUND_KIB: u64 = 64 * 1024;
 
-fn config(broker_keys: &str) -> String {
+pub(super) fn config(broker_keys: &str) -> String {
     format!(
         "[broker]\ndurability = \"memory\"\nallow_anonymous = true\n{broker_keys}\n\n\
          [[queues]]\nname = \"q\"\n\n\
@@ -37,14 +37,14 @@ fn config(broker_keys: &str) -> String {
 
 /// A client that sends and receives one message after another on `bystander`, recording its
 /// slowest round trip, until stopped.
-struct Bystander {
+pub(super) struct Bystander {
     stop: Arc<AtomicBool>,
     slowest_ms: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<u64>,
 }
 
 impl Bystander {
-    async fn start(addr: SocketAddr) -> Self {
+    pub(super) async fn start(addr: SocketAddr) -> Self {
         let (mut connection, mut session) = connect_session(addr).await;
         let mut sender = Sender::attach(&mut session, "bystander-out", "bystander")
             .await
@@ -78,7 +78,7 @@ impl Bystander {
     }
 
     /// Stops the bystander; its slowest round trip must have stayed under a second.
-    async fn finish(self) {
+    pub(super) async fn finish(self) {
         self.stop.store(true, Ordering::Relaxed);
         let trips = timeout(DEADLINE, self.task)
             .await
@@ -96,7 +96,7 @@ impl Bystander {
 
 /// Sends `count` messages of `size` body bytes to `q` on a new sender link (handle 0) and
 /// waits until every one is accepted.
-async fn send_all(client: &mut RawClient, count: u32, size: usize) {
+pub(super) async fn send_all(client: &mut RawClient, count: u32, size: usize) {
     let to_q = client.attach_sender(0, "q").await;
     for index in 0..count {
         client

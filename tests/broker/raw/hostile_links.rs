@@ -4,12 +4,14 @@
 
 use bytes::Bytes;
 use fe2o3_amqp::frames::amqp::FrameBody;
+use fe2o3_amqp::types::definitions::Fields;
 use fe2o3_amqp::types::definitions::{
     AmqpError, ConnectionError, ErrorCondition, Handle, LinkError, ReceiverSettleMode, Role,
     SenderSettleMode,
 };
-use fe2o3_amqp::types::messaging::{DeliveryState, Source, Target, TargetArchetype};
+use fe2o3_amqp::types::messaging::{DeliveryState, FilterSet, Source, Target, TargetArchetype};
 use fe2o3_amqp::types::performatives::{Attach, Detach, Transfer};
+use fe2o3_amqp::types::primitives::{Symbol, Value};
 
 use super::{message, RawClient};
 use crate::child::ChildBroker;
@@ -238,5 +240,106 @@ async fn a_handle_above_handle_max_closes_the_connection() {
     assert!(
         error.description.unwrap_or_default().contains("handle-max"),
         "the close says why"
+    );
+}
+
+/// The attach of a session receiver on `handle` that waits for the next available session of
+/// `s`, with a filter entry of `filter_junk` bytes and `properties` null link properties.
+fn waiting_session_receiver(handle: u32, filter_junk: usize, properties: usize) -> FrameBody {
+    let mut filter = FilterSet::new();
+    filter.insert(Symbol::from("com.microsoft:session-filter"), Value::Null);
+    if filter_junk > 0 {
+        filter.insert(Symbol::from("junk"), Value::String("f".repeat(filter_junk)));
+    }
+    let properties: Fields = (0..properties)
+        .map(|n| (Symbol::from(format!("p{n:04}")), Value::Null))
+        .collect();
+    FrameBody::Attach(Attach {
+        name: format!("waiting-{handle}"),
+        handle: Handle(handle),
+        role: Role::Receiver,
+        snd_settle_mode: SenderSettleMode::Unsettled,
+        rcv_settle_mode: ReceiverSettleMode::First,
+        source: Some(Box::new(
+            Source::builder().address("s").filter(filter).build(),
+        )),
+        target: Some(Box::new(TargetArchetype::Target(
+            Target::builder().address("here").build(),
+        ))),
+        unsettled: None,
+        incomplete_unsettled: false,
+        initial_delivery_count: None,
+        max_message_size: None,
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: Some(properties),
+    })
+}
+
+/// Defect 10: a session receiver waiting for a session kept its whole attach, decoded (a
+/// 40 KB map of link properties takes ten times that decoded). It keeps only what its answer
+/// echoes now, encoded, and that counts against the connection's budget of
+/// 4 × `max_message_size`: past it, an attach is refused with `amqp:resource-limit-exceeded`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receivers_waiting_for_a_session_keep_little_and_within_a_budget() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ChildBroker::start(
+        dir.path(),
+        "[broker]\ndurability = \"memory\"\nallow_anonymous = true\nmax_message_size = 1000000\n\
+         max_frame_size = 262144\n\n[[queues]]\nname = \"s\"\nrequires_session = true\n",
+    );
+    let (idle, _) = broker.memory_kib();
+    let mut client = RawClient::connect(broker.addr, 1 << 20).await;
+    for handle in 0..500 {
+        client
+            .send(waiting_session_receiver(handle, 0, 5_000))
+            .await;
+    }
+    // A sender's attach answers after every attach before it was handled.
+    client.attach_sender(900, "s").await;
+    let (held, peak) = broker.memory_kib();
+    eprintln!(
+        "500 session receivers waiting with 5,000 link properties each: broker {idle} KiB \
+         idle, {held} KiB (peak {peak} KiB)"
+    );
+    // 100 KB filters are kept: the 40th such attach passes the 4 MB budget.
+    for handle in 500..560 {
+        client
+            .send(waiting_session_receiver(handle, 100_000, 0))
+            .await;
+    }
+    let name = client.request_sender(901, "s").await;
+    let mut refused = Vec::new();
+    loop {
+        let body = client
+            .expect("refusals, then the sender's attach", |body| {
+                matches!(body, FrameBody::Attach(_) | FrameBody::Detach(_))
+            })
+            .await;
+        match body {
+            FrameBody::Attach(reply) if reply.name == name => break,
+            FrameBody::Attach(reply) => {
+                assert!(reply.source.is_none(), "only refusals answer: {reply:?}");
+                let index: u32 = reply.name["waiting-".len()..].parse().expect("a number");
+                refused.push(index - 500);
+            }
+            FrameBody::Detach(detach) => {
+                let error = detach.error.expect("why");
+                assert_eq!(
+                    error.condition,
+                    ErrorCondition::AmqpError(AmqpError::ResourceLimitExceeded),
+                    "{error:?}"
+                );
+            }
+            _ => unreachable!(),
+        }
+    }
+    let refused_at = refused.first().copied();
+    assert_eq!(refused_at, Some(39), "refused once the budget is used up");
+    assert_eq!(refused.len(), 21, "and every one after: {refused:?}");
+    assert!(
+        held < idle + 16 * 1024,
+        "the waiting receivers hold {} KiB",
+        held - idle
     );
 }

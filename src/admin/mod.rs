@@ -14,8 +14,8 @@ mod api;
 pub mod atom;
 mod console;
 mod observe;
-mod peeked;
-mod rules;
+pub mod peeked;
+pub mod rules;
 
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -45,6 +45,8 @@ const HEADER: [&str; 5] = [
 pub const MAX_DECODED: usize = 64 * 1024;
 /// Most bytes of a message's `data` sections shown.
 pub const MAX_DATA_SHOWN: usize = 256 * 1024;
+/// Most sections left out that are named one by one (the rest are counted).
+const MAX_NAMED: usize = 16;
 
 /// The console's view of one encoded message: `{header, annotations, properties,
 /// applicationProperties, bodyKind, body}` where `body` is base64 for `data`, JSON otherwise,
@@ -59,17 +61,21 @@ pub fn to_json(bytes: &[u8]) -> Result<Json, String> {
     let mut data_bytes = 0;
     let mut sequence = Vec::new();
     let mut truncated = Vec::new();
+    let mut skipped = 0;
     let mut decoded = 0;
     for section in sections {
         let encoded = &bytes[section.range.clone()];
         if section.code != 0x75 {
             if decoded + encoded.len() > MAX_DECODED {
-                truncated.push(json!(format!(
-                    "section 0x{:02x} of {} bytes (at most {MAX_DECODED} bytes of sections \
-                     are shown)",
-                    section.code,
-                    encoded.len()
-                )));
+                skipped += 1;
+                if truncated.len() < MAX_NAMED {
+                    truncated.push(json!(format!(
+                        "section 0x{:02x} of {} bytes (at most {MAX_DECODED} bytes of \
+                         sections are shown)",
+                        section.code,
+                        encoded.len()
+                    )));
+                }
                 continue;
             }
             decoded += encoded.len();
@@ -121,6 +127,12 @@ pub fn to_json(bytes: &[u8]) -> Result<Json, String> {
             "body".into(),
             json!(base64::engine::general_purpose::STANDARD.encode(&data)),
         );
+    }
+    if skipped > truncated.len() {
+        truncated.push(json!(format!(
+            "{} more sections",
+            skipped - truncated.len()
+        )));
     }
     if data_bytes > data.len() {
         truncated.push(json!(format!(
@@ -219,7 +231,8 @@ mod tests {
         assert!(to_json(b"\x00garbage").is_err());
     }
 
-    /// A megabyte of nulls in amqp-sequence sections used to become 46 MiB of JSON.
+    /// A megabyte of nulls in amqp-sequence sections used to become 46 MiB of JSON; a
+    /// megabyte of small sections past the budget is named in a few lines.
     #[test]
     fn what_a_message_shows_is_bounded_and_the_rest_named() {
         let nulls = fe2o3_amqp::types::messaging::AmqpSequence(vec![Value::Null; 65_000]);
@@ -231,7 +244,23 @@ mod tests {
         assert_eq!(shown["bodyKind"], "sequence");
         // The first section fits the budget; the other 14 are named instead.
         assert_eq!(shown["body"].as_array().expect("a list").len(), 65_000);
-        assert_eq!(shown["truncated"].as_array().expect("named").len(), 14);
+        let truncated = shown["truncated"].as_array().expect("named");
+        assert_eq!(truncated.len(), 14);
+        assert!(shown.to_string().len() < 400_000);
+
+        let small = serde_amqp::to_vec(&fe2o3_amqp::types::messaging::AmqpSequence(vec![
+            Value::Null;
+            10
+        ]))
+        .expect("sequence");
+        let many = small.repeat(1_000_000 / small.len());
+        let shown = to_json(&many).expect("reads");
+        let truncated = shown["truncated"].as_array().expect("named");
+        assert_eq!(truncated.len(), MAX_NAMED + 1);
+        assert!(truncated[MAX_NAMED]
+            .as_str()
+            .expect("text")
+            .ends_with("more sections"));
         assert!(shown.to_string().len() < 400_000);
 
         let big = serde_amqp::to_vec(&Data(Binary::from(vec![b'x'; 300_000]))).expect("data");

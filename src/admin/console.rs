@@ -129,19 +129,22 @@ async fn call_api(
             .map(|answer| answer.to_string());
     }
     let query = api::query(request.uri().query().unwrap_or_default());
-    let param = |name: &str| {
-        query
-            .get(name)
-            .cloned()
-            .ok_or_else(|| bad(&format!("the query names no {name}")))
-    };
     let from = query.get("from").and_then(|n| n.parse().ok()).unwrap_or(0);
     let top = query
         .get("top")
         .and_then(|n| n.parse().ok())
         .unwrap_or(20)
         .clamp(1, MAX_TOP);
-    messages(admin, &param("entity")?, &param("state")?, from, top).await
+    let (entity, state) = (param(&query, "entity")?, param(&query, "state")?);
+    messages(admin, &entity, &state, from, top).await
+}
+
+/// The query parameter `name`, which the call needs.
+fn param(query: &BTreeMap<String, String>, name: &str) -> Result<String, Failure> {
+    query
+        .get(name)
+        .cloned()
+        .ok_or_else(|| bad(&format!("the query names no {name}")))
 }
 
 /// A console call whose answer is built as JSON (all but `messages`).
@@ -152,15 +155,9 @@ async fn json_call(
     request: Request<Incoming>,
 ) -> Result<Json, Failure> {
     let query = api::query(request.uri().query().unwrap_or_default());
-    let param = |name: &str| {
-        query
-            .get(name)
-            .cloned()
-            .ok_or_else(|| bad(&format!("the query names no {name}")))
-    };
     match (method, call) {
         (&Method::GET, "entities") => Ok(entities(admin).await),
-        (&Method::GET, "reasons") => reasons(admin, &param("entity")?).await,
+        (&Method::GET, "reasons") => reasons(admin, &param(&query, "entity")?).await,
         (&Method::POST, "resubmit" | "purge" | "send") => {
             let body = super::body(request).await.map_err(|e| bad(&e))?;
             let sent: Json = serde_json::from_slice(&body)

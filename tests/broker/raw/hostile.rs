@@ -94,6 +94,12 @@ impl Bystander {
     }
 }
 
+/// Prints the broker's resident and peak memory after `case`.
+pub(super) fn print_peak(broker: &ChildBroker, case: &str) {
+    let (now, peak) = broker.memory_kib();
+    eprintln!("{case}: broker {now} KiB, peak {peak} KiB");
+}
+
 /// Sends `count` messages of `size` body bytes to `q` on a new sender link (handle 0) and
 /// waits until every one is accepted.
 pub(super) async fn send_all(client: &mut RawClient, count: u32, size: usize) {

@@ -1,6 +1,7 @@
 //! Hostile clients, round two (issue 32), on the AMQP side: links the broker refused, handles
 //! and delivery tags outside AMQP's bounds, and oversized pre-settled deliveries. Each test
-//! prints the broker's peak memory; hand-made frames against the real binary.
+//! prints the broker's peak memory and a bystander's slowest round trip (under a second,
+//! asserted); hand-made frames against the real binary.
 
 use bytes::Bytes;
 use fe2o3_amqp::frames::amqp::FrameBody;
@@ -13,15 +14,9 @@ use fe2o3_amqp::types::messaging::{DeliveryState, FilterSet, Source, Target, Tar
 use fe2o3_amqp::types::performatives::{Attach, Detach, Transfer};
 use fe2o3_amqp::types::primitives::{Symbol, Value};
 
+use super::hostile::{config, print_peak, Bystander};
 use super::{message, RawClient};
 use crate::child::ChildBroker;
-
-fn config(broker_keys: &str) -> String {
-    format!(
-        "[broker]\ndurability = \"memory\"\nallow_anonymous = true\n{broker_keys}\n\n\
-         [[queues]]\nname = \"q\"\n"
-    )
-}
 
 /// An attach of a sender link named `name` with `handle` to `address`.
 fn sender_attach(name: String, handle: u32, address: &str) -> FrameBody {
@@ -96,6 +91,7 @@ async fn refused_links_count_against_the_connection_limit_and_keep_no_name() {
     const NAME_BYTES: usize = 60 * 1024;
     let dir = tempfile::tempdir().expect("tempdir");
     let broker = ChildBroker::start(dir.path(), &config("max_links_per_connection = 256"));
+    let bystander = Bystander::start(broker.addr).await;
     let (idle, _) = broker.memory_kib();
     let mut client = RawClient::connect(broker.addr, 1 << 20).await;
     // One at a time: the refusals echo the names, and a client that does not read them
@@ -154,6 +150,11 @@ async fn refused_links_count_against_the_connection_limit_and_keep_no_name() {
     let sent = client.send_message(1001, message("after", 10)).await;
     let outcome = client.send_outcome(sent).await;
     assert!(matches!(outcome, DeliveryState::Accepted(_)), "{outcome:?}");
+    print_peak(
+        &broker,
+        "refused_links_count_against_the_connection_limit_and_keep_no_name",
+    );
+    bystander.finish().await;
 }
 
 /// Defect 9: an oversized delivery sent pre-settled cannot be rejected, so its link is
@@ -163,6 +164,7 @@ async fn refused_links_count_against_the_connection_limit_and_keep_no_name() {
 async fn an_oversized_presettled_delivery_detaches_its_link() {
     let dir = tempfile::tempdir().expect("tempdir");
     let broker = ChildBroker::start(dir.path(), &config("max_message_size = 1000"));
+    let bystander = Bystander::start(broker.addr).await;
     let mut client = RawClient::connect(broker.addr, 65536).await;
     for (handle, address) in [(0, "q/$management"), (1, "q")] {
         let name = client.request_sender(handle, address).await;
@@ -187,6 +189,11 @@ async fn an_oversized_presettled_delivery_detaches_its_link() {
     let sent = client.send_message(2, message("small", 10)).await;
     let outcome = client.send_outcome(sent).await;
     assert!(matches!(outcome, DeliveryState::Accepted(_)), "{outcome:?}");
+    print_peak(
+        &broker,
+        "an_oversized_presettled_delivery_detaches_its_link",
+    );
+    bystander.finish().await;
 }
 
 /// Defect 11: a delivery tag longer than AMQP's 32 bytes detaches its link with
@@ -195,6 +202,7 @@ async fn an_oversized_presettled_delivery_detaches_its_link() {
 async fn a_delivery_tag_over_32_bytes_detaches_its_link() {
     let dir = tempfile::tempdir().expect("tempdir");
     let broker = ChildBroker::start(dir.path(), &config(""));
+    let bystander = Bystander::start(broker.addr).await;
     let mut client = RawClient::connect(broker.addr, 65536).await;
     let to_q = client.attach_sender(0, "q").await;
     client
@@ -218,6 +226,8 @@ async fn a_delivery_tag_over_32_bytes_detaches_its_link() {
             .contains("at most 32 bytes"),
         "the detach says why"
     );
+    print_peak(&broker, "a_delivery_tag_over_32_bytes_detaches_its_link");
+    bystander.finish().await;
 }
 
 /// Defect 11: an attach whose handle is above the `handle-max` the broker advertised (1023)
@@ -226,6 +236,7 @@ async fn a_delivery_tag_over_32_bytes_detaches_its_link() {
 async fn a_handle_above_handle_max_closes_the_connection() {
     let dir = tempfile::tempdir().expect("tempdir");
     let broker = ChildBroker::start(dir.path(), &config(""));
+    let bystander = Bystander::start(broker.addr).await;
     let mut client = RawClient::connect(broker.addr, 65536).await;
     client.attach_sender(1023, "q").await;
     client
@@ -241,6 +252,8 @@ async fn a_handle_above_handle_max_closes_the_connection() {
         error.description.unwrap_or_default().contains("handle-max"),
         "the close says why"
     );
+    print_peak(&broker, "a_handle_above_handle_max_closes_the_connection");
+    bystander.finish().await;
 }
 
 /// The attach of a session receiver on `handle` that waits for the next available session of
@@ -286,8 +299,10 @@ async fn receivers_waiting_for_a_session_keep_little_and_within_a_budget() {
     let broker = ChildBroker::start(
         dir.path(),
         "[broker]\ndurability = \"memory\"\nallow_anonymous = true\nmax_message_size = 1000000\n\
-         max_frame_size = 262144\n\n[[queues]]\nname = \"s\"\nrequires_session = true\n",
+         max_frame_size = 262144\n\n[[queues]]\nname = \"s\"\nrequires_session = true\n\n\
+         [[queues]]\nname = \"bystander\"\n",
     );
+    let bystander = Bystander::start(broker.addr).await;
     let (idle, _) = broker.memory_kib();
     let mut client = RawClient::connect(broker.addr, 1 << 20).await;
     for handle in 0..500 {
@@ -342,4 +357,9 @@ async fn receivers_waiting_for_a_session_keep_little_and_within_a_budget() {
         "the waiting receivers hold {} KiB",
         held - idle
     );
+    print_peak(
+        &broker,
+        "receivers_waiting_for_a_session_keep_little_and_within_a_budget",
+    );
+    bystander.finish().await;
 }

@@ -22,9 +22,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::amqp::frames::{self, FrameError, FrameReader, Outbound};
-use crate::amqp::header;
+use crate::amqp::handshake;
+use crate::amqp::handshake::Authenticated;
 use crate::amqp::link::{amqp_error, ReassemblyBudget};
-use crate::amqp::sasl::Authenticated;
 use crate::amqp::session::{Context, Fault, Outbox, Session};
 use crate::auth::access::Access;
 use crate::auth::Policies;
@@ -178,7 +178,7 @@ async fn open_connection<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     writer: &mut W,
     shared: &Shared,
 ) -> Result<Opened, String> {
-    let authenticated = header::negotiate(reader, writer, &shared.policies)
+    let authenticated = handshake::negotiate(reader, writer, &shared.policies)
         .await
         .map_err(|e| e.to_string())?;
     reader.set_max_frame_size(shared.max_frame_size as usize);

@@ -3,8 +3,7 @@
 
 pub mod connection;
 pub mod frames;
-pub mod header;
+pub mod handshake;
 pub mod hot;
 pub mod link;
-pub mod sasl;
 pub mod session;

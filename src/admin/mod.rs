@@ -74,8 +74,12 @@ impl Admin {
     /// [`Admin::hosts`]. A DNS-rebinding page names its own host, which is none of these.
     fn serves_host(&self, host: &str) -> bool {
         let name = match host.strip_prefix('[') {
-            // An IPv6 address with or without a port.
-            Some(bracketed) => return bracketed.split_once(']').is_some(),
+            // An IPv6 address, with or without a port.
+            Some(bracketed) => {
+                return bracketed
+                    .split_once(']')
+                    .is_some_and(|(address, _)| address.parse::<std::net::Ipv6Addr>().is_ok())
+            }
             None => host
                 .rsplit_once(':')
                 .filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit()))

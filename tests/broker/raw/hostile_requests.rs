@@ -320,6 +320,19 @@ async fn requests_naming_a_host_the_endpoint_does_not_serve_are_refused() {
             "{method} {path}: {answer}"
         );
     }
+    // A bracketed name is no IPv6 address.
+    let bracketed = http(
+        admin,
+        request(
+            "GET",
+            "/health",
+            &format!("[attacker.example]:{port}"),
+            "",
+            "",
+        ),
+    )
+    .await;
+    assert!(bracketed.starts_with("HTTP/1.1 400"), "{bracketed}");
     for host in [
         format!("localhost:{port}"),
         format!("127.0.0.1:{port}"),

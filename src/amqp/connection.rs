@@ -22,8 +22,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::amqp::frames::{self, FrameError, FrameReader, Outbound};
-use crate::amqp::handshake;
-use crate::amqp::handshake::Authenticated;
+use crate::amqp::handshake::{self, Authenticated};
 use crate::amqp::link::{amqp_error, ReassemblyBudget};
 use crate::amqp::session::{Context, Fault, Outbox, Session};
 use crate::auth::access::Access;

@@ -43,6 +43,7 @@ pub mod store;
 pub mod sweeper;
 pub mod tls;
 pub mod trimmer;
+pub mod wire;
 
 use std::future::Future;
 use std::net::SocketAddr;

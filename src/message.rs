@@ -16,7 +16,7 @@ use uuid::Uuid;
 use crate::filter::{MessageView, SystemProperty, Value as FilterValue};
 
 use crate::encoding::{byte_at, check_value, read_u32, read_u64, value_len, EncodingError};
-use crate::node::wire::annotation;
+use crate::wire::annotation;
 
 /// Message annotations that only the broker writes, per delivery: a sender's are never passed
 /// on (a received message sent again carries its old lock's end and its state).

@@ -774,7 +774,7 @@ fn set_subscription(
 /// A forwarding target as a client sends it: a name, or the SDKs' full address
 /// (`sb://namespace/name`, as the Python client writes it); empty for none.
 fn forward_target(value: &str) -> Option<String> {
-    forwarding::target(Some(crate::node::router::entity_path(value).to_owned()))
+    forwarding::target(Some(crate::wire::entity_path(value).to_owned()))
 }
 
 /// Applies one property to a topic; `false` when a topic has no such property.

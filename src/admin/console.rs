@@ -32,7 +32,7 @@ use crate::entity::handle::{Command, EntityEvent, LaneId, Ticket};
 use crate::entity::operation::{Answer, Operation};
 use crate::entity::registry::RegistryError;
 use crate::message;
-use crate::node::wire;
+use crate::wire;
 
 const INDEX: &str = include_str!("console/index.html");
 const SCRIPT: &str = include_str!("console/console.js");

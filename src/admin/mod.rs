@@ -16,6 +16,7 @@ mod console;
 mod observe;
 pub mod peeked;
 pub mod rules;
+mod scrape;
 
 use std::convert::Infallible;
 use std::sync::Arc;

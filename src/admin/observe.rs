@@ -1,5 +1,5 @@
 //! `GET /health` and `GET /metrics` on the administration listener: the emulator's health
-//! answer for probes and test fixtures, and the Prometheus text of [`crate::metrics`]. Neither
+//! answer for probes and test fixtures, and the Prometheus text of [`super::scrape`]. Neither
 //! needs authorization (probes and scrapers carry no Service Bus token); they show entity
 //! names and counts, never a message.
 
@@ -7,11 +7,12 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Response, StatusCode};
 
+use super::scrape::{self, Described};
 use super::{api, respond, Admin};
 use crate::clock::now_ms;
 use crate::config::Declaration;
 use crate::entity::handle::{EntityStats, LaneId};
-use crate::metrics::{self, Described};
+use crate::metrics;
 
 /// 200 `{"status":"healthy", ...}` as the emulator answers, or 503 with the reason: the
 /// broker is stopping, or storage failed (an entity or the store stopped acknowledging).
@@ -113,6 +114,6 @@ pub async fn metrics(admin: &Admin) -> Response<Full<Bytes>> {
     let store_bytes = tokio::task::spawn_blocking(move || registry.store_bytes())
         .await
         .unwrap_or(0);
-    let text = metrics::exposition(&described, store_bytes);
-    respond(StatusCode::OK, metrics::CONTENT_TYPE, text)
+    let text = scrape::exposition(&described, store_bytes);
+    respond(StatusCode::OK, scrape::CONTENT_TYPE, text)
 }

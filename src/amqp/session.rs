@@ -36,8 +36,8 @@ use crate::message::{self, BATCH_MESSAGE_FORMAT};
 use crate::metrics::{self, Held};
 use crate::node::management;
 use crate::node::response::{self, Style};
-use crate::node::wire;
 use crate::node::{router, Node};
+use crate::wire;
 
 /// Incoming window the broker grants, in transfer frames; refilled when half is used.
 const INCOMING_WINDOW: u32 = 8192;

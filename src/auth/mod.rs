@@ -9,7 +9,7 @@ pub mod access;
 pub mod sas;
 
 use crate::config::{Config, PolicyConfig, Rights};
-use crate::node::router;
+use crate::wire;
 
 /// The policies of a config, and whether anonymous clients are let in.
 #[derive(Debug, Default)]
@@ -118,7 +118,7 @@ fn principal(entity: Option<&str>, policy: &PolicyConfig) -> Principal {
 /// The path of an address or token resource, lower-cased, without scheme, host, leading and
 /// trailing slashes: `sb://Host:5671/Queue.1/` is `queue.1`; the namespace is `""`.
 pub fn resource_path(address: &str) -> String {
-    router::entity_path(address)
+    wire::entity_path(address)
         .trim_end_matches('/')
         .to_ascii_lowercase()
 }

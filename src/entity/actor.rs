@@ -907,8 +907,8 @@ impl Actor {
                     }
                 };
                 let reasons = [
-                    crate::node::wire::dead_letter::REASON.to_owned(),
-                    crate::node::wire::dead_letter::DESCRIPTION.to_owned(),
+                    crate::wire::dead_letter::REASON.to_owned(),
+                    crate::wire::dead_letter::DESCRIPTION.to_owned(),
                 ];
                 let body =
                     message::edit_application_properties(&body, &[], &reasons).unwrap_or(body);
@@ -1250,7 +1250,7 @@ async fn sleep_until_deadline(deadline: Option<Instant>) {
 /// the sequence number it was first given (kept from an earlier hop) and, leaving a
 /// dead-letter queue, the entity it was dead-lettered in.
 fn forwarded(bytes: Bytes, seq: i64, dead_letter_source: Option<&str>) -> Bytes {
-    use crate::node::wire::annotation;
+    use crate::wire::annotation;
     use fe2o3_amqp::types::primitives::Value;
     let first_seq = [(annotation::ENQUEUE_SEQUENCE_NUMBER, Value::Long(seq))];
     let source: Vec<_> = dead_letter_source

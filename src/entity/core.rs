@@ -25,9 +25,9 @@ use crate::entity::setup::SubscriptionSettings;
 use crate::entity::topic::{self, Copy, Route, Rule};
 use crate::filter::Filter;
 use crate::message::{self, Arrival};
-use crate::node::wire;
 use crate::store::record::{MessageState, Record, NEVER};
 use crate::store::{Change, Recovered};
+use crate::wire;
 
 /// An entity's state: everything its actor owns, minus the I/O.
 #[derive(Debug)]

@@ -19,9 +19,9 @@ use crate::entity::handle::{
 };
 use crate::entity::sessions::{SessionId, Sessions};
 use crate::message::DeliveryStamp;
-use crate::node::wire;
 use crate::store::record::{MessageState, Record, NEVER};
 use crate::store::{Change, Recovered};
+use crate::wire;
 
 pub mod session_lane;
 

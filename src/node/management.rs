@@ -17,7 +17,7 @@ use crate::entity::topic::Rule;
 use crate::filter::description;
 use crate::message::{self, Arrival, MessageError};
 use crate::node::response::{string_map, Response};
-use crate::node::wire;
+use crate::wire;
 
 /// What a request message says, decoded once.
 #[derive(Debug, Default)]

@@ -1,10 +1,9 @@
 //! What links attach to: the address router, the request/response nodes (`$cbs`,
-//! `<entity>/$management`) and the Service Bus wire names.
+//! `<entity>/$management`).
 
 pub mod management;
 pub mod response;
 pub mod router;
-pub mod wire;
 
 use crate::entity::handle::{EntityHandle, LaneId};
 

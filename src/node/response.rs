@@ -6,7 +6,7 @@ use fe2o3_amqp::types::messaging::{AmqpValue, ApplicationProperties, MessageId, 
 use fe2o3_amqp::types::primitives::{OrderedMap, SimpleValue, Symbol, Value};
 
 use crate::entity::handle::EntityError;
-use crate::node::wire;
+use crate::wire;
 
 /// The status and error condition of an entity's refusal, wherever it is reported: a
 /// management response, a rejected transfer, a refused settlement, a detached link.

@@ -4,18 +4,7 @@
 use crate::entity::handle::{EntityHandle, LaneId};
 use crate::entity::registry::Registry;
 use crate::node::Node;
-
-/// The entity path of an address: without `scheme://authority` and leading slashes.
-pub fn entity_path(address: &str) -> &str {
-    let path = match address.find("://") {
-        Some(scheme_end) => {
-            let rest = &address[scheme_end + 3..];
-            rest.find('/').map_or("", |slash| &rest[slash..])
-        }
-        None => address,
-    };
-    path.trim_start_matches('/')
-}
+use crate::wire::entity_path;
 
 /// What separates a topic's name from a subscription's, compared case-insensitively (the
 /// SDKs write `Subscriptions`, the docs `subscriptions`).
@@ -86,18 +75,4 @@ fn strip_suffix<'a>(path: &'a str, suffix: &str) -> Option<&'a str> {
     path.get(split..)
         .filter(|tail| tail.eq_ignore_ascii_case(suffix))
         .map(|_| &path[..split])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::entity_path;
-
-    #[test]
-    fn strips_scheme_host_and_leading_slash() {
-        assert_eq!(entity_path("amqps://ns.example:5671/queue.1"), "queue.1");
-        assert_eq!(entity_path("amqp://localhost/q"), "q");
-        assert_eq!(entity_path("/queue.1"), "queue.1");
-        assert_eq!(entity_path("queue.1"), "queue.1");
-        assert_eq!(entity_path("amqp://localhost"), "");
-    }
 }

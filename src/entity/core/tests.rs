@@ -13,9 +13,9 @@ use crate::entity::handle::{
 };
 use crate::entity::queue::{DeadLetter, QueueCore, Rules};
 use crate::message::{Arrival, DeliveryStamp};
-use crate::node::wire;
 use crate::store::record::{Record, NEVER};
 use crate::store::{Change, Recovered};
+use crate::wire;
 
 /// A queue's core in the vocabulary of one lane: these tests look at the queue's own lane.
 struct Queue {

@@ -20,9 +20,9 @@ use crate::entity::queue::{DeadLetter, Rules, MANAGEMENT};
 use crate::entity::topic::{Route, Rule, FILTER_EVALUATION_EXCEPTION};
 use crate::filter::{CorrelationFilter, Filter, MessageView, SqlFilter, Value};
 use crate::message::{self, Arrival, DeliveryStamp};
-use crate::node::wire;
 use crate::store::record::{MessageState, Record, NEVER};
 use crate::store::{Change, Recovered};
+use crate::wire;
 
 /// Seeded runs, and steps in each.
 const RUNS: u64 = 40;

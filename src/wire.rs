@@ -1,4 +1,17 @@
-//! Every Service Bus name the broker puts on or reads from the wire, in one place.
+//! Every Service Bus name the broker puts on or reads from the wire, in one place, and the
+//! entity path of an address: a leaf every layer may use.
+
+/// The entity path of an address: without `scheme://authority` and leading slashes.
+pub fn entity_path(address: &str) -> &str {
+    let path = match address.find("://") {
+        Some(scheme_end) => {
+            let rest = &address[scheme_end + 3..];
+            rest.find('/').map_or("", |slash| &rest[slash..])
+        }
+        None => address,
+    };
+    path.trim_start_matches('/')
+}
 
 /// Message-annotation keys (amqp-dialect.md §5.1).
 pub mod annotation {
@@ -66,4 +79,18 @@ pub mod condition {
     pub const TIMEOUT: &str = "com.microsoft:timeout";
     /// The entity's status refuses the operation (Service Bus's `MessagingEntityDisabled`).
     pub const ENTITY_DISABLED: &str = "com.microsoft:entity-disabled";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::entity_path;
+
+    #[test]
+    fn strips_scheme_host_and_leading_slash() {
+        assert_eq!(entity_path("amqps://ns.example:5671/queue.1"), "queue.1");
+        assert_eq!(entity_path("amqp://localhost/q"), "q");
+        assert_eq!(entity_path("/queue.1"), "queue.1");
+        assert_eq!(entity_path("queue.1"), "queue.1");
+        assert_eq!(entity_path("amqp://localhost"), "");
+    }
 }

@@ -8,16 +8,19 @@
 //! - [`auth`]: shared access policies, tokens and SASL PLAIN credentials, and what each
 //!   connection may do.
 //! - [`amqp`]: our own AMQP 1.0 engine over fe2o3-amqp frames: protocol header and SASL,
-//!   connections, sessions and links.
+//!   connections, sessions that keep the books, and the link roles they dispatch to (attach,
+//!   inbound, outbound, outcome, requests).
 //! - [`message`]: the message codec (inspect on arrival, the header/annotation splice on the
 //!   way out); [`encoding`]: the bounded check of AMQP encodings every client byte passes.
 //! - [`clock`]: wall-clock milliseconds.
-//! - [`node`]: what links attach to (the address router, Service Bus wire names).
+//! - [`node`]: what links attach to (the address router, `$cbs` and `$management` requests);
+//!   [`wire`]: every Service Bus wire name and the entity path of an address, a leaf.
 //! - [`entity`]: queues and topics as actors (handle, the pure core, task, setup, registry).
 //! - [`filter`]: the subscription rule language (correlation and SQL filters, SQL actions).
 //! - [`store`]: the sled message log, versioned records and group commit.
 //! - [`admin`]: the administration endpoint (Service Bus's ATOM management API over HTTPS,
-//!   `/health`, `/metrics`); [`metrics`]: the Prometheus text it serves.
+//!   `/health`, `/metrics`); [`metrics`]: the broker-wide counters, a leaf (the per-entity
+//!   figures are read at scrape time).
 //! - [`notify`]: systemd's readiness and status notifications.
 //! - [`sweeper`]: the TTL sweeper; [`reaper`]: auto-delete on idle; [`trimmer`]: gives freed
 //!   heap memory back (background ticks).

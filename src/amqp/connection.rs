@@ -24,7 +24,8 @@ use tokio_util::sync::CancellationToken;
 use crate::amqp::frames::{self, FrameError, FrameReader, Outbound};
 use crate::amqp::handshake::{self, Authenticated};
 use crate::amqp::link::{amqp_error, ReassemblyBudget};
-use crate::amqp::session::{Context, Fault, Outbox, Session};
+use crate::amqp::outbox::{Context, Fault, Outbox};
+use crate::amqp::session::Session;
 use crate::auth::access::Access;
 use crate::auth::Policies;
 use crate::clock;
@@ -265,7 +266,6 @@ async fn read_frame<R: AsyncRead + Unpin>(
 fn context<'a>(
     shared: &'a Shared,
     events: &'a EventSink,
-    remote_max_frame: usize,
     reassembly: &'a ReassemblyBudget,
     links: usize,
     answers_full: bool,
@@ -279,7 +279,6 @@ fn context<'a>(
         registry: &shared.registry,
         events,
         max_message_size: shared.max_message_size,
-        remote_max_frame,
         consumer_window: shared.consumer_window,
     }
 }
@@ -515,7 +514,6 @@ impl Connection {
             let mut ctx = context(
                 &self.shared,
                 &self.events,
-                self.remote_max_frame,
                 &self.reassembly,
                 self.link_sessions.len(),
                 false,
@@ -614,7 +612,6 @@ impl Connection {
                 let mut ctx = context(
                     &self.shared,
                     &self.events,
-                    self.remote_max_frame,
                     &self.reassembly,
                     self.link_sessions.len(),
                     answers_full,
@@ -682,14 +679,13 @@ impl Connection {
         let ctx = context(
             &self.shared,
             &self.events,
-            self.remote_max_frame,
             &self.reassembly,
             self.link_sessions.len(),
             false,
             &mut self.access,
         );
         match event {
-            EntityEvent::Delivered(delivery) => session.on_delivery(delivery, &ctx, &mut out),
+            EntityEvent::Delivered(delivery) => session.on_delivery(delivery, &mut out),
             EntityEvent::Drained { consumer } => session.on_drained(consumer, &mut out),
             EntityEvent::Gone { consumer, error } => {
                 session.on_entity_gone(consumer.0, &error, &mut out)

@@ -2,18 +2,17 @@
 //! receivers), their credit arithmetic and the attach replies (amqp-dialect.md §4.3).
 
 use bytes::{Bytes, BytesMut};
-use fe2o3_amqp::types::definitions::{
-    self, AmqpError, ErrorCondition, Fields, Handle, ReceiverSettleMode, Role, SenderSettleMode,
-};
-use fe2o3_amqp::types::performatives::{Attach, Detach};
-use fe2o3_amqp::types::primitives::{Symbol, Value};
+use fe2o3_amqp::frames::amqp::FrameBody;
+use fe2o3_amqp::types::definitions::{self, AmqpError, ErrorCondition, Fields, Handle};
+use fe2o3_amqp::types::performatives::{Attach, Flow};
+use fe2o3_amqp::types::primitives::Symbol;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::config::Rights;
-use crate::entity::handle::{ConsumerId, EntityHandle, ReceiveMode, SessionRequest};
+use crate::entity::handle::{ConsumerId, EntityHandle, ReceiveMode};
 use crate::metrics::Held;
 use crate::node::Node;
 
@@ -273,136 +272,21 @@ pub struct Link {
     pub span: tracing::Span,
 }
 
-/// The broker's attach reply to a client attach it accepts: terminus echoed verbatim, role
-/// flipped, `initial-delivery-count` when the broker sends, a finite `max-message-size` when it
-/// receives.
-pub fn accept_reply(request: &Attach, local_handle: u32, max_message_size: u64) -> Attach {
-    let broker_sends = request.role == Role::Receiver;
-    Attach {
-        name: request.name.clone(),
-        handle: Handle(local_handle),
-        role: if broker_sends {
-            Role::Sender
-        } else {
-            Role::Receiver
-        },
-        snd_settle_mode: request.snd_settle_mode.clone(),
-        rcv_settle_mode: request.rcv_settle_mode.clone(),
-        source: request.source.clone(),
-        target: request.target.clone(),
-        unsettled: None,
-        incomplete_unsettled: false,
-        initial_delivery_count: broker_sends.then_some(0),
-        max_message_size: Some(max_message_size),
-        offered_capabilities: None,
-        desired_capabilities: None,
-        properties: None,
-    }
-}
-
-/// The source filter a session receiver attaches with (amqp-dialect.md §8.1).
-const SESSION_FILTER: &str = "com.microsoft:session-filter";
-/// The link property with how long a receiver waits for the next available session (ms).
-const TIMEOUT_PROPERTY: &str = "com.microsoft:timeout";
-/// The link property with the session lock's end, in .NET ticks (amqp-dialect.md §8.2).
-const LOCKED_UNTIL_UTC: &str = "com.microsoft:locked-until-utc";
-/// How long a receiver that names no timeout waits for the next available session (the
-/// SDKs' default operation timeout).
-const DEFAULT_SESSION_TIMEOUT_MS: i64 = 60_000;
-/// .NET ticks (100 ns since 0001-01-01) at the Unix epoch.
-const TICKS_AT_UNIX_EPOCH: i64 = 621_355_968_000_000_000;
-
-/// The session a receiver's attach asks for: the id in its session filter (a plain or, from
-/// the Rust SDK, a described string), or the next available one (null), waiting as long as
-/// its `com.microsoft:timeout` link property says; `None` without a session filter.
-pub fn session_request(attach: &Attach) -> Option<SessionRequest> {
-    let filter = attach.source.as_ref()?.filter.as_ref()?;
-    let value = filter.get(&Symbol::from(SESSION_FILTER))?;
-    let value = match value {
-        Value::Described(described) => &described.value,
-        plain => plain,
-    };
-    if let Value::String(id) = value {
-        return Some(SessionRequest::Named(id.clone()));
-    }
-    let timeout_ms = attach
-        .properties
-        .as_ref()
-        .and_then(|properties| properties.get(&Symbol::from(TIMEOUT_PROPERTY)))
-        .and_then(|timeout| match timeout {
-            Value::Uint(ms) => Some(i64::from(*ms)),
-            Value::Int(ms) => Some(i64::from(*ms)),
-            Value::Ulong(ms) => i64::try_from(*ms).ok(),
-            Value::Long(ms) => Some(*ms),
-            _ => None,
-        })
-        .unwrap_or(DEFAULT_SESSION_TIMEOUT_MS);
-    Some(SessionRequest::NextAvailable { timeout_ms })
-}
-
-/// The reply to a session receiver's attach once it holds `session`: the source echoed with
-/// the session id, as a plain string, in its session filter, and the lock's end in .NET ticks
-/// in the `com.microsoft:locked-until-utc` link property.
-pub fn session_reply(
-    request: &Attach,
+/// A link `flow` on top of the session fields of `base` (its windows and ids).
+pub fn flow(
+    base: &Flow,
     local_handle: u32,
-    max_message_size: u64,
-    session: &str,
-    locked_until_ms: i64,
-) -> Attach {
-    let mut reply = accept_reply(request, local_handle, max_message_size);
-    if let Some(filter) = reply
-        .source
-        .as_mut()
-        .and_then(|source| source.filter.as_mut())
-    {
-        filter.insert(
-            Symbol::from(SESSION_FILTER),
-            Value::String(session.to_string()),
-        );
-    }
-    let ticks = locked_until_ms
-        .saturating_mul(10_000)
-        .saturating_add(TICKS_AT_UNIX_EPOCH);
-    let mut properties = Fields::default();
-    properties.insert(Symbol::from(LOCKED_UNTIL_UTC), Value::Long(ticks));
-    reply.properties = Some(properties);
-    reply
-}
-
-/// The reply to an attach the broker refuses: the broker's own terminus is null (AMQP 1.0
-/// §2.6.3), to be followed by [`refuse_detach`].
-pub fn refuse_reply(request: &Attach, local_handle: u32) -> Attach {
-    let mut reply = accept_reply(request, local_handle, 0);
-    reply.max_message_size = None;
-    if request.role == Role::Receiver {
-        reply.source = None;
-    } else {
-        reply.target = None;
-    }
-    reply
-}
-
-/// The detach that follows a refused attach.
-pub fn refuse_detach(local_handle: u32, error: definitions::Error) -> Detach {
-    Detach {
-        handle: Handle(local_handle),
-        closed: true,
-        error: Some(error),
-    }
-}
-
-/// The receive mode a client receiver asked for: pre-settled transfers mean receive-and-delete.
-pub fn receive_mode(request: &Attach) -> ReceiveMode {
-    match request.snd_settle_mode {
-        SenderSettleMode::Settled => ReceiveMode::ReceiveAndDelete,
-        _ => ReceiveMode::PeekLock,
-    }
-}
-
-/// Whether the client receiver asked to settle second.
-pub fn settles_second(request: &Attach) -> bool {
-    request.rcv_settle_mode == ReceiverSettleMode::Second
+    delivery_count: u32,
+    credit: u32,
+    drain: bool,
+) -> FrameBody {
+    FrameBody::Flow(Flow {
+        handle: Some(Handle(local_handle)),
+        delivery_count: Some(delivery_count),
+        link_credit: Some(credit),
+        drain,
+        ..base.clone()
+    })
 }
 
 /// An error with a standard AMQP condition and a description.
@@ -431,23 +315,7 @@ pub fn not_found(address: &str) -> definitions::Error {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    fn outgoing() -> Outgoing {
-        let (tx, _rx) = tokio::sync::mpsc::channel(1);
-        Outgoing {
-            entity: EntityHandle::new("q".into(), tx, Default::default(), None),
-            consumer: ConsumerId(1),
-            mode: ReceiveMode::PeekLock,
-            settle_second: false,
-            delivery_count: 0,
-            credit: 0,
-            owed: 0,
-            drain: false,
-            draining: false,
-            pending_attach: None,
-        }
-    }
+    use crate::amqp::fixtures::outgoing;
 
     #[test]
     fn flow_credit_follows_the_spec_formula() {

@@ -1,9 +1,17 @@
 //! The AMQP 1.0 protocol engine: our own connection, session and link state machines over
 //! frames we read and write ourselves, with fe2o3-amqp's types (design.md D1).
 
+pub mod attach;
 pub mod connection;
+#[cfg(test)]
+mod fixtures;
 pub mod frames;
 pub mod handshake;
 pub mod hot;
+pub mod inbound;
 pub mod link;
+pub mod outbound;
+pub mod outbox;
+pub mod outcome;
+pub mod requests;
 pub mod session;

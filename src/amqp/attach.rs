@@ -1,0 +1,545 @@
+//! Client attaches: the node an address names, the rights a link needs there, the refusals,
+//! the session a receiver asks for, and the broker's attach replies (amqp-dialect.md §4.3,
+//! §8).
+
+use std::collections::VecDeque;
+
+use fe2o3_amqp::frames::amqp::FrameBody;
+use fe2o3_amqp::types::definitions::{
+    self, AmqpError, Fields, Handle, ReceiverSettleMode, Role, SenderSettleMode,
+};
+use fe2o3_amqp::types::messaging::TargetArchetype;
+use fe2o3_amqp::types::performatives::{Attach, Detach, Flow};
+use fe2o3_amqp::types::primitives::{Symbol, Value};
+
+use crate::amqp::link::{self, Incoming, Link, LinkKind, Outgoing, Replies, SENDER_CREDIT};
+use crate::amqp::outbox::{Context, Outbox};
+use crate::auth::access::Access;
+use crate::clock;
+use crate::config::Rights;
+use crate::entity::handle::{Command, ConsumerId, LaneId, ReceiveMode, SessionRequest};
+use crate::entity::registry::Registry;
+use crate::metrics::{self, Held};
+use crate::node::{router, Node};
+
+/// Answers a client attach on the broker's free `local_handle`. Returns the link it opens:
+/// accepted (the broker's attach, a sender's first credit, a receiver's consumer posted to its
+/// entity; a session receiver's attach waits for its session), or refused (a null terminus,
+/// then the detach), held as [`LinkKind::Refused`] without its name until the client detaches.
+/// `None` when refused on a connection that holds as many links as it may.
+pub fn open(
+    attach: Attach,
+    link_id: u64,
+    local_handle: u32,
+    base: &Flow,
+    ctx: &Context<'_>,
+    out: &mut Outbox,
+) -> Option<Link> {
+    let found = match ctx.links_full {
+        true => Err(link::amqp_error(
+            AmqpError::ResourceLimitExceeded,
+            "the connection holds as many links as it may; detach one first",
+        )),
+        false => resolve(&attach, ctx.registry),
+    };
+    let authorized = found.and_then(|(node, address)| {
+        let needs = rights_to_attach(&attach.role, &node);
+        needs
+            .map(|rights| {
+                ctx.access
+                    .check(&address, rights, clock::now_ms())
+                    .map_err(|description| {
+                        link::amqp_error(AmqpError::UnauthorizedAccess, description)
+                    })
+            })
+            .transpose()?;
+        Ok((node, needs.map(|rights| (address, rights))))
+    });
+    let accepted = authorized.and_then(|(node, authorized)| {
+        // A session receiver's attach is answered once the entity has bound it to a
+        // session; until then the link keeps what the answer needs.
+        let session = match (&attach.role, &node) {
+            (Role::Receiver, Node::Entity(..)) => session_request(&attach),
+            _ => None,
+        };
+        let waiting = session
+            .as_ref()
+            .map(|_| link::WaitingAttach::new(&attach, ctx.reassembly))
+            .transpose()?;
+        Ok((node, authorized, session, waiting))
+    });
+    let (node, authorized, session, waiting) = match accepted {
+        Ok(found) => found,
+        Err(error) => {
+            tracing::debug!(link = %attach.name, condition = ?error.condition, "attach refused");
+            out.frames
+                .push(FrameBody::Attach(refuse_reply(&attach, local_handle)));
+            out.frames
+                .push(FrameBody::Detach(refuse_detach(local_handle, error)));
+            // Holding it past the connection's limit would defeat the limit; a detach for a
+            // handle not held is ignored.
+            return (!ctx.links_full).then(|| Link {
+                name: String::new(),
+                local_handle,
+                id: link_id,
+                kind: LinkKind::Refused,
+                authorized: None,
+                attached: Held::one(&metrics::broker().links),
+                span: tracing::Span::none(),
+            });
+        }
+    };
+    if session.is_none() {
+        out.frames.push(FrameBody::Attach(accept_reply(
+            &attach,
+            local_handle,
+            ctx.max_message_size,
+        )));
+    }
+    let kind = match (attach.role.clone(), node) {
+        (Role::Sender, node) => {
+            let incoming = Incoming {
+                node,
+                delivery_count: attach.initial_delivery_count.unwrap_or(0),
+                credit: SENDER_CREDIT,
+                max_message_size: ctx.max_message_size,
+                partial: None,
+            };
+            out.frames.push(link::flow(
+                base,
+                local_handle,
+                incoming.delivery_count,
+                SENDER_CREDIT,
+                false,
+            ));
+            LinkKind::Incoming(incoming)
+        }
+        (Role::Receiver, node @ (Node::Cbs | Node::Management(..))) => LinkKind::Replies(Replies {
+            node: link::node_key(&node),
+            address: target_address(&attach),
+            delivery_count: 0,
+            credit: 0,
+            waiting: VecDeque::new(),
+        }),
+        (Role::Receiver, Node::Entity(entity, lane)) => {
+            let consumer = ConsumerId(link_id);
+            let mode = receive_mode(&attach);
+            out.posts.push((
+                entity.clone(),
+                Command::AddConsumer {
+                    consumer,
+                    lane,
+                    mode,
+                    window: ctx.consumer_window,
+                    events: ctx.events.clone(),
+                    session,
+                },
+            ));
+            LinkKind::Outgoing(Outgoing {
+                entity,
+                consumer,
+                mode,
+                settle_second: settles_second(&attach),
+                delivery_count: 0,
+                credit: 0,
+                owed: 0,
+                drain: false,
+                draining: false,
+                pending_attach: waiting,
+            })
+        }
+    };
+    let span = tracing::info_span!(
+        "link",
+        name = %attach.name,
+        id = link_id,
+        role = ?attach.role,
+        address = authorized.as_ref().map_or("", |(address, _)| address.as_str()),
+    );
+    span.in_scope(|| tracing::debug!("link attached"));
+    Some(Link {
+        name: attach.name,
+        local_handle,
+        id: link_id,
+        kind,
+        authorized,
+        attached: Held::one(&metrics::broker().links),
+        span,
+    })
+}
+
+/// The refusing attach (null terminus) a link gets before its detach when its own attach is
+/// still unanswered (a session receiver waiting for a session).
+pub fn refuse_pending(link: &Link) -> Option<FrameBody> {
+    match &link.kind {
+        LinkKind::Outgoing(Outgoing {
+            pending_attach: Some(waiting),
+            ..
+        }) => Some(FrameBody::Attach(refuse_reply(
+            &waiting.attach(),
+            link.local_handle,
+        ))),
+        _ => None,
+    }
+}
+
+/// The links, by client handle, whose rights the connection no longer has (a token lapsed
+/// unrefreshed), each with why.
+pub fn lapsed<'a>(
+    links: impl IntoIterator<Item = (&'a u32, &'a Link)>,
+    access: &Access,
+    now_ms: i64,
+) -> Vec<(u32, String)> {
+    links
+        .into_iter()
+        .filter_map(|(handle, link)| {
+            let (address, rights) = link.authorized.as_ref()?;
+            let refused = access.check(address, *rights, now_ms).err()?;
+            Some((*handle, refused))
+        })
+        .collect()
+}
+
+/// The node (and which of its queues) an attach names, with its address, or the error that
+/// refuses it: `amqp:not-found` for unknown addresses, `amqp:not-allowed` for a send to a
+/// dead-letter queue, `amqp:not-implemented` for a transaction coordinator.
+fn resolve(attach: &Attach, registry: &Registry) -> Result<(Node, String), definitions::Error> {
+    let address = match attach.role {
+        Role::Sender => match attach.target.as_deref() {
+            Some(TargetArchetype::Target(target)) => target.address.clone(),
+            Some(TargetArchetype::Coordinator(_)) => {
+                return Err(link::amqp_error(
+                    AmqpError::NotImplemented,
+                    "transactions are not supported yet",
+                ))
+            }
+            None => None,
+        },
+        Role::Receiver => attach
+            .source
+            .as_ref()
+            .and_then(|source| source.address.clone()),
+    };
+    let address = address
+        .ok_or_else(|| link::amqp_error(AmqpError::InvalidField, "the attach names no address"))?;
+    let node = router::route(registry, &address).ok_or_else(|| link::not_found(&address))?;
+    match refusal(&attach.role, &node, &address) {
+        Some(description) => Err(link::amqp_error(AmqpError::NotAllowed, description)),
+        None => Ok((node, address)),
+    }
+}
+
+/// Why a link of `role` may not attach to `node` though it exists: a sender to a dead-letter
+/// queue or a subscription, a receiver of a topic.
+fn refusal(role: &Role, node: &Node, address: &str) -> Option<String> {
+    match (role, node) {
+        (Role::Sender, Node::Entity(_, lane)) if lane.dead_letter => Some(format!(
+            "'{address}' is a dead-letter queue: messages arrive there only by dead-lettering"
+        )),
+        (Role::Sender, Node::Entity(_, lane)) if lane.subscription != 0 => Some(format!(
+            "'{address}' is a subscription: messages arrive there through its topic"
+        )),
+        (Role::Receiver, Node::Entity(entity, lane))
+            if entity.is_topic() && *lane == LaneId::MAIN =>
+        {
+            Some(format!(
+                "'{address}' is a topic: receive from one of its subscriptions, \
+                 '{}/Subscriptions/<name>'",
+                entity.name()
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// The rights a client link to `node` needs (any one of them), by its role: a sender Send, a
+/// receiver Listen, a management link any right (each operation checks its own); `None` for
+/// `$cbs`, which every client may use.
+fn rights_to_attach(role: &Role, node: &Node) -> Option<Rights> {
+    match (role, node) {
+        (_, Node::Cbs) => None,
+        (_, Node::Management(..)) => Some(Rights::ANY),
+        (Role::Sender, Node::Entity(..)) => Some(Rights::SEND),
+        (Role::Receiver, Node::Entity(..)) => Some(Rights::LISTEN),
+    }
+}
+
+/// The target address of a client receiver's attach (where its requests ask answers to go).
+fn target_address(attach: &Attach) -> Option<String> {
+    match attach.target.as_deref() {
+        Some(TargetArchetype::Target(target)) => target.address.clone(),
+        _ => None,
+    }
+}
+
+/// The broker's attach reply to a client attach it accepts: terminus echoed verbatim, role
+/// flipped, `initial-delivery-count` when the broker sends, a finite `max-message-size` when it
+/// receives.
+pub fn accept_reply(request: &Attach, local_handle: u32, max_message_size: u64) -> Attach {
+    let broker_sends = request.role == Role::Receiver;
+    Attach {
+        name: request.name.clone(),
+        handle: Handle(local_handle),
+        role: if broker_sends {
+            Role::Sender
+        } else {
+            Role::Receiver
+        },
+        snd_settle_mode: request.snd_settle_mode.clone(),
+        rcv_settle_mode: request.rcv_settle_mode.clone(),
+        source: request.source.clone(),
+        target: request.target.clone(),
+        unsettled: None,
+        incomplete_unsettled: false,
+        initial_delivery_count: broker_sends.then_some(0),
+        max_message_size: Some(max_message_size),
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    }
+}
+
+/// The source filter a session receiver attaches with (amqp-dialect.md §8.1).
+const SESSION_FILTER: &str = "com.microsoft:session-filter";
+/// The link property with how long a receiver waits for the next available session (ms).
+const TIMEOUT_PROPERTY: &str = "com.microsoft:timeout";
+/// The link property with the session lock's end, in .NET ticks (amqp-dialect.md §8.2).
+const LOCKED_UNTIL_UTC: &str = "com.microsoft:locked-until-utc";
+/// How long a receiver that names no timeout waits for the next available session (the
+/// SDKs' default operation timeout).
+const DEFAULT_SESSION_TIMEOUT_MS: i64 = 60_000;
+/// .NET ticks (100 ns since 0001-01-01) at the Unix epoch.
+const TICKS_AT_UNIX_EPOCH: i64 = 621_355_968_000_000_000;
+
+/// The session a receiver's attach asks for: the id in its session filter (a plain or, from
+/// the Rust SDK, a described string), or the next available one (null), waiting as long as
+/// its `com.microsoft:timeout` link property says; `None` without a session filter.
+pub fn session_request(attach: &Attach) -> Option<SessionRequest> {
+    let filter = attach.source.as_ref()?.filter.as_ref()?;
+    let value = filter.get(&Symbol::from(SESSION_FILTER))?;
+    let value = match value {
+        Value::Described(described) => &described.value,
+        plain => plain,
+    };
+    if let Value::String(id) = value {
+        return Some(SessionRequest::Named(id.clone()));
+    }
+    let timeout_ms = attach
+        .properties
+        .as_ref()
+        .and_then(|properties| properties.get(&Symbol::from(TIMEOUT_PROPERTY)))
+        .and_then(|timeout| match timeout {
+            Value::Uint(ms) => Some(i64::from(*ms)),
+            Value::Int(ms) => Some(i64::from(*ms)),
+            Value::Ulong(ms) => i64::try_from(*ms).ok(),
+            Value::Long(ms) => Some(*ms),
+            _ => None,
+        })
+        .unwrap_or(DEFAULT_SESSION_TIMEOUT_MS);
+    Some(SessionRequest::NextAvailable { timeout_ms })
+}
+
+/// The reply to a session receiver's attach once it holds `session`: the source echoed with
+/// the session id, as a plain string, in its session filter, and the lock's end in .NET ticks
+/// in the `com.microsoft:locked-until-utc` link property.
+pub fn session_reply(
+    request: &Attach,
+    local_handle: u32,
+    max_message_size: u64,
+    session: &str,
+    locked_until_ms: i64,
+) -> Attach {
+    let mut reply = accept_reply(request, local_handle, max_message_size);
+    if let Some(filter) = reply
+        .source
+        .as_mut()
+        .and_then(|source| source.filter.as_mut())
+    {
+        filter.insert(
+            Symbol::from(SESSION_FILTER),
+            Value::String(session.to_string()),
+        );
+    }
+    let ticks = locked_until_ms
+        .saturating_mul(10_000)
+        .saturating_add(TICKS_AT_UNIX_EPOCH);
+    let mut properties = Fields::default();
+    properties.insert(Symbol::from(LOCKED_UNTIL_UTC), Value::Long(ticks));
+    reply.properties = Some(properties);
+    reply
+}
+
+/// The reply to an attach the broker refuses: the broker's own terminus is null (AMQP 1.0
+/// §2.6.3), to be followed by [`refuse_detach`].
+pub fn refuse_reply(request: &Attach, local_handle: u32) -> Attach {
+    let mut reply = accept_reply(request, local_handle, 0);
+    reply.max_message_size = None;
+    if request.role == Role::Receiver {
+        reply.source = None;
+    } else {
+        reply.target = None;
+    }
+    reply
+}
+
+/// The detach that follows a refused attach.
+pub fn refuse_detach(local_handle: u32, error: definitions::Error) -> Detach {
+    Detach {
+        handle: Handle(local_handle),
+        closed: true,
+        error: Some(error),
+    }
+}
+
+/// The receive mode a client receiver asked for: pre-settled transfers mean receive-and-delete.
+pub fn receive_mode(request: &Attach) -> ReceiveMode {
+    match request.snd_settle_mode {
+        SenderSettleMode::Settled => ReceiveMode::ReceiveAndDelete,
+        _ => ReceiveMode::PeekLock,
+    }
+}
+
+/// Whether the client receiver asked to settle second.
+pub fn settles_second(request: &Attach) -> bool {
+    request.rcv_settle_mode == ReceiverSettleMode::Second
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fe2o3_amqp::types::messaging::{Source, Target};
+    use fe2o3_amqp::types::primitives::OrderedMap;
+
+    use crate::amqp::fixtures::entity;
+
+    fn receiver(filter: Option<Value>, timeout: Option<Value>) -> Attach {
+        let mut source = Source::builder().address("q").build();
+        if let Some(value) = filter {
+            let mut map = OrderedMap::new();
+            map.insert(Symbol::from(SESSION_FILTER), value);
+            source.filter = Some(map);
+        }
+        Attach {
+            name: "r".into(),
+            handle: Handle(3),
+            role: Role::Receiver,
+            snd_settle_mode: SenderSettleMode::Unsettled,
+            rcv_settle_mode: ReceiverSettleMode::Second,
+            source: Some(Box::new(source)),
+            target: Some(Box::new(TargetArchetype::Target(
+                Target::builder().address("reply-here").build(),
+            ))),
+            unsettled: None,
+            incomplete_unsettled: false,
+            initial_delivery_count: None,
+            max_message_size: None,
+            offered_capabilities: None,
+            desired_capabilities: None,
+            properties: timeout.map(|value| {
+                let mut fields = Fields::default();
+                fields.insert(Symbol::from(TIMEOUT_PROPERTY), value);
+                fields
+            }),
+        }
+    }
+
+    #[test]
+    fn senders_may_not_attach_to_dead_letter_queues_or_subscriptions_nor_receivers_to_topics() {
+        let dead_letter = LaneId {
+            subscription: 0,
+            dead_letter: true,
+        };
+        let subscription = LaneId {
+            subscription: 1,
+            dead_letter: false,
+        };
+        let queue = Node::Entity(entity(false), LaneId::MAIN);
+        assert!(refusal(&Role::Sender, &queue, "q").is_none());
+        assert!(refusal(&Role::Receiver, &queue, "q").is_none());
+        let refused = [
+            (
+                Role::Sender,
+                Node::Entity(entity(false), dead_letter),
+                "dead-letter queue",
+            ),
+            (
+                Role::Sender,
+                Node::Entity(entity(true), subscription),
+                "subscription",
+            ),
+            (
+                Role::Receiver,
+                Node::Entity(entity(true), LaneId::MAIN),
+                "a topic",
+            ),
+        ];
+        for (role, node, why) in refused {
+            let description = refusal(&role, &node, "x").expect("refused");
+            assert!(description.contains(why), "{description}");
+        }
+        assert!(refusal(
+            &Role::Receiver,
+            &Node::Entity(entity(true), subscription),
+            "s"
+        )
+        .is_none());
+    }
+
+    #[test]
+    fn links_need_send_listen_or_any_right_and_cbs_none() {
+        let queue = Node::Entity(entity(false), LaneId::MAIN);
+        let management = Node::Management(entity(false), LaneId::MAIN);
+        assert_eq!(rights_to_attach(&Role::Sender, &queue), Some(Rights::SEND));
+        assert_eq!(
+            rights_to_attach(&Role::Receiver, &queue),
+            Some(Rights::LISTEN)
+        );
+        assert_eq!(
+            rights_to_attach(&Role::Receiver, &management),
+            Some(Rights::ANY)
+        );
+        assert_eq!(rights_to_attach(&Role::Sender, &Node::Cbs), None);
+    }
+
+    #[test]
+    fn a_session_filter_names_a_session_or_asks_for_the_next_available_one() {
+        assert!(session_request(&receiver(None, None)).is_none());
+        let named = session_request(&receiver(Some(Value::String("s-1".into())), None));
+        assert_eq!(named, Some(SessionRequest::Named("s-1".into())));
+        let next = session_request(&receiver(Some(Value::Null), Some(Value::Uint(5_000))));
+        assert_eq!(
+            next,
+            Some(SessionRequest::NextAvailable { timeout_ms: 5_000 })
+        );
+        let default = session_request(&receiver(Some(Value::Null), None));
+        assert_eq!(
+            default,
+            Some(SessionRequest::NextAvailable {
+                timeout_ms: DEFAULT_SESSION_TIMEOUT_MS
+            })
+        );
+    }
+
+    #[test]
+    fn replies_echo_the_terminus_and_a_refusal_nulls_the_brokers_own() {
+        let request = receiver(Some(Value::Null), None);
+        assert_eq!(target_address(&request).as_deref(), Some("reply-here"));
+        assert_eq!(receive_mode(&request), ReceiveMode::PeekLock);
+        assert!(settles_second(&request));
+        let accepted = accept_reply(&request, 9, 1024);
+        assert_eq!((accepted.role, accepted.handle), (Role::Sender, Handle(9)));
+        assert_eq!(accepted.initial_delivery_count, Some(0));
+        assert_eq!(accepted.source, request.source);
+        let refused = refuse_reply(&request, 9);
+        assert!(refused.source.is_none() && refused.target.is_some());
+        let session = session_reply(&request, 9, 1024, "s-7", 1_000);
+        let filter = session.source.unwrap().filter.unwrap();
+        assert_eq!(
+            filter.get(&Symbol::from(SESSION_FILTER)),
+            Some(&Value::String("s-7".into()))
+        );
+        let properties = session.properties.unwrap();
+        let ticks = properties.get(&Symbol::from(LOCKED_UNTIL_UTC)).cloned();
+        assert_eq!(ticks, Some(Value::Long(TICKS_AT_UNIX_EPOCH + 10_000_000)));
+    }
+}

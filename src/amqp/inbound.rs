@@ -1,0 +1,436 @@
+//! Client senders: a delivery reassembled from its transfer frames within the connection's
+//! budget, the link credit topped up, oversized and malformed messages refused, and a whole
+//! message inspected and sent to its entity (design.md §3, Send).
+
+use bytes::{Bytes, BytesMut};
+use fe2o3_amqp::types::definitions::{self, AmqpError, LinkError};
+use fe2o3_amqp::types::performatives::{Flow, Transfer};
+
+use crate::amqp::link::{self, Incoming, Partial, ReassemblyBudget, SENDER_CREDIT};
+use crate::amqp::outbox::{Fault, Outbox};
+use crate::amqp::outcome;
+use crate::entity::handle::{Command, EntityHandle, EventSink, Ticket};
+use crate::message::{self, BATCH_MESSAGE_FORMAT};
+
+/// Longest delivery tag, in bytes (AMQP 1.0 §2.8.7).
+pub const MAX_DELIVERY_TAG: usize = 32;
+
+/// A delivery whose last frame arrived.
+#[derive(Debug)]
+pub struct Whole {
+    /// Its delivery id.
+    pub delivery_id: u32,
+    /// Whether the client settled it (then it cannot be rejected).
+    pub settled: bool,
+    /// Its message format (a Service Bus batch, or 0).
+    pub message_format: u32,
+    /// The message bytes.
+    pub bytes: Bytes,
+}
+
+/// What one transfer frame made of its delivery.
+#[derive(Debug)]
+pub enum Step {
+    /// Nothing more to do now: more frames follow, the delivery was aborted, or it was
+    /// rejected (too large).
+    Waiting,
+    /// The link must go, with this error (a bad delivery tag, or a pre-settled delivery that
+    /// cannot be rejected).
+    Detach(definitions::Error),
+    /// The delivery is whole.
+    Whole(Whole),
+}
+
+/// Takes one transfer frame of a client sender: reassembles the delivery within the
+/// connection's `budget`, counts it against the link credit (topping the credit up with a
+/// flow on top of `base` at half), and refuses an oversized one once its last frame came.
+///
+/// # Errors
+/// [`Fault::Connection`] when a delivery starts without a delivery id, or the unfinished
+/// deliveries of the connection outgrow the budget.
+pub fn receive(
+    incoming: &mut Incoming,
+    transfer: Transfer,
+    payload: Bytes,
+    base: &Flow,
+    local_handle: u32,
+    budget: &ReassemblyBudget,
+    out: &mut Outbox,
+) -> Result<Step, Fault> {
+    if transfer.aborted {
+        incoming.partial = None;
+        return Ok(Step::Waiting);
+    }
+    let mut partial = match incoming.partial.take() {
+        Some(partial) => partial,
+        None if transfer
+            .delivery_tag
+            .as_ref()
+            .is_some_and(|tag| tag.len() > MAX_DELIVERY_TAG) =>
+        {
+            return Ok(Step::Detach(link::amqp_error(
+                AmqpError::InvalidField,
+                format!("a delivery tag holds at most {MAX_DELIVERY_TAG} bytes"),
+            )));
+        }
+        None => Partial {
+            delivery_id: transfer.delivery_id.ok_or_else(|| {
+                Fault::Connection(link::amqp_error(
+                    AmqpError::InvalidField,
+                    "first transfer frame of a delivery without delivery-id",
+                ))
+            })?,
+            settled: false,
+            message_format: transfer.message_format.unwrap_or(0),
+            received: 0,
+            bytes: BytesMut::new(),
+            charge: budget.charge(),
+        },
+    };
+    partial.settled |= transfer.settled.unwrap_or(false);
+    partial.received += payload.len() as u64;
+    let oversized = partial.received > incoming.max_message_size;
+    if oversized {
+        // Keep reading the delivery's frames, but stop keeping its bytes.
+        partial.bytes = BytesMut::new();
+        partial.charge.release();
+    }
+    if transfer.more {
+        if !oversized {
+            if !partial.charge.add(payload.len() as u64) {
+                return Err(Fault::Connection(link::amqp_error(
+                    AmqpError::ResourceLimitExceeded,
+                    format!(
+                        "unfinished deliveries on this connection hold more than {} bytes",
+                        budget.limit()
+                    ),
+                )));
+            }
+            partial.bytes.extend_from_slice(&payload);
+        }
+        incoming.partial = Some(partial);
+        return Ok(Step::Waiting);
+    }
+    let bytes = if partial.bytes.is_empty() {
+        payload
+    } else {
+        partial.bytes.extend_from_slice(&payload);
+        std::mem::take(&mut partial.bytes).freeze()
+    };
+    incoming.delivery_count = incoming.delivery_count.wrapping_add(1);
+    incoming.credit = incoming.credit.saturating_sub(1);
+    if incoming.credit < SENDER_CREDIT / 2 {
+        incoming.credit = SENDER_CREDIT;
+        let count = incoming.delivery_count;
+        out.frames
+            .push(link::flow(base, local_handle, count, SENDER_CREDIT, false));
+    }
+    if oversized {
+        let error = link::amqp_error(
+            LinkError::MessageSizeExceeded,
+            format!(
+                "the message of {} bytes exceeds the maximum message size of {} bytes",
+                partial.received, incoming.max_message_size
+            ),
+        );
+        // A pre-settled one cannot be rejected: its link is detached, so the sender (a
+        // management client waiting for its answer, say) learns at once.
+        if partial.settled {
+            return Ok(Step::Detach(error));
+        }
+        out.frames
+            .push(outcome::rejection(partial.delivery_id, error));
+        return Ok(Step::Waiting);
+    }
+    Ok(Step::Whole(Whole {
+        delivery_id: partial.delivery_id,
+        settled: partial.settled,
+        message_format: partial.message_format,
+        bytes,
+    }))
+}
+
+/// Inspects a whole delivery (a Service Bus batch is unpacked; a topic's messages get their
+/// properties decoded for its rules) and posts it to `entity`, with a reply unless the client
+/// settled it. One malformed message costs only itself: it is rejected and the link stays.
+///
+/// # Errors
+/// The error to detach the link with when a malformed message was pre-settled (it cannot be
+/// rejected).
+pub fn send(
+    entity: EntityHandle,
+    whole: Whole,
+    link_id: u64,
+    events: &EventSink,
+    out: &mut Outbox,
+) -> Result<(), definitions::Error> {
+    let mut inspected = if whole.message_format == BATCH_MESSAGE_FORMAT {
+        message::unpack_batch(&whole.bytes)
+    } else {
+        message::inspect(whole.bytes).map(|arrival| vec![arrival])
+    };
+    if entity.is_topic() {
+        // A topic's rules read the message's properties: decoded here, not in its actor.
+        inspected = inspected.and_then(|mut arrivals| {
+            for arrival in &mut arrivals {
+                arrival.view = Some(Box::new(message::view(&arrival.bytes)?));
+            }
+            Ok(arrivals)
+        });
+    }
+    let messages = match inspected {
+        Ok(messages) => messages,
+        Err(error) => {
+            let error = link::amqp_error(
+                AmqpError::DecodeError,
+                format!("delivery {}: {error}", whole.delivery_id),
+            );
+            tracing::info!(description = ?error.description, "message refused");
+            if whole.settled {
+                return Err(error);
+            }
+            out.frames
+                .push(outcome::rejection(whole.delivery_id, error));
+            return Ok(());
+        }
+    };
+    let reply = (!whole.settled).then(|| {
+        let ticket = Ticket {
+            link: link_id,
+            request: u64::from(whole.delivery_id),
+        };
+        (ticket, events.clone())
+    });
+    out.posts.push((entity, Command::Send { messages, reply }));
+    Ok(())
+}
+
+/// Applies a client `flow` to a sender link (its delivery count). Returns the credit state to
+/// echo, when asked.
+pub fn on_flow(incoming: &mut Incoming, flow: &Flow) -> Option<(u32, u32)> {
+    if let Some(count) = flow.delivery_count {
+        incoming.delivery_count = count;
+    }
+    flow.echo
+        .then_some((incoming.delivery_count, incoming.credit))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fe2o3_amqp::frames::amqp::FrameBody;
+    use fe2o3_amqp::types::definitions::{DeliveryTag, ErrorCondition, Handle};
+    use fe2o3_amqp::types::messaging::DeliveryState;
+
+    use crate::amqp::fixtures::{self, entity};
+    use crate::amqp::outbound;
+    use crate::node::Node;
+
+    fn incoming(max_message_size: u64) -> Incoming {
+        Incoming {
+            node: Node::Cbs,
+            delivery_count: 0,
+            credit: SENDER_CREDIT,
+            max_message_size,
+            partial: None,
+        }
+    }
+
+    /// A client's transfer frame: the first of a delivery names it, the others do not.
+    fn frame(delivery_id: Option<u32>, more: bool) -> Transfer {
+        let id = delivery_id.unwrap_or_default();
+        let mut transfer = outbound::transfer(0, id, id.to_be_bytes().to_vec(), false);
+        if delivery_id.is_none() {
+            (transfer.delivery_id, transfer.delivery_tag) = (None, None);
+            (transfer.message_format, transfer.settled) = (None, None);
+        }
+        transfer.more = more;
+        transfer
+    }
+
+    fn take(
+        link: &mut Incoming,
+        transfer: Transfer,
+        payload: &'static [u8],
+        budget: &ReassemblyBudget,
+        out: &mut Outbox,
+    ) -> Result<Step, Fault> {
+        let base = fixtures::flow(None, 8192, 0, 0);
+        receive(
+            link,
+            transfer,
+            Bytes::from_static(payload),
+            &base,
+            7,
+            budget,
+            out,
+        )
+    }
+
+    /// Whether nothing of the budget is held: all of it can still be charged.
+    fn budget_free(budget: &ReassemblyBudget) -> bool {
+        budget.charge().add(budget.limit())
+    }
+
+    fn condition(frame: &FrameBody) -> ErrorCondition {
+        match frame {
+            FrameBody::Disposition(disposition) => match &disposition.state {
+                Some(DeliveryState::Rejected(rejected)) => {
+                    rejected.error.clone().expect("an error").condition
+                }
+                other => panic!("not rejected: {other:?}"),
+            },
+            other => panic!("not a disposition: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_delivery_in_three_frames_is_whole_after_its_last_and_gives_its_budget_back() {
+        let budget = ReassemblyBudget::new(1 << 20);
+        let (mut link, mut out) = (incoming(1 << 20), Outbox::default());
+        let first = take(&mut link, frame(Some(4), true), b"ab", &budget, &mut out).unwrap();
+        assert!(matches!(first, Step::Waiting));
+        assert!(!budget_free(&budget), "the unfinished delivery is charged");
+        let second = take(&mut link, frame(None, true), b"cd", &budget, &mut out).unwrap();
+        assert!(matches!(second, Step::Waiting));
+        let Step::Whole(whole) =
+            take(&mut link, frame(None, false), b"e", &budget, &mut out).unwrap()
+        else {
+            panic!("not whole");
+        };
+        assert_eq!((whole.delivery_id, &whole.bytes[..]), (4, &b"abcde"[..]));
+        assert!(budget_free(&budget));
+        assert_eq!((link.delivery_count, link.credit), (1, SENDER_CREDIT - 1));
+        assert!(
+            out.frames.is_empty(),
+            "no flow before half the credit is used"
+        );
+    }
+
+    #[test]
+    fn an_aborted_delivery_is_dropped_and_the_next_one_starts_afresh() {
+        let budget = ReassemblyBudget::new(1 << 20);
+        let (mut link, mut out) = (incoming(1 << 20), Outbox::default());
+        take(&mut link, frame(Some(1), true), b"ab", &budget, &mut out).unwrap();
+        let mut abort = frame(None, false);
+        abort.aborted = true;
+        assert!(matches!(
+            take(&mut link, abort, b"", &budget, &mut out).unwrap(),
+            Step::Waiting
+        ));
+        assert!(link.partial.is_none() && budget_free(&budget));
+        let next = take(&mut link, frame(Some(2), false), b"xy", &budget, &mut out).unwrap();
+        assert!(matches!(next, Step::Whole(Whole { delivery_id: 2, .. })));
+    }
+
+    #[test]
+    fn a_delivery_without_an_id_or_beyond_the_budget_ends_the_connection() {
+        let budget = ReassemblyBudget::new(3);
+        let (mut link, mut out) = (incoming(1 << 20), Outbox::default());
+        let no_id = take(&mut link, frame(None, false), b"a", &budget, &mut out);
+        assert!(matches!(no_id, Err(Fault::Connection(_))));
+        take(&mut link, frame(Some(1), true), b"ab", &budget, &mut out).unwrap();
+        let over = take(&mut link, frame(None, true), b"cd", &budget, &mut out);
+        assert!(matches!(over, Err(Fault::Connection(_))));
+    }
+
+    #[test]
+    fn a_delivery_tag_longer_than_32_bytes_detaches_the_link() {
+        let budget = ReassemblyBudget::new(1 << 20);
+        let (mut link, mut out) = (incoming(1 << 20), Outbox::default());
+        let mut long = frame(Some(1), false);
+        long.delivery_tag = Some(DeliveryTag::from(vec![0; MAX_DELIVERY_TAG + 1]));
+        let step = take(&mut link, long, b"a", &budget, &mut out).unwrap();
+        assert!(
+            matches!(step, Step::Detach(error) if error.condition == AmqpError::InvalidField.into())
+        );
+    }
+
+    #[test]
+    fn an_oversized_delivery_is_read_to_its_end_then_rejected_or_its_link_detached() {
+        let budget = ReassemblyBudget::new(1 << 20);
+        let (mut link, mut out) = (incoming(5), Outbox::default());
+        take(&mut link, frame(Some(1), true), b"abcd", &budget, &mut out).unwrap();
+        assert!(!budget_free(&budget));
+        take(&mut link, frame(None, true), b"ef", &budget, &mut out).unwrap();
+        assert!(
+            budget_free(&budget),
+            "past the limit, the bytes are not kept"
+        );
+        let last = take(&mut link, frame(None, false), b"g", &budget, &mut out).unwrap();
+        assert!(matches!(last, Step::Waiting));
+        assert_eq!(out.frames.len(), 1);
+        assert_eq!(
+            condition(&out.frames[0]),
+            LinkError::MessageSizeExceeded.into()
+        );
+        let mut settled = frame(Some(2), false);
+        settled.settled = Some(true);
+        let step = take(&mut link, settled, b"abcdef", &budget, &mut out).unwrap();
+        assert!(
+            matches!(step, Step::Detach(error) if error.condition == LinkError::MessageSizeExceeded.into())
+        );
+    }
+
+    #[test]
+    fn credit_is_topped_up_once_half_is_used() {
+        let budget = ReassemblyBudget::new(1 << 20);
+        let (mut link, mut out) = (incoming(1 << 20), Outbox::default());
+        link.credit = SENDER_CREDIT / 2;
+        take(&mut link, frame(Some(1), false), b"a", &budget, &mut out).unwrap();
+        assert_eq!(link.credit, SENDER_CREDIT);
+        let [FrameBody::Flow(flow)] = &out.frames[..] else {
+            panic!("one flow expected: {:?}", out.frames);
+        };
+        assert_eq!(flow.handle, Some(Handle(7)));
+        assert_eq!(flow.link_credit, Some(SENDER_CREDIT));
+        assert_eq!(flow.delivery_count, Some(1));
+    }
+
+    #[test]
+    fn a_whole_message_is_sent_to_its_entity_with_a_ticket_unless_settled() {
+        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        let mut out = Outbox::default();
+        let whole = |settled| Whole {
+            delivery_id: 9,
+            settled,
+            message_format: 0,
+            bytes: Bytes::from(fixtures::message(b"abc")),
+        };
+        send(entity(false), whole(false), 3, &events, &mut out).unwrap();
+        send(entity(false), whole(true), 3, &events, &mut out).unwrap();
+        let replies: Vec<Option<Ticket>> = out
+            .posts
+            .iter()
+            .map(|(_, command)| match command {
+                Command::Send { messages, reply } => {
+                    assert_eq!(messages.len(), 1);
+                    reply.as_ref().map(|(ticket, _)| *ticket)
+                }
+                other => panic!("not a send: {other:?}"),
+            })
+            .collect();
+        let ticket = Ticket {
+            link: 3,
+            request: 9,
+        };
+        assert_eq!(replies, vec![Some(ticket), None]);
+    }
+
+    #[test]
+    fn a_malformed_message_is_rejected_or_if_settled_detaches_its_link() {
+        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        let mut out = Outbox::default();
+        let whole = |settled| Whole {
+            delivery_id: 1,
+            settled,
+            message_format: 0,
+            bytes: Bytes::from_static(&[0x00, 0x53]),
+        };
+        send(entity(false), whole(false), 3, &events, &mut out).unwrap();
+        assert_eq!(condition(&out.frames[0]), AmqpError::DecodeError.into());
+        let detach = send(entity(false), whole(true), 3, &events, &mut out).unwrap_err();
+        assert_eq!(detach.condition, AmqpError::DecodeError.into());
+        assert!(out.posts.is_empty());
+    }
+}

@@ -1,0 +1,313 @@
+//! Client receivers: link credit turned into demand at the entity, drain, and a delivery
+//! spliced (header and annotations written into the stored bytes) and framed to the client's
+//! frame size (design.md §3, Receive; wire-layer.md §6).
+
+use bytes::Bytes;
+use fe2o3_amqp::frames::amqp::FrameBody;
+use fe2o3_amqp::types::definitions::{DeliveryTag, Handle};
+use fe2o3_amqp::types::performatives::{Flow, Transfer};
+
+use crate::amqp::hot;
+use crate::amqp::link::Outgoing;
+use crate::amqp::outbox::Outbox;
+use crate::entity::handle::{Command, ConsumerId, Delivery, LockRef};
+use crate::message;
+
+/// A message the entity sent, ready to be framed.
+#[derive(Debug)]
+pub struct Ready {
+    /// The message bytes as they go on the wire.
+    pub payload: Bytes,
+    /// Its lock, when it goes out unsettled (peek-lock); its token is the delivery tag.
+    pub lock: Option<LockRef>,
+    /// The consumer it is for.
+    pub consumer: ConsumerId,
+    /// Its stored size, reported forwarded once it left for the socket.
+    pub size: u64,
+}
+
+/// Applies a client `flow` to a receiver link: the credit (AMQP 1.0 §2.6.7), the drain flag,
+/// and the demand posted to the entity (unless a drain is under way). Returns the credit state
+/// to echo, when asked (a drain answers with its own flow once the entity drained).
+pub fn on_flow(outgoing: &mut Outgoing, flow: &Flow, out: &mut Outbox) -> Option<(u32, u32)> {
+    outgoing.apply_flow(
+        flow.delivery_count,
+        flow.link_credit.unwrap_or(0),
+        flow.drain,
+    );
+    if !outgoing.draining {
+        request_credit(outgoing, out);
+    }
+    (flow.echo && !outgoing.drain).then_some((outgoing.delivery_count, outgoing.credit))
+}
+
+/// Posts the demand that makes what the entity owes match the credit; with `drain` set, the
+/// entity is also asked to drain (it answers `Drained`, see [`on_drained`]).
+pub fn request_credit(outgoing: &mut Outgoing, out: &mut Outbox) {
+    let delta = outgoing.credit_delta();
+    if delta != 0 || outgoing.drain {
+        out.posts.push((
+            outgoing.entity.clone(),
+            Command::Credit {
+                consumer: outgoing.consumer,
+                delta,
+            },
+        ));
+    }
+    if outgoing.drain {
+        outgoing.draining = true;
+        out.posts.push((
+            outgoing.entity.clone(),
+            Command::Drain {
+                consumer: outgoing.consumer,
+            },
+        ));
+    }
+}
+
+/// The entity finished a drain: the credit left is used up. Returns the delivery count for
+/// the drain's answering flow (credit 0, drain set), or `None` when no drain is asked any more
+/// (then the demand follows the credit again).
+pub fn on_drained(outgoing: &mut Outgoing, out: &mut Outbox) -> Option<u32> {
+    outgoing.draining = false;
+    outgoing.owed = 0;
+    if !outgoing.drain {
+        request_credit(outgoing, out);
+        return None;
+    }
+    outgoing.delivery_count = outgoing.delivery_count.wrapping_add(outgoing.credit);
+    outgoing.credit = 0;
+    outgoing.drain = false;
+    Some(outgoing.delivery_count)
+}
+
+/// Takes a message the entity sent to this link against its credit and splices it. `None`
+/// when it went back to the entity untouched (the credit was taken back while it was on its
+/// way), or cannot be sent (its stored bytes do not splice: logged, and reported forwarded so
+/// that the consumer's window does not shrink).
+pub fn take(outgoing: &mut Outgoing, delivery: Box<Delivery>, out: &mut Outbox) -> Option<Ready> {
+    outgoing.owed -= 1;
+    if outgoing.credit == 0 {
+        out.posts
+            .push((outgoing.entity.clone(), Command::GiveBack { delivery }));
+        return None;
+    }
+    outgoing.credit -= 1;
+    outgoing.delivery_count = outgoing.delivery_count.wrapping_add(1);
+    let size = u64::from(delivery.record.size);
+    let payload = match message::splice(&delivery.bytes, &delivery.stamp) {
+        Ok(payload) => payload,
+        Err(error) => {
+            tracing::error!(seq = delivery.seq, %error, "stored message does not splice");
+            out.forwarded
+                .push((outgoing.entity.clone(), delivery.consumer, size));
+            return None;
+        }
+    };
+    let lock = delivery.lock_token.map(|token| LockRef {
+        seq: delivery.seq,
+        token,
+    });
+    Some(Ready {
+        payload,
+        lock,
+        consumer: delivery.consumer,
+        size,
+    })
+}
+
+/// The first transfer of a delivery the broker sends: settled (pre-settled) or not, with its
+/// delivery tag.
+pub fn transfer(local_handle: u32, delivery_id: u32, tag: Vec<u8>, settled: bool) -> Transfer {
+    Transfer {
+        handle: Handle(local_handle),
+        delivery_id: Some(delivery_id),
+        delivery_tag: Some(DeliveryTag::from(tag)),
+        message_format: Some(0),
+        settled: Some(settled),
+        more: false,
+        rcv_settle_mode: None,
+        state: None,
+        resume: false,
+        aborted: false,
+        batchable: false,
+    }
+}
+
+/// The delivery tag of a message to a client receiver: a locked message's is its lock token;
+/// a pre-settled one's is empty, as Service Bus sends it (the Python SDK's receive-and-delete
+/// messages have none).
+pub fn delivery_tag(lock: Option<&LockRef>) -> Vec<u8> {
+    lock.map_or_else(Vec::new, |lock| lock.token.to_bytes_le().to_vec())
+}
+
+/// Splits one delivery into transfer frames that each fit `max_frame` (wire-layer.md §6).
+pub fn split_transfer(first: Transfer, mut rest: Bytes, max_frame: usize) -> Vec<FrameBody> {
+    let mut frames = Vec::new();
+    let mut performative = first;
+    loop {
+        performative.more = true;
+        let overhead = 8 + hot::transfer_len(&performative);
+        let room = max_frame.saturating_sub(overhead).max(1);
+        let chunk = if rest.len() > room {
+            rest.split_to(room)
+        } else {
+            std::mem::take(&mut rest)
+        };
+        performative.more = !rest.is_empty();
+        let more = performative.more;
+        let handle = performative.handle.clone();
+        frames.push(FrameBody::Transfer {
+            performative,
+            payload: chunk,
+        });
+        if !more {
+            return frames;
+        }
+        performative = Transfer {
+            handle,
+            delivery_id: None,
+            delivery_tag: None,
+            message_format: None,
+            settled: None,
+            more: true,
+            rcv_settle_mode: None,
+            state: None,
+            resume: false,
+            aborted: false,
+            batchable: false,
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::amqp::fixtures::{self, link_flow as flow, outgoing};
+
+    fn delivery(bytes: &'static [u8], locked: bool) -> Box<Delivery> {
+        fixtures::delivery(42, bytes.to_vec(), locked)
+    }
+
+    /// What was posted, one word per command.
+    fn posted(out: &Outbox) -> Vec<String> {
+        out.posts
+            .iter()
+            .map(|(_, command)| match command {
+                Command::Credit { delta, .. } => format!("credit {delta}"),
+                Command::Drain { .. } => "drain".to_owned(),
+                Command::GiveBack { .. } => "give back".to_owned(),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn credit_becomes_demand_at_the_entity_and_is_echoed_when_asked() {
+        let (mut link, mut out) = (outgoing(), Outbox::default());
+        assert_eq!(
+            on_flow(&mut link, &flow(0, 10, false, false), &mut out),
+            None
+        );
+        assert_eq!(
+            on_flow(&mut link, &flow(0, 10, false, true), &mut out),
+            Some((0, 10))
+        );
+        assert_eq!(
+            on_flow(&mut link, &flow(0, 4, false, false), &mut out),
+            None
+        );
+        assert_eq!(posted(&out), ["credit 10", "credit -6"]);
+    }
+
+    #[test]
+    fn a_drain_asks_the_entity_and_ends_with_the_credit_used_up() {
+        let (mut link, mut out) = (outgoing(), Outbox::default());
+        assert_eq!(on_flow(&mut link, &flow(0, 5, true, true), &mut out), None);
+        assert!(link.draining);
+        assert_eq!(posted(&out), ["credit 5", "drain"]);
+        // The client's next flow while the drain is under way posts nothing.
+        on_flow(&mut link, &flow(0, 5, true, false), &mut out);
+        assert_eq!(out.posts.len(), 2);
+        assert_eq!(on_drained(&mut link, &mut out), Some(5));
+        assert_eq!(
+            (link.credit, link.delivery_count, link.draining),
+            (0, 5, false)
+        );
+        // A drain that the client took back before it finished: the demand follows the credit.
+        link.credit = 3;
+        assert_eq!(on_drained(&mut link, &mut out), None);
+        assert_eq!(posted(&out).last().map(String::as_str), Some("credit 3"));
+    }
+
+    #[test]
+    fn a_delivery_that_finds_no_credit_goes_back_untouched() {
+        let (mut link, mut out) = (outgoing(), Outbox::default());
+        link.owed = 1;
+        assert!(take(
+            &mut link,
+            delivery(b"\x00\x53\x75\xa0\x01x", true),
+            &mut out
+        )
+        .is_none());
+        assert_eq!(posted(&out), ["give back"]);
+        assert_eq!(link.owed, 0);
+    }
+
+    #[test]
+    fn a_delivery_is_spliced_counted_and_tagged_with_its_lock_token() {
+        let (mut link, mut out) = (outgoing(), Outbox::default());
+        link.credit = 2;
+        let ready = take(
+            &mut link,
+            delivery(b"\x00\x53\x75\xa0\x01x", true),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!((link.credit, link.delivery_count), (1, 1));
+        let lock = ready.lock.expect("peek-lock");
+        assert_eq!(lock.seq, 42);
+        assert_eq!(delivery_tag(Some(&lock)), lock.token.to_bytes_le().to_vec());
+        assert!(ready.payload.ends_with(b"\x00\x53\x75\xa0\x01x"));
+        let presettled = take(
+            &mut link,
+            delivery(b"\x00\x53\x75\xa0\x01y", false),
+            &mut out,
+        );
+        assert!(presettled.unwrap().lock.is_none());
+        assert!(delivery_tag(None).is_empty());
+    }
+
+    #[test]
+    fn a_stored_message_that_does_not_splice_is_reported_forwarded_not_sent() {
+        let (mut link, mut out) = (outgoing(), Outbox::default());
+        link.credit = 1;
+        assert!(take(&mut link, delivery(b"\x00\x53", true), &mut out).is_none());
+        assert_eq!(out.forwarded.len(), 1);
+        assert_eq!(out.forwarded[0].2, 2);
+    }
+
+    #[test]
+    fn a_delivery_is_split_into_frames_that_fit_and_only_the_first_names_it() {
+        let payload = Bytes::from(vec![7u8; 1000]);
+        let frames = split_transfer(transfer(3, 11, vec![1; 16], false), payload, 256);
+        assert!(frames.len() > 4);
+        let mut total = 0;
+        for (index, frame) in frames.iter().enumerate() {
+            let FrameBody::Transfer {
+                performative,
+                payload,
+            } = frame
+            else {
+                panic!("not a transfer");
+            };
+            assert!(8 + hot::transfer_len(performative) + payload.len() <= 256);
+            assert_eq!(performative.more, index + 1 < frames.len());
+            assert_eq!(performative.delivery_id.is_some(), index == 0);
+            total += payload.len();
+        }
+        assert_eq!(total, 1000);
+        let one = split_transfer(transfer(3, 12, Vec::new(), true), Bytes::new(), 256);
+        assert_eq!(one.len(), 1, "an empty delivery is one frame");
+    }
+}

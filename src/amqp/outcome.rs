@@ -1,0 +1,561 @@
+//! Outcomes both ways: the client's disposition of a delivery the broker sent, mapped to what
+//! its entity should do (complete, abandon, defer, dead-letter, release; amqp-dialect.md §6.1),
+//! the broker's answers to it, and the broker's dispositions of the deliveries it received,
+//! coalesced into ranges. The [`Ledger`] keeps the deliveries either side still owes.
+
+use foldhash::HashMap;
+use std::collections::BTreeMap;
+
+use fe2o3_amqp::frames::amqp::FrameBody;
+use fe2o3_amqp::types::definitions::{self, ErrorCondition, Role};
+use fe2o3_amqp::types::messaging::{Accepted, DeliveryState, Rejected, Released};
+use fe2o3_amqp::types::performatives::Disposition;
+use fe2o3_amqp::types::primitives::{SimpleValue, Symbol, Value};
+
+use crate::amqp::link;
+use crate::amqp::outbox::Outbox;
+use crate::entity::handle::{EntityError, LockRef, Properties, Settlement};
+use crate::node::response;
+use crate::wire;
+
+/// An outgoing delivery the client has not settled.
+#[derive(Debug, Clone, Copy)]
+struct Unsettled {
+    link_id: u64,
+    lock: LockRef,
+}
+
+/// Per link: what to tell the entity, and the delivery ids with the outcomes to echo.
+type LinkSettlements = (Vec<(LockRef, Settlement)>, Vec<(u32, DeliveryState)>);
+
+/// What one link's entity is asked to apply for one client disposition.
+#[derive(Debug)]
+pub struct Settling {
+    /// The link the deliveries went out on.
+    pub link_id: u64,
+    /// The messages and what to do with each.
+    pub items: Vec<(LockRef, Settlement)>,
+    /// The number the entity's answer comes back with ([`Ledger::on_settled`]).
+    pub request: u64,
+}
+
+/// The deliveries of one session still owed an outcome, both ways.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    /// Outgoing deliveries awaiting the client's settlement, by delivery id.
+    unsettled: BTreeMap<u32, Unsettled>,
+    /// Settlements awaiting the entity's answer: delivery ids and the outcomes to echo.
+    settling: HashMap<u64, Vec<(u32, DeliveryState)>>,
+    next_request: u64,
+    /// Accepted sends whose disposition is not written yet (coalesced into ranges).
+    accepted: Vec<u32>,
+}
+
+impl Ledger {
+    /// A locked delivery went out as `delivery_id` on `link_id`.
+    pub fn sent(&mut self, delivery_id: u32, link_id: u64, lock: LockRef) {
+        self.unsettled
+            .insert(delivery_id, Unsettled { link_id, lock });
+    }
+
+    /// A client `disposition` of deliveries the broker sent: per link, what its entity is to
+    /// apply. Every settlement is answered, also those the client settled itself: the
+    /// connection counts the answers, so that a later detach or close can wait for them; the
+    /// outcomes of those it left unsettled are echoed then ([`Ledger::on_settled`]).
+    pub fn on_disposition(&mut self, disposition: Disposition) -> Vec<Settling> {
+        if disposition.role != Role::Receiver {
+            // The broker settles every delivery it receives at once; nothing to do.
+            return Vec::new();
+        }
+        let first = disposition.first;
+        let last = disposition.last.unwrap_or(first);
+        let state = disposition
+            .state
+            .unwrap_or(DeliveryState::Released(Released {}));
+        let Some(settlement) = settlement_of(&state) else {
+            return Vec::new();
+        };
+        let ids = self.ids_between(first, last);
+        let mut by_link: BTreeMap<u64, LinkSettlements> = BTreeMap::new();
+        for id in ids {
+            let Some(unsettled) = self.unsettled.get(&id).copied() else {
+                continue;
+            };
+            if disposition.settled {
+                self.unsettled.remove(&id);
+            }
+            let (items, echoes) = by_link.entry(unsettled.link_id).or_default();
+            items.push((unsettled.lock, settlement.clone()));
+            echoes.push((id, state.clone()));
+        }
+        by_link
+            .into_iter()
+            .map(|(link_id, (items, echoes))| {
+                let request = self.next_request;
+                self.next_request += 1;
+                if !disposition.settled {
+                    self.settling.insert(request, echoes);
+                }
+                Settling {
+                    link_id,
+                    items,
+                    request,
+                }
+            })
+            .collect()
+    }
+
+    /// The ids from `first` to `last` (wrapping past `u32::MAX`); most dispositions name one.
+    fn ids_between(&self, first: u32, last: u32) -> Vec<u32> {
+        if first == last {
+            vec![first]
+        } else if first < last {
+            self.unsettled
+                .range(first..=last)
+                .map(|(id, _)| *id)
+                .collect()
+        } else {
+            self.unsettled
+                .range(first..)
+                .chain(self.unsettled.range(..=last))
+                .map(|(id, _)| *id)
+                .collect()
+        }
+    }
+
+    /// The entity applied the settlement numbered `request`: the outcomes the client left
+    /// unsettled are confirmed (or rejected with the entity's error), in ranges.
+    pub fn on_settled(
+        &mut self,
+        request: u64,
+        results: Vec<Result<(), EntityError>>,
+        out: &mut Outbox,
+    ) {
+        let Some(echoes) = self.settling.remove(&request) else {
+            return;
+        };
+        let mut states: Vec<(u32, DeliveryState)> = Vec::with_capacity(echoes.len());
+        for ((id, echo), result) in echoes.into_iter().zip(results) {
+            self.unsettled.remove(&id);
+            let state = match result {
+                Ok(()) => confirmation(echo),
+                Err(error) => DeliveryState::Rejected(Rejected {
+                    error: Some(entity_error(&error)),
+                }),
+            };
+            states.push((id, state));
+        }
+        write_ranges(Role::Sender, states, out);
+    }
+
+    /// A send was stored: its `accepted` waits for [`Ledger::flush_accepted`].
+    pub fn accepted(&mut self, delivery_id: u32) {
+        self.accepted.push(delivery_id);
+    }
+
+    /// Writes the coalesced dispositions of accepted sends.
+    pub fn flush_accepted(&mut self, out: &mut Outbox) {
+        if self.accepted.is_empty() {
+            return;
+        }
+        let states = std::mem::take(&mut self.accepted)
+            .into_iter()
+            .map(|id| (id, DeliveryState::Accepted(Accepted {})))
+            .collect();
+        write_ranges(Role::Receiver, states, out);
+    }
+
+    /// Whether the client still owes an outcome for `delivery_id`.
+    #[cfg(test)]
+    pub fn owes(&self, delivery_id: u32) -> bool {
+        self.unsettled.contains_key(&delivery_id)
+    }
+
+    /// A link went: its deliveries are no longer owed an outcome (their locks expire).
+    pub fn forget_link(&mut self, link_id: u64) {
+        self.unsettled
+            .retain(|_, unsettled| unsettled.link_id != link_id);
+    }
+}
+
+/// What the entity should do for a client outcome; `None` for a non-terminal state
+/// (amqp-dialect.md §6.1; `delivery-failed` decides nothing).
+pub fn settlement_of(state: &DeliveryState) -> Option<Settlement> {
+    match state {
+        DeliveryState::Accepted(_) => Some(Settlement::Complete),
+        DeliveryState::Released(_) => Some(Settlement::Release),
+        DeliveryState::Modified(modified) => {
+            let properties = simple_properties(modified.message_annotations.as_ref());
+            Some(match modified.undeliverable_here {
+                Some(true) => Settlement::Defer(properties),
+                _ => Settlement::Abandon(properties),
+            })
+        }
+        DeliveryState::Rejected(rejected) => Some(dead_letter_of(rejected.error.as_ref())),
+        _ => None,
+    }
+}
+
+/// A `rejected` outcome as a dead-lettering: reason and description from the error's info,
+/// falling back to its condition (unless it is the dead-letter marker) and description; the
+/// other info entries become application properties.
+fn dead_letter_of(error: Option<&definitions::Error>) -> Settlement {
+    let Some(error) = error else {
+        return Settlement::DeadLetter {
+            reason: None,
+            description: None,
+            properties: Vec::new(),
+        };
+    };
+    let mut properties = simple_properties(error.info.as_deref());
+    let mut take = |key: &str| {
+        let at = properties.iter().position(|(k, _)| k == key)?;
+        match properties.remove(at).1 {
+            SimpleValue::String(value) => Some(value),
+            _ => None,
+        }
+    };
+    let reason = take(wire::dead_letter::REASON).or_else(|| {
+        let condition = condition_name(&error.condition);
+        (condition != wire::dead_letter::CONDITION).then_some(condition)
+    });
+    let description = take(wire::dead_letter::DESCRIPTION).or_else(|| error.description.clone());
+    Settlement::DeadLetter {
+        reason,
+        description,
+        properties,
+    }
+}
+
+/// The symbol of an error condition.
+fn condition_name(condition: &ErrorCondition) -> String {
+    serde_amqp::to_vec(condition)
+        .ok()
+        .and_then(|bytes| serde_amqp::from_slice::<Symbol>(&bytes).ok())
+        .map_or_else(String::new, |symbol| symbol.as_str().to_string())
+}
+
+/// Map entries that are simple values, keyed by string (nulls and composites are skipped).
+fn simple_properties(fields: Option<&definitions::Fields>) -> Properties {
+    fields
+        .into_iter()
+        .flat_map(|fields| fields.iter())
+        .filter(|(_, value)| !matches!(value, Value::Null))
+        .filter_map(|(key, value)| {
+            SimpleValue::try_from(value.clone())
+                .ok()
+                .map(|simple| (key.as_str().to_string(), simple))
+        })
+        .collect()
+}
+
+/// The outcome a settle-second confirmation carries: the client's own, except that a
+/// dead-letter is confirmed with a bare `rejected` (the JavaScript SDK fails on an error there,
+/// amqp-dialect.md §17).
+fn confirmation(requested: DeliveryState) -> DeliveryState {
+    match requested {
+        DeliveryState::Rejected(_) => DeliveryState::Rejected(Rejected { error: None }),
+        other => other,
+    }
+}
+
+/// The settled `rejected` disposition of one received delivery.
+pub fn rejection(delivery_id: u32, error: definitions::Error) -> FrameBody {
+    settled_disposition(
+        delivery_id,
+        DeliveryState::Rejected(Rejected { error: Some(error) }),
+    )
+}
+
+/// The broker's settled disposition of one delivery it received.
+pub fn settled_disposition(delivery_id: u32, state: DeliveryState) -> FrameBody {
+    FrameBody::Disposition(Disposition {
+        role: Role::Receiver,
+        first: delivery_id,
+        last: None,
+        settled: true,
+        state: Some(state),
+        batchable: false,
+    })
+}
+
+/// The AMQP error a client sees for an entity's refusal.
+pub fn entity_error(error: &EntityError) -> definitions::Error {
+    let (_, condition) = response::status_of(error);
+    link::custom_error(condition, error.to_string())
+}
+
+/// Writes settled dispositions, one per run of consecutive ids with the same state.
+fn write_ranges(role: Role, mut states: Vec<(u32, DeliveryState)>, out: &mut Outbox) {
+    states.sort_by_key(|(id, _)| *id);
+    let mut runs: Vec<(u32, u32, DeliveryState)> = Vec::new();
+    for (id, state) in states {
+        match runs.last_mut() {
+            Some((_, last, run_state)) if last.wrapping_add(1) == id && *run_state == state => {
+                *last = id
+            }
+            _ => runs.push((id, id, state)),
+        }
+    }
+    for (first, last, state) in runs {
+        out.frames.push(FrameBody::Disposition(Disposition {
+            role: role.clone(),
+            first,
+            last: (last != first).then_some(last),
+            settled: true,
+            state: Some(state),
+            batchable: false,
+        }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fe2o3_amqp::types::definitions::Fields;
+    use fe2o3_amqp::types::messaging::Modified;
+
+    fn lock(seq: i64) -> LockRef {
+        LockRef {
+            seq,
+            token: uuid::Uuid::from_u128(seq as u128),
+        }
+    }
+
+    fn disposition(
+        first: u32,
+        last: Option<u32>,
+        settled: bool,
+        state: DeliveryState,
+    ) -> Disposition {
+        Disposition {
+            role: Role::Receiver,
+            first,
+            last,
+            settled,
+            state: Some(state),
+            batchable: false,
+        }
+    }
+
+    fn rejected(condition: &str, info: &[(&str, &str)]) -> DeliveryState {
+        let mut fields = Fields::new();
+        for (key, value) in info {
+            fields.insert(Symbol::from(*key), Value::String((*value).to_owned()));
+        }
+        DeliveryState::Rejected(Rejected {
+            error: Some(definitions::Error::new(
+                ErrorCondition::Custom(Symbol::from(condition)),
+                Some("described".to_owned()),
+                Some(fields),
+            )),
+        })
+    }
+
+    /// Each written disposition as (first, last, state kind).
+    fn written(out: &Outbox) -> Vec<(u32, Option<u32>, String)> {
+        out.frames
+            .iter()
+            .map(|frame| match frame {
+                FrameBody::Disposition(d) => {
+                    let kind = format!("{:?}", d.state.as_ref().unwrap());
+                    let kind = kind.split('(').next().unwrap().to_owned();
+                    (d.first, d.last, kind)
+                }
+                other => panic!("not a disposition: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn client_outcomes_map_to_settlements() {
+        assert_eq!(
+            settlement_of(&DeliveryState::Accepted(Accepted {})),
+            Some(Settlement::Complete)
+        );
+        assert_eq!(
+            settlement_of(&DeliveryState::Released(Released {})),
+            Some(Settlement::Release)
+        );
+        let modified = |undeliverable_here| {
+            DeliveryState::Modified(Modified {
+                delivery_failed: Some(true),
+                undeliverable_here,
+                message_annotations: None,
+            })
+        };
+        assert_eq!(
+            settlement_of(&modified(Some(true))),
+            Some(Settlement::Defer(Vec::new()))
+        );
+        assert_eq!(
+            settlement_of(&modified(None)),
+            Some(Settlement::Abandon(Vec::new()))
+        );
+        assert_eq!(
+            settlement_of(&DeliveryState::Received(
+                fe2o3_amqp::types::messaging::Received {
+                    section_number: 0,
+                    section_offset: 0
+                }
+            )),
+            None
+        );
+    }
+
+    #[test]
+    fn a_rejection_dead_letters_with_the_reason_and_description_it_carries() {
+        let state = rejected(
+            wire::dead_letter::CONDITION,
+            &[
+                (wire::dead_letter::REASON, "bad"),
+                (wire::dead_letter::DESCRIPTION, "very bad"),
+                ("extra", "kept"),
+            ],
+        );
+        let Some(Settlement::DeadLetter {
+            reason,
+            description,
+            properties,
+        }) = settlement_of(&state)
+        else {
+            panic!("not a dead-letter");
+        };
+        assert_eq!(reason.as_deref(), Some("bad"));
+        assert_eq!(description.as_deref(), Some("very bad"));
+        assert_eq!(
+            properties,
+            vec![("extra".to_owned(), SimpleValue::String("kept".into()))]
+        );
+        // Without the info entries: the condition is the reason (unless it is the marker), the
+        // error's description the description.
+        let Some(Settlement::DeadLetter {
+            reason,
+            description,
+            ..
+        }) = settlement_of(&rejected("app:broken", &[]))
+        else {
+            panic!("not a dead-letter");
+        };
+        assert_eq!(
+            (reason.as_deref(), description.as_deref()),
+            (Some("app:broken"), Some("described"))
+        );
+        let Some(Settlement::DeadLetter { reason, .. }) =
+            settlement_of(&rejected(wire::dead_letter::CONDITION, &[]))
+        else {
+            panic!("not a dead-letter");
+        };
+        assert_eq!(reason, None);
+    }
+
+    #[test]
+    fn a_range_settles_the_unsettled_deliveries_in_it_per_link() {
+        let mut ledger = Ledger::default();
+        for (id, link) in [(1, 10), (2, 10), (3, 20), (5, 10)] {
+            ledger.sent(id, link, lock(i64::from(id)));
+        }
+        let accepted = DeliveryState::Accepted(Accepted {});
+        let settling = ledger.on_disposition(disposition(1, Some(4), true, accepted.clone()));
+        let per_link: Vec<(u64, Vec<i64>)> = settling
+            .iter()
+            .map(|s| {
+                (
+                    s.link_id,
+                    s.items.iter().map(|(lock, _)| lock.seq).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(per_link, vec![(10, vec![1, 2]), (20, vec![3])]);
+        assert_ne!(settling[0].request, settling[1].request);
+        // Settled by the client: gone from the ledger, nothing echoed later.
+        assert!(ledger
+            .on_disposition(disposition(1, Some(4), true, accepted))
+            .is_empty());
+        let mut out = Outbox::default();
+        ledger.on_settled(settling[0].request, vec![Ok(()), Ok(())], &mut out);
+        assert!(out.frames.is_empty());
+    }
+
+    #[test]
+    fn a_range_may_wrap_past_the_largest_delivery_id() {
+        let mut ledger = Ledger::default();
+        for id in [u32::MAX - 1, u32::MAX, 0, 1, 7] {
+            ledger.sent(id, 1, lock(i64::from(id)));
+        }
+        let settling = ledger.on_disposition(disposition(
+            u32::MAX - 1,
+            Some(1),
+            true,
+            DeliveryState::Accepted(Accepted {}),
+        ));
+        assert_eq!(settling.len(), 1);
+        assert_eq!(settling[0].items.len(), 4);
+    }
+
+    #[test]
+    fn unsettled_outcomes_are_confirmed_in_ranges_once_the_entity_applied_them() {
+        let mut ledger = Ledger::default();
+        for id in 1..=4 {
+            ledger.sent(id, 1, lock(i64::from(id)));
+        }
+        let settling = ledger.on_disposition(disposition(1, Some(4), false, rejected("x", &[])));
+        let results = vec![Ok(()), Ok(()), Err(EntityError::LockLost), Ok(())];
+        let mut out = Outbox::default();
+        ledger.on_settled(settling[0].request, results, &mut out);
+        assert_eq!(
+            written(&out),
+            vec![
+                (1, Some(2), "Rejected".to_owned()),
+                (3, None, "Rejected".to_owned()),
+                (4, None, "Rejected".to_owned()),
+            ]
+        );
+        // A confirmed dead-letter is a bare `rejected`; a lost lock carries its error.
+        let FrameBody::Disposition(first) = &out.frames[0] else {
+            unreachable!()
+        };
+        assert_eq!(
+            first.state,
+            Some(DeliveryState::Rejected(Rejected { error: None }))
+        );
+        let FrameBody::Disposition(lost) = &out.frames[1] else {
+            unreachable!()
+        };
+        let Some(DeliveryState::Rejected(Rejected { error: Some(error) })) = &lost.state else {
+            panic!("no error on a lost lock");
+        };
+        assert_eq!(
+            error.condition,
+            ErrorCondition::Custom(Symbol::from(wire::condition::MESSAGE_LOCK_LOST))
+        );
+        // Answered once: a second answer for the same request writes nothing.
+        let mut again = Outbox::default();
+        ledger.on_settled(settling[0].request, Vec::new(), &mut again);
+        assert!(again.frames.is_empty());
+    }
+
+    #[test]
+    fn accepted_sends_are_written_in_runs_and_a_gone_link_is_forgotten() {
+        let mut ledger = Ledger::default();
+        for id in [3, 1, 2, 5] {
+            ledger.accepted(id);
+        }
+        let mut out = Outbox::default();
+        ledger.flush_accepted(&mut out);
+        ledger.flush_accepted(&mut out);
+        assert_eq!(
+            written(&out),
+            vec![
+                (1, Some(3), "Accepted".to_owned()),
+                (5, None, "Accepted".to_owned())
+            ]
+        );
+        ledger.sent(1, 10, lock(1));
+        ledger.forget_link(10);
+        let state = DeliveryState::Accepted(Accepted {});
+        assert!(ledger
+            .on_disposition(disposition(1, None, true, state))
+            .is_empty());
+    }
+}

@@ -255,6 +255,7 @@ pub async fn run_with_reloads(
         write_timeout: config.broker.write_timeout,
         consumer_window: config.broker.consumer_window,
         max_links_per_connection: config.broker.max_links_per_connection,
+        transaction_timeout: config.broker.transaction_timeout,
         next_link_id: AtomicU64::new(1),
         policies: Arc::new(Policies::from_config(&config)),
     });

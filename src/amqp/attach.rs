@@ -114,13 +114,15 @@ pub fn open(
             ));
             LinkKind::Incoming(incoming)
         }
-        (Role::Receiver, node @ (Node::Cbs | Node::Management(..))) => LinkKind::Replies(Replies {
-            node: link::node_key(&node),
-            address: target_address(&attach),
-            delivery_count: 0,
-            credit: 0,
-            waiting: VecDeque::new(),
-        }),
+        (Role::Receiver, node @ (Node::Cbs | Node::Management(..) | Node::Coordinator)) => {
+            LinkKind::Replies(Replies {
+                node: link::node_key(&node),
+                address: target_address(&attach),
+                delivery_count: 0,
+                credit: 0,
+                waiting: VecDeque::new(),
+            })
+        }
         (Role::Receiver, Node::Entity(entity, lane)) => {
             let consumer = ConsumerId(link_id);
             let mode = receive_mode(&attach);
@@ -202,16 +204,13 @@ pub fn lapsed<'a>(
 
 /// The node (and which of its queues) an attach names, with its address, or the error that
 /// refuses it: `amqp:not-found` for unknown addresses, `amqp:not-allowed` for a send to a
-/// dead-letter queue, `amqp:not-implemented` for a transaction coordinator.
+/// dead-letter queue. A transaction coordinator has no address.
 fn resolve(attach: &Attach, registry: &Registry) -> Result<(Node, String), definitions::Error> {
     let address = match attach.role {
         Role::Sender => match attach.target.as_deref() {
             Some(TargetArchetype::Target(target)) => target.address.clone(),
             Some(TargetArchetype::Coordinator(_)) => {
-                return Err(link::amqp_error(
-                    AmqpError::NotImplemented,
-                    "transactions are not supported yet",
-                ))
+                return Ok((Node::Coordinator, String::new()));
             }
             None => None,
         },
@@ -254,10 +253,11 @@ fn refusal(role: &Role, node: &Node, address: &str) -> Option<String> {
 
 /// The rights a client link to `node` needs (any one of them), by its role: a sender Send, a
 /// receiver Listen, a management link any right (each operation checks its own); `None` for
-/// `$cbs`, which every client may use.
+/// `$cbs` and a transaction coordinator, which every client may use (the work of a
+/// transaction needs the rights of its links).
 fn rights_to_attach(role: &Role, node: &Node) -> Option<Rights> {
     match (role, node) {
-        (_, Node::Cbs) => None,
+        (_, Node::Cbs | Node::Coordinator) => None,
         (_, Node::Management(..)) => Some(Rights::ANY),
         (Role::Sender, Node::Entity(..)) => Some(Rights::SEND),
         (Role::Receiver, Node::Entity(..)) => Some(Rights::LISTEN),

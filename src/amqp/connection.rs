@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::amqp::coordinator::Transactions;
 use crate::amqp::frames::{self, FrameError, FrameReader, Outbound};
 use crate::amqp::handshake::{self, Authenticated};
 use crate::amqp::link::{amqp_error, ReassemblyBudget};
@@ -29,7 +30,7 @@ use crate::amqp::session::Session;
 use crate::auth::access::Access;
 use crate::auth::Policies;
 use crate::clock;
-use crate::entity::handle::{Command, ConsumerId, EntityEvent, EntityHandle, EventSink};
+use crate::entity::handle::{Command, ConsumerId, EntityEvent, EntityHandle, EventSink, Work};
 use crate::entity::registry::Registry;
 
 /// Highest channel number a client may use.
@@ -42,6 +43,9 @@ const EVENT_BATCH: usize = 256;
 const FRAME_BATCH: usize = 64;
 /// Unfinished multi-frame deliveries one connection may hold, in units of max_message_size.
 const REASSEMBLY_MESSAGES: u64 = 4;
+/// What the messages a connection's open transactions staged may hold together, in messages of
+/// `max_message_size`.
+const STAGED_MESSAGES: u64 = 16;
 /// Most management requests one connection has at entities at once; more wait their turn.
 const MAX_REQUESTS_IN_FLIGHT: usize = 8;
 /// The longest a connection's timer waits before it looks at its tokens again.
@@ -75,6 +79,8 @@ pub struct Shared {
     pub consumer_window: u64,
     /// Most links one connection may hold; more attaches are refused.
     pub max_links_per_connection: usize,
+    /// How long a transaction may run before it is rolled back.
+    pub transaction_timeout: Duration,
     /// Source of broker-wide unique link ids.
     pub next_link_id: AtomicU64,
     /// The shared access policies credentials are checked against.
@@ -133,6 +139,10 @@ pub async fn serve<R, W>(
     );
     let opened_at = Instant::now();
     let access = Access::new(shared.policies.clone(), authenticated.principal);
+    let transactions = Transactions::new(
+        shared.transaction_timeout,
+        shared.max_message_size.saturating_mul(STAGED_MESSAGES),
+    );
     let mut connection = Connection {
         access,
         shared,
@@ -148,6 +158,7 @@ pub async fn serve<R, W>(
         unanswered_settlements: 0,
         held: None,
         spare: Outbox::default(),
+        transactions,
     };
     connection
         .run(reader, events_rx, remote_idle, shutdown)
@@ -269,10 +280,11 @@ fn context<'a>(
     reassembly: &'a ReassemblyBudget,
     links: usize,
     answers_full: bool,
-    access: &'a mut Access,
+    (access, transactions): (&'a mut Access, &'a mut Transactions),
 ) -> Context<'a> {
     Context {
         access,
+        transactions,
         reassembly,
         links_full: links >= shared.max_links_per_connection,
         answers_full,
@@ -321,6 +333,8 @@ struct Connection {
     /// The last turn's outbox, emptied: its vectors keep their room for the next turn, so a
     /// message in steady flow allocates none of them.
     spare: Outbox,
+    /// The transactions declared on this connection's coordinator links.
+    transactions: Transactions,
 }
 
 impl Connection {
@@ -341,6 +355,7 @@ impl Connection {
         loop {
             let barrier = self.held.as_ref().map(|(_, deadline)| *deadline);
             let lapse = self.next_token_lapse();
+            let txn_deadline = self.next_transaction_deadline();
             let running = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => {
@@ -380,6 +395,9 @@ impl Connection {
                 _ = tokio::time::sleep_until(lapse.unwrap_or_else(Instant::now)), if lapse.is_some() => {
                     self.revoke_lapsed().await
                 }
+                _ = tokio::time::sleep_until(txn_deadline.unwrap_or_else(Instant::now)), if txn_deadline.is_some() => {
+                    self.expire_transactions().await
+                }
                 _ = heartbeat.tick(), if remote_idle.is_some() => {
                     self.write(Frame::empty())
                 }
@@ -415,6 +433,20 @@ impl Connection {
         let lapse_ms = self.access.next_expiry_ms()?;
         let wait = u64::try_from(lapse_ms.saturating_sub(clock::now_ms())).unwrap_or(0);
         Some(Instant::now() + Duration::from_millis(wait).min(LONGEST_TIMER))
+    }
+
+    /// When the first open transaction reaches its deadline, as a (capped) timer deadline.
+    fn next_transaction_deadline(&self) -> Option<Instant> {
+        let deadline_ms = self.transactions.next_deadline_ms()?;
+        let wait = u64::try_from(deadline_ms.saturating_sub(clock::now_ms())).unwrap_or(0);
+        Some(Instant::now() + Duration::from_millis(wait).min(LONGEST_TIMER))
+    }
+
+    /// Rolls back the transactions past their deadline, at their via entities.
+    async fn expire_transactions(&mut self) -> Running {
+        let mut out = std::mem::take(&mut self.spare);
+        out.posts = self.transactions.expire(clock::now_ms());
+        self.perform(0, out).await
     }
 
     /// Detaches the links that a lapsed token authorized and no other credential covers.
@@ -517,7 +549,7 @@ impl Connection {
                 &self.reassembly,
                 self.link_sessions.len(),
                 false,
-                &mut self.access,
+                (&mut self.access, &mut self.transactions),
             );
             session.answer_deferred(&mut ctx, &mut out);
             let local = session.local_channel;
@@ -615,7 +647,7 @@ impl Connection {
                     &self.reassembly,
                     self.link_sessions.len(),
                     answers_full,
-                    &mut self.access,
+                    (&mut self.access, &mut self.transactions),
                 );
                 let result = match body {
                     FrameBody::Attach(attach) => {
@@ -634,7 +666,12 @@ impl Connection {
                         payload,
                     } => session.on_transfer(performative, payload, &mut out, &mut ctx),
                     FrameBody::Disposition(disposition) => {
-                        session.on_disposition(disposition, &self.events, &mut out);
+                        session.on_disposition(
+                            disposition,
+                            &self.events,
+                            ctx.transactions,
+                            &mut out,
+                        );
                         Ok(())
                     }
                     FrameBody::Detach(detach) => session.on_detach(&detach, &mut out).map(|gone| {
@@ -666,7 +703,8 @@ impl Connection {
             | EntityEvent::SessionAccepted { consumer, .. } => consumer.0,
             EntityEvent::Sent { ticket, .. }
             | EntityEvent::Settled { ticket, .. }
-            | EntityEvent::Managed { ticket, .. } => ticket.link,
+            | EntityEvent::Managed { ticket, .. }
+            | EntityEvent::Discharged { ticket, .. } => ticket.link,
         };
         let Some(session) = self
             .link_sessions
@@ -682,7 +720,7 @@ impl Connection {
             &self.reassembly,
             self.link_sessions.len(),
             false,
-            &mut self.access,
+            (&mut self.access, &mut self.transactions),
         );
         match event {
             EntityEvent::Delivered(delivery) => session.on_delivery(delivery, &mut out),
@@ -699,6 +737,9 @@ impl Connection {
             EntityEvent::Managed { ticket, result } => session.on_managed(ticket, result, &mut out),
             EntityEvent::Settled { ticket, results } => {
                 session.on_settled(ticket, results, &mut out)
+            }
+            EntityEvent::Discharged { ticket, result } => {
+                session.on_discharged(ticket, result, &mut out)
             }
         }
         let local = session.local_channel;
@@ -726,7 +767,13 @@ impl Connection {
             }
         }
         for (entity, command) in out.posts.drain(..) {
-            if let Command::Settle { reply: Some(_), .. } = command {
+            if let Command::Settle { reply: Some(_), .. }
+            | Command::Stage {
+                work: Work::Settle { .. },
+                reply: Some(_),
+                ..
+            } = command
+            {
                 self.unanswered_settlements += 1;
             }
             if let Err(command) = entity.post(command).await {
@@ -772,6 +819,10 @@ impl Connection {
             }
         }
         self.link_sessions.clear();
+        // A connection that ends rolls back what it left undischarged.
+        let mut out = std::mem::take(&mut self.spare);
+        out.posts = self.transactions.abandon_all();
+        self.perform(0, out).await;
     }
 
     fn fail(&mut self, error: definitions::Error) -> Running {

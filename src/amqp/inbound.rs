@@ -4,12 +4,15 @@
 
 use bytes::{Bytes, BytesMut};
 use fe2o3_amqp::types::definitions::{self, AmqpError, LinkError};
+use fe2o3_amqp::types::messaging::{DeliveryState, Rejected};
 use fe2o3_amqp::types::performatives::{Flow, Transfer};
+use fe2o3_amqp::types::primitives::Binary;
 
+use crate::amqp::coordinator::Transactions;
 use crate::amqp::link::{self, Incoming, Partial, ReassemblyBudget, SENDER_CREDIT};
 use crate::amqp::outbox::{Fault, Outbox};
 use crate::amqp::outcome;
-use crate::entity::handle::{Command, EntityHandle, EventSink, Ticket};
+use crate::entity::handle::{Command, EntityHandle, EventSink, Ticket, Work};
 use crate::message::{self, BATCH_MESSAGE_FORMAT};
 
 /// Longest delivery tag, in bytes (AMQP 1.0 §2.8.7).
@@ -26,6 +29,8 @@ pub struct Whole {
     pub message_format: u32,
     /// The message bytes.
     pub bytes: Bytes,
+    /// The transaction it is part of, as the client named it.
+    pub txn: Option<Binary>,
 }
 
 /// What one transfer frame made of its delivery.
@@ -85,9 +90,13 @@ pub fn receive(
             received: 0,
             bytes: BytesMut::new(),
             charge: budget.charge(),
+            txn: None,
         },
     };
     partial.settled |= transfer.settled.unwrap_or(false);
+    if let Some(DeliveryState::TransactionalState(state)) = transfer.state {
+        partial.txn = Some(state.txn_id);
+    }
     partial.received += payload.len() as u64;
     let oversized = partial.received > incoming.max_message_size;
     if oversized {
@@ -147,23 +156,28 @@ pub fn receive(
         settled: partial.settled,
         message_format: partial.message_format,
         bytes,
+        txn: partial.txn,
     }))
 }
 
 /// Inspects a whole delivery (a Service Bus batch is unpacked; a topic's messages get their
 /// properties decoded for its rules) and posts it to `entity`, with a reply unless the client
-/// settled it. One malformed message costs only itself: it is rejected and the link stays.
+/// settled it: sent, or staged in the transaction it names. One malformed message (or one its
+/// transaction refuses) costs only itself: it is rejected and the link stays. Returns the
+/// transaction whose outcome the answer is to carry, if any.
 ///
 /// # Errors
-/// The error to detach the link with when a malformed message was pre-settled (it cannot be
+/// The error to detach the link with when a refused message was pre-settled (it cannot be
 /// rejected).
 pub fn send(
     entity: EntityHandle,
     whole: Whole,
     link_id: u64,
-    events: &EventSink,
+    context: (&EventSink, &mut Transactions),
     out: &mut Outbox,
-) -> Result<(), definitions::Error> {
+) -> Result<Option<Binary>, definitions::Error> {
+    let (events, transactions) = context;
+    let bytes = whole.bytes.len() as u64;
     let mut inspected = if whole.message_format == BATCH_MESSAGE_FORMAT {
         message::unpack_batch(&whole.bytes)
     } else {
@@ -178,20 +192,35 @@ pub fn send(
             Ok(arrivals)
         });
     }
-    let messages = match inspected {
-        Ok(messages) => messages,
-        Err(error) => {
-            let error = link::amqp_error(
+    let staged = inspected
+        .map_err(|error| {
+            link::amqp_error(
                 AmqpError::DecodeError,
                 format!("delivery {}: {error}", whole.delivery_id),
-            );
+            )
+        })
+        .and_then(|messages| {
+            let txn = match &whole.txn {
+                Some(txn) => Some(transactions.enlist(txn, &entity, messages.len(), bytes)?),
+                None => None,
+            };
+            Ok((messages, txn))
+        });
+    let (messages, txn) = match staged {
+        Ok(staged) => staged,
+        Err(error) => {
             tracing::info!(description = ?error.description, "message refused");
             if whole.settled {
                 return Err(error);
             }
+            let rejected = DeliveryState::Rejected(Rejected { error: Some(error) });
+            let state = match whole.txn {
+                Some(txn) => outcome::transactional(txn, rejected),
+                None => rejected,
+            };
             out.frames
-                .push(outcome::rejection(whole.delivery_id, error));
-            return Ok(());
+                .push(outcome::settled_disposition(whole.delivery_id, state));
+            return Ok(None);
         }
     };
     let reply = (!whole.settled).then(|| {
@@ -201,8 +230,16 @@ pub fn send(
         };
         (ticket, events.clone())
     });
-    out.posts.push((entity, Command::Send { messages, reply }));
-    Ok(())
+    let command = match txn {
+        None => Command::Send { messages, reply },
+        Some(txn) => Command::Stage {
+            txn,
+            work: Work::Send(messages),
+            reply,
+        },
+    };
+    out.posts.push((entity, command));
+    Ok(whole.txn.filter(|_| !whole.settled))
 }
 
 /// Applies a client `flow` to a sender link (its delivery count). Returns the credit state to
@@ -222,6 +259,12 @@ mod tests {
     use fe2o3_amqp::types::definitions::{DeliveryTag, ErrorCondition, Handle};
     use fe2o3_amqp::types::messaging::DeliveryState;
 
+    use std::time::Duration;
+
+    use fe2o3_amqp::types::messaging::Outcome;
+    use fe2o3_amqp::types::transaction::{TransactionError, TransactionalState};
+
+    use crate::amqp::coordinator;
     use crate::amqp::fixtures::{self, entity};
     use crate::amqp::outbound;
     use crate::node::Node;
@@ -272,12 +315,15 @@ mod tests {
         budget.charge().add(budget.limit())
     }
 
+    /// The condition a rejecting disposition carries (in a transaction's state or not).
     fn condition(frame: &FrameBody) -> ErrorCondition {
         match frame {
             FrameBody::Disposition(disposition) => match &disposition.state {
-                Some(DeliveryState::Rejected(rejected)) => {
-                    rejected.error.clone().expect("an error").condition
-                }
+                Some(DeliveryState::Rejected(rejected))
+                | Some(DeliveryState::TransactionalState(TransactionalState {
+                    outcome: Some(Outcome::Rejected(rejected)),
+                    ..
+                })) => rejected.error.clone().expect("an error").condition,
                 other => panic!("not rejected: {other:?}"),
             },
             other => panic!("not a disposition: {other:?}"),
@@ -396,9 +442,14 @@ mod tests {
             settled,
             message_format: 0,
             bytes: Bytes::from(fixtures::message(b"abc")),
+            txn: None,
         };
-        send(entity(false), whole(false), 3, &events, &mut out).unwrap();
-        send(entity(false), whole(true), 3, &events, &mut out).unwrap();
+        let mut transactions = Transactions::new(Duration::from_secs(60), 1 << 20);
+        for settled in [false, true] {
+            let context = (&events, &mut transactions);
+            let staged = send(entity(false), whole(settled), 3, context, &mut out).unwrap();
+            assert_eq!(staged, None);
+        }
         let replies: Vec<Option<Ticket>> = out
             .posts
             .iter()
@@ -426,11 +477,46 @@ mod tests {
             settled,
             message_format: 0,
             bytes: Bytes::from_static(&[0x00, 0x53]),
+            txn: None,
         };
-        send(entity(false), whole(false), 3, &events, &mut out).unwrap();
+        let mut transactions = Transactions::new(Duration::from_secs(60), 1 << 20);
+        let context = (&events, &mut transactions);
+        send(entity(false), whole(false), 3, context, &mut out).unwrap();
         assert_eq!(condition(&out.frames[0]), AmqpError::DecodeError.into());
-        let detach = send(entity(false), whole(true), 3, &events, &mut out).unwrap_err();
+        let context = (&events, &mut transactions);
+        let detach = send(entity(false), whole(true), 3, context, &mut out).unwrap_err();
         assert_eq!(detach.condition, AmqpError::DecodeError.into());
         assert!(out.posts.is_empty());
+    }
+
+    #[test]
+    fn a_send_in_a_declared_transaction_is_staged_and_one_in_an_unknown_one_rejected() {
+        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        let mut out = Outbox::default();
+        let mut transactions = Transactions::new(Duration::from_secs(60), 1 << 20);
+        let txn = transactions.declare(0).unwrap();
+        let whole = |txn: u64| Whole {
+            delivery_id: 4,
+            settled: false,
+            message_format: 0,
+            bytes: Bytes::from(fixtures::message(b"abc")),
+            txn: Some(coordinator::wire_id(txn)),
+        };
+        let context = (&events, &mut transactions);
+        let staged = send(entity(false), whole(txn), 3, context, &mut out).unwrap();
+        assert_eq!(staged, Some(coordinator::wire_id(txn)));
+        assert!(matches!(
+            &out.posts[..],
+            [(_, Command::Stage { txn: staged, work: Work::Send(messages), reply: Some(_) })]
+                if *staged == txn && messages.len() == 1
+        ));
+        let context = (&events, &mut transactions);
+        let unknown = send(entity(false), whole(txn + 1000), 3, context, &mut out).unwrap();
+        assert_eq!(unknown, None);
+        assert_eq!(
+            condition(&out.frames[0]),
+            TransactionError::UnknownId.into()
+        );
+        assert_eq!(out.posts.len(), 1, "nothing posted for the refused one");
     }
 }

@@ -5,7 +5,7 @@ use bytes::{Bytes, BytesMut};
 use fe2o3_amqp::frames::amqp::FrameBody;
 use fe2o3_amqp::types::definitions::{self, AmqpError, ErrorCondition, Fields, Handle};
 use fe2o3_amqp::types::performatives::{Attach, Flow};
-use fe2o3_amqp::types::primitives::Symbol;
+use fe2o3_amqp::types::primitives::{Binary, Symbol};
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,6 +49,8 @@ pub struct Partial {
     pub bytes: BytesMut,
     /// The bytes' share of the connection's reassembly budget.
     pub charge: Charge,
+    /// The transaction it is part of (a `transactional-state` on one of its frames).
+    pub txn: Option<Binary>,
 }
 
 /// What one connection may hold of deliveries whose frames are still arriving, over all its
@@ -232,6 +234,7 @@ pub struct Replies {
 pub fn node_key(node: &Node) -> String {
     match node {
         Node::Cbs => "$cbs".to_string(),
+        Node::Coordinator => "$coordinator".to_string(),
         Node::Management(entity, sub) | Node::Entity(entity, sub) => {
             format!("{}/{sub:?}/$management", entity.name().to_lowercase())
         }

@@ -3,6 +3,7 @@
 
 pub mod attach;
 pub mod connection;
+pub mod coordinator;
 #[cfg(test)]
 mod fixtures;
 pub mod frames;

@@ -5,6 +5,7 @@
 use fe2o3_amqp::frames::amqp::FrameBody;
 use fe2o3_amqp::types::definitions;
 
+use crate::amqp::coordinator::Transactions;
 use crate::amqp::link::ReassemblyBudget;
 use crate::auth::access::Access;
 use crate::entity::handle::{Command, ConsumerId, EntityHandle, EventSink};
@@ -50,4 +51,6 @@ pub struct Context<'a> {
     pub answers_full: bool,
     /// What the connection may do; `$cbs` adds tokens to it.
     pub access: &'a mut Access,
+    /// The connection's transactions.
+    pub transactions: &'a mut Transactions,
 }

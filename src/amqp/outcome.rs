@@ -8,9 +8,10 @@ use std::collections::BTreeMap;
 
 use fe2o3_amqp::frames::amqp::FrameBody;
 use fe2o3_amqp::types::definitions::{self, ErrorCondition, Role};
-use fe2o3_amqp::types::messaging::{Accepted, DeliveryState, Rejected, Released};
+use fe2o3_amqp::types::messaging::{Accepted, DeliveryState, Outcome, Rejected, Released};
 use fe2o3_amqp::types::performatives::Disposition;
-use fe2o3_amqp::types::primitives::{SimpleValue, Symbol, Value};
+use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Symbol, Value};
+use fe2o3_amqp::types::transaction::TransactionalState;
 
 use crate::amqp::link;
 use crate::amqp::outbox::Outbox;
@@ -37,6 +38,8 @@ pub struct Settling {
     pub items: Vec<(LockRef, Settlement)>,
     /// The number the entity's answer comes back with ([`Ledger::on_settled`]).
     pub request: u64,
+    /// The transaction the disposition named, if any: the settlements are staged in it.
+    pub txn: Option<Binary>,
 }
 
 /// The deliveries of one session still owed an outcome, both ways.
@@ -49,6 +52,8 @@ pub struct Ledger {
     next_request: u64,
     /// Accepted sends whose disposition is not written yet (coalesced into ranges).
     accepted: Vec<u32>,
+    /// Sends staged in a transaction, by delivery id: their answer carries its id.
+    staged: HashMap<u32, Binary>,
 }
 
 impl Ledger {
@@ -75,6 +80,10 @@ impl Ledger {
         let Some(settlement) = settlement_of(&state) else {
             return Vec::new();
         };
+        let txn = match &state {
+            DeliveryState::TransactionalState(state) => Some(state.txn_id.clone()),
+            _ => None,
+        };
         let ids = self.ids_between(first, last);
         let mut by_link: BTreeMap<u64, LinkSettlements> = BTreeMap::new();
         for id in ids {
@@ -100,6 +109,7 @@ impl Ledger {
                     link_id,
                     items,
                     request,
+                    txn: txn.clone(),
                 }
             })
             .collect()
@@ -137,20 +147,76 @@ impl Ledger {
         let mut states: Vec<(u32, DeliveryState)> = Vec::with_capacity(echoes.len());
         for ((id, echo), result) in echoes.into_iter().zip(results) {
             self.unsettled.remove(&id);
-            let state = match result {
-                Ok(()) => confirmation(echo),
-                Err(error) => DeliveryState::Rejected(Rejected {
-                    error: Some(entity_error(&error)),
-                }),
+            let state = match (result, echo) {
+                (Ok(()), echo) => confirmation(echo),
+                (Err(error), echo) => {
+                    let rejected = DeliveryState::Rejected(Rejected {
+                        error: Some(entity_error(&error)),
+                    });
+                    match echo {
+                        DeliveryState::TransactionalState(state) => {
+                            transactional(state.txn_id, rejected)
+                        }
+                        _ => rejected,
+                    }
+                }
             };
             states.push((id, state));
         }
         write_ranges(Role::Sender, states, out);
     }
 
-    /// A send was stored: its `accepted` waits for [`Ledger::flush_accepted`].
-    pub fn accepted(&mut self, delivery_id: u32) {
-        self.accepted.push(delivery_id);
+    /// A send the client left unsettled was staged in the transaction `txn` names.
+    pub fn staged(&mut self, delivery_id: u32, txn: Binary) {
+        self.staged.insert(delivery_id, txn);
+    }
+
+    /// The entity answered a send: a stored one's `accepted` waits for
+    /// [`Ledger::flush_accepted`], a staged one's carries its transaction, a refused one is
+    /// rejected with the entity's error.
+    pub fn on_sent(&mut self, delivery_id: u32, result: Result<(), EntityError>, out: &mut Outbox) {
+        let state = match (self.staged.remove(&delivery_id), result) {
+            (None, Ok(())) => return self.accepted.push(delivery_id),
+            (None, Err(error)) => {
+                return out
+                    .frames
+                    .push(rejection(delivery_id, entity_error(&error)));
+            }
+            (Some(txn_id), Ok(())) => transactional(txn_id, DeliveryState::Accepted(Accepted {})),
+            (Some(txn_id), Err(error)) => transactional(
+                txn_id,
+                DeliveryState::Rejected(Rejected {
+                    error: Some(entity_error(&error)),
+                }),
+            ),
+        };
+        out.frames.push(settled_disposition(delivery_id, state));
+    }
+
+    /// A disposition whose settlements their transaction `txn_id` refused: each delivery the
+    /// client left unsettled is rejected with `error`.
+    pub fn refuse(
+        &mut self,
+        request: u64,
+        txn_id: &Binary,
+        error: &definitions::Error,
+        out: &mut Outbox,
+    ) {
+        let Some(echoes) = self.settling.remove(&request) else {
+            return;
+        };
+        let rejected = DeliveryState::Rejected(Rejected {
+            error: Some(error.clone()),
+        });
+        let rejected = transactional(txn_id.clone(), rejected);
+        let states = echoes
+            .into_iter()
+            .map(|(id, _)| {
+                self.unsettled.remove(&id);
+                (id, rejected.clone())
+            })
+            .collect();
+        write_ranges(Role::Sender, states, out);
     }
 
     /// Writes the coalesced dispositions of accepted sends.
@@ -192,6 +258,16 @@ pub fn settlement_of(state: &DeliveryState) -> Option<Settlement> {
             })
         }
         DeliveryState::Rejected(rejected) => Some(dead_letter_of(rejected.error.as_ref())),
+        DeliveryState::TransactionalState(TransactionalState {
+            outcome: Some(outcome),
+            ..
+        }) => settlement_of(&match outcome.clone() {
+            Outcome::Accepted(accepted) => DeliveryState::Accepted(accepted),
+            Outcome::Rejected(rejected) => DeliveryState::Rejected(rejected),
+            Outcome::Released(released) => DeliveryState::Released(released),
+            Outcome::Modified(modified) => DeliveryState::Modified(modified),
+            Outcome::Declared(_) => return None,
+        }),
         _ => None,
     }
 }
@@ -257,6 +333,22 @@ fn confirmation(requested: DeliveryState) -> DeliveryState {
         DeliveryState::Rejected(_) => DeliveryState::Rejected(Rejected { error: None }),
         other => other,
     }
+}
+
+/// An outcome as the answer to work in the transaction `txn_id`: carried in a
+/// `transactional-state` (AMQP 1.0 §4.4.4).
+pub fn transactional(txn_id: Binary, state: DeliveryState) -> DeliveryState {
+    let outcome = match state {
+        DeliveryState::Accepted(accepted) => Outcome::Accepted(accepted),
+        DeliveryState::Rejected(rejected) => Outcome::Rejected(rejected),
+        DeliveryState::Released(released) => Outcome::Released(released),
+        DeliveryState::Modified(modified) => Outcome::Modified(modified),
+        other => return other,
+    };
+    DeliveryState::TransactionalState(TransactionalState {
+        txn_id,
+        outcome: Some(outcome),
+    })
 }
 
 /// The settled `rejected` disposition of one received delivery.
@@ -539,7 +631,7 @@ mod tests {
     fn accepted_sends_are_written_in_runs_and_a_gone_link_is_forgotten() {
         let mut ledger = Ledger::default();
         for id in [3, 1, 2, 5] {
-            ledger.accepted(id);
+            ledger.on_sent(id, Ok(()), &mut Outbox::default());
         }
         let mut out = Outbox::default();
         ledger.flush_accepted(&mut out);

@@ -168,7 +168,7 @@ impl Requests {
                     Err(response) => response,
                 }
             }
-            Node::Entity(..) => return None,
+            Node::Entity(..) | Node::Coordinator => return None,
         };
         Some(Reply {
             link: reply_link,

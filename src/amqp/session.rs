@@ -15,6 +15,7 @@ use fe2o3_amqp::types::messaging::{Accepted, DeliveryState};
 use fe2o3_amqp::types::performatives::{Attach, Begin, Detach, Disposition, End, Flow, Transfer};
 
 use crate::amqp::attach;
+use crate::amqp::coordinator::{self, Transactions};
 use crate::amqp::inbound::{self, Step};
 use crate::amqp::link::{self, Link, LinkKind, Outgoing};
 use crate::amqp::outbound;
@@ -22,7 +23,8 @@ use crate::amqp::outbox::{Context, Fault, Outbox};
 use crate::amqp::outcome::{self, Ledger};
 use crate::amqp::requests::{self, Reply, Request, Requests};
 use crate::auth::access::Access;
-use crate::entity::handle::{Command, ConsumerId, Delivery, EntityError, EventSink, Ticket};
+use crate::clock;
+use crate::entity::handle::{Command, ConsumerId, Delivery, EntityError, EventSink, Ticket, Work};
 use crate::entity::operation::Answer;
 use crate::node::Node;
 
@@ -244,6 +246,11 @@ impl Session {
             }
         };
         let node = incoming.node.clone();
+        if let Node::Coordinator = node {
+            let now_ms = clock::now_ms();
+            coordinator::control(whole, link_id, ctx.transactions, now_ms, ctx.events, out);
+            return Ok(());
+        }
         let Node::Entity(entity, _) = node else {
             if !whole.settled {
                 out.frames.push(outcome::settled_disposition(
@@ -262,9 +269,12 @@ impl Session {
             return Ok(());
         };
         let span = link.span.clone();
-        let sent = span.in_scope(|| inbound::send(entity, whole, link_id, ctx.events, out));
-        if let Err(error) = sent {
-            self.detach_with(remote_handle, error, out);
+        let delivery_id = whole.delivery_id;
+        let context = (ctx.events, &mut *ctx.transactions);
+        match span.in_scope(|| inbound::send(entity, whole, link_id, context, out)) {
+            Ok(Some(txn)) => self.ledger.staged(delivery_id, txn),
+            Ok(None) => {}
+            Err(error) => self.detach_with(remote_handle, error, out),
         }
         Ok(())
     }
@@ -348,29 +358,45 @@ impl Session {
         }
     }
 
-    /// Handles a client `disposition` for deliveries the broker sent.
+    /// Handles a client `disposition` for deliveries the broker sent: settled at their
+    /// entity, or staged in the transaction it names.
     pub fn on_disposition(
         &mut self,
         disposition: Disposition,
         events: &EventSink,
+        transactions: &mut Transactions,
         out: &mut Outbox,
     ) {
         for settling in self.ledger.on_disposition(disposition) {
             let Some(outgoing) = self.outgoing_by_id(settling.link_id) else {
                 continue;
             };
+            let (entity, consumer) = (outgoing.entity.clone(), outgoing.consumer);
             let ticket = Ticket {
                 link: settling.link_id,
                 request: settling.request,
             };
-            out.posts.push((
-                outgoing.entity.clone(),
-                Command::Settle {
-                    consumer: outgoing.consumer,
-                    items: settling.items,
-                    reply: Some((ticket, events.clone())),
+            let reply = Some((ticket, events.clone()));
+            let items = settling.items;
+            let command = match &settling.txn {
+                None => Command::Settle {
+                    consumer,
+                    items,
+                    reply,
                 },
-            ));
+                Some(txn) => match transactions.enlist(txn, &entity, items.len(), 0) {
+                    Ok(txn) => Command::Stage {
+                        txn,
+                        work: Work::Settle { consumer, items },
+                        reply,
+                    },
+                    Err(error) => {
+                        self.ledger.refuse(settling.request, txn, &error, out);
+                        continue;
+                    }
+                },
+            };
+            out.posts.push((entity, command));
         }
     }
 
@@ -462,18 +488,23 @@ impl Session {
         let Ok(delivery_id) = u32::try_from(ticket.request) else {
             return;
         };
-        match result {
-            Ok(()) => self.ledger.accepted(delivery_id),
-            Err(error) => {
-                out.frames.push(outcome::rejection(
-                    delivery_id,
-                    outcome::entity_error(&error),
-                ));
-                if error == EntityError::Deleted {
-                    self.on_entity_gone(ticket.link, &error, out);
-                }
-            }
+        let gone = result == Err(EntityError::Deleted);
+        self.ledger.on_sent(delivery_id, result, out);
+        if gone {
+            self.on_entity_gone(ticket.link, &EntityError::Deleted, out);
         }
+    }
+
+    /// The via entity committed or rolled back a transaction discharged on a coordinator link
+    /// of this session: the discharge is answered.
+    pub fn on_discharged(
+        &mut self,
+        ticket: Ticket,
+        result: Result<(), EntityError>,
+        out: &mut Outbox,
+    ) {
+        out.frames
+            .extend(coordinator::on_discharged(ticket, result));
     }
 
     /// The entity bound a session receiver to a session: its attach is answered now, naming

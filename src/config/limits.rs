@@ -94,6 +94,12 @@ pub(super) const WRITE_TIMEOUT: Limits<Duration> = Limits {
     max: Duration::from_secs(3600),
     allowed: "100ms to 1h",
 };
+pub(super) const TRANSACTION_TIMEOUT: Limits<Duration> = Limits {
+    default: Duration::from_secs(120),
+    min: Duration::from_millis(100),
+    max: Duration::from_secs(3600),
+    allowed: "100ms to 1h",
+};
 pub(super) const CONSUMER_WINDOW: Limits<u64> = Limits {
     default: 1024 * 1024,
     min: 1,

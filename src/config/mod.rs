@@ -152,6 +152,9 @@ pub struct BrokerConfig {
     pub consumer_window: u64,
     /// Most links one connection may hold at once; at least 1.
     pub max_links_per_connection: usize,
+    /// How long a transaction may run from its `declare` to its `discharge` before it is
+    /// rolled back; from 100 ms to 1 h (Service Bus: 2 min).
+    pub transaction_timeout: Duration,
     /// How the log is written.
     pub log_format: LogFormat,
 }

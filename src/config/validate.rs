@@ -209,6 +209,11 @@ impl Source<'_> {
                 raw.max_links_per_connection,
                 &MAX_LINKS_PER_CONNECTION,
             )?,
+            transaction_timeout: self.bounded(
+                "broker.transaction_timeout",
+                raw.transaction_timeout,
+                &TRANSACTION_TIMEOUT,
+            )?,
         })
     }
 

@@ -25,13 +25,15 @@ use crate::entity::core::EntityCore;
 use crate::entity::forward::{self, Forwarder, Resolver};
 use crate::entity::handle::{
     Command, ConsumerId, Delivery, EntityError, EntityEvent, EntityHandle, EntityStats, EventSink,
-    LaneId, LockRef, Properties, Settlement, Subscriptions,
+    LaneId, LockRef, Properties, Settlement, Subscriptions, Ticket, TxnId, Work,
 };
 use crate::entity::operation::{Answer, Operation, MAX_PEEK_BYTES};
 use crate::entity::queue::session_lane::Binding;
 use crate::entity::queue::FORWARDER;
 use crate::entity::sessions::MAX_SESSION_ID_CHARS;
-use crate::entity::setup::{self, Forward};
+use crate::entity::settings::Forward;
+use crate::entity::setup::{self, Parts};
+use crate::entity::staging::{Staged, StagedSettlement, Staging};
 use crate::message;
 use crate::message::{Arrival, DeliveryStamp};
 use crate::store::{EntityLog, Flusher, Recovered, StoreError};
@@ -55,25 +57,6 @@ pub enum Commit {
     AfterWrite(Option<Flusher>),
     /// After a flush covered the write (`sync` mode).
     AfterFlush(Flusher),
-}
-
-/// What an entity is made of when its actor starts: its name, its recovered core and log,
-/// its idle time, and (a topic) its subscriptions' names and lanes.
-pub struct Parts {
-    /// The entity's name as declared.
-    pub name: String,
-    /// Its rules, recovered.
-    pub core: EntityCore,
-    /// Its log.
-    pub log: EntityLog,
-    /// `auto_delete_on_idle`, if set.
-    pub auto_delete_on_idle: Option<Duration>,
-    /// A topic's subscriptions; `None` for a queue.
-    pub subscriptions: Option<Subscriptions>,
-    /// Where each queue's or subscription's lanes forward to, by its main lane.
-    pub forwards: Vec<(LaneId, Forward)>,
-    /// The status of the queue or topic (number 0) and of each subscription, by number.
-    pub statuses: Vec<(u32, EntityStatus)>,
 }
 
 /// Starts an entity's actor; `resolve` finds the targets its lanes forward to.
@@ -107,6 +90,7 @@ pub fn spawn(
         last_active_ms: now_ms(),
         reap: None,
         statuses: parts.statuses.into_iter().collect(),
+        staging: Staging::default(),
     };
     for (lane, forward) in &parts.forwards {
         actor.set_forward(*lane, forward);
@@ -175,6 +159,8 @@ struct Actor {
     reap: Option<(oneshot::Sender<bool>, Removal)>,
     /// The lanes that forward, and their batches on the way to their targets.
     forwarder: Forwarder,
+    /// The work of the transactions this entity is the via entity of, until their discharge.
+    staging: Staging,
 }
 
 impl Actor {
@@ -273,10 +259,7 @@ impl Actor {
         }
         match command {
             Command::Send { messages, reply } => {
-                let result = match &self.poisoned {
-                    Some(error) => Err(EntityError::Storage(error.clone())),
-                    None => self.enqueue(now, messages).map(|_| ()),
-                };
+                let result = self.enqueue(now, messages).map(|_| ());
                 if let Some((ticket, events)) = reply {
                     self.answers
                         .push((events, EntityEvent::Sent { ticket, result }));
@@ -349,6 +332,21 @@ impl Actor {
                 if let Some((ticket, events)) = reply {
                     self.answers
                         .push((events, EntityEvent::Settled { ticket, results }));
+                }
+            }
+            Command::Stage { txn, work, reply } => self.stage(txn, work, reply),
+            Command::Discharge { txn, commit, reply } => {
+                let staged = self.staging.take(txn);
+                let result = match commit {
+                    true => self.commit_staged(staged, now),
+                    false => Ok(()),
+                };
+                if let Err(error) = &result {
+                    tracing::debug!(txn, %error, "transaction rolled back at its commit");
+                }
+                if let Some((ticket, events)) = reply {
+                    self.answers
+                        .push((events, EntityEvent::Discharged { ticket, result }));
                 }
             }
             Command::GiveBack { delivery } => {
@@ -470,9 +468,19 @@ impl Actor {
     /// Stores sent or scheduled messages; an entity with a lane that requires sessions takes
     /// only messages with a session id (a batch is all or nothing).
     fn enqueue(&mut self, now: i64, messages: Vec<Arrival>) -> Result<Vec<i64>, EntityError> {
+        self.check_sendable(&messages)?;
+        self.core.enqueue(now, messages)
+    }
+
+    /// Whether the entity takes these messages now: its status lets it receive sends, and
+    /// in an entity that requires sessions each names a session of a valid length.
+    fn check_sendable(&self, messages: &[Arrival]) -> Result<(), EntityError> {
+        if let Some(error) = &self.poisoned {
+            return Err(EntityError::Storage(error.clone()));
+        }
         self.check_status(LaneId::MAIN, EntityStatus::can_send, "Send")?;
         if self.core.requires_session_id() {
-            for message in &messages {
+            for message in messages {
                 match &message.session_id {
                     None => return Err(EntityError::SessionIdMissing(self.name.clone())),
                     Some(id) if id.chars().count() > MAX_SESSION_ID_CHARS => {
@@ -482,7 +490,93 @@ impl Actor {
                 }
             }
         }
-        self.core.enqueue(now, messages)
+        Ok(())
+    }
+
+    /// Stages work in a transaction (checked now, applied at its commit) and answers it, if
+    /// asked: a staged send as `Sent`, a staged settlement as `Settled`, item by item.
+    fn stage(&mut self, txn: TxnId, work: Work, reply: Option<(Ticket, EventSink)>) {
+        let answer = match work {
+            Work::Send(messages) => {
+                let result = self.check_sendable(&messages);
+                if result.is_ok() {
+                    self.staging.send(txn, messages);
+                }
+                reply.map(|(ticket, events)| (events, EntityEvent::Sent { ticket, result }))
+            }
+            Work::Settle { consumer, items } => {
+                let results = items
+                    .into_iter()
+                    .map(|(lock, settlement)| {
+                        let lane = self.locked_by(consumer, lock)?;
+                        let staged = StagedSettlement {
+                            lane,
+                            consumer,
+                            lock,
+                            settlement,
+                        };
+                        self.staging.settle(txn, staged);
+                        Ok(())
+                    })
+                    .collect();
+                reply.map(|(ticket, events)| (events, EntityEvent::Settled { ticket, results }))
+            }
+        };
+        self.answers.extend(answer);
+    }
+
+    /// The lane of a message `consumer` holds locked under `lock`.
+    ///
+    /// # Errors
+    /// [`EntityError::LockLost`] when it does not hold it (any more).
+    fn locked_by(&mut self, consumer: ConsumerId, lock: LockRef) -> Result<LaneId, EntityError> {
+        let lane = self
+            .core
+            .lane_id_of(consumer)
+            .ok_or(EntityError::LockLost)?;
+        match self.core.lane(lane)?.holds(consumer, lock) {
+            true => Ok(lane),
+            false => Err(EntityError::LockLost),
+        }
+    }
+
+    /// Applies a committed transaction's work in this turn, so that it goes into one batch of
+    /// the log: every lock it settles is checked first, then its sends get their sequence
+    /// numbers (all or none, as a batch send), then its settlements apply.
+    ///
+    /// # Errors
+    /// Why nothing was applied: a lock was lost, or the sends do not fit or are refused now.
+    fn commit_staged(&mut self, staged: Staged, now: i64) -> Result<(), EntityError> {
+        for settle in &staged.settles {
+            if !self
+                .core
+                .lane(settle.lane)?
+                .holds(settle.consumer, settle.lock)
+            {
+                return Err(EntityError::LockLost);
+            }
+        }
+        if !staged.sends.is_empty() {
+            self.enqueue(now, staged.sends)?;
+        }
+        for settle in staged.settles {
+            let settled = self
+                .core
+                .lane(settle.lane)
+                .and_then(|queue| queue.settle(settle.consumer, settle.lock, &settle.settlement));
+            match (settled, &settle.settlement) {
+                (Ok(()), Settlement::Abandon(properties) | Settlement::Defer(properties)) => {
+                    self.set_properties(settle.lane, settle.lock.seq, properties);
+                }
+                (Ok(()), _) => {}
+                (Err(error), _) => {
+                    tracing::error!(seq = settle.lock.seq, %error, "checked lock lost at commit")
+                }
+            }
+        }
+        self.move_dead_letters();
+        self.persist_with(true);
+        Ok(())
     }
 
     /// Sets where the lanes of the queue or subscription whose main lane is `main` forward to.
@@ -1115,11 +1209,17 @@ impl Actor {
     /// Stages the turn's changes in the log; `sync` entities write them just before asking
     /// for a flush, the others at once. A failure poisons the entity.
     fn persist(&mut self) {
+        self.persist_with(false);
+    }
+
+    /// [`Actor::persist`], and with `atomic` the write that takes these changes is one atomic
+    /// batch (a committed transaction: a crash keeps all of it or none).
+    fn persist_with(&mut self, atomic: bool) {
         let (changes, moves) = self.core.take_changes();
         if changes.is_empty() || self.poisoned.is_some() {
             return;
         }
-        self.log.stage(changes, moves);
+        self.log.stage(changes, moves || atomic);
         if !matches!(self.commit, Commit::AfterFlush(_)) {
             self.commit_log();
         }

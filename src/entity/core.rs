@@ -13,15 +13,15 @@ use fe2o3_amqp::types::primitives::SimpleValue;
 
 use crate::config::names::RULE_NAMES;
 use crate::entity::duplicates::{self, Digest, Duplicates};
-use crate::entity::handle::{
-    ConsumerId, Delivery, EntityError, LaneId, LockRef, ReceiveMode, SessionRequest, Settlement,
-};
 use crate::entity::intake::{self, Intake};
 use crate::entity::queue::session_lane::Binding;
 use crate::entity::queue::{DeadLetter, LaneActivity, LaneCounts, QueueCore, Rules};
 use crate::entity::schedule::Schedule;
-use crate::entity::sessions::SessionId;
-use crate::entity::setup::SubscriptionSettings;
+use crate::entity::settings::SubscriptionSettings;
+use crate::entity::terms::{
+    ConsumerId, Delivery, EntityError, LaneId, LockRef, ReceiveMode, SessionId, SessionRequest,
+    Settlement,
+};
 use crate::entity::topic::{self, Copy, Route, Rule};
 use crate::filter::Filter;
 use crate::message::{self, Arrival};

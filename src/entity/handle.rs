@@ -3,36 +3,24 @@
 //! Connections talk to an entity only through an [`EntityHandle`]. Hot-path answers (send
 //! results, deliveries, settlement results) come back as [`EntityEvent`]s on the connection's
 //! own event channel, so a connection waits on one channel whatever the number of its links.
+//! It is the entity's face to the rest of the broker: it hands on the shared words of
+//! [`crate::entity::terms`], which the parts inside the entity take from there.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
-use uuid::Uuid;
 
 use crate::config::SubscriptionConfig;
 use crate::entity::operation::{Answer, Operation};
 use crate::entity::queue::{LaneActivity, LaneCounts};
-use crate::entity::setup::Settings;
-use crate::message::{Arrival, DeliveryStamp};
-use crate::store::record::Record;
-pub use crate::store::LaneId;
-use fe2o3_amqp::types::primitives::SimpleValue;
-
-/// Identifies one consumer (a client receiver link) across the whole broker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConsumerId(pub u64);
-
-/// An opaque reference the caller attaches to a request and gets back with its answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ticket {
-    /// The link the request came from.
-    pub link: u64,
-    /// The caller's number for the request (a delivery id for sends).
-    pub request: u64,
-}
+use crate::entity::settings::Settings;
+pub use crate::entity::terms::{
+    ConsumerId, Delivery, EntityError, LaneId, LockRef, Properties, ReceiveMode, SessionRequest,
+    Settlement, Ticket, TxnId,
+};
+use crate::message::Arrival;
 
 /// Where an entity sends its answers for one connection.
 ///
@@ -42,143 +30,6 @@ pub struct Ticket {
 /// only once its own bounded write buffer took them), and answers by the requests the
 /// connection posted, which it stops reading while its write buffer is full.
 pub type EventSink = mpsc::UnboundedSender<EntityEvent>;
-
-/// How a consumer takes messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReceiveMode {
-    /// Messages are locked and stay until settled.
-    PeekLock,
-    /// Messages are deleted when sent (pre-settled transfers).
-    ReceiveAndDelete,
-}
-
-/// What a session receiver asks for when it attaches (amqp-dialect.md §8.1).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SessionRequest {
-    /// The session with this id.
-    Named(String),
-    /// The next available session, waiting up to `timeout_ms` for one.
-    NextAvailable {
-        /// How long to wait, in ms.
-        timeout_ms: i64,
-    },
-}
-
-/// Application properties to set on a message ("properties to modify", dead-letter reasons).
-pub type Properties = Vec<(String, SimpleValue)>;
-
-/// A settlement outcome as the entity understands it (design.md §3 Settle).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Settlement {
-    /// `accepted`: delete the message.
-    Complete,
-    /// `released`: unlock without counting a delivery.
-    Release,
-    /// `modified`: unlock, count a delivery, set these application properties.
-    Abandon(Properties),
-    /// `modified` with `undeliverable-here`: set aside, retrievable only by sequence number.
-    Defer(Properties),
-    /// `rejected`: move to the dead-letter queue with a reason and a description.
-    DeadLetter {
-        /// `DeadLetterReason`.
-        reason: Option<String>,
-        /// `DeadLetterErrorDescription`.
-        description: Option<String>,
-        /// Other application properties to set.
-        properties: Properties,
-    },
-}
-
-/// One message to settle: its sequence number and the lock token it was delivered under.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LockRef {
-    /// Sequence number of the message.
-    pub seq: i64,
-    /// The lock token of the delivery.
-    pub token: Uuid,
-}
-
-/// Why an entity refused a request from a client.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EntityError {
-    /// The lock of the message expired or was lost.
-    #[error("the lock supplied is invalid: it expired, or the message was already settled")]
-    LockLost,
-    /// The entity is shutting down or gone.
-    #[error("the entity is not available")]
-    Unavailable,
-    /// The entity is full.
-    #[error("the queue holds {size} bytes, its limit is {max}: the message does not fit")]
-    QuotaExceeded {
-        /// Bytes held now.
-        size: u64,
-        /// The limit.
-        max: u64,
-    },
-    /// No message in the state the operation needs (deferred, scheduled) has this number.
-    #[error("no {1} message with sequence number {0} was found")]
-    MessageNotFound(i64, &'static str),
-    /// The entity was deleted after being idle; its address no longer exists.
-    #[error("the entity was deleted after being idle for its auto_delete_on_idle time")]
-    Deleted,
-    /// The entity's storage failed; it no longer acknowledges anything.
-    #[error("the entity's storage failed: {0}")]
-    Storage(String),
-    /// The operation is not allowed on this entity.
-    #[error("{0}")]
-    NotAllowed(&'static str),
-    /// The entity's status refuses the operation (Service Bus's wording): `operation` is
-    /// `Some("Send")` or `Some("Receive")` when only that kind is disabled.
-    #[error("Messaging entity '{entity}' is currently disabled{}.", operation.map(|o| format!(" for {o} operations")).unwrap_or_default())]
-    Disabled {
-        /// The entity's path (`q`, `t/subscriptions/s`).
-        entity: String,
-        /// The kind of operation disabled, when the other still works.
-        operation: Option<&'static str>,
-    },
-    /// A rule name Service Bus would not take (the reason, not the name: it may be huge).
-    #[error("the rule name is invalid: {0}")]
-    InvalidRuleName(String),
-    /// The topic holds as many filters of a kind as Service Bus allows.
-    #[error("the topic already has {max} {kind} filters, Service Bus's limit per topic: remove one first")]
-    FilterQuotaExceeded {
-        /// `SQL` (true and false filters count as SQL filters) or `correlation`.
-        kind: &'static str,
-        /// The limit.
-        max: usize,
-    },
-    /// A rule of that name exists already in the subscription.
-    #[error("the subscription already has a rule named '{0}'")]
-    RuleExists(String),
-    /// The subscription has no rule of that name (worded as Service Bus words it, which the
-    /// JavaScript SDK reads as entity-not-found).
-    #[error("The messaging entity 'Rules/{0}' could not be found: the subscription has no rule of that name.")]
-    RuleNotFound(String),
-    /// A message without a session id sent to an entity that requires sessions (Service
-    /// Bus's wording).
-    #[error("The SessionId was not set on a message, and it cannot be sent to the entity '{0}'. Entities that have session support enabled can only receive messages that have the SessionId set to a valid value.")]
-    SessionIdMissing(String),
-    /// A session id longer than Service Bus allows.
-    #[error("The SessionId '{0}' is longer than 128 characters.")]
-    SessionIdTooLong(String),
-    /// Another receiver holds the session's lock.
-    #[error(
-        "The requested session '{0}' cannot be accepted. It may be locked by another receiver."
-    )]
-    SessionCannotBeLocked(String),
-    /// The session's lock expired, or its receiver is gone.
-    #[error(
-        "The session lock has expired on the MessageSession '{0}'. Accept a new MessageSession."
-    )]
-    SessionLockLost(String),
-    /// No session became available within the receiver's timeout.
-    #[error("No session is available to accept: every session with messages is locked, or there is none.")]
-    NoSessionAvailable,
-    /// A receiver of an entity that requires sessions must accept a session, and one of an
-    /// entity without sessions cannot.
-    #[error("{0}")]
-    SessionMismatch(String),
-}
 
 /// Commands an entity actor accepts.
 #[derive(Debug)]
@@ -236,6 +87,28 @@ pub enum Command {
         /// The messages and what to do with each.
         items: Vec<(LockRef, Settlement)>,
         /// Where to answer, if an answer is wanted.
+        reply: Option<(Ticket, EventSink)>,
+    },
+    /// Stage work in a transaction whose via entity this is: checked now, applied at its
+    /// commit, dropped at its rollback (design.md D10). A staged send is answered `Sent`, a
+    /// staged settlement `Settled`, as the plain commands are.
+    Stage {
+        /// The transaction.
+        txn: TxnId,
+        /// What it does here.
+        work: Work,
+        /// Where to answer, if an answer is wanted (a pre-settled send needs none).
+        reply: Option<(Ticket, EventSink)>,
+    },
+    /// End a transaction: apply its staged work in one batch of the log, durable before the
+    /// answer (`commit`), or drop it. Answered `Discharged`.
+    Discharge {
+        /// The transaction.
+        txn: TxnId,
+        /// Commit (else roll back).
+        commit: bool,
+        /// Where to answer, if an answer is wanted (a rollback of a connection that closed
+        /// needs none).
         reply: Option<(Ticket, EventSink)>,
     },
     /// Take back a delivery the consumer could not send (its credit was withdrawn meanwhile):
@@ -345,6 +218,8 @@ impl Command {
             Command::Send { .. }
             | Command::Drain { .. }
             | Command::Settle { .. }
+            | Command::Stage { .. }
+            | Command::Discharge { .. }
             | Command::Manage { .. } => true,
             Command::Credit { delta, .. } => *delta > 0,
             Command::AddConsumer { .. }
@@ -390,6 +265,20 @@ impl Command {
                 let result = Err(error.clone());
                 let _ = events.send(EntityEvent::Managed { ticket, result });
             }
+            Command::Stage {
+                work,
+                reply: Some((ticket, events)),
+                ..
+            } => {
+                let _ = events.send(work.refused(ticket, error));
+            }
+            Command::Discharge {
+                reply: Some((ticket, events)),
+                ..
+            } => {
+                let result = Err(error.clone());
+                let _ = events.send(EntityEvent::Discharged { ticket, result });
+            }
             Command::AddConsumer {
                 consumer, events, ..
             } => {
@@ -401,6 +290,8 @@ impl Command {
             Command::Drain { .. }
             | Command::Send { reply: None, .. }
             | Command::Settle { reply: None, .. }
+            | Command::Discharge { reply: None, .. }
+            | Command::Stage { reply: None, .. }
             | Command::Credit { .. }
             | Command::Forwarded { .. }
             | Command::GiveBack { .. }
@@ -416,25 +307,6 @@ impl Command {
             }
         }
     }
-}
-
-/// One message handed to a consumer.
-#[derive(Debug)]
-pub struct Delivery {
-    /// The consumer it is for.
-    pub consumer: ConsumerId,
-    /// Its sequence number.
-    pub seq: i64,
-    /// The lock token (peek-lock only).
-    pub lock_token: Option<Uuid>,
-    /// The message's record as it was delivered (to store it again if it is given back).
-    pub record: Record,
-    /// Its session, in a lane that requires sessions (to store it again if given back).
-    pub session: Option<crate::entity::sessions::SessionId>,
-    /// The stored message bytes (filled by the actor from the entity's log).
-    pub bytes: Bytes,
-    /// What the engine writes into the header and annotations on the way out.
-    pub stamp: DeliveryStamp,
 }
 
 /// Answers and deliveries from an entity to a connection.
@@ -484,6 +356,43 @@ pub enum EntityEvent {
         /// Results per item.
         results: Vec<Result<(), EntityError>>,
     },
+    /// A transaction was committed (its work durable) or rolled back.
+    Discharged {
+        /// The ticket of the discharge.
+        ticket: Ticket,
+        /// Why a commit failed (the transaction was rolled back instead).
+        result: Result<(), EntityError>,
+    },
+}
+
+/// What a transaction does at its via entity.
+#[derive(Debug)]
+pub enum Work {
+    /// Send messages: they get their sequence numbers at the commit.
+    Send(Vec<Arrival>),
+    /// Settle messages the consumer holds locked: they stay locked until the commit.
+    Settle {
+        /// The consumer that holds the locks.
+        consumer: ConsumerId,
+        /// The messages and what to do with each.
+        items: Vec<(LockRef, Settlement)>,
+    },
+}
+
+impl Work {
+    /// The answer to this work when it is refused with `error`, as its plain command's.
+    pub fn refused(&self, ticket: Ticket, error: &EntityError) -> EntityEvent {
+        match self {
+            Work::Send(_) => EntityEvent::Sent {
+                ticket,
+                result: Err(error.clone()),
+            },
+            Work::Settle { items, .. } => EntityEvent::Settled {
+                ticket,
+                results: items.iter().map(|_| Err(error.clone())).collect(),
+            },
+        }
+    }
 }
 
 /// A topic's subscriptions by lower-cased name, with the number of each one's lane.

@@ -1,7 +1,7 @@
 //! The sending side of a queue or topic (design.md D7): sequence numbers, enqueued times, the
 //! size quota and the durability watermark.
 
-use crate::entity::handle::EntityError;
+use crate::entity::terms::EntityError;
 use crate::store::record::NEVER;
 
 /// What every message sent to one queue or topic passes through, once.

@@ -12,5 +12,8 @@ pub mod queue;
 pub mod registry;
 pub mod schedule;
 pub mod sessions;
+pub mod settings;
 pub mod setup;
+pub mod staging;
+pub mod terms;
 pub mod topic;

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use uuid::Uuid;
 
-use crate::entity::handle::{ReceiveMode, Settlement};
+use crate::entity::terms::{ReceiveMode, Settlement};
 use crate::entity::topic::Rule;
 use crate::message::Arrival;
 

@@ -14,10 +14,10 @@ use bytes::Bytes;
 use fe2o3_amqp::types::primitives::{SimpleValue, Timestamp, Value};
 use uuid::Uuid;
 
-use crate::entity::handle::{
-    ConsumerId, Delivery, EntityError, LockRef, Properties, ReceiveMode, Settlement,
+use crate::entity::sessions::Sessions;
+use crate::entity::terms::{
+    ConsumerId, Delivery, EntityError, LockRef, Properties, ReceiveMode, SessionId, Settlement,
 };
-use crate::entity::sessions::{SessionId, Sessions};
 use crate::message::DeliveryStamp;
 use crate::store::record::{MessageState, Record, NEVER};
 use crate::store::{Change, Recovered};
@@ -1059,6 +1059,14 @@ impl QueueCore {
                 && entry.lock.is_none()
                 && entry.session.as_deref() == session.filter(|_| self.sessions.is_some())
         })
+    }
+
+    /// Whether `consumer` holds the lock `lock` names (a transaction settles it later).
+    pub fn holds(&self, consumer: ConsumerId, lock: LockRef) -> bool {
+        self.messages
+            .get(&lock.seq)
+            .and_then(|entry| entry.lock)
+            .is_some_and(|held| held.token == lock.token && held.consumer == consumer)
     }
 
     /// Settles a locked message by its token, whoever holds the lock (`update-disposition`).

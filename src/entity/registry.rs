@@ -27,11 +27,12 @@ use tokio_util::task::TaskTracker;
 use crate::clock::now_ms;
 use crate::config::forwarding;
 use crate::config::{Config, Declaration, Durability, SubscriptionConfig, TopicConfig};
-use crate::entity::actor::{self, Commit, Parts};
+use crate::entity::actor::{self, Commit};
 use crate::entity::forward::Resolver;
 use crate::entity::handle::{Command, EntityError, EntityEvent, EntityHandle, LaneId, Ticket};
 use crate::entity::operation::{Answer, Operation};
 use crate::entity::setup;
+use crate::entity::setup::Parts;
 use crate::store::{times_key, times_of_entity, EntityTimes, Flusher, Store, StoreError};
 
 /// Why an entity could not be created or deleted.

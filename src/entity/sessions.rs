@@ -12,11 +12,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::entity::handle::{ConsumerId, EntityError};
+use crate::entity::terms::{ConsumerId, EntityError, SessionId};
 use crate::store::StoredState;
-
-/// A session id (`properties.group-id`), shared by the lane's indexes.
-pub type SessionId = Arc<str>;
 
 /// Most characters of a session id, as in Service Bus.
 pub const MAX_SESSION_ID_CHARS: usize = 128;

@@ -8,11 +8,12 @@ use crate::config::{
     CorrelationConfig, Declaration, EntityStatus, PropertyValue, QueueConfig, RuleConfig,
     RuleFilter, SubscriptionConfig, TopicConfig,
 };
-use crate::entity::actor::Parts;
 use crate::entity::core::{EntityCore, SubscriptionLanes};
 use crate::entity::duplicates::Duplicates;
-use crate::entity::handle::LaneId;
+use crate::entity::handle::Subscriptions;
 use crate::entity::queue::Rules;
+use crate::entity::settings::{Forward, Settings, SubscriptionSettings};
+use crate::entity::terms::LaneId;
 use crate::entity::topic::{Route, Rule};
 use crate::filter::{CorrelationFilter, Filter, SqlAction, SqlFilter, Value};
 use crate::message;
@@ -35,71 +36,6 @@ fn lane_rules(
         expires: true,
         dead_letter_on_expiry,
         requires_session,
-    }
-}
-
-/// The settings of a queue or topic that can change while it runs (Service Bus's updatable
-/// properties): what [`Command::Reconfigure`](crate::entity::handle::Command::Reconfigure)
-/// applies.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// The entity's size limit.
-    pub max_size_bytes: u64,
-    /// The entity's default time to live in ms (a topic's; [`NEVER`] for a queue).
-    pub default_ttl_ms: i64,
-    /// A queue's own lane rules; `None` for a topic (its subscriptions keep theirs).
-    pub rules: Option<Rules>,
-    /// Auto-delete on idle.
-    pub auto_delete_on_idle: Option<Duration>,
-    /// The duplicate-detection window in ms; `None`: no duplicate detection.
-    pub duplicate_window_ms: Option<i64>,
-    /// Where a queue's lanes forward to (nowhere for a topic: its subscriptions say).
-    pub forward: Forward,
-    /// A topic's subscriptions' settings, by name (`None` for a queue).
-    pub subscriptions: Vec<(String, SubscriptionSettings)>,
-    /// The queue's or topic's status.
-    pub status: EntityStatus,
-}
-
-/// The settings of a subscription that can change while it runs.
-#[derive(Debug, Clone)]
-pub struct SubscriptionSettings {
-    /// The rules of its lane.
-    pub rules: Rules,
-    /// Whether a copy whose filter fails to evaluate is dead-lettered.
-    pub dead_letter_on_filter_error: bool,
-    /// `auto_delete_on_idle`, in ms.
-    pub auto_delete_ms: Option<i64>,
-    /// Where its lanes forward to.
-    pub forward: Forward,
-    /// Its status.
-    pub status: EntityStatus,
-}
-
-/// Where a queue's or subscription's two lanes forward to (`forward_to` and
-/// `forward_dead_lettered_messages_to`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Forward {
-    /// The main lane's target.
-    pub to: Option<String>,
-    /// The dead-letter lane's target.
-    pub dead_letters: Option<String>,
-}
-
-impl Forward {
-    fn of(to: &Option<String>, dead_letters: &Option<String>) -> Self {
-        Self {
-            to: to.clone(),
-            dead_letters: dead_letters.clone(),
-        }
-    }
-
-    /// Each lane of the queue or subscription whose main lane is `main`, with its target.
-    pub fn lanes(&self, main: LaneId) -> [(LaneId, Option<&str>); 2] {
-        [
-            (main, self.to.as_deref()),
-            (main.dead_letter_lane(), self.dead_letters.as_deref()),
-        ]
     }
 }
 
@@ -425,4 +361,23 @@ fn filter_value(value: &PropertyValue) -> Value {
         PropertyValue::Float(number) => Value::Float(*number),
         PropertyValue::Bool(flag) => Value::Bool(*flag),
     }
+}
+
+/// What an entity is made of when its actor starts: its name, its recovered core and log,
+/// its idle time, and (a topic) its subscriptions' names and lanes.
+pub struct Parts {
+    /// The entity's name as declared.
+    pub name: String,
+    /// Its rules, recovered.
+    pub core: EntityCore,
+    /// Its log.
+    pub log: EntityLog,
+    /// `auto_delete_on_idle`, if set.
+    pub auto_delete_on_idle: Option<Duration>,
+    /// A topic's subscriptions; `None` for a queue.
+    pub subscriptions: Option<Subscriptions>,
+    /// Where each queue's or subscription's lanes forward to, by its main lane.
+    pub forwards: Vec<(LaneId, Forward)>,
+    /// The status of the queue or topic (number 0) and of each subscription, by number.
+    pub statuses: Vec<(u32, EntityStatus)>,
 }

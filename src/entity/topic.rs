@@ -13,7 +13,7 @@
 use bytes::Bytes;
 use fe2o3_amqp::types::primitives::{SimpleValue, Timestamp, Value as Amqp};
 
-use crate::entity::handle::LaneId;
+use crate::entity::terms::LaneId;
 use crate::filter::description::{self, RuleDescription};
 use crate::filter::{Edit, Filter, MessageView, SqlAction};
 use crate::message::{self, MessageError};

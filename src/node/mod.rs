@@ -16,4 +16,6 @@ pub enum Node {
     Cbs,
     /// `<entity>/$management`: management requests for that queue (or dead-letter queue).
     Management(EntityHandle, LaneId),
+    /// A transaction coordinator (a sender's target `coordinator`): `declare` and `discharge`.
+    Coordinator,
 }

@@ -18,9 +18,9 @@ use crate::support::{connect_session, next_delivery, DEADLINE};
 
 /// How long an unanswered send may wait: fe2o3-amqp never resolves the outcome of a send cut
 /// off by a broker that went away, so this bounds the wait after a stop.
-const OUTCOME_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+pub(super) const OUTCOME_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
-fn config(durability: &str) -> String {
+pub(super) fn config(durability: &str) -> String {
     format!(
         "[broker]\ndurability = \"{durability}\"\nflush_interval = \"1h\"\n\
          allow_anonymous = true\n\n[[queues]]\nname = \"q\"\n"
@@ -29,7 +29,7 @@ fn config(durability: &str) -> String {
 
 /// Sends messages with application property `id` to queue `q`, 100 in flight; returns the ids
 /// the broker accepted (see [`send_each`]).
-async fn send_ids(addr: std::net::SocketAddr, ids: std::ops::Range<i64>) -> Vec<i64> {
+pub(super) async fn send_ids(addr: std::net::SocketAddr, ids: std::ops::Range<i64>) -> Vec<i64> {
     send_each(addr, "q", ids, |id| with_id(id, None), None).await
 }
 
@@ -84,14 +84,14 @@ async fn send_each(
 }
 
 /// A message whose application property `id` (and body) is `id`, or `body` when given.
-fn with_id(id: i64, body: Option<Value>) -> Message<AmqpValue<Value>> {
+pub(super) fn with_id(id: i64, body: Option<Value>) -> Message<AmqpValue<Value>> {
     Message::builder()
         .application_properties(ApplicationProperties::builder().insert("id", id).build())
         .value(body.unwrap_or(Value::Long(id)))
         .build()
 }
 
-fn id_of(delivery: &Delivery<Value>) -> i64 {
+pub(super) fn id_of(delivery: &Delivery<Value>) -> i64 {
     match delivery
         .message()
         .application_properties
@@ -255,7 +255,7 @@ async fn sigterm_mid_load_exits_zero_and_keeps_every_acknowledged_send() {
 /// pairs once every id in `required` came and the source stayed quiet for half a second.
 /// Panics when an id comes twice, or when nothing came for [`DEADLINE`] while some of
 /// `required` is still missing (a stalled broker or a slow machine is not a loss).
-async fn drain(
+pub(super) async fn drain(
     addr: std::net::SocketAddr,
     source: &str,
     required: &HashSet<i64>,

@@ -42,7 +42,7 @@ fn delivery_count<T>(delivery: &fe2o3_amqp::link::delivery::Delivery<T>) -> u32 
         .map_or(0, |h| h.delivery_count)
 }
 
-fn sequence_number<T>(delivery: &fe2o3_amqp::link::delivery::Delivery<T>) -> i64 {
+pub(super) fn sequence_number<T>(delivery: &fe2o3_amqp::link::delivery::Delivery<T>) -> i64 {
     let key = fe2o3_amqp::types::messaging::annotations::OwnedKey::from(
         fe2o3_amqp::types::primitives::Symbol::from("x-opt-sequence-number"),
     );

@@ -17,3 +17,4 @@ mod raw;
 mod runner;
 mod settlement;
 mod support;
+mod transactions;

@@ -9,6 +9,8 @@ import uuid
 
 import pytest
 from proton import SASL, Delivery, Message, Timeout, symbol, timestamp
+from proton.handlers import MessagingHandler, TransactionHandler
+from proton.reactor import Container
 from proton.utils import LinkDetached, SendException
 
 import amqp_raw
@@ -231,3 +233,88 @@ def test_message_ids_and_partition_keys_over_128_characters_are_rejected(broker)
         fitting = receiver.receive(timeout=DEADLINE_S)
         assert fitting.body == "fits"
         receiver.accept()
+
+
+class _Transacting(MessagingHandler, TransactionHandler):
+    """Runs `steps(handler, event)` in one transaction on its own connection, then commits or
+    aborts it; records what the broker answered."""
+
+    def __init__(self, url, address, work, commit):
+        super().__init__(auto_accept=False, prefetch=0)
+        self.url, self.address, self.work, self.commit = url, address, work, commit
+        self.outcome = None
+        self.received = None
+
+    def on_start(self, event):
+        self.conn = event.container.connect(self.url)
+        self.sender = event.container.create_sender(self.conn, self.address)
+        self.receiver = event.container.create_receiver(self.conn, self.address)
+        if self.work == "complete":
+            self.receiver.flow(1)
+        else:
+            event.container.declare_transaction(self.conn, handler=self)
+
+    def on_message(self, event):
+        self.received = event.delivery
+        event.container.declare_transaction(self.conn, handler=self)
+
+    def on_transaction_declared(self, event):
+        txn = event.transaction
+        if self.received is not None:
+            txn.accept(self.received)
+        txn.send(self.sender, Message(body="in-txn"))
+        if self.commit:
+            txn.commit()
+        else:
+            txn.abort()
+
+    def on_transaction_committed(self, event):
+        self.outcome = "committed"
+        self.conn.close()
+
+    def on_transaction_aborted(self, event):
+        self.outcome = "aborted"
+        self.conn.close()
+
+    def on_transaction_declare_failed(self, event):
+        self.outcome = "declare failed"
+        self.conn.close()
+
+    def on_transaction_commit_failed(self, event):
+        self.outcome = "commit failed"
+        self.conn.close()
+
+
+def _run_transaction(broker, address, work, commit):
+    handler = _Transacting(broker.url, address, work, commit)
+    container = Container(handler)
+    container.timeout = DEADLINE_S
+    container.run()
+    return handler.outcome
+
+
+@pytest.mark.broker(queues=[{"name": "q1", "lock_duration": "1s"}])
+def test_transaction_commits_a_completion_and_a_send_together(broker):
+    with connect(broker) as conn:
+        send_accepted(conn.create_sender("q1"), Message(body="work"))
+    assert _run_transaction(broker, "q1", "complete", commit=True) == "committed"
+    # Past the work's lock: had its completion not been applied, it would be back first.
+    time.sleep(1.5)
+    with connect(broker) as conn:
+        send_accepted(conn.create_sender("q1"), Message(body="marker"))
+        receiver = conn.create_receiver("q1")
+        bodies = []
+        for _ in range(2):
+            bodies.append(receiver.receive(timeout=DEADLINE_S).body)
+            receiver.accept()
+    assert bodies == ["in-txn", "marker"]
+
+
+def test_an_aborted_transaction_sends_nothing(broker):
+    assert _run_transaction(broker, "q1", "send", commit=False) == "aborted"
+    with connect(broker) as conn:
+        send_accepted(conn.create_sender("q1"), Message(body="marker"))
+        receiver = conn.create_receiver("q1")
+        first = receiver.receive(timeout=DEADLINE_S)
+        receiver.accept()
+    assert first.body == "marker"

@@ -100,6 +100,7 @@ fn a_disposition_settles_at_the_entity_and_a_detach_forgets_the_links_deliveries
     session.on_delivery(delivery(1, 10), &mut out);
     session.on_delivery(delivery(2, 10), &mut out);
     let (events, _) = tokio::sync::mpsc::unbounded_channel();
+    let mut transactions = Transactions::new(std::time::Duration::from_secs(60), 1 << 20);
     let accept = |first, last| Disposition {
         role: Role::Receiver,
         first,
@@ -109,7 +110,7 @@ fn a_disposition_settles_at_the_entity_and_a_detach_forgets_the_links_deliveries
         batchable: false,
     };
     let mut settled = Outbox::default();
-    session.on_disposition(accept(0, 0), &events, &mut settled);
+    session.on_disposition(accept(0, 0), &events, &mut transactions, &mut settled);
     let [(_, Command::Settle { items, .. })] = &settled.posts[..] else {
         panic!("one settle expected: {:?}", settled.posts);
     };
@@ -131,7 +132,7 @@ fn a_disposition_settles_at_the_entity_and_a_detach_forgets_the_links_deliveries
         "the detached link's delivery is not owed"
     );
     let mut after = Outbox::default();
-    session.on_disposition(accept(1, 1), &events, &mut after);
+    session.on_disposition(accept(1, 1), &events, &mut transactions, &mut after);
     assert!(after.posts.is_empty());
 }
 

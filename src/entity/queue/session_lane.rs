@@ -6,8 +6,8 @@
 use bytes::Bytes;
 
 use super::QueueCore;
-use crate::entity::handle::{ConsumerId, Delivery, EntityError};
-use crate::entity::sessions::{SessionId, SessionLock, Sessions, MAX_SESSION_ID_CHARS};
+use crate::entity::sessions::{SessionLock, Sessions, MAX_SESSION_ID_CHARS};
+use crate::entity::terms::{ConsumerId, Delivery, EntityError, SessionId};
 use crate::store::{Change, StoredState};
 
 /// A session receiver's binding: the session and when its lock ends, or why there is none.

@@ -1,0 +1,344 @@
+//! Transactions (AMQP 1.0 §4, with Service Bus's rules; design.md D10): the coordinator
+//! link's `declare` and `discharge`, and the books of a connection's transactions. A
+//! transaction is bound to the first entity it touches (its via entity), whose actor stages its
+//! work and applies it at the commit; this side keeps only ids, the via entity, the operation
+//! count, the deadline, and the connection budget the staged messages are charged to.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use fe2o3_amqp::frames::amqp::FrameBody;
+use fe2o3_amqp::types::definitions::{self, AmqpError};
+use fe2o3_amqp::types::messaging::{Accepted, AmqpValue, DeliveryState};
+use fe2o3_amqp::types::primitives::Binary;
+use fe2o3_amqp::types::transaction::{Declare, Declared, Discharge, TransactionError};
+use foldhash::HashMap;
+
+use crate::amqp::inbound::Whole;
+use crate::amqp::link::{self, Charge, ReassemblyBudget};
+use crate::amqp::outbox::Outbox;
+use crate::amqp::outcome;
+use crate::clock::millis;
+use crate::encoding;
+use crate::entity::handle::{Command, EntityError, EntityHandle, EventSink, Ticket, TxnId};
+use crate::message;
+
+/// Most messages and settlements one transaction may hold (Service Bus's limit).
+pub const MAX_OPERATIONS: usize = 100;
+/// Most transactions one connection may have open at once.
+pub const MAX_TRANSACTIONS: usize = 256;
+
+/// Transaction ids, unique in the broker while it runs.
+static NEXT_TXN: AtomicU64 = AtomicU64::new(1);
+
+/// Service Bus's refusal of work on a second entity in one transaction.
+const CROSS_ENTITY: &str =
+    "Local transactions cannot span multiple top-level entities such as queue or topic.";
+
+/// One open transaction.
+#[derive(Debug)]
+struct Txn {
+    /// Its via entity, once it touched one.
+    via: Option<EntityHandle>,
+    /// When it is rolled back unless discharged, in ms since the Unix epoch.
+    deadline_ms: i64,
+    /// Messages and settlements it holds.
+    operations: usize,
+    /// Rolled back at its deadline: later work and its discharge are refused as timed out.
+    timed_out: bool,
+    /// The bytes of its staged messages, charged to the connection's budget for them until it
+    /// ends.
+    charge: Charge,
+}
+
+/// What a discharge does.
+#[derive(Debug)]
+pub enum Discharging {
+    /// Nothing was staged: it is answered `accepted` at once.
+    Done,
+    /// Its via entity commits or rolls back; the answer follows.
+    Post(EntityHandle, Command),
+}
+
+/// The transactions of one connection.
+#[derive(Debug)]
+pub struct Transactions {
+    open: HashMap<TxnId, Txn>,
+    timeout_ms: i64,
+    /// What the messages staged by the open transactions may hold together.
+    staged: ReassemblyBudget,
+}
+
+impl Transactions {
+    /// No transaction yet; each declared one lasts at most `timeout` before it is rolled back,
+    /// and the messages they stage hold at most `staged_bytes` together.
+    pub fn new(timeout: Duration, staged_bytes: u64) -> Self {
+        Self {
+            open: HashMap::default(),
+            timeout_ms: millis(timeout),
+            staged: ReassemblyBudget::new(staged_bytes),
+        }
+    }
+
+    /// Declares a transaction.
+    ///
+    /// # Errors
+    /// `amqp:resource-limit-exceeded` when the connection has as many open as it may.
+    pub fn declare(&mut self, now_ms: i64) -> Result<TxnId, definitions::Error> {
+        if self.open.len() >= MAX_TRANSACTIONS {
+            // Timed-out transactions the client never discharged make room first.
+            self.open.retain(|_, txn| !txn.timed_out);
+        }
+        if self.open.len() >= MAX_TRANSACTIONS {
+            return Err(link::amqp_error(
+                AmqpError::ResourceLimitExceeded,
+                format!("a connection holds at most {MAX_TRANSACTIONS} open transactions"),
+            ));
+        }
+        let id = NEXT_TXN.fetch_add(1, Ordering::Relaxed);
+        let txn = Txn {
+            via: None,
+            deadline_ms: now_ms.saturating_add(self.timeout_ms),
+            operations: 0,
+            timed_out: false,
+            charge: self.staged.charge(),
+        };
+        self.open.insert(id, txn);
+        Ok(id)
+    }
+
+    /// Enlists `operations` messages or settlements of `bytes` on `entity` in the transaction
+    /// `txn_id` names; the first entity it touches becomes its via entity.
+    ///
+    /// # Errors
+    /// `amqp:transaction:unknown-id`, `amqp:transaction:timeout`, `amqp:not-allowed` for
+    /// another entity than the via entity, `amqp:resource-limit-exceeded` past
+    /// [`MAX_OPERATIONS`] or past the connection's budget for staged messages.
+    pub fn enlist(
+        &mut self,
+        txn_id: &[u8],
+        entity: &EntityHandle,
+        operations: usize,
+        bytes: u64,
+    ) -> Result<TxnId, definitions::Error> {
+        let (id, txn) = self.find(txn_id)?;
+        if txn.timed_out {
+            return Err(timed_out());
+        }
+        if txn
+            .via
+            .as_ref()
+            .is_some_and(|via| via.name() != entity.name())
+        {
+            return Err(link::amqp_error(AmqpError::NotAllowed, CROSS_ENTITY));
+        }
+        if txn.operations + operations > MAX_OPERATIONS {
+            return Err(link::amqp_error(
+                AmqpError::ResourceLimitExceeded,
+                format!("a transaction holds at most {MAX_OPERATIONS} messages and settlements"),
+            ));
+        }
+        if !txn.charge.add(bytes) {
+            return Err(link::amqp_error(
+                AmqpError::ResourceLimitExceeded,
+                format!(
+                    "the open transactions of this connection hold {} bytes of messages, as \
+                     many as they may; discharge one first",
+                    self.staged.limit()
+                ),
+            ));
+        }
+        txn.operations += operations;
+        txn.via.get_or_insert_with(|| entity.clone());
+        Ok(id)
+    }
+
+    /// Discharges the transaction `txn_id` names: committed (unless `fail`) or rolled back.
+    ///
+    /// # Errors
+    /// `amqp:transaction:unknown-id`, or `amqp:transaction:timeout` for one rolled back at
+    /// its deadline (it is forgotten then).
+    pub fn discharge(
+        &mut self,
+        txn_id: &[u8],
+        fail: bool,
+        reply: (Ticket, EventSink),
+    ) -> Result<Discharging, definitions::Error> {
+        let (id, txn) = self.find(txn_id)?;
+        if txn.timed_out {
+            self.open.remove(&id);
+            return Err(timed_out());
+        }
+        let Some(via) = txn.via.clone() else {
+            self.open.remove(&id);
+            return Ok(Discharging::Done);
+        };
+        // Gone from the books now: later work on it is refused as unknown, as after any end.
+        self.open.remove(&id);
+        let command = Command::Discharge {
+            txn: id,
+            commit: !fail,
+            reply: Some(reply),
+        };
+        Ok(Discharging::Post(via, command))
+    }
+
+    /// Rolls back, at their via entities, the transactions whose deadline has passed by
+    /// `now_ms`; they stay known as timed out.
+    pub fn expire(&mut self, now_ms: i64) -> Vec<(EntityHandle, Command)> {
+        let mut rollbacks = Vec::new();
+        for (id, txn) in &mut self.open {
+            if txn.timed_out || txn.deadline_ms > now_ms {
+                continue;
+            }
+            tracing::info!(txn = id, "transaction timed out: rolled back");
+            txn.timed_out = true;
+            txn.charge.release();
+            rollbacks.extend(txn.via.take().map(|via| (via, rollback(*id))));
+        }
+        rollbacks
+    }
+
+    /// The next deadline of an open transaction, in ms since the Unix epoch.
+    pub fn next_deadline_ms(&self) -> Option<i64> {
+        self.open
+            .values()
+            .filter(|txn| !txn.timed_out)
+            .map(|txn| txn.deadline_ms)
+            .min()
+    }
+
+    /// The connection ends: every open transaction is rolled back.
+    pub fn abandon_all(&mut self) -> Vec<(EntityHandle, Command)> {
+        self.open
+            .drain()
+            .filter_map(|(id, txn)| txn.via.map(|via| (via, rollback(id))))
+            .collect()
+    }
+
+    fn find(&mut self, txn_id: &[u8]) -> Result<(TxnId, &mut Txn), definitions::Error> {
+        let id = <[u8; 8]>::try_from(txn_id)
+            .map(TxnId::from_be_bytes)
+            .map_err(|_| unknown())?;
+        let txn = self.open.get_mut(&id).ok_or_else(unknown)?;
+        Ok((id, txn))
+    }
+}
+
+/// The rollback of `txn` at its via entity, with no answer wanted.
+fn rollback(txn: TxnId) -> Command {
+    Command::Discharge {
+        txn,
+        commit: false,
+        reply: None,
+    }
+}
+
+/// The wire `txn-id` of a transaction.
+pub fn wire_id(id: TxnId) -> Binary {
+    Binary::from(id.to_be_bytes().to_vec())
+}
+
+fn unknown() -> definitions::Error {
+    link::amqp_error(
+        TransactionError::UnknownId,
+        "Transaction hasn't been declared yet, or has already been discharged",
+    )
+}
+
+fn timed_out() -> definitions::Error {
+    link::amqp_error(
+        TransactionError::Timeout,
+        "the transaction took longer than its timeout and was rolled back",
+    )
+}
+
+/// A control message on the coordinator link.
+#[derive(Debug)]
+enum Control {
+    Declare,
+    Discharge(Discharge),
+}
+
+/// Reads the `amqp-value` of a control message: a `declare` or a `discharge`.
+fn decode(bytes: &Bytes) -> Result<Control, String> {
+    let sections = message::scan_sections(bytes).map_err(|error| error.to_string())?;
+    let value = sections
+        .iter()
+        .find(|section| section.code == 0x77)
+        .ok_or("a control message holds an amqp-value")?;
+    let raw = &bytes[value.range.clone()];
+    encoding::check_value(raw, 0).map_err(|error| error.to_string())?;
+    if let Ok(AmqpValue(Declare { global_id: None })) = serde_amqp::from_slice(raw) {
+        return Ok(Control::Declare);
+    }
+    if let Ok(AmqpValue(discharge)) = serde_amqp::from_slice::<AmqpValue<Discharge>>(raw) {
+        return Ok(Control::Discharge(discharge));
+    }
+    Err("the amqp-value is neither a declare (without global-id) nor a discharge".to_owned())
+}
+
+/// A whole message on the coordinator link `link_id`: a `declare` is answered `declared` at
+/// once, a `discharge` once the via entity committed or rolled back (or at once when the
+/// transaction staged nothing); anything else is rejected.
+pub fn control(
+    whole: Whole,
+    link_id: u64,
+    transactions: &mut Transactions,
+    now_ms: i64,
+    events: &EventSink,
+    out: &mut Outbox,
+) {
+    let delivery_id = whole.delivery_id;
+    let answer = match decode(&whole.bytes) {
+        Err(why) => Err(link::amqp_error(AmqpError::DecodeError, why)),
+        Ok(Control::Declare) => transactions.declare(now_ms).map(|id| {
+            tracing::debug!(txn = id, "transaction declared");
+            Some(DeliveryState::Declared(Declared {
+                txn_id: wire_id(id),
+            }))
+        }),
+        Ok(Control::Discharge(discharge)) => {
+            let ticket = Ticket {
+                link: link_id,
+                request: u64::from(delivery_id),
+            };
+            let fail = discharge.fail.unwrap_or(false);
+            match transactions.discharge(&discharge.txn_id, fail, (ticket, events.clone())) {
+                Ok(Discharging::Done) => Ok(Some(DeliveryState::Accepted(Accepted {}))),
+                Ok(Discharging::Post(via, command)) => {
+                    out.posts.push((via, command));
+                    Ok(None)
+                }
+                Err(error) => Err(error),
+            }
+        }
+    };
+    match answer {
+        Ok(Some(state)) => out
+            .frames
+            .push(outcome::settled_disposition(delivery_id, state)),
+        Ok(None) => {}
+        Err(error) => {
+            tracing::debug!(condition = ?error.condition, "control message refused");
+            out.frames.push(outcome::rejection(delivery_id, error));
+        }
+    }
+}
+
+/// The via entity answered a discharge: `accepted`, or rejected with
+/// `amqp:transaction:rollback` and why the commit failed.
+pub fn on_discharged(ticket: Ticket, result: Result<(), EntityError>) -> Option<FrameBody> {
+    let delivery_id = u32::try_from(ticket.request).ok()?;
+    Some(match result {
+        Ok(()) => outcome::settled_disposition(delivery_id, DeliveryState::Accepted(Accepted {})),
+        Err(error) => outcome::rejection(
+            delivery_id,
+            link::amqp_error(
+                TransactionError::Rollback,
+                format!("the transaction was rolled back: {error}"),
+            ),
+        ),
+    })
+}

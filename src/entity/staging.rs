@@ -1,0 +1,87 @@
+//! Transactions at their via entity (design.md D10): the work each one staged, kept until its
+//! discharge. Nothing staged is visible: sends have no sequence number yet, settled messages
+//! stay locked. The actor applies a committed transaction's work in one batch of the log.
+
+use foldhash::HashMap;
+
+use crate::entity::terms::{ConsumerId, LaneId, LockRef, Settlement, TxnId};
+use crate::message::Arrival;
+
+/// What one transaction staged, in order.
+#[derive(Debug, Default)]
+pub struct Staged {
+    /// Messages to send.
+    pub sends: Vec<Arrival>,
+    /// Locked messages to settle.
+    pub settles: Vec<StagedSettlement>,
+}
+
+/// A locked message to settle at the commit.
+#[derive(Debug)]
+pub struct StagedSettlement {
+    /// Its lane.
+    pub lane: LaneId,
+    /// The consumer that holds its lock (its link may be gone by the commit).
+    pub consumer: ConsumerId,
+    /// The message and its lock.
+    pub lock: LockRef,
+    /// What to do with it.
+    pub settlement: Settlement,
+}
+
+/// The transactions with work staged at one entity.
+#[derive(Debug, Default)]
+pub struct Staging {
+    staged: HashMap<TxnId, Staged>,
+}
+
+impl Staging {
+    /// Stages messages to send in `txn`.
+    pub fn send(&mut self, txn: TxnId, messages: Vec<Arrival>) {
+        self.staged.entry(txn).or_default().sends.extend(messages);
+    }
+
+    /// Stages the settlement of a locked message in `txn`.
+    pub fn settle(&mut self, txn: TxnId, settlement: StagedSettlement) {
+        self.staged.entry(txn).or_default().settles.push(settlement);
+    }
+
+    /// Ends `txn` here: its staged work (none when it staged nothing).
+    pub fn take(&mut self, txn: TxnId) -> Staged {
+        self.staged.remove(&txn).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn complete(seq: i64) -> StagedSettlement {
+        StagedSettlement {
+            lane: LaneId::MAIN,
+            consumer: ConsumerId(1),
+            lock: LockRef {
+                seq,
+                token: uuid::Uuid::from_u128(seq as u128),
+            },
+            settlement: Settlement::Complete,
+        }
+    }
+
+    #[test]
+    fn each_transaction_keeps_its_own_work_until_it_ends() {
+        let mut staging = Staging::default();
+        staging.settle(1, complete(5));
+        staging.settle(2, complete(6));
+        staging.settle(1, complete(7));
+        let first = staging.take(1);
+        let seqs: Vec<i64> = first.settles.iter().map(|staged| staged.lock.seq).collect();
+        assert_eq!(seqs, vec![5, 7]);
+        assert!(staging.take(1).settles.is_empty(), "taken once");
+        assert_eq!(staging.take(2).settles.len(), 1);
+        assert!(
+            staging.take(3).sends.is_empty(),
+            "nothing staged: nothing to apply"
+        );
+    }
+}

@@ -1,0 +1,190 @@
+//! The words every part of an entity shares, below all of them: consumer and lock
+//! references, settlements, receive modes, a session id, a delivery, and the errors an entity
+//! answers with. It imports nothing of the entity; [`crate::entity::handle`] hands these names
+//! on to the rest of the broker.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use fe2o3_amqp::types::primitives::SimpleValue;
+use uuid::Uuid;
+
+use crate::message::DeliveryStamp;
+use crate::store::record::Record;
+pub use crate::store::LaneId;
+
+/// A transaction's id, unique in the broker while it runs; its wire `txn-id` is these 8 bytes,
+/// big-endian.
+pub type TxnId = u64;
+
+/// A session id (`properties.group-id`), shared by the lane's indexes.
+pub type SessionId = Arc<str>;
+
+/// Identifies one consumer (a client receiver link) across the whole broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConsumerId(pub u64);
+
+/// An opaque reference the caller attaches to a request and gets back with its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket {
+    /// The link the request came from.
+    pub link: u64,
+    /// The caller's number for the request (a delivery id for sends).
+    pub request: u64,
+}
+
+/// How a consumer takes messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReceiveMode {
+    /// Messages are locked and stay until settled.
+    PeekLock,
+    /// Messages are deleted when sent (pre-settled transfers).
+    ReceiveAndDelete,
+}
+
+/// What a session receiver asks for when it attaches (amqp-dialect.md §8.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionRequest {
+    /// The session with this id.
+    Named(String),
+    /// The next available session, waiting up to `timeout_ms` for one.
+    NextAvailable {
+        /// How long to wait, in ms.
+        timeout_ms: i64,
+    },
+}
+
+/// Application properties to set on a message ("properties to modify", dead-letter reasons).
+pub type Properties = Vec<(String, SimpleValue)>;
+
+/// A settlement outcome as the entity understands it (design.md §3 Settle).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Settlement {
+    /// `accepted`: delete the message.
+    Complete,
+    /// `released`: unlock without counting a delivery.
+    Release,
+    /// `modified`: unlock, count a delivery, set these application properties.
+    Abandon(Properties),
+    /// `modified` with `undeliverable-here`: set aside, retrievable only by sequence number.
+    Defer(Properties),
+    /// `rejected`: move to the dead-letter queue with a reason and a description.
+    DeadLetter {
+        /// `DeadLetterReason`.
+        reason: Option<String>,
+        /// `DeadLetterErrorDescription`.
+        description: Option<String>,
+        /// Other application properties to set.
+        properties: Properties,
+    },
+}
+
+/// One message to settle: its sequence number and the lock token it was delivered under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockRef {
+    /// Sequence number of the message.
+    pub seq: i64,
+    /// The lock token of the delivery.
+    pub token: Uuid,
+}
+
+/// Why an entity refused a request from a client.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntityError {
+    /// The lock of the message expired or was lost.
+    #[error("the lock supplied is invalid: it expired, or the message was already settled")]
+    LockLost,
+    /// The entity is shutting down or gone.
+    #[error("the entity is not available")]
+    Unavailable,
+    /// The entity is full.
+    #[error("the queue holds {size} bytes, its limit is {max}: the message does not fit")]
+    QuotaExceeded {
+        /// Bytes held now.
+        size: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// No message in the state the operation needs (deferred, scheduled) has this number.
+    #[error("no {1} message with sequence number {0} was found")]
+    MessageNotFound(i64, &'static str),
+    /// The entity was deleted after being idle; its address no longer exists.
+    #[error("the entity was deleted after being idle for its auto_delete_on_idle time")]
+    Deleted,
+    /// The entity's storage failed; it no longer acknowledges anything.
+    #[error("the entity's storage failed: {0}")]
+    Storage(String),
+    /// The operation is not allowed on this entity.
+    #[error("{0}")]
+    NotAllowed(&'static str),
+    /// The entity's status refuses the operation (Service Bus's wording): `operation` is
+    /// `Some("Send")` or `Some("Receive")` when only that kind is disabled.
+    #[error("Messaging entity '{entity}' is currently disabled{}.", operation.map(|o| format!(" for {o} operations")).unwrap_or_default())]
+    Disabled {
+        /// The entity's path (`q`, `t/subscriptions/s`).
+        entity: String,
+        /// The kind of operation disabled, when the other still works.
+        operation: Option<&'static str>,
+    },
+    /// A rule name Service Bus would not take (the reason, not the name: it may be huge).
+    #[error("the rule name is invalid: {0}")]
+    InvalidRuleName(String),
+    /// The topic holds as many filters of a kind as Service Bus allows.
+    #[error("the topic already has {max} {kind} filters, Service Bus's limit per topic: remove one first")]
+    FilterQuotaExceeded {
+        /// `SQL` (true and false filters count as SQL filters) or `correlation`.
+        kind: &'static str,
+        /// The limit.
+        max: usize,
+    },
+    /// A rule of that name exists already in the subscription.
+    #[error("the subscription already has a rule named '{0}'")]
+    RuleExists(String),
+    /// The subscription has no rule of that name (worded as Service Bus words it, which the
+    /// JavaScript SDK reads as entity-not-found).
+    #[error("The messaging entity 'Rules/{0}' could not be found: the subscription has no rule of that name.")]
+    RuleNotFound(String),
+    /// A message without a session id sent to an entity that requires sessions (Service
+    /// Bus's wording).
+    #[error("The SessionId was not set on a message, and it cannot be sent to the entity '{0}'. Entities that have session support enabled can only receive messages that have the SessionId set to a valid value.")]
+    SessionIdMissing(String),
+    /// A session id longer than Service Bus allows.
+    #[error("The SessionId '{0}' is longer than 128 characters.")]
+    SessionIdTooLong(String),
+    /// Another receiver holds the session's lock.
+    #[error(
+        "The requested session '{0}' cannot be accepted. It may be locked by another receiver."
+    )]
+    SessionCannotBeLocked(String),
+    /// The session's lock expired, or its receiver is gone.
+    #[error(
+        "The session lock has expired on the MessageSession '{0}'. Accept a new MessageSession."
+    )]
+    SessionLockLost(String),
+    /// No session became available within the receiver's timeout.
+    #[error("No session is available to accept: every session with messages is locked, or there is none.")]
+    NoSessionAvailable,
+    /// A receiver of an entity that requires sessions must accept a session, and one of an
+    /// entity without sessions cannot.
+    #[error("{0}")]
+    SessionMismatch(String),
+}
+
+/// One message handed to a consumer.
+#[derive(Debug)]
+pub struct Delivery {
+    /// The consumer it is for.
+    pub consumer: ConsumerId,
+    /// Its sequence number.
+    pub seq: i64,
+    /// The lock token (peek-lock only).
+    pub lock_token: Option<Uuid>,
+    /// The message's record as it was delivered (to store it again if it is given back).
+    pub record: Record,
+    /// Its session, in a lane that requires sessions (to store it again if given back).
+    pub session: Option<SessionId>,
+    /// The stored message bytes (filled by the actor from the entity's log).
+    pub bytes: Bytes,
+    /// What the engine writes into the header and annotations on the way out.
+    pub stamp: DeliveryStamp,
+}

@@ -1,0 +1,394 @@
+//! Transactions (AMQP 1.0 §4, Service Bus's rules) with fe2o3-amqp's `transaction` API against
+//! the real broker: commit, rollback, timeout, receive-complete-send atomicity, the limits, and
+//! `kill -9` in the middle of commits.
+
+use std::time::Duration;
+
+use fe2o3_amqp::connection::ConnectionHandle;
+use fe2o3_amqp::session::SessionHandle;
+use fe2o3_amqp::transaction::{
+    Controller, Transaction, TransactionDischarge, TransactionPosting, TransactionRetirement,
+};
+use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
+use fe2o3_amqp::types::messaging::Outcome;
+use fe2o3_amqp::{Receiver, Sender};
+use tokio::time::timeout;
+
+use crate::fe2o3_client::sequence_number;
+use crate::support::{config_with_queues, connect_session, next_delivery, TestBroker, DEADLINE};
+
+/// A connection with a transaction controller, and a sender and a receiver on one queue.
+struct Client {
+    connection: ConnectionHandle<()>,
+    session: SessionHandle<()>,
+    controller: Controller,
+    sender: Sender,
+    receiver: Receiver,
+}
+
+impl Client {
+    /// Connects to `addr` and attaches the controller and both links to `queue`.
+    async fn open(addr: std::net::SocketAddr, queue: &str) -> Self {
+        let (connection, mut session) = connect_session(addr).await;
+        let controller = Controller::attach(&mut session, "controller")
+            .await
+            .expect("controller");
+        let sender = Sender::attach(&mut session, "sender", queue)
+            .await
+            .expect("sender");
+        let receiver = Receiver::attach(&mut session, "receiver", queue)
+            .await
+            .expect("receiver");
+        Self {
+            connection,
+            session,
+            controller,
+            sender,
+            receiver,
+        }
+    }
+
+    /// The body of the next message, completed.
+    async fn take(&mut self) -> String {
+        let delivery = next_delivery::<String>(&mut self.receiver).await;
+        self.receiver.accept(&delivery).await.expect("accept");
+        delivery.body().clone()
+    }
+
+    async fn close(mut self) {
+        let _ = timeout(DEADLINE, self.connection.close()).await;
+    }
+}
+
+/// A new transaction on `controller`.
+async fn declare(controller: &Controller) -> Transaction<'_> {
+    timeout(DEADLINE, Transaction::declare(controller, None))
+        .await
+        .expect("in time")
+        .expect("declare")
+}
+
+/// The condition of a rejected outcome.
+fn rejected_condition(outcome: &Outcome) -> ErrorCondition {
+    match outcome {
+        Outcome::Rejected(rejected) => rejected.error.clone().expect("an error").condition,
+        other => panic!("not rejected: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_sends_appear_at_the_commit_with_numbers_after_what_came_before() {
+    let broker = TestBroker::start(config_with_queues(&["q"])).await;
+    let mut client = Client::open(broker.addr, "q").await;
+    let txn = declare(&client.controller).await;
+    for body in ["in-txn-1", "in-txn-2"] {
+        let outcome = timeout(DEADLINE, txn.post(&mut client.sender, body))
+            .await
+            .expect("in time")
+            .expect("post");
+        assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
+    }
+    // Sent outside the transaction after the staged ones: it is the first to arrive, since
+    // the staged ones are not visible before the commit.
+    client.sender.send("plain").await.expect("plain send");
+    let plain = next_delivery::<String>(&mut client.receiver).await;
+    assert_eq!(plain.body(), "plain");
+    client.receiver.accept(&plain).await.expect("accept plain");
+    timeout(DEADLINE, txn.commit())
+        .await
+        .expect("in time")
+        .expect("commit");
+    let first = next_delivery::<String>(&mut client.receiver).await;
+    let second = next_delivery::<String>(&mut client.receiver).await;
+    assert_eq!(
+        (first.body().as_str(), second.body().as_str()),
+        ("in-txn-1", "in-txn-2")
+    );
+    let seqs = [
+        sequence_number(&plain),
+        sequence_number(&first),
+        sequence_number(&second),
+    ];
+    assert_eq!(
+        seqs,
+        [seqs[0], seqs[0] + 1, seqs[0] + 2],
+        "numbered at the commit, gap-free"
+    );
+    client.close().await;
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_transaction_leaves_no_trace_and_no_gap() {
+    let broker = TestBroker::start(config_with_queues(&["q"])).await;
+    let mut client = Client::open(broker.addr, "q").await;
+    client.sender.send("before").await.expect("send");
+    let txn = declare(&client.controller).await;
+    txn.post(&mut client.sender, "rolled-back")
+        .await
+        .expect("post");
+    timeout(DEADLINE, txn.rollback())
+        .await
+        .expect("in time")
+        .expect("rollback");
+    client.sender.send("after").await.expect("send");
+    let before = next_delivery::<String>(&mut client.receiver).await;
+    let after = next_delivery::<String>(&mut client.receiver).await;
+    assert_eq!(
+        (before.body().as_str(), after.body().as_str()),
+        ("before", "after")
+    );
+    assert_eq!(
+        sequence_number(&after),
+        sequence_number(&before) + 1,
+        "a rolled-back send takes no number"
+    );
+    client.close().await;
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receive_complete_and_send_commit_together_or_not_at_all() {
+    let mut config = config_with_queues(&["q"]);
+    config.queues[0].lock_duration = Duration::from_secs(1);
+    let broker = TestBroker::start(config).await;
+    let mut client = Client::open(broker.addr, "q").await;
+    client.sender.send("work").await.expect("send");
+    let work = next_delivery::<String>(&mut client.receiver).await;
+
+    // Rolled back: the reply is never sent, and the work stays locked until its lock ends,
+    // then comes back.
+    let txn = declare(&client.controller).await;
+    txn.accept(&mut client.receiver, &work)
+        .await
+        .expect("complete in txn");
+    txn.post(&mut client.sender, "reply-1").await.expect("post");
+    txn.rollback().await.expect("rollback");
+    let again = next_delivery::<String>(&mut client.receiver).await;
+    assert_eq!(again.body(), "work", "back once its lock ended");
+    assert_eq!(sequence_number(&again), sequence_number(&work));
+
+    // Committed: the work is completed and the reply is there.
+    let txn = declare(&client.controller).await;
+    txn.accept(&mut client.receiver, &again)
+        .await
+        .expect("complete in txn");
+    txn.post(&mut client.sender, "reply-2").await.expect("post");
+    txn.commit().await.expect("commit");
+    assert_eq!(client.take().await, "reply-2");
+    // Completed, not merely locked: past its lock's end it does not come back.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    client.sender.send("marker").await.expect("send");
+    assert_eq!(
+        client.take().await,
+        "marker",
+        "the work was completed at the commit"
+    );
+    client.close().await;
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_past_its_timeout_is_rolled_back_and_its_commit_refused() {
+    let mut config = config_with_queues(&["q"]);
+    config.broker.transaction_timeout = Duration::from_millis(300);
+    let broker = TestBroker::start(config).await;
+    let mut client = Client::open(broker.addr, "q").await;
+    let txn = declare(&client.controller).await;
+    txn.post(&mut client.sender, "too-late")
+        .await
+        .expect("post");
+    // Past the deadline: how long the broker takes to roll it back does not matter, the
+    // commit after it is refused either way.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let error = txn.commit().await.expect_err("refused");
+    let text = format!("{error:?}");
+    assert!(text.contains("Timeout"), "{text}");
+    client.sender.send("marker").await.expect("send");
+    assert_eq!(
+        client.take().await,
+        "marker",
+        "nothing of the timed-out transaction"
+    );
+    client.close().await;
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_on_a_second_entity_and_past_100_operations_is_refused() {
+    let broker = TestBroker::start(config_with_queues(&["a", "b"])).await;
+    let mut client = Client::open(broker.addr, "a").await;
+    let mut to_b = Sender::attach(&mut client.session, "to-b", "b")
+        .await
+        .expect("to-b");
+    let txn = declare(&client.controller).await;
+    for i in 0..100 {
+        let outcome = txn
+            .post(&mut client.sender, format!("m{i}"))
+            .await
+            .expect("post");
+        assert!(matches!(outcome, Outcome::Accepted(_)), "{i}: {outcome:?}");
+    }
+    let over = txn.post(&mut client.sender, "m100").await.expect("post");
+    assert_eq!(
+        rejected_condition(&over),
+        ErrorCondition::AmqpError(AmqpError::ResourceLimitExceeded)
+    );
+    let elsewhere = txn.post(&mut to_b, "other").await.expect("post");
+    assert_eq!(
+        rejected_condition(&elsewhere),
+        ErrorCondition::AmqpError(AmqpError::NotAllowed)
+    );
+    txn.commit().await.expect("commit");
+    for i in 0..100 {
+        assert_eq!(client.take().await, format!("m{i}"));
+    }
+    client.close().await;
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_closes_commits_none_of_its_open_transactions() {
+    let broker = TestBroker::start(config_with_queues(&["q"])).await;
+    let mut client = Client::open(broker.addr, "q").await;
+    let mut txn = declare(&client.controller).await;
+    txn.set_rollback_on_drop_trials(0);
+    txn.post(&mut client.sender, "abandoned")
+        .await
+        .expect("post");
+    std::mem::forget(txn);
+    client.close().await;
+    let mut client = Client::open(broker.addr, "q").await;
+    client.sender.send("marker").await.expect("send");
+    assert_eq!(client.take().await, "marker");
+    client.close().await;
+    broker.stop().await;
+}
+
+/// Where the ids of the two replies a worker sends for one piece of work start.
+const FIRST_REPLY: i64 = 1_000_000;
+const SECOND_REPLY: i64 = 2_000_000;
+
+/// Takes work from `q` one message at a time and, in one transaction each, completes it and
+/// sends its two replies, until the broker goes away; returns the work whose commit was
+/// confirmed, reporting each on `committed`.
+async fn work_in_transactions(
+    addr: std::net::SocketAddr,
+    committed: tokio::sync::watch::Sender<Vec<i64>>,
+) {
+    use fe2o3_amqp::types::primitives::Value;
+
+    use crate::durability::{id_of, with_id, OUTCOME_DEADLINE};
+    let mut client = Client::open(addr, "q").await;
+    loop {
+        let Ok(Ok(work)) = timeout(OUTCOME_DEADLINE, client.receiver.recv::<Value>()).await else {
+            break;
+        };
+        let id = id_of(&work);
+        assert!(
+            id < FIRST_REPLY,
+            "replies come after all the work: got {id}"
+        );
+        let Ok(Ok(mut txn)) = timeout(
+            OUTCOME_DEADLINE,
+            Transaction::declare(&client.controller, None),
+        )
+        .await
+        else {
+            break;
+        };
+        txn.set_rollback_on_drop_trials(0);
+        if !matches!(
+            timeout(OUTCOME_DEADLINE, txn.accept(&mut client.receiver, &work)).await,
+            Ok(Ok(()))
+        ) {
+            break;
+        }
+        let mut posted = true;
+        for reply in [FIRST_REPLY + id, SECOND_REPLY + id] {
+            let outcome = timeout(
+                OUTCOME_DEADLINE,
+                txn.post(&mut client.sender, with_id(reply, None)),
+            )
+            .await;
+            posted &= matches!(outcome, Ok(Ok(Outcome::Accepted(_))));
+        }
+        if !posted || !matches!(timeout(OUTCOME_DEADLINE, txn.commit()).await, Ok(Ok(()))) {
+            break;
+        }
+        committed.send_modify(|ids| ids.push(id));
+    }
+    let _ = timeout(Duration::from_secs(1), client.connection.close()).await;
+}
+
+/// `kill -9` at random points of a stream of transactions (each completes one message and
+/// sends two): after the restarts every transaction is whole or absent. Each piece of work is
+/// either still there with neither reply, or gone with both replies, each once; every commit
+/// the broker confirmed is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_commits_leaves_every_transaction_whole_or_absent() {
+    use std::collections::HashSet;
+
+    use crate::child::ChildBroker;
+    use crate::durability::{config, drain, send_ids};
+
+    const WORK: i64 = 3_000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ChildBroker::start(dir.path(), &config("sync"));
+    assert_eq!(send_ids(broker.addr, 0..WORK).await.len(), WORK as usize);
+    let mut broker = Some(broker);
+    let mut confirmed = Vec::new();
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .subsec_nanos();
+    println!("kill points seeded with {seed}");
+    for round in 0..3u32 {
+        let running = broker.take().expect("a broker");
+        let (committed, mut watched) = tokio::sync::watch::channel(Vec::new());
+        let worker = tokio::spawn(work_in_transactions(running.addr, committed));
+        // Some commits first, then the kill lands wherever the stream of transactions is.
+        let after = 20 + (seed.rotate_left(round * 7) % 60) as usize;
+        timeout(DEADLINE, watched.wait_for(|ids| ids.len() >= after))
+            .await
+            .expect("commits in time")
+            .expect("worker alive");
+        let jitter = u64::from(seed.rotate_left(round * 13) % 20);
+        tokio::time::sleep(Duration::from_millis(jitter)).await;
+        running.kill9();
+        timeout(DEADLINE * 2, worker)
+            .await
+            .expect("worker ends")
+            .expect("worker");
+        confirmed.extend(watched.borrow().iter().copied());
+        broker = Some(ChildBroker::start(dir.path(), &config("sync")));
+    }
+    let broker = broker.expect("a broker");
+    let required: HashSet<i64> = confirmed
+        .iter()
+        .flat_map(|id| [FIRST_REPLY + id, SECOND_REPLY + id])
+        .collect();
+    let got: HashSet<i64> = drain(broker.addr, "q", &required)
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    for id in 0..WORK {
+        let replies = [FIRST_REPLY + id, SECOND_REPLY + id].map(|reply| got.contains(&reply));
+        match (got.contains(&id), replies) {
+            (true, [false, false]) => {
+                assert!(
+                    !confirmed.contains(&id),
+                    "work {id} came back after its commit"
+                )
+            }
+            (false, [true, true]) => {}
+            other => panic!("transaction of work {id} half applied: {other:?}"),
+        }
+    }
+    assert!(
+        confirmed.len() >= 60,
+        "{} commits confirmed",
+        confirmed.len()
+    );
+}

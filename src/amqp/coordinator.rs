@@ -342,3 +342,190 @@ pub fn on_discharged(ticket: Ticket, result: Result<(), EntityError>) -> Option<
         ),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::amqp::fixtures;
+
+    fn reply() -> (Ticket, EventSink) {
+        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        (
+            Ticket {
+                link: 1,
+                request: 2,
+            },
+            events,
+        )
+    }
+
+    fn condition(error: &definitions::Error) -> String {
+        format!("{:?}", error.condition)
+    }
+
+    #[test]
+    fn a_transaction_is_bound_to_the_first_entity_it_touches() {
+        let mut transactions = Transactions::new(Duration::from_secs(60), 1 << 20);
+        let id = transactions.declare(0).unwrap();
+        let wire = wire_id(id);
+        let queue = fixtures::entity(false);
+        assert_eq!(transactions.enlist(&wire, &queue, 1, 10).unwrap(), id);
+        let (mailbox, _) = tokio::sync::mpsc::channel(1);
+        let other = EntityHandle::new("other".into(), mailbox, Default::default(), None);
+        let refused = transactions.enlist(&wire, &other, 1, 10).unwrap_err();
+        assert_eq!(refused.description.as_deref(), Some(CROSS_ENTITY));
+        match transactions.discharge(&wire, false, reply()).unwrap() {
+            Discharging::Post(via, Command::Discharge { txn, commit, .. }) => {
+                assert_eq!((via.name(), txn, commit), ("q", id, true));
+            }
+            other => panic!("not posted to its via entity: {other:?}"),
+        }
+        let gone = transactions.discharge(&wire, false, reply()).unwrap_err();
+        assert!(condition(&gone).contains("UnknownId"), "{gone:?}");
+    }
+
+    #[test]
+    fn an_empty_transaction_is_discharged_at_once_and_bad_ids_are_unknown() {
+        let mut transactions = Transactions::new(Duration::from_secs(60), 1 << 20);
+        let id = transactions.declare(0).unwrap();
+        let done = transactions.discharge(&wire_id(id), true, reply()).unwrap();
+        assert!(matches!(done, Discharging::Done));
+        for bad in [&b"short"[..], &[0; 9][..], &u64::MAX.to_be_bytes()[..]] {
+            let error = transactions
+                .enlist(bad, &fixtures::entity(false), 1, 1)
+                .unwrap_err();
+            assert!(
+                condition(&error).contains("UnknownId"),
+                "{bad:?}: {error:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn operations_and_staged_bytes_are_bounded() {
+        let mut transactions = Transactions::new(Duration::from_secs(60), 1_000);
+        let queue = fixtures::entity(false);
+        let wire = wire_id(transactions.declare(0).unwrap());
+        transactions
+            .enlist(&wire, &queue, MAX_OPERATIONS - 1, 10)
+            .unwrap();
+        let over = transactions.enlist(&wire, &queue, 2, 10).unwrap_err();
+        assert!(condition(&over).contains("ResourceLimitExceeded"));
+        transactions.enlist(&wire, &queue, 1, 10).unwrap();
+        let other = wire_id(transactions.declare(0).unwrap());
+        let full = transactions.enlist(&other, &queue, 1, 990).unwrap_err();
+        assert!(
+            condition(&full).contains("ResourceLimitExceeded"),
+            "20 + 990 > 1000"
+        );
+        // Discharging gives the bytes back.
+        transactions.discharge(&wire, true, reply()).unwrap();
+        transactions.enlist(&other, &queue, 1, 990).unwrap();
+    }
+
+    #[test]
+    fn past_its_deadline_a_transaction_is_rolled_back_and_its_work_refused() {
+        let mut transactions = Transactions::new(Duration::from_millis(100), 1 << 20);
+        let wire = wire_id(transactions.declare(1_000).unwrap());
+        let idle = wire_id(transactions.declare(1_000).unwrap());
+        transactions
+            .enlist(&wire, &fixtures::entity(false), 1, 1)
+            .unwrap();
+        assert_eq!(transactions.next_deadline_ms(), Some(1_100));
+        assert!(transactions.expire(1_099).is_empty());
+        let rollbacks = transactions.expire(1_100);
+        assert!(
+            matches!(
+                &rollbacks[..],
+                [(
+                    _,
+                    Command::Discharge {
+                        commit: false,
+                        reply: None,
+                        ..
+                    }
+                )]
+            ),
+            "only the one with work has something to roll back"
+        );
+        assert_eq!(transactions.next_deadline_ms(), None);
+        let late = transactions
+            .enlist(&wire, &fixtures::entity(false), 1, 1)
+            .unwrap_err();
+        assert!(condition(&late).contains("Timeout"));
+        let discharge = transactions.discharge(&idle, false, reply()).unwrap_err();
+        assert!(condition(&discharge).contains("Timeout"));
+        let forgotten = transactions.discharge(&idle, false, reply()).unwrap_err();
+        assert!(
+            condition(&forgotten).contains("UnknownId"),
+            "refused once, then forgotten"
+        );
+    }
+
+    #[test]
+    fn a_connection_holds_a_bounded_number_and_its_end_rolls_them_back() {
+        let mut transactions = Transactions::new(Duration::from_millis(100), 1 << 20);
+        let queue = fixtures::entity(false);
+        let ids: Vec<TxnId> = (0..MAX_TRANSACTIONS)
+            .map(|_| transactions.declare(0).unwrap())
+            .collect();
+        assert!(transactions.declare(0).is_err(), "one more than the limit");
+        transactions.enlist(&wire_id(ids[0]), &queue, 1, 1).unwrap();
+        transactions.expire(100);
+        // The timed-out ones make room.
+        transactions.declare(200).unwrap();
+        let live = transactions.declare(200).unwrap();
+        transactions.enlist(&wire_id(live), &queue, 1, 1).unwrap();
+        let rollbacks = transactions.abandon_all();
+        assert!(matches!(
+            &rollbacks[..],
+            [(_, Command::Discharge { txn, commit: false, .. })] if *txn == live
+        ));
+    }
+
+    #[test]
+    fn control_messages_are_declares_or_discharges_and_nothing_else() {
+        let mut transactions = Transactions::new(Duration::from_secs(60), 1 << 20);
+        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        let whole = |bytes: Vec<u8>| Whole {
+            delivery_id: 3,
+            settled: false,
+            message_format: 0,
+            bytes: Bytes::from(bytes),
+            txn: None,
+        };
+        let declare = serde_amqp::to_vec(&AmqpValue(Declare { global_id: None })).unwrap();
+        let mut out = Outbox::default();
+        control(whole(declare), 1, &mut transactions, 0, &events, &mut out);
+        let [FrameBody::Disposition(declared)] = &out.frames[..] else {
+            panic!("{:?}", out.frames);
+        };
+        let Some(DeliveryState::Declared(Declared { txn_id })) = &declared.state else {
+            panic!("not declared: {declared:?}");
+        };
+        let discharge = Discharge {
+            txn_id: txn_id.clone(),
+            fail: Some(true),
+        };
+        let discharge = serde_amqp::to_vec(&AmqpValue(discharge)).unwrap();
+        let mut out = Outbox::default();
+        control(whole(discharge), 1, &mut transactions, 0, &events, &mut out);
+        assert!(matches!(
+            &out.frames[..],
+            [FrameBody::Disposition(d)] if matches!(d.state, Some(DeliveryState::Accepted(_)))
+        ));
+        let mut out = Outbox::default();
+        control(
+            whole(fixtures::message(b"hello")),
+            1,
+            &mut transactions,
+            0,
+            &events,
+            &mut out,
+        );
+        assert!(matches!(
+            &out.frames[..],
+            [FrameBody::Disposition(d)] if matches!(d.state, Some(DeliveryState::Rejected(_)))
+        ));
+    }
+}

@@ -93,11 +93,15 @@ pub struct Charge {
 }
 
 impl Charge {
-    /// Takes `bytes` more; `false` when the connection's budget is exceeded.
+    /// Takes `bytes` more; `false`, taking nothing, when that would exceed the budget.
     pub fn add(&mut self, bytes: u64) -> bool {
-        self.held += bytes;
         let total = self.budget.held.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        total <= self.budget.limit
+        if total > self.budget.limit {
+            self.budget.held.fetch_sub(bytes, Ordering::Relaxed);
+            return false;
+        }
+        self.held += bytes;
+        true
     }
 
     /// Gives back everything held.

@@ -16,8 +16,9 @@ use crate::clock;
 use crate::entity::handle::{Command, EntityError, Ticket};
 use crate::entity::operation::Answer;
 use crate::node::management;
-use crate::node::response::Style;
+use crate::node::response::{Response, Style};
 use crate::node::{router, Node};
+use crate::wire;
 
 /// A request that arrived whole on a link to a request/response node.
 #[derive(Debug)]
@@ -29,6 +30,8 @@ pub struct Request {
     pub address: Option<String>,
     /// The encoded request message.
     pub bytes: Bytes,
+    /// Whether its transfer named a transaction.
+    pub in_transaction: bool,
 }
 
 /// An answer to put on a reply link.
@@ -141,6 +144,14 @@ impl Requests {
             Node::Management(entity, lane) => {
                 let address = request.address.as_deref().unwrap_or_default();
                 match management::parse(&decoded).and_then(|operation| {
+                    if request.in_transaction {
+                        return Err(Response::error(
+                            501,
+                            wire::condition::NOT_IMPLEMENTED,
+                            "management operations inside a transaction are not supported yet; \
+                             settle through the receive link",
+                        ));
+                    }
                     let rights = management::rights_of(&operation);
                     ctx.access
                         .check(address, rights, clock::now_ms())

@@ -263,6 +263,7 @@ impl Session {
                 node,
                 address,
                 bytes: whole.bytes,
+                in_transaction: whole.txn.is_some(),
             };
             let reply = self.requests.on_request(request, &self.links, ctx, out)?;
             self.send_reply(reply, out);

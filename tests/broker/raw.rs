@@ -33,6 +33,7 @@ use crate::support::{config_with_queues, TestBroker, DEADLINE};
 mod hostile;
 mod hostile_links;
 mod hostile_requests;
+mod transactions;
 
 /// The session window the test client grants: far more transfer frames than any test sends.
 const WINDOW: u32 = 1 << 20;
@@ -294,6 +295,16 @@ impl RawClient {
     /// Sends one unsettled message on our sender link `handle`, split into frames that fit
     /// the broker's max-frame-size. Returns its delivery id.
     async fn send_message(&mut self, handle: u32, message: Bytes) -> u32 {
+        self.send_in_state(handle, message, None).await
+    }
+
+    /// [`RawClient::send_message`] with a delivery state on its first frame (a transaction's).
+    async fn send_in_state(
+        &mut self,
+        handle: u32,
+        message: Bytes,
+        state: Option<DeliveryState>,
+    ) -> u32 {
         let delivery_id = self.next_delivery_id;
         self.next_delivery_id = self.next_delivery_id.wrapping_add(1);
         let mut performative = Transfer {
@@ -304,7 +315,7 @@ impl RawClient {
             settled: Some(false),
             more: true,
             rcv_settle_mode: None,
-            state: None,
+            state,
             resume: false,
             aborted: false,
             batchable: false,

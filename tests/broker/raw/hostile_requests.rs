@@ -53,7 +53,7 @@ fn encoded<T: serde::Serialize>(sections: &[T]) -> Bytes {
 }
 
 /// A `com.microsoft:peek-message` request for `count` messages from sequence number 0.
-fn peek_request(id: u64, reply_to: &str, count: i32) -> Bytes {
+pub(super) fn peek_request(id: u64, reply_to: &str, count: i32) -> Bytes {
     let properties = Properties::builder()
         .message_id(id)
         .reply_to(reply_to.to_owned())
@@ -73,14 +73,20 @@ fn peek_request(id: u64, reply_to: &str, count: i32) -> Bytes {
     Bytes::from(bytes)
 }
 
-/// How many messages a peek answer holds (its status must be 200).
-fn peeked_count(answer: &Bytes) -> usize {
+/// A management answer and its `statusCode`.
+pub(super) fn answer_status(answer: &Bytes) -> (Message<Body<Value>>, Option<SimpleValue>) {
     let Deserializable(message): Deserializable<Message<Body<Value>>> =
         serde_amqp::from_slice(answer).expect("the answer decodes");
     let status = message
         .application_properties
         .as_ref()
         .and_then(|properties| properties.0.get("statusCode").cloned());
+    (message, status)
+}
+
+/// How many messages a peek answer holds (its status must be 200).
+fn peeked_count(answer: &Bytes) -> usize {
+    let (message, status) = answer_status(answer);
     assert!(
         matches!(status, Some(SimpleValue::Int(200))),
         "status {status:?}"

@@ -188,6 +188,56 @@ async fn receive_complete_and_send_commit_together_or_not_at_all() {
     broker.stop().await;
 }
 
+/// A dead-lettering in a transaction happens at its commit, with the reason the client gave;
+/// rolled back, it never happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_lettering_in_a_transaction_moves_the_message_at_the_commit_only() {
+    let mut config = config_with_queues(&["q"]);
+    config.queues[0].lock_duration = Duration::from_secs(1);
+    let broker = TestBroker::start(config).await;
+    let mut client = Client::open(broker.addr, "q").await;
+    let mut dead = Receiver::attach(&mut client.session, "dead", "q/$deadletterqueue")
+        .await
+        .expect("dead-letter receiver");
+    client.sender.send("poison").await.expect("send");
+    let reason = || {
+        Some(fe2o3_amqp::types::definitions::Error::new(
+            ErrorCondition::Custom("app:poison".into()),
+            Some("cannot be processed".to_owned()),
+            None,
+        ))
+    };
+    let poison = next_delivery::<String>(&mut client.receiver).await;
+    let txn = declare(&client.controller).await;
+    txn.reject(&mut client.receiver, &poison, reason())
+        .await
+        .expect("dead-letter in txn");
+    txn.rollback().await.expect("rollback");
+    // Rolled back: still in the queue, back once its lock ends.
+    let poison = next_delivery::<String>(&mut client.receiver).await;
+    assert_eq!(poison.body(), "poison");
+    let txn = declare(&client.controller).await;
+    txn.reject(&mut client.receiver, &poison, reason())
+        .await
+        .expect("dead-letter in txn");
+    txn.commit().await.expect("commit");
+    let moved = next_delivery::<String>(&mut dead).await;
+    assert_eq!(moved.body(), "poison");
+    let reason = moved
+        .message()
+        .application_properties
+        .as_ref()
+        .and_then(|properties| properties.0.get("DeadLetterReason").cloned());
+    assert_eq!(
+        reason,
+        Some(fe2o3_amqp::types::primitives::SimpleValue::String(
+            "app:poison".into()
+        ))
+    );
+    client.close().await;
+    broker.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_past_its_timeout_is_rolled_back_and_its_commit_refused() {
     let mut config = config_with_queues(&["q"]);

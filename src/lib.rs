@@ -9,7 +9,7 @@
 //!   connection may do.
 //! - [`amqp`]: our own AMQP 1.0 engine over fe2o3-amqp frames: protocol header and SASL,
 //!   connections, sessions that keep the books, and the link roles they dispatch to (attach,
-//!   inbound, outbound, outcome, requests).
+//!   inbound, outbound, outcome, requests, and the transaction coordinator).
 //! - [`message`]: the message codec (inspect on arrival, the header/annotation splice on the
 //!   way out); [`encoding`]: the bounded check of AMQP encodings every client byte passes.
 //! - [`clock`]: wall-clock milliseconds.

@@ -21,12 +21,12 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::amqp::coordinator::Transactions;
 use crate::amqp::frames::{self, FrameError, FrameReader, Outbound};
 use crate::amqp::handshake::{self, Authenticated};
 use crate::amqp::link::{amqp_error, ReassemblyBudget};
 use crate::amqp::outbox::{Context, Fault, Outbox};
 use crate::amqp::session::Session;
+use crate::amqp::transactions::Transactions;
 use crate::auth::access::Access;
 use crate::auth::Policies;
 use crate::clock;

@@ -8,30 +8,15 @@ use fe2o3_amqp::types::messaging::{DeliveryState, Rejected};
 use fe2o3_amqp::types::performatives::{Flow, Transfer};
 use fe2o3_amqp::types::primitives::Binary;
 
-use crate::amqp::coordinator::Transactions;
-use crate::amqp::link::{self, Incoming, Partial, ReassemblyBudget, SENDER_CREDIT};
+use crate::amqp::link::{self, Incoming, Partial, ReassemblyBudget, Whole, SENDER_CREDIT};
 use crate::amqp::outbox::{Fault, Outbox};
 use crate::amqp::outcome;
+use crate::amqp::transactions::Transactions;
 use crate::entity::handle::{Command, EntityHandle, EventSink, Ticket, Work};
 use crate::message::{self, BATCH_MESSAGE_FORMAT};
 
 /// Longest delivery tag, in bytes (AMQP 1.0 §2.8.7).
 pub const MAX_DELIVERY_TAG: usize = 32;
-
-/// A delivery whose last frame arrived.
-#[derive(Debug)]
-pub struct Whole {
-    /// Its delivery id.
-    pub delivery_id: u32,
-    /// Whether the client settled it (then it cannot be rejected).
-    pub settled: bool,
-    /// Its message format (a Service Bus batch, or 0).
-    pub message_format: u32,
-    /// The message bytes.
-    pub bytes: Bytes,
-    /// The transaction it is part of, as the client named it.
-    pub txn: Option<Binary>,
-}
 
 /// What one transfer frame made of its delivery.
 #[derive(Debug)]
@@ -264,9 +249,9 @@ mod tests {
     use fe2o3_amqp::types::messaging::Outcome;
     use fe2o3_amqp::types::transaction::{TransactionError, TransactionalState};
 
-    use crate::amqp::coordinator;
     use crate::amqp::fixtures::{self, entity};
     use crate::amqp::outbound;
+    use crate::amqp::transactions;
     use crate::node::Node;
 
     fn incoming(max_message_size: u64) -> Incoming {
@@ -500,11 +485,11 @@ mod tests {
             settled: false,
             message_format: 0,
             bytes: Bytes::from(fixtures::message(b"abc")),
-            txn: Some(coordinator::wire_id(txn)),
+            txn: Some(transactions::wire_id(txn)),
         };
         let context = (&events, &mut transactions);
         let staged = send(entity(false), whole(txn), 3, context, &mut out).unwrap();
-        assert_eq!(staged, Some(coordinator::wire_id(txn)));
+        assert_eq!(staged, Some(transactions::wire_id(txn)));
         assert!(matches!(
             &out.posts[..],
             [(_, Command::Stage { txn: staged, work: Work::Send(messages), reply: Some(_) })]

@@ -53,6 +53,21 @@ pub struct Partial {
     pub txn: Option<Binary>,
 }
 
+/// A delivery whose last frame arrived.
+#[derive(Debug)]
+pub struct Whole {
+    /// Its delivery id.
+    pub delivery_id: u32,
+    /// Whether the client settled it (then it cannot be rejected).
+    pub settled: bool,
+    /// Its message format (a Service Bus batch, or 0).
+    pub message_format: u32,
+    /// The message bytes.
+    pub bytes: Bytes,
+    /// The transaction it is part of, as the client named it.
+    pub txn: Option<Binary>,
+}
+
 /// What one connection may hold of deliveries whose frames are still arriving, over all its
 /// links: each link's delivery is bounded by `max_message_size`, and this bounds their sum.
 #[derive(Debug, Clone)]

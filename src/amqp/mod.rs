@@ -16,3 +16,4 @@ pub mod outbox;
 pub mod outcome;
 pub mod requests;
 pub mod session;
+pub mod transactions;

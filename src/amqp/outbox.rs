@@ -5,8 +5,8 @@
 use fe2o3_amqp::frames::amqp::FrameBody;
 use fe2o3_amqp::types::definitions;
 
-use crate::amqp::coordinator::Transactions;
 use crate::amqp::link::ReassemblyBudget;
+use crate::amqp::transactions::Transactions;
 use crate::auth::access::Access;
 use crate::entity::handle::{Command, ConsumerId, EntityHandle, EventSink};
 use crate::entity::registry::Registry;

@@ -7,11 +7,12 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 use fe2o3_amqp::types::definitions::AmqpError;
-use fe2o3_amqp::types::messaging::MessageId;
+use fe2o3_amqp::types::messaging::{Accepted, DeliveryState, MessageId};
 use fe2o3_amqp::types::performatives::Flow;
 
-use crate::amqp::link::{self, Charge, Link, LinkKind, Replies};
+use crate::amqp::link::{self, Charge, Link, LinkKind, Replies, Whole};
 use crate::amqp::outbox::{Context, Fault, Outbox};
+use crate::amqp::outcome;
 use crate::clock;
 use crate::entity::handle::{Command, EntityError, Ticket};
 use crate::entity::operation::Answer;
@@ -32,6 +33,24 @@ pub struct Request {
     pub bytes: Bytes,
     /// Whether its transfer named a transaction.
     pub in_transaction: bool,
+}
+
+impl Request {
+    /// A request that arrived whole on a link to `node` authorized for `address`: accepted
+    /// at once (unless the client settled it), whatever its answer will be.
+    pub fn accept(node: Node, address: Option<String>, whole: Whole, out: &mut Outbox) -> Self {
+        if !whole.settled {
+            let accepted = DeliveryState::Accepted(Accepted {});
+            out.frames
+                .push(outcome::settled_disposition(whole.delivery_id, accepted));
+        }
+        Request {
+            node,
+            address,
+            bytes: whole.bytes,
+            in_transaction: whole.txn.is_some(),
+        }
+    }
 }
 
 /// An answer to put on a reply link.

@@ -1,9 +1,10 @@
 //! One AMQP session: the books only. It keeps the transfer and delivery ids, the session
 //! windows, the links attached to it and the frames waiting for the client's window, and hands
 //! each frame to the role of the link it names: [`attach`] (a new link), [`inbound`] (client
-//! senders), [`outbound`] (client receivers), [`outcome`] (dispositions both ways) and
-//! [`requests`] (`$cbs` and `$management`). The roles never call back: each returns what it
-//! decided and writes frames and commands into the [`Outbox`]; the connection task performs it.
+//! senders), [`outbound`] (client receivers), [`outcome`] (dispositions both ways),
+//! [`requests`] (`$cbs`, `$management`) and [`coordinator`] (transactions). The roles never
+//! call back: each returns what it decided and writes frames and commands into the
+//! [`Outbox`]; the connection task performs it.
 
 use foldhash::{HashMap, HashMapExt};
 use std::collections::VecDeque;
@@ -11,17 +12,17 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use fe2o3_amqp::frames::amqp::FrameBody;
 use fe2o3_amqp::types::definitions::{self, AmqpError, ConnectionError, Handle, SessionError};
-use fe2o3_amqp::types::messaging::{Accepted, DeliveryState};
 use fe2o3_amqp::types::performatives::{Attach, Begin, Detach, Disposition, End, Flow, Transfer};
 
 use crate::amqp::attach;
-use crate::amqp::coordinator::{self, Transactions};
+use crate::amqp::coordinator;
 use crate::amqp::inbound::{self, Step};
 use crate::amqp::link::{self, Link, LinkKind, Outgoing};
 use crate::amqp::outbound;
 use crate::amqp::outbox::{Context, Fault, Outbox};
 use crate::amqp::outcome::{self, Ledger};
 use crate::amqp::requests::{self, Reply, Request, Requests};
+use crate::amqp::transactions::Transactions;
 use crate::auth::access::Access;
 use crate::clock;
 use crate::entity::handle::{Command, ConsumerId, Delivery, EntityError, EventSink, Ticket, Work};
@@ -252,19 +253,8 @@ impl Session {
             return Ok(());
         }
         let Node::Entity(entity, _) = node else {
-            if !whole.settled {
-                out.frames.push(outcome::settled_disposition(
-                    whole.delivery_id,
-                    DeliveryState::Accepted(Accepted {}),
-                ));
-            }
             let address = link.authorized.as_ref().map(|(address, _)| address.clone());
-            let request = Request {
-                node,
-                address,
-                bytes: whole.bytes,
-                in_transaction: whole.txn.is_some(),
-            };
+            let request = Request::accept(node, address, whole, out);
             let reply = self.requests.on_request(request, &self.links, ctx, out)?;
             self.send_reply(reply, out);
             return Ok(());

@@ -15,7 +15,7 @@ use crate::entity::terms::LaneId;
 pub struct Settings {
     /// The entity's size limit.
     pub max_size_bytes: u64,
-    /// The entity's default time to live in ms (a topic's; [`NEVER`] for a queue).
+    /// The entity's default time to live in ms (a topic's; [`NEVER`](crate::store::record::NEVER) for a queue).
     pub default_ttl_ms: i64,
     /// A queue's own lane rules; `None` for a topic (its subscriptions keep theirs).
     pub rules: Option<Rules>,

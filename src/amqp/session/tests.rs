@@ -5,6 +5,7 @@ use crate::amqp::fixtures::{self, link, message, outgoing};
 use crate::amqp::link::Replies;
 use crate::entity::handle::LockRef;
 use fe2o3_amqp::types::definitions::Role;
+use fe2o3_amqp::types::messaging::{Accepted, DeliveryState};
 
 /// A session whose client grants `window` transfer frames, with a peek-lock receiver
 /// (client handle 0, link id 1) and a `$cbs` reply link (client handle 1, link id 2).

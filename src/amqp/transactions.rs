@@ -1,0 +1,386 @@
+//! The books of a connection's transactions (AMQP 1.0 §4, design.md D10): ids, the via entity
+//! each is bound to (the first it touches), its operation count, its deadline, and the budget
+//! its staged messages are charged to. The via entity's actor keeps the work itself.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use fe2o3_amqp::types::definitions::{self, AmqpError};
+use fe2o3_amqp::types::primitives::Binary;
+use fe2o3_amqp::types::transaction::TransactionError;
+use foldhash::HashMap;
+
+use crate::amqp::link::{self, Charge, ReassemblyBudget};
+use crate::clock::millis;
+use crate::entity::handle::{Command, EntityHandle, EventSink, Ticket, TxnId};
+
+/// Most messages and settlements one transaction may hold (Service Bus's limit).
+pub const MAX_OPERATIONS: usize = 100;
+/// Most transactions one connection may have open at once.
+pub const MAX_TRANSACTIONS: usize = 256;
+
+/// Transaction ids, unique in the broker while it runs.
+static NEXT_TXN: AtomicU64 = AtomicU64::new(1);
+
+/// Service Bus's refusal of work on a second entity in one transaction.
+const CROSS_ENTITY: &str =
+    "Local transactions cannot span multiple top-level entities such as queue or topic.";
+
+/// One open transaction.
+#[derive(Debug)]
+struct Txn {
+    /// Its via entity, once it touched one.
+    via: Option<EntityHandle>,
+    /// When it is rolled back unless discharged, in ms since the Unix epoch.
+    deadline_ms: i64,
+    /// Messages and settlements it holds.
+    operations: usize,
+    /// Rolled back at its deadline: later work and its discharge are refused as timed out.
+    timed_out: bool,
+    /// The bytes of its staged messages, charged to the connection's budget for them until it
+    /// ends.
+    charge: Charge,
+}
+
+/// What a discharge does.
+#[derive(Debug)]
+pub enum Discharging {
+    /// Nothing was staged: it is answered `accepted` at once.
+    Done,
+    /// Its via entity commits or rolls back; the answer follows.
+    Post(EntityHandle, Command),
+}
+
+/// The transactions of one connection.
+#[derive(Debug)]
+pub struct Transactions {
+    open: HashMap<TxnId, Txn>,
+    timeout_ms: i64,
+    /// What the messages staged by the open transactions may hold together.
+    staged: ReassemblyBudget,
+}
+
+impl Transactions {
+    /// No transaction yet; each declared one lasts at most `timeout` before it is rolled back,
+    /// and the messages they stage hold at most `staged_bytes` together.
+    pub fn new(timeout: Duration, staged_bytes: u64) -> Self {
+        Self {
+            open: HashMap::default(),
+            timeout_ms: millis(timeout),
+            staged: ReassemblyBudget::new(staged_bytes),
+        }
+    }
+
+    /// Declares a transaction.
+    ///
+    /// # Errors
+    /// `amqp:resource-limit-exceeded` when the connection has as many open as it may.
+    pub fn declare(&mut self, now_ms: i64) -> Result<TxnId, definitions::Error> {
+        if self.open.len() >= MAX_TRANSACTIONS {
+            // Timed-out transactions the client never discharged make room first.
+            self.open.retain(|_, txn| !txn.timed_out);
+        }
+        if self.open.len() >= MAX_TRANSACTIONS {
+            return Err(link::amqp_error(
+                AmqpError::ResourceLimitExceeded,
+                format!("a connection holds at most {MAX_TRANSACTIONS} open transactions"),
+            ));
+        }
+        let id = NEXT_TXN.fetch_add(1, Ordering::Relaxed);
+        let txn = Txn {
+            via: None,
+            deadline_ms: now_ms.saturating_add(self.timeout_ms),
+            operations: 0,
+            timed_out: false,
+            charge: self.staged.charge(),
+        };
+        self.open.insert(id, txn);
+        Ok(id)
+    }
+
+    /// Enlists `operations` messages or settlements of `bytes` on `entity` in the transaction
+    /// `txn_id` names; the first entity it touches becomes its via entity.
+    ///
+    /// # Errors
+    /// `amqp:transaction:unknown-id`, `amqp:transaction:timeout`, `amqp:not-allowed` for
+    /// another entity than the via entity, `amqp:resource-limit-exceeded` past
+    /// [`MAX_OPERATIONS`] or past the connection's budget for staged messages.
+    pub fn enlist(
+        &mut self,
+        txn_id: &[u8],
+        entity: &EntityHandle,
+        operations: usize,
+        bytes: u64,
+    ) -> Result<TxnId, definitions::Error> {
+        let (id, txn) = self.find(txn_id)?;
+        if txn.timed_out {
+            return Err(timed_out());
+        }
+        if txn
+            .via
+            .as_ref()
+            .is_some_and(|via| via.name() != entity.name())
+        {
+            return Err(link::amqp_error(AmqpError::NotAllowed, CROSS_ENTITY));
+        }
+        if txn.operations + operations > MAX_OPERATIONS {
+            return Err(link::amqp_error(
+                AmqpError::ResourceLimitExceeded,
+                format!("a transaction holds at most {MAX_OPERATIONS} messages and settlements"),
+            ));
+        }
+        if !txn.charge.add(bytes) {
+            return Err(link::amqp_error(
+                AmqpError::ResourceLimitExceeded,
+                format!(
+                    "the open transactions of this connection hold {} bytes of messages, as \
+                     many as they may; discharge one first",
+                    self.staged.limit()
+                ),
+            ));
+        }
+        txn.operations += operations;
+        txn.via.get_or_insert_with(|| entity.clone());
+        Ok(id)
+    }
+
+    /// Discharges the transaction `txn_id` names: committed (unless `fail`) or rolled back.
+    ///
+    /// # Errors
+    /// `amqp:transaction:unknown-id`, or `amqp:transaction:timeout` for one rolled back at
+    /// its deadline (it is forgotten then).
+    pub fn discharge(
+        &mut self,
+        txn_id: &[u8],
+        fail: bool,
+        reply: (Ticket, EventSink),
+    ) -> Result<Discharging, definitions::Error> {
+        let (id, txn) = self.find(txn_id)?;
+        if txn.timed_out {
+            self.open.remove(&id);
+            return Err(timed_out());
+        }
+        let Some(via) = txn.via.clone() else {
+            self.open.remove(&id);
+            return Ok(Discharging::Done);
+        };
+        // Gone from the books now: later work on it is refused as unknown, as after any end.
+        self.open.remove(&id);
+        let command = Command::Discharge {
+            txn: id,
+            commit: !fail,
+            reply: Some(reply),
+        };
+        Ok(Discharging::Post(via, command))
+    }
+
+    /// Rolls back, at their via entities, the transactions whose deadline has passed by
+    /// `now_ms`; they stay known as timed out.
+    pub fn expire(&mut self, now_ms: i64) -> Vec<(EntityHandle, Command)> {
+        let mut rollbacks = Vec::new();
+        for (id, txn) in &mut self.open {
+            if txn.timed_out || txn.deadline_ms > now_ms {
+                continue;
+            }
+            tracing::info!(txn = id, "transaction timed out: rolled back");
+            txn.timed_out = true;
+            txn.charge.release();
+            rollbacks.extend(txn.via.take().map(|via| (via, rollback(*id))));
+        }
+        rollbacks
+    }
+
+    /// The next deadline of an open transaction, in ms since the Unix epoch.
+    pub fn next_deadline_ms(&self) -> Option<i64> {
+        self.open
+            .values()
+            .filter(|txn| !txn.timed_out)
+            .map(|txn| txn.deadline_ms)
+            .min()
+    }
+
+    /// The connection ends: every open transaction is rolled back.
+    pub fn abandon_all(&mut self) -> Vec<(EntityHandle, Command)> {
+        self.open
+            .drain()
+            .filter_map(|(id, txn)| txn.via.map(|via| (via, rollback(id))))
+            .collect()
+    }
+
+    fn find(&mut self, txn_id: &[u8]) -> Result<(TxnId, &mut Txn), definitions::Error> {
+        let id = <[u8; 8]>::try_from(txn_id)
+            .map(TxnId::from_be_bytes)
+            .map_err(|_| unknown())?;
+        let txn = self.open.get_mut(&id).ok_or_else(unknown)?;
+        Ok((id, txn))
+    }
+}
+
+/// The rollback of `txn` at its via entity, with no answer wanted.
+fn rollback(txn: TxnId) -> Command {
+    Command::Discharge {
+        txn,
+        commit: false,
+        reply: None,
+    }
+}
+
+/// The wire `txn-id` of a transaction.
+pub fn wire_id(id: TxnId) -> Binary {
+    Binary::from(id.to_be_bytes().to_vec())
+}
+
+fn unknown() -> definitions::Error {
+    link::amqp_error(
+        TransactionError::UnknownId,
+        "Transaction hasn't been declared yet, or has already been discharged",
+    )
+}
+
+fn timed_out() -> definitions::Error {
+    link::amqp_error(
+        TransactionError::Timeout,
+        "the transaction took longer than its timeout and was rolled back",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::amqp::fixtures;
+
+    fn reply() -> (Ticket, EventSink) {
+        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        (
+            Ticket {
+                link: 1,
+                request: 2,
+            },
+            events,
+        )
+    }
+
+    fn condition(error: &definitions::Error) -> String {
+        format!("{:?}", error.condition)
+    }
+
+    #[test]
+    fn a_transaction_is_bound_to_the_first_entity_it_touches() {
+        let mut transactions = Transactions::new(Duration::from_secs(60), 1 << 20);
+        let id = transactions.declare(0).unwrap();
+        let wire = wire_id(id);
+        let queue = fixtures::entity(false);
+        assert_eq!(transactions.enlist(&wire, &queue, 1, 10).unwrap(), id);
+        let (mailbox, _) = tokio::sync::mpsc::channel(1);
+        let other = EntityHandle::new("other".into(), mailbox, Default::default(), None);
+        let refused = transactions.enlist(&wire, &other, 1, 10).unwrap_err();
+        assert_eq!(refused.description.as_deref(), Some(CROSS_ENTITY));
+        match transactions.discharge(&wire, false, reply()).unwrap() {
+            Discharging::Post(via, Command::Discharge { txn, commit, .. }) => {
+                assert_eq!((via.name(), txn, commit), ("q", id, true));
+            }
+            other => panic!("not posted to its via entity: {other:?}"),
+        }
+        let gone = transactions.discharge(&wire, false, reply()).unwrap_err();
+        assert!(condition(&gone).contains("UnknownId"), "{gone:?}");
+    }
+
+    #[test]
+    fn an_empty_transaction_is_discharged_at_once_and_bad_ids_are_unknown() {
+        let mut transactions = Transactions::new(Duration::from_secs(60), 1 << 20);
+        let id = transactions.declare(0).unwrap();
+        let done = transactions.discharge(&wire_id(id), true, reply()).unwrap();
+        assert!(matches!(done, Discharging::Done));
+        for bad in [&b"short"[..], &[0; 9][..], &u64::MAX.to_be_bytes()[..]] {
+            let error = transactions
+                .enlist(bad, &fixtures::entity(false), 1, 1)
+                .unwrap_err();
+            assert!(
+                condition(&error).contains("UnknownId"),
+                "{bad:?}: {error:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn operations_and_staged_bytes_are_bounded() {
+        let mut transactions = Transactions::new(Duration::from_secs(60), 1_000);
+        let queue = fixtures::entity(false);
+        let wire = wire_id(transactions.declare(0).unwrap());
+        transactions
+            .enlist(&wire, &queue, MAX_OPERATIONS - 1, 10)
+            .unwrap();
+        let over = transactions.enlist(&wire, &queue, 2, 10).unwrap_err();
+        assert!(condition(&over).contains("ResourceLimitExceeded"));
+        transactions.enlist(&wire, &queue, 1, 10).unwrap();
+        let other = wire_id(transactions.declare(0).unwrap());
+        let full = transactions.enlist(&other, &queue, 1, 990).unwrap_err();
+        assert!(
+            condition(&full).contains("ResourceLimitExceeded"),
+            "20 + 990 > 1000"
+        );
+        // Discharging gives the bytes back.
+        transactions.discharge(&wire, true, reply()).unwrap();
+        transactions.enlist(&other, &queue, 1, 990).unwrap();
+    }
+
+    #[test]
+    fn past_its_deadline_a_transaction_is_rolled_back_and_its_work_refused() {
+        let mut transactions = Transactions::new(Duration::from_millis(100), 1 << 20);
+        let wire = wire_id(transactions.declare(1_000).unwrap());
+        let idle = wire_id(transactions.declare(1_000).unwrap());
+        transactions
+            .enlist(&wire, &fixtures::entity(false), 1, 1)
+            .unwrap();
+        assert_eq!(transactions.next_deadline_ms(), Some(1_100));
+        assert!(transactions.expire(1_099).is_empty());
+        let rollbacks = transactions.expire(1_100);
+        assert!(
+            matches!(
+                &rollbacks[..],
+                [(
+                    _,
+                    Command::Discharge {
+                        commit: false,
+                        reply: None,
+                        ..
+                    }
+                )]
+            ),
+            "only the one with work has something to roll back"
+        );
+        assert_eq!(transactions.next_deadline_ms(), None);
+        let late = transactions
+            .enlist(&wire, &fixtures::entity(false), 1, 1)
+            .unwrap_err();
+        assert!(condition(&late).contains("Timeout"));
+        let discharge = transactions.discharge(&idle, false, reply()).unwrap_err();
+        assert!(condition(&discharge).contains("Timeout"));
+        let forgotten = transactions.discharge(&idle, false, reply()).unwrap_err();
+        assert!(
+            condition(&forgotten).contains("UnknownId"),
+            "refused once, then forgotten"
+        );
+    }
+
+    #[test]
+    fn a_connection_holds_a_bounded_number_and_its_end_rolls_them_back() {
+        let mut transactions = Transactions::new(Duration::from_millis(100), 1 << 20);
+        let queue = fixtures::entity(false);
+        let ids: Vec<TxnId> = (0..MAX_TRANSACTIONS)
+            .map(|_| transactions.declare(0).unwrap())
+            .collect();
+        assert!(transactions.declare(0).is_err(), "one more than the limit");
+        transactions.enlist(&wire_id(ids[0]), &queue, 1, 1).unwrap();
+        transactions.expire(100);
+        // The timed-out ones make room.
+        transactions.declare(200).unwrap();
+        let live = transactions.declare(200).unwrap();
+        transactions.enlist(&wire_id(live), &queue, 1, 1).unwrap();
+        let rollbacks = transactions.abandon_all();
+        assert!(matches!(
+            &rollbacks[..],
+            [(_, Command::Discharge { txn, commit: false, .. })] if *txn == live
+        ));
+    }
+}

@@ -34,6 +34,11 @@ pub struct BrokerMetrics {
     /// Storage failures (a write or a flush that failed; the entity or store stops
     /// acknowledging).
     pub storage_errors: Counter,
+    /// Transactions committed (their work applied and durable).
+    pub transactions_committed: Counter,
+    /// Transactions rolled back: by their client, by a failed commit, at their timeout, or
+    /// with their connection.
+    pub transactions_rolled_back: Counter,
 }
 
 static BROKER: LazyLock<BrokerMetrics> = LazyLock::new(|| BrokerMetrics {
@@ -47,6 +52,8 @@ static BROKER: LazyLock<BrokerMetrics> = LazyLock::new(|| BrokerMetrics {
     // 1 to 32,768 messages.
     flush_messages: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
     storage_errors: Counter::default(),
+    transactions_committed: Counter::default(),
+    transactions_rolled_back: Counter::default(),
 });
 
 /// The process's broker-wide metrics.
@@ -110,5 +117,16 @@ pub fn register(registry: &mut Registry) {
         "tidebus_storage_errors",
         "Storage failures since start",
         metrics.storage_errors.clone(),
+    );
+    registry.register(
+        "tidebus_transactions_committed",
+        "Transactions committed since start",
+        metrics.transactions_committed.clone(),
+    );
+    registry.register(
+        "tidebus_transactions_rolled_back",
+        "Transactions rolled back since start (by the client, a failed commit, the timeout, or \
+         the end of their connection)",
+        metrics.transactions_rolled_back.clone(),
     );
 }

@@ -15,6 +15,7 @@ use crate::amqp::transactions::{wire_id, Discharging, Transactions};
 use crate::encoding;
 use crate::entity::handle::{EntityError, EventSink, Ticket};
 use crate::message;
+use crate::metrics;
 
 /// A control message on the coordinator link.
 #[derive(Debug)]
@@ -68,8 +69,11 @@ pub fn control(
             };
             let fail = discharge.fail.unwrap_or(false);
             match transactions.discharge(&discharge.txn_id, fail, (ticket, events.clone())) {
-                Ok(Discharging::Done) => Ok(Some(DeliveryState::Accepted(Accepted {}))),
-                Ok(Discharging::Post(via, command)) => {
+                Ok(Discharging::Done(rollback)) => {
+                    out.posts.extend(rollback);
+                    Ok(Some(DeliveryState::Accepted(Accepted {})))
+                }
+                Ok(Discharging::Commit(via, command)) => {
                     out.posts.push((via, command));
                     Ok(None)
                 }
@@ -89,19 +93,26 @@ pub fn control(
     }
 }
 
-/// The via entity answered a discharge: `accepted`, or rejected with
-/// `amqp:transaction:rollback` and why the commit failed.
+/// The via entity answered a commit: `accepted`, or rejected with `amqp:transaction:rollback`
+/// and why the commit failed.
 pub fn on_discharged(ticket: Ticket, result: Result<(), EntityError>) -> Option<FrameBody> {
     let delivery_id = u32::try_from(ticket.request).ok()?;
+    let metrics = metrics::broker();
     Some(match result {
-        Ok(()) => outcome::settled_disposition(delivery_id, DeliveryState::Accepted(Accepted {})),
-        Err(error) => outcome::rejection(
-            delivery_id,
-            link::amqp_error(
-                TransactionError::Rollback,
-                format!("the transaction was rolled back: {error}"),
-            ),
-        ),
+        Ok(()) => {
+            metrics.transactions_committed.inc();
+            outcome::settled_disposition(delivery_id, DeliveryState::Accepted(Accepted {}))
+        }
+        Err(error) => {
+            metrics.transactions_rolled_back.inc();
+            outcome::rejection(
+                delivery_id,
+                link::amqp_error(
+                    TransactionError::Rollback,
+                    format!("the transaction was rolled back: {error}"),
+                ),
+            )
+        }
     })
 }
 

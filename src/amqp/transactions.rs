@@ -13,6 +13,7 @@ use foldhash::HashMap;
 use crate::amqp::link::{self, Charge, ReassemblyBudget};
 use crate::clock::millis;
 use crate::entity::handle::{Command, EntityHandle, EventSink, Ticket, TxnId};
+use crate::metrics;
 
 /// Most messages and settlements one transaction may hold (Service Bus's limit).
 pub const MAX_OPERATIONS: usize = 100;
@@ -45,10 +46,11 @@ struct Txn {
 /// What a discharge does.
 #[derive(Debug)]
 pub enum Discharging {
-    /// Nothing was staged: it is answered `accepted` at once.
-    Done,
-    /// Its via entity commits or rolls back; the answer follows.
-    Post(EntityHandle, Command),
+    /// Ended here, answered `accepted` at once: a rollback (posted to its via entity, if it
+    /// staged anything) or a commit of nothing.
+    Done(Option<(EntityHandle, Command)>),
+    /// A commit at its via entity; answered once it is durable (or failed).
+    Commit(EntityHandle, Command),
 }
 
 /// The transactions of one connection.
@@ -156,22 +158,31 @@ impl Transactions {
         reply: (Ticket, EventSink),
     ) -> Result<Discharging, definitions::Error> {
         let (id, txn) = self.find(txn_id)?;
-        if txn.timed_out {
-            self.open.remove(&id);
-            return Err(timed_out());
-        }
-        let Some(via) = txn.via.clone() else {
-            self.open.remove(&id);
-            return Ok(Discharging::Done);
-        };
+        let (timed_out_already, via) = (txn.timed_out, txn.via.clone());
         // Gone from the books now: later work on it is refused as unknown, as after any end.
         self.open.remove(&id);
-        let command = Command::Discharge {
-            txn: id,
-            commit: !fail,
-            reply: Some(reply),
-        };
-        Ok(Discharging::Post(via, command))
+        if timed_out_already {
+            return Err(timed_out());
+        }
+        let metrics = metrics::broker();
+        match (via, fail) {
+            (Some(via), false) => {
+                let command = Command::Discharge {
+                    txn: id,
+                    commit: true,
+                    reply: Some(reply),
+                };
+                Ok(Discharging::Commit(via, command))
+            }
+            (via, true) => {
+                metrics.transactions_rolled_back.inc();
+                Ok(Discharging::Done(via.map(|via| (via, rollback(id)))))
+            }
+            (None, false) => {
+                metrics.transactions_committed.inc();
+                Ok(Discharging::Done(None))
+            }
+        }
     }
 
     /// Rolls back, at their via entities, the transactions whose deadline has passed by
@@ -183,6 +194,7 @@ impl Transactions {
                 continue;
             }
             tracing::info!(txn = id, "transaction timed out: rolled back");
+            metrics::broker().transactions_rolled_back.inc();
             txn.timed_out = true;
             txn.charge.release();
             rollbacks.extend(txn.via.take().map(|via| (via, rollback(*id))));
@@ -201,9 +213,15 @@ impl Transactions {
 
     /// The connection ends: every open transaction is rolled back.
     pub fn abandon_all(&mut self) -> Vec<(EntityHandle, Command)> {
+        let metrics = metrics::broker();
         self.open
             .drain()
-            .filter_map(|(id, txn)| txn.via.map(|via| (via, rollback(id))))
+            .filter_map(|(id, txn)| {
+                if !txn.timed_out {
+                    metrics.transactions_rolled_back.inc();
+                }
+                txn.via.map(|via| (via, rollback(id)))
+            })
             .collect()
     }
 
@@ -276,7 +294,7 @@ mod tests {
         let refused = transactions.enlist(&wire, &other, 1, 10).unwrap_err();
         assert_eq!(refused.description.as_deref(), Some(CROSS_ENTITY));
         match transactions.discharge(&wire, false, reply()).unwrap() {
-            Discharging::Post(via, Command::Discharge { txn, commit, .. }) => {
+            Discharging::Commit(via, Command::Discharge { txn, commit, .. }) => {
                 assert_eq!((via.name(), txn, commit), ("q", id, true));
             }
             other => panic!("not posted to its via entity: {other:?}"),
@@ -290,7 +308,30 @@ mod tests {
         let mut transactions = Transactions::new(Duration::from_secs(60), 1 << 20);
         let id = transactions.declare(0).unwrap();
         let done = transactions.discharge(&wire_id(id), true, reply()).unwrap();
-        assert!(matches!(done, Discharging::Done));
+        assert!(
+            matches!(done, Discharging::Done(None)),
+            "nothing to roll back anywhere"
+        );
+        let queue = fixtures::entity(false);
+        let staged = transactions.declare(0).unwrap();
+        transactions.enlist(&wire_id(staged), &queue, 1, 1).unwrap();
+        let rolled = transactions
+            .discharge(&wire_id(staged), true, reply())
+            .unwrap();
+        assert!(
+            matches!(
+                rolled,
+                Discharging::Done(Some((
+                    _,
+                    Command::Discharge {
+                        commit: false,
+                        reply: None,
+                        ..
+                    }
+                )))
+            ),
+            "a rollback is answered at once and posted to its via entity"
+        );
         for bad in [&b"short"[..], &[0; 9][..], &u64::MAX.to_be_bytes()[..]] {
             let error = transactions
                 .enlist(bad, &fixtures::entity(false), 1, 1)

@@ -80,6 +80,7 @@ fn rejected_condition(outcome: &Outcome) -> ErrorCondition {
 async fn committed_sends_appear_at_the_commit_with_numbers_after_what_came_before() {
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
     let mut client = Client::open(broker.addr, "q").await;
+    let committed = tidebus::metrics::broker().transactions_committed.get();
     let txn = declare(&client.controller).await;
     for body in ["in-txn-1", "in-txn-2"] {
         let outcome = timeout(DEADLINE, txn.post(&mut client.sender, body))
@@ -114,6 +115,8 @@ async fn committed_sends_appear_at_the_commit_with_numbers_after_what_came_befor
         [seqs[0], seqs[0] + 1, seqs[0] + 2],
         "numbered at the commit, gap-free"
     );
+    // Counted (other tests of this process may count too).
+    assert!(tidebus::metrics::broker().transactions_committed.get() > committed);
     client.close().await;
     broker.stop().await;
 }
@@ -123,6 +126,7 @@ async fn a_rolled_back_transaction_leaves_no_trace_and_no_gap() {
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
     let mut client = Client::open(broker.addr, "q").await;
     client.sender.send("before").await.expect("send");
+    let rolled_back = tidebus::metrics::broker().transactions_rolled_back.get();
     let txn = declare(&client.controller).await;
     txn.post(&mut client.sender, "rolled-back")
         .await
@@ -143,6 +147,7 @@ async fn a_rolled_back_transaction_leaves_no_trace_and_no_gap() {
         sequence_number(&before) + 1,
         "a rolled-back send takes no number"
     );
+    assert!(tidebus::metrics::broker().transactions_rolled_back.get() > rolled_back);
     client.close().await;
     broker.stop().await;
 }

@@ -302,6 +302,44 @@ async fn work_on_a_second_entity_and_past_100_operations_is_refused() {
     broker.stop().await;
 }
 
+/// What a connection's open transactions stage is bounded: 16 messages of the largest size.
+/// Past it a send is refused, the transaction goes on, and its commit applies what it holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staged_messages_are_bounded_per_connection() {
+    let mut config = config_with_queues(&["q"]);
+    config.broker.max_message_size = 64 * 1024;
+    let broker = TestBroker::start(config).await;
+    let mut client = Client::open(broker.addr, "q").await;
+    let txn = declare(&client.controller).await;
+    let body = "x".repeat(60 * 1024);
+    let mut staged = 0;
+    let refused = loop {
+        let outcome = txn
+            .post(&mut client.sender, body.clone())
+            .await
+            .expect("post");
+        match outcome {
+            Outcome::Accepted(_) => staged += 1,
+            other => break other,
+        }
+        assert!(
+            staged * body.len() <= 16 * 64 * 1024,
+            "{staged} staged: past the bound"
+        );
+    };
+    assert_eq!(
+        rejected_condition(&refused),
+        ErrorCondition::AmqpError(AmqpError::ResourceLimitExceeded)
+    );
+    assert_eq!(staged, 17, "as many as 16 × 64 KiB holds");
+    txn.commit().await.expect("commit");
+    for _ in 0..staged {
+        assert_eq!(client.take().await.len(), body.len());
+    }
+    client.close().await;
+    broker.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_that_closes_commits_none_of_its_open_transactions() {
     let broker = TestBroker::start(config_with_queues(&["q"])).await;

@@ -77,6 +77,10 @@ pub mod condition {
     pub const UNAUTHORIZED_ACCESS: &str = "amqp:unauthorized-access";
     /// No session became available in time.
     pub const TIMEOUT: &str = "com.microsoft:timeout";
+    /// The transaction a request names is not known (never declared, or ended).
+    pub const TRANSACTION_UNKNOWN_ID: &str = "amqp:transaction:unknown-id";
+    /// The transaction a request names ran past its timeout and was rolled back.
+    pub const TRANSACTION_TIMEOUT: &str = "amqp:transaction:timeout";
     /// The entity's status refuses the operation (Service Bus's `MessagingEntityDisabled`).
     pub const ENTITY_DISABLED: &str = "com.microsoft:entity-disabled";
 }

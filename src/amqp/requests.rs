@@ -6,16 +6,20 @@ use foldhash::HashMap;
 use std::collections::VecDeque;
 
 use bytes::Bytes;
-use fe2o3_amqp::types::definitions::AmqpError;
+use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
 use fe2o3_amqp::types::messaging::{Accepted, DeliveryState, MessageId};
 use fe2o3_amqp::types::performatives::Flow;
+use fe2o3_amqp::types::primitives::Binary;
+use fe2o3_amqp::types::transaction::TransactionError;
 
 use crate::amqp::link::{self, Charge, Link, LinkKind, Replies, Whole};
 use crate::amqp::outbox::{Context, Fault, Outbox};
 use crate::amqp::outcome;
+use crate::amqp::transactions::Transactions;
 use crate::clock;
-use crate::entity::handle::{Command, EntityError, Ticket};
+use crate::entity::handle::{Command, EntityError, EntityHandle, LaneId, Ticket, TxnId, Work};
 use crate::entity::operation::Answer;
+use crate::entity::operation::Operation;
 use crate::node::management;
 use crate::node::response::{Response, Style};
 use crate::node::{router, Node};
@@ -31,8 +35,8 @@ pub struct Request {
     pub address: Option<String>,
     /// The encoded request message.
     pub bytes: Bytes,
-    /// Whether its transfer named a transaction.
-    pub in_transaction: bool,
+    /// The transaction its transfer named, if any.
+    pub txn: Option<Binary>,
 }
 
 impl Request {
@@ -41,14 +45,18 @@ impl Request {
     pub fn accept(node: Node, address: Option<String>, whole: Whole, out: &mut Outbox) -> Self {
         if !whole.settled {
             let accepted = DeliveryState::Accepted(Accepted {});
+            let state = match &whole.txn {
+                Some(txn) => outcome::transactional(txn.clone(), accepted),
+                None => accepted,
+            };
             out.frames
-                .push(outcome::settled_disposition(whole.delivery_id, accepted));
+                .push(outcome::settled_disposition(whole.delivery_id, state));
         }
         Request {
             node,
             address,
             bytes: whole.bytes,
-            in_transaction: whole.txn.is_some(),
+            txn: whole.txn,
         }
     }
 }
@@ -162,22 +170,18 @@ impl Requests {
             }
             Node::Management(entity, lane) => {
                 let address = request.address.as_deref().unwrap_or_default();
-                match management::parse(&decoded).and_then(|operation| {
-                    if request.in_transaction {
-                        return Err(Response::error(
-                            501,
-                            wire::condition::NOT_IMPLEMENTED,
-                            "management operations inside a transaction are not supported yet; \
-                             settle through the receive link",
-                        ));
-                    }
+                let checked = management::parse(&decoded).and_then(|operation| {
                     let rights = management::rights_of(&operation);
                     ctx.access
                         .check(address, rights, clock::now_ms())
                         .map_err(management::unauthorized)?;
-                    Ok(operation)
-                }) {
-                    Ok(operation) => {
+                    match &request.txn {
+                        None => Ok(Performed::Now(operation)),
+                        Some(txn) => staged(operation, *lane, txn, entity, ctx.transactions),
+                    }
+                });
+                match checked {
+                    Ok(performed) => {
                         let number = self.next_request;
                         self.next_request += 1;
                         self.correlations.insert(number, decoded.message_id);
@@ -185,14 +189,20 @@ impl Requests {
                             link: reply_link,
                             request: number,
                         };
-                        out.posts.push((
-                            entity.clone(),
-                            Command::Manage {
+                        let reply = (ticket, ctx.events.clone());
+                        let command = match performed {
+                            Performed::Now(operation) => Command::Manage {
                                 lane: *lane,
                                 operation: Box::new(operation),
-                                reply: (ticket, ctx.events.clone()),
+                                reply,
                             },
-                        ));
+                            Performed::Staged(txn, work) => Command::Stage {
+                                txn,
+                                work,
+                                reply: Some(reply),
+                            },
+                        };
+                        out.posts.push((entity.clone(), command));
                         return None;
                     }
                     Err(response) => response,
@@ -224,6 +234,60 @@ impl Requests {
     /// `bytes` of answers left for the socket, or went with their link.
     pub fn gone(&mut self, bytes: u64) {
         self.answers_waiting -= bytes;
+    }
+}
+
+/// How a management operation is performed at its entity.
+enum Performed {
+    /// At once.
+    Now(Operation),
+    /// Staged in a transaction, applied at its commit.
+    Staged(TxnId, Work),
+}
+
+/// A management operation inside the transaction `txn` names: `update-disposition` is staged
+/// there (the locks are checked now, the settlement applied at the commit); no other operation
+/// may be part of a transaction here.
+fn staged(
+    operation: Operation,
+    lane: LaneId,
+    txn: &Binary,
+    entity: &EntityHandle,
+    transactions: &mut Transactions,
+) -> Result<Performed, Response> {
+    let Operation::UpdateDisposition { tokens, settlement } = operation else {
+        return Err(Response::error(
+            501,
+            wire::condition::NOT_IMPLEMENTED,
+            "only update-disposition may be part of a transaction here; schedule and the other \
+             operations are not supported inside one yet",
+        ));
+    };
+    let txn = transactions
+        .enlist(txn, entity, tokens.len(), 0)
+        .map_err(|error| {
+            let description = error.description.unwrap_or_default();
+            Response::error(400, transaction_condition(&error.condition), description)
+        })?;
+    let work = Work::SettleByToken {
+        lane,
+        tokens,
+        settlement,
+    };
+    Ok(Performed::Staged(txn, work))
+}
+
+/// The condition a management response names for a transaction's refusal.
+fn transaction_condition(condition: &ErrorCondition) -> &'static str {
+    match condition {
+        ErrorCondition::TransactionError(TransactionError::UnknownId) => {
+            wire::condition::TRANSACTION_UNKNOWN_ID
+        }
+        ErrorCondition::TransactionError(_) => wire::condition::TRANSACTION_TIMEOUT,
+        ErrorCondition::AmqpError(AmqpError::ResourceLimitExceeded) => {
+            wire::condition::RESOURCE_LIMIT_EXCEEDED
+        }
+        _ => wire::condition::NOT_ALLOWED,
     }
 }
 

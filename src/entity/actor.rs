@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
+use uuid::Uuid;
 
 use crate::clock::{millis, now_ms};
 use crate::config::{EntityStatus, SubscriptionConfig};
@@ -521,8 +522,43 @@ impl Actor {
                     .collect();
                 reply.map(|(ticket, events)| (events, EntityEvent::Settled { ticket, results }))
             }
+            Work::SettleByToken {
+                lane,
+                tokens,
+                settlement,
+            } => {
+                let result = self.stage_by_token(txn, lane, tokens, &settlement);
+                reply.map(|(ticket, events)| (events, EntityEvent::Managed { ticket, result }))
+            }
         };
         self.answers.extend(answer);
+    }
+
+    /// Stages `update-disposition` in a transaction: every token must name a lock that lasts,
+    /// else nothing is staged.
+    fn stage_by_token(
+        &mut self,
+        txn: TxnId,
+        lane: LaneId,
+        tokens: Vec<Uuid>,
+        settlement: &Settlement,
+    ) -> Result<Answer, EntityError> {
+        let queue = self.core.lane(lane)?;
+        let locks = tokens
+            .into_iter()
+            .map(|token| queue.lock_of(token).ok_or(EntityError::LockLost))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (consumer, lock) in locks {
+            let settlement = settlement.clone();
+            let staged = StagedSettlement {
+                lane,
+                consumer,
+                lock,
+                settlement,
+            };
+            self.staging.settle(txn, staged);
+        }
+        Ok(Answer::Done)
     }
 
     /// The lane of a message `consumer` holds locked under `lock`.

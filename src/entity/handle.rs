@@ -21,6 +21,7 @@ pub use crate::entity::terms::{
     Settlement, Ticket, TxnId,
 };
 use crate::message::Arrival;
+use uuid::Uuid;
 
 /// Where an entity sends its answers for one connection.
 ///
@@ -377,6 +378,16 @@ pub enum Work {
         /// The messages and what to do with each.
         items: Vec<(LockRef, Settlement)>,
     },
+    /// Settle locked messages by their lock tokens, whoever holds them (`update-disposition`):
+    /// answered as the management operation is (`Managed`).
+    SettleByToken {
+        /// Their lane.
+        lane: LaneId,
+        /// The lock tokens.
+        tokens: Vec<Uuid>,
+        /// What to do with them.
+        settlement: Settlement,
+    },
 }
 
 impl Work {
@@ -390,6 +401,10 @@ impl Work {
             Work::Settle { items, .. } => EntityEvent::Settled {
                 ticket,
                 results: items.iter().map(|_| Err(error.clone())).collect(),
+            },
+            Work::SettleByToken { .. } => EntityEvent::Managed {
+                ticket,
+                result: Err(error.clone()),
             },
         }
     }

@@ -1061,6 +1061,13 @@ impl QueueCore {
         })
     }
 
+    /// The holder and the message of a lock token, while the lock lasts.
+    pub fn lock_of(&self, token: Uuid) -> Option<(ConsumerId, LockRef)> {
+        let seq = *self.tokens.get(&token)?;
+        let holder = self.lock_holder(seq)?;
+        Some((holder, LockRef { seq, token }))
+    }
+
     /// Whether `consumer` holds the lock `lock` names (a transaction settles it later).
     pub fn holds(&self, consumer: ConsumerId, lock: LockRef) -> bool {
         self.messages

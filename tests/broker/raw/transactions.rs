@@ -3,7 +3,7 @@
 //! with no capabilities, `declare`, a transactional send, a transactional completion, and
 //! `discharge`.
 
-use fe2o3_amqp::types::messaging::{AmqpValue, DistributionMode, Outcome};
+use fe2o3_amqp::types::messaging::{AmqpValue, Body, DistributionMode, Outcome};
 use fe2o3_amqp::types::transaction::{
     Coordinator, Declare, Declared, Discharge, TransactionId, TransactionalState,
 };
@@ -132,31 +132,112 @@ async fn the_dotnet_sdks_transaction_commits_a_send_and_a_completion_together() 
     broker.stop().await;
 }
 
-/// A management request inside a transaction is refused (not yet supported), rather than
-/// applied outside it.
+/// An `update-disposition` request (`com.microsoft:update-disposition`, `completed`) for one
+/// lock token, answered on `reply_to`.
+fn complete_request(id: u64, reply_to: &str, token: uuid::Uuid) -> Bytes {
+    let properties = Properties::builder()
+        .message_id(id)
+        .reply_to(reply_to.to_owned())
+        .build();
+    let application = ApplicationProperties::builder()
+        .insert(
+            "operation",
+            SimpleValue::String("com.microsoft:update-disposition".into()),
+        )
+        .build();
+    let mut body = fe2o3_amqp::types::primitives::OrderedMap::new();
+    body.insert(
+        Value::String("disposition-status".into()),
+        Value::String("completed".into()),
+    );
+    let tokens = vec![Value::Uuid(token.into_bytes().into())];
+    body.insert(
+        Value::String("lock-tokens".into()),
+        Value::Array(fe2o3_amqp::types::primitives::Array(tokens)),
+    );
+    let mut bytes = serde_amqp::to_vec(&properties).expect("properties");
+    bytes.extend(serde_amqp::to_vec(&application).expect("application properties"));
+    bytes.extend(serde_amqp::to_vec(&AmqpValue(Value::Map(body))).expect("body"));
+    Bytes::from(bytes)
+}
+
+/// A management request inside a transaction: `update-disposition` is staged (answered 200,
+/// applied at the commit); any other operation is refused (501) rather than run outside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_management_request_inside_a_transaction_is_refused_not_applied_outside_it() {
+async fn update_disposition_in_a_transaction_applies_at_the_commit_and_others_are_refused() {
     let broker = broker(&["q"], |_| {}).await;
     let mut client = RawClient::connect(broker.addr, 1 << 20).await;
+    client.attach_sender(4, "q").await;
+    let receiver = client
+        .attach_receiver(5, "q", ReceiverSettleMode::First)
+        .await;
     let replies = client
         .attach_receiver(2, "q/$management", ReceiverSettleMode::First)
         .await;
     client.attach_sender(1, "q/$management").await;
     client.attach_controller(0).await;
+    for id in ["work", "marker"] {
+        let sent = client.send_message(4, message(id, 10)).await;
+        client.send_outcome(sent).await;
+    }
+    client.flow(5, 0, 1, false).await;
+    let (work, _) = client.delivery(receiver).await;
+    let tag = work.delivery_tag.expect("a lock token");
+    let token = uuid::Uuid::from_slice_le(tag.as_ref()).expect("a 16-byte tag");
     let declare = client
         .send_message(0, control(Declare { global_id: None }))
         .await;
     let DeliveryState::Declared(Declared { txn_id }) = client.send_outcome(declare).await else {
         panic!("not declared");
     };
-    let state = Some(in_txn(&txn_id, None));
-    let request = client
-        .send_in_state(1, peek_request(7, "receiver-2", 1), state)
+    let state = || Some(in_txn(&txn_id, None));
+    let refused = client
+        .send_in_state(1, peek_request(7, "receiver-2", 1), state())
         .await;
-    client.send_outcome(request).await;
-    client.flow(2, 0, 1, false).await;
+    client.send_outcome(refused).await;
+    let completed = client
+        .send_in_state(1, complete_request(8, "receiver-2", token), state())
+        .await;
+    client.send_outcome(completed).await;
+    client.flow(2, 0, 2, false).await;
+    for want in [501, 200] {
+        let (_, answer) = client.delivery(replies).await;
+        let (_, status) = answer_status(&answer);
+        assert_eq!(status, Some(SimpleValue::Int(want)));
+    }
+    let discharge = Discharge {
+        txn_id,
+        fail: Some(false),
+    };
+    let discharged = client.send_message(0, control(discharge)).await;
+    assert!(matches!(
+        client.send_outcome(discharged).await,
+        DeliveryState::Accepted(_)
+    ));
+    // Completed at the commit: after it, a peek from the start finds only the marker.
+    let peek = client
+        .send_message(1, peek_request(9, "receiver-2", 10))
+        .await;
+    client.send_outcome(peek).await;
+    client.flow(2, 2, 1, false).await;
     let (_, answer) = client.delivery(replies).await;
-    let (_, status) = answer_status(&answer);
-    assert_eq!(status, Some(SimpleValue::Int(501)));
+    let (message, _) = answer_status(&answer);
+    let Body::Value(AmqpValue(Value::Map(body))) = message.body else {
+        panic!("the answer's body is a map");
+    };
+    let Some(Value::List(peeked)) = body.get(&Value::String("messages".into())) else {
+        panic!("no messages peeked: {body:?}");
+    };
+    let ids: Vec<String> = peeked
+        .iter()
+        .map(|entry| match entry {
+            Value::Map(entry) => match entry.get(&Value::String("message".into())) {
+                Some(Value::Binary(bytes)) => id_and_count(&Bytes::copy_from_slice(bytes)).0,
+                other => panic!("no message bytes: {other:?}"),
+            },
+            other => panic!("not a map: {other:?}"),
+        })
+        .collect();
+    assert_eq!(ids, ["marker"], "the work was completed at the commit");
     broker.stop().await;
 }

@@ -246,8 +246,9 @@ enum Performed {
 }
 
 /// A management operation inside the transaction `txn` names: `update-disposition` is staged
-/// there (the locks are checked now, the settlement applied at the commit); no other operation
-/// may be part of a transaction here.
+/// there (the locks are checked now, the settlement applied at the commit); `renew-lock` is
+/// performed at once (a renewal has nothing to commit or undo); no other operation may be part
+/// of a transaction here.
 fn staged(
     operation: Operation,
     lane: LaneId,
@@ -255,12 +256,15 @@ fn staged(
     entity: &EntityHandle,
     transactions: &mut Transactions,
 ) -> Result<Performed, Response> {
+    if let Operation::RenewLock { .. } = operation {
+        return Ok(Performed::Now(operation));
+    }
     let Operation::UpdateDisposition { tokens, settlement } = operation else {
         return Err(Response::error(
             501,
             wire::condition::NOT_IMPLEMENTED,
-            "only update-disposition may be part of a transaction here; schedule and the other \
-             operations are not supported inside one yet",
+            "only update-disposition and renew-lock may be part of a transaction here; \
+             schedule-message and the other operations are not supported inside one yet",
         ));
     };
     let txn = transactions

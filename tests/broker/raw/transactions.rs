@@ -132,24 +132,27 @@ async fn the_dotnet_sdks_transaction_commits_a_send_and_a_completion_together() 
     broker.stop().await;
 }
 
-/// An `update-disposition` request (`com.microsoft:update-disposition`, `completed`) for one
-/// lock token, answered on `reply_to`.
-fn complete_request(id: u64, reply_to: &str, token: uuid::Uuid) -> Bytes {
+/// A request naming one lock token, answered on `reply_to`: `update-disposition` with
+/// `completed` when `complete`, else `renew-lock`.
+fn lock_request(id: u64, reply_to: &str, token: uuid::Uuid, complete: bool) -> Bytes {
+    let operation = match complete {
+        true => "com.microsoft:update-disposition",
+        false => "com.microsoft:renew-lock",
+    };
     let properties = Properties::builder()
         .message_id(id)
         .reply_to(reply_to.to_owned())
         .build();
     let application = ApplicationProperties::builder()
-        .insert(
-            "operation",
-            SimpleValue::String("com.microsoft:update-disposition".into()),
-        )
+        .insert("operation", SimpleValue::String(operation.into()))
         .build();
     let mut body = fe2o3_amqp::types::primitives::OrderedMap::new();
-    body.insert(
-        Value::String("disposition-status".into()),
-        Value::String("completed".into()),
-    );
+    if complete {
+        body.insert(
+            Value::String("disposition-status".into()),
+            Value::String("completed".into()),
+        );
+    }
     let tokens = vec![Value::Uuid(token.into_bytes().into())];
     body.insert(
         Value::String("lock-tokens".into()),
@@ -162,9 +165,11 @@ fn complete_request(id: u64, reply_to: &str, token: uuid::Uuid) -> Bytes {
 }
 
 /// A management request inside a transaction: `update-disposition` is staged (answered 200,
-/// applied at the commit); any other operation is refused (501) rather than run outside it.
+/// applied at the commit), `renew-lock` performed at once; any other operation is refused (501)
+/// rather than run outside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn update_disposition_in_a_transaction_applies_at_the_commit_and_others_are_refused() {
+async fn update_disposition_in_a_transaction_applies_at_the_commit_renew_lock_at_once_and_others_are_refused(
+) {
     let broker = broker(&["q"], |_| {}).await;
     let mut client = RawClient::connect(broker.addr, 1 << 20).await;
     client.attach_sender(4, "q").await;
@@ -195,12 +200,16 @@ async fn update_disposition_in_a_transaction_applies_at_the_commit_and_others_ar
         .send_in_state(1, peek_request(7, "receiver-2", 1), state())
         .await;
     client.send_outcome(refused).await;
+    let renewed = client
+        .send_in_state(1, lock_request(8, "receiver-2", token, false), state())
+        .await;
+    client.send_outcome(renewed).await;
     let completed = client
-        .send_in_state(1, complete_request(8, "receiver-2", token), state())
+        .send_in_state(1, lock_request(10, "receiver-2", token, true), state())
         .await;
     client.send_outcome(completed).await;
-    client.flow(2, 0, 2, false).await;
-    for want in [501, 200] {
+    client.flow(2, 0, 3, false).await;
+    for want in [501, 200, 200] {
         let (_, answer) = client.delivery(replies).await;
         let (_, status) = answer_status(&answer);
         assert_eq!(status, Some(SimpleValue::Int(want)));
@@ -219,7 +228,7 @@ async fn update_disposition_in_a_transaction_applies_at_the_commit_and_others_ar
         .send_message(1, peek_request(9, "receiver-2", 10))
         .await;
     client.send_outcome(peek).await;
-    client.flow(2, 2, 1, false).await;
+    client.flow(2, 3, 1, false).await;
     let (_, answer) = client.delivery(replies).await;
     let (message, _) = answer_status(&answer);
     let Body::Value(AmqpValue(Value::Map(body))) = message.body else {

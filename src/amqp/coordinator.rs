@@ -11,7 +11,7 @@ use fe2o3_amqp::types::transaction::{Declare, Declared, Discharge, TransactionEr
 use crate::amqp::link::{self, Whole};
 use crate::amqp::outbox::Outbox;
 use crate::amqp::outcome;
-use crate::amqp::transactions::{wire_id, Discharging, Transactions};
+use crate::amqp::transactions::{self, wire_id, Discharging, Transactions};
 use crate::encoding;
 use crate::entity::handle::{EntityError, EventSink, Ticket};
 use crate::message;
@@ -68,7 +68,8 @@ pub fn control(
                 request: u64::from(delivery_id),
             };
             let fail = discharge.fail.unwrap_or(false);
-            match transactions.discharge(&discharge.txn_id, fail, (ticket, events.clone())) {
+            let reply = (ticket, events.clone());
+            match transactions.discharge(&discharge.txn_id, fail, reply, now_ms) {
                 Ok(Discharging::Done(rollback)) => {
                     out.posts.extend(rollback);
                     Ok(Some(DeliveryState::Accepted(Accepted {})))
@@ -76,6 +77,10 @@ pub fn control(
                 Ok(Discharging::Commit(via, command)) => {
                     out.posts.push((via, command));
                     Ok(None)
+                }
+                Ok(Discharging::TimedOut(rollback)) => {
+                    out.posts.extend(rollback);
+                    Err(transactions::timed_out())
                 }
                 Err(error) => Err(error),
             }

@@ -12,6 +12,7 @@ use crate::amqp::link::{self, Incoming, Partial, ReassemblyBudget, Whole, SENDER
 use crate::amqp::outbox::{Fault, Outbox};
 use crate::amqp::outcome;
 use crate::amqp::transactions::Transactions;
+use crate::clock;
 use crate::entity::handle::{Command, EntityHandle, EventSink, Ticket, Work};
 use crate::message::{self, BATCH_MESSAGE_FORMAT};
 
@@ -186,7 +187,10 @@ pub fn send(
         })
         .and_then(|messages| {
             let txn = match &whole.txn {
-                Some(txn) => Some(transactions.enlist(txn, &entity, messages.len(), bytes)?),
+                Some(txn) => {
+                    let work = (messages.len(), bytes);
+                    Some(transactions.enlist(txn, &entity, work, clock::now_ms())?)
+                }
                 None => None,
             };
             Ok((messages, txn))
@@ -479,7 +483,7 @@ mod tests {
         let (events, _) = tokio::sync::mpsc::unbounded_channel();
         let mut out = Outbox::default();
         let mut transactions = Transactions::new(Duration::from_secs(60), 1 << 20);
-        let txn = transactions.declare(0).unwrap();
+        let txn = transactions.declare(clock::now_ms()).unwrap();
         let whole = |txn: u64| Whole {
             delivery_id: 4,
             settled: false,

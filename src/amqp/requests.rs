@@ -268,7 +268,7 @@ fn staged(
         ));
     };
     let txn = transactions
-        .enlist(txn, entity, tokens.len(), 0)
+        .enlist(txn, entity, (tokens.len(), 0), clock::now_ms())
         .map_err(|error| {
             let description = error.description.unwrap_or_default();
             Response::error(400, transaction_condition(&error.condition), description)

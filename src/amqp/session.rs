@@ -375,17 +375,19 @@ impl Session {
                     items,
                     reply,
                 },
-                Some(txn) => match transactions.enlist(txn, &entity, items.len(), 0) {
-                    Ok(txn) => Command::Stage {
-                        txn,
-                        work: Work::Settle { consumer, items },
-                        reply,
-                    },
-                    Err(error) => {
-                        self.ledger.refuse(settling.request, txn, &error, out);
-                        continue;
+                Some(txn) => {
+                    match transactions.enlist(txn, &entity, (items.len(), 0), clock::now_ms()) {
+                        Ok(txn) => Command::Stage {
+                            txn,
+                            work: Work::Settle { consumer, items },
+                            reply,
+                        },
+                        Err(error) => {
+                            self.ledger.refuse(settling.request, txn, &error, out);
+                            continue;
+                        }
                     }
-                },
+                }
             };
             out.posts.push((entity, command));
         }

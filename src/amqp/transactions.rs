@@ -51,6 +51,9 @@ pub enum Discharging {
     Done(Option<(EntityHandle, Command)>),
     /// A commit at its via entity; answered once it is durable (or failed).
     Commit(EntityHandle, Command),
+    /// Refused as timed out: rolled back at its deadline, or now (posted to its via entity),
+    /// when its deadline passed before the timer came.
+    TimedOut(Option<(EntityHandle, Command)>),
 }
 
 /// The transactions of one connection.
@@ -111,11 +114,12 @@ impl Transactions {
         &mut self,
         txn_id: &[u8],
         entity: &EntityHandle,
-        operations: usize,
-        bytes: u64,
+        (operations, bytes): (usize, u64),
+        now_ms: i64,
     ) -> Result<TxnId, definitions::Error> {
         let (id, txn) = self.find(txn_id)?;
-        if txn.timed_out {
+        // Past its deadline it is refused even before the timer rolls it back.
+        if txn.timed_out || txn.deadline_ms <= now_ms {
             return Err(timed_out());
         }
         if txn
@@ -146,23 +150,29 @@ impl Transactions {
         Ok(id)
     }
 
-    /// Discharges the transaction `txn_id` names: committed (unless `fail`) or rolled back.
+    /// Discharges the transaction `txn_id` names: committed (unless `fail`) or rolled back;
+    /// one past its deadline is refused as timed out (and forgotten).
     ///
     /// # Errors
-    /// `amqp:transaction:unknown-id`, or `amqp:transaction:timeout` for one rolled back at
-    /// its deadline (it is forgotten then).
+    /// `amqp:transaction:unknown-id`.
     pub fn discharge(
         &mut self,
         txn_id: &[u8],
         fail: bool,
         reply: (Ticket, EventSink),
+        now_ms: i64,
     ) -> Result<Discharging, definitions::Error> {
         let (id, txn) = self.find(txn_id)?;
-        let (timed_out_already, via) = (txn.timed_out, txn.via.clone());
+        let (timed_out_already, expired) = (txn.timed_out, txn.deadline_ms <= now_ms);
+        let via = txn.via.clone();
         // Gone from the books now: later work on it is refused as unknown, as after any end.
         self.open.remove(&id);
         if timed_out_already {
-            return Err(timed_out());
+            return Ok(Discharging::TimedOut(None));
+        }
+        if expired {
+            metrics::broker().transactions_rolled_back.inc();
+            return Ok(Discharging::TimedOut(via.map(|via| (via, rollback(id)))));
         }
         let metrics = metrics::broker();
         match (via, fail) {
@@ -255,7 +265,8 @@ fn unknown() -> definitions::Error {
     )
 }
 
-fn timed_out() -> definitions::Error {
+/// `amqp:transaction:timeout`, for a transaction past its deadline.
+pub fn timed_out() -> definitions::Error {
     link::amqp_error(
         TransactionError::Timeout,
         "the transaction took longer than its timeout and was rolled back",
@@ -288,18 +299,20 @@ mod tests {
         let id = transactions.declare(0).unwrap();
         let wire = wire_id(id);
         let queue = fixtures::entity(false);
-        assert_eq!(transactions.enlist(&wire, &queue, 1, 10).unwrap(), id);
+        assert_eq!(transactions.enlist(&wire, &queue, (1, 10), 0).unwrap(), id);
         let (mailbox, _) = tokio::sync::mpsc::channel(1);
         let other = EntityHandle::new("other".into(), mailbox, Default::default(), None);
-        let refused = transactions.enlist(&wire, &other, 1, 10).unwrap_err();
+        let refused = transactions.enlist(&wire, &other, (1, 10), 0).unwrap_err();
         assert_eq!(refused.description.as_deref(), Some(CROSS_ENTITY));
-        match transactions.discharge(&wire, false, reply()).unwrap() {
+        match transactions.discharge(&wire, false, reply(), 0).unwrap() {
             Discharging::Commit(via, Command::Discharge { txn, commit, .. }) => {
                 assert_eq!((via.name(), txn, commit), ("q", id, true));
             }
             other => panic!("not posted to its via entity: {other:?}"),
         }
-        let gone = transactions.discharge(&wire, false, reply()).unwrap_err();
+        let gone = transactions
+            .discharge(&wire, false, reply(), 0)
+            .unwrap_err();
         assert!(condition(&gone).contains("UnknownId"), "{gone:?}");
     }
 
@@ -307,16 +320,20 @@ mod tests {
     fn an_empty_transaction_is_discharged_at_once_and_bad_ids_are_unknown() {
         let mut transactions = Transactions::new(Duration::from_secs(60), 1 << 20);
         let id = transactions.declare(0).unwrap();
-        let done = transactions.discharge(&wire_id(id), true, reply()).unwrap();
+        let done = transactions
+            .discharge(&wire_id(id), true, reply(), 0)
+            .unwrap();
         assert!(
             matches!(done, Discharging::Done(None)),
             "nothing to roll back anywhere"
         );
         let queue = fixtures::entity(false);
         let staged = transactions.declare(0).unwrap();
-        transactions.enlist(&wire_id(staged), &queue, 1, 1).unwrap();
+        transactions
+            .enlist(&wire_id(staged), &queue, (1, 1), 0)
+            .unwrap();
         let rolled = transactions
-            .discharge(&wire_id(staged), true, reply())
+            .discharge(&wire_id(staged), true, reply(), 0)
             .unwrap();
         assert!(
             matches!(
@@ -334,7 +351,7 @@ mod tests {
         );
         for bad in [&b"short"[..], &[0; 9][..], &u64::MAX.to_be_bytes()[..]] {
             let error = transactions
-                .enlist(bad, &fixtures::entity(false), 1, 1)
+                .enlist(bad, &fixtures::entity(false), (1, 1), 0)
                 .unwrap_err();
             assert!(
                 condition(&error).contains("UnknownId"),
@@ -349,20 +366,22 @@ mod tests {
         let queue = fixtures::entity(false);
         let wire = wire_id(transactions.declare(0).unwrap());
         transactions
-            .enlist(&wire, &queue, MAX_OPERATIONS - 1, 10)
+            .enlist(&wire, &queue, (MAX_OPERATIONS - 1, 10), 0)
             .unwrap();
-        let over = transactions.enlist(&wire, &queue, 2, 10).unwrap_err();
+        let over = transactions.enlist(&wire, &queue, (2, 10), 0).unwrap_err();
         assert!(condition(&over).contains("ResourceLimitExceeded"));
-        transactions.enlist(&wire, &queue, 1, 10).unwrap();
+        transactions.enlist(&wire, &queue, (1, 10), 0).unwrap();
         let other = wire_id(transactions.declare(0).unwrap());
-        let full = transactions.enlist(&other, &queue, 1, 990).unwrap_err();
+        let full = transactions
+            .enlist(&other, &queue, (1, 990), 0)
+            .unwrap_err();
         assert!(
             condition(&full).contains("ResourceLimitExceeded"),
             "20 + 990 > 1000"
         );
         // Discharging gives the bytes back.
-        transactions.discharge(&wire, true, reply()).unwrap();
-        transactions.enlist(&other, &queue, 1, 990).unwrap();
+        transactions.discharge(&wire, true, reply(), 0).unwrap();
+        transactions.enlist(&other, &queue, (1, 990), 0).unwrap();
     }
 
     #[test]
@@ -371,7 +390,7 @@ mod tests {
         let wire = wire_id(transactions.declare(1_000).unwrap());
         let idle = wire_id(transactions.declare(1_000).unwrap());
         transactions
-            .enlist(&wire, &fixtures::entity(false), 1, 1)
+            .enlist(&wire, &fixtures::entity(false), (1, 1), 0)
             .unwrap();
         assert_eq!(transactions.next_deadline_ms(), Some(1_100));
         assert!(transactions.expire(1_099).is_empty());
@@ -392,15 +411,46 @@ mod tests {
         );
         assert_eq!(transactions.next_deadline_ms(), None);
         let late = transactions
-            .enlist(&wire, &fixtures::entity(false), 1, 1)
+            .enlist(&wire, &fixtures::entity(false), (1, 1), 0)
             .unwrap_err();
         assert!(condition(&late).contains("Timeout"));
-        let discharge = transactions.discharge(&idle, false, reply()).unwrap_err();
-        assert!(condition(&discharge).contains("Timeout"));
-        let forgotten = transactions.discharge(&idle, false, reply()).unwrap_err();
+        let discharge = transactions.discharge(&idle, false, reply(), 0).unwrap();
+        assert!(
+            matches!(discharge, Discharging::TimedOut(None)),
+            "already rolled back"
+        );
+        let forgotten = transactions
+            .discharge(&idle, false, reply(), 0)
+            .unwrap_err();
         assert!(
             condition(&forgotten).contains("UnknownId"),
             "refused once, then forgotten"
+        );
+    }
+
+    #[test]
+    fn past_its_deadline_a_transaction_is_refused_even_before_the_timer_comes() {
+        let mut transactions = Transactions::new(Duration::from_millis(100), 1 << 20);
+        let queue = fixtures::entity(false);
+        let wire = wire_id(transactions.declare(1_000).unwrap());
+        transactions.enlist(&wire, &queue, (1, 1), 1_099).unwrap();
+        let late = transactions
+            .enlist(&wire, &queue, (1, 1), 1_100)
+            .unwrap_err();
+        assert!(condition(&late).contains("Timeout"));
+        let discharged = transactions
+            .discharge(&wire, false, reply(), 1_100)
+            .unwrap();
+        assert!(
+            matches!(
+                discharged,
+                Discharging::TimedOut(Some((_, Command::Discharge { commit: false, .. })))
+            ),
+            "refused, and rolled back at its via entity now"
+        );
+        assert!(
+            transactions.expire(2_000).is_empty(),
+            "and not rolled back twice"
         );
     }
 
@@ -412,12 +462,16 @@ mod tests {
             .map(|_| transactions.declare(0).unwrap())
             .collect();
         assert!(transactions.declare(0).is_err(), "one more than the limit");
-        transactions.enlist(&wire_id(ids[0]), &queue, 1, 1).unwrap();
+        transactions
+            .enlist(&wire_id(ids[0]), &queue, (1, 1), 0)
+            .unwrap();
         transactions.expire(100);
         // The timed-out ones make room.
         transactions.declare(200).unwrap();
         let live = transactions.declare(200).unwrap();
-        transactions.enlist(&wire_id(live), &queue, 1, 1).unwrap();
+        transactions
+            .enlist(&wire_id(live), &queue, (1, 1), 0)
+            .unwrap();
         let rollbacks = transactions.abandon_all();
         assert!(matches!(
             &rollbacks[..],

@@ -253,8 +253,8 @@ async fn a_transaction_past_its_timeout_is_rolled_back_and_its_commit_refused() 
     txn.post(&mut client.sender, "too-late")
         .await
         .expect("post");
-    // Past the deadline: how long the broker takes to roll it back does not matter, the
-    // commit after it is refused either way.
+    // Past the deadline: the commit is refused whether the broker's timer has rolled the
+    // transaction back yet or not (the deadline itself is checked).
     tokio::time::sleep(Duration::from_millis(600)).await;
     let error = txn.commit().await.expect_err("refused");
     let text = format!("{error:?}");

@@ -338,8 +338,10 @@ async fn kill_9_mid_load_keeps_acknowledged_sends_and_confirmed_completions() {
     drop(session);
     drop(connection);
     let accepted = load.await.expect("load task");
+    // The consumer took 2,000 stored messages; the outcomes of up to 100 sends in flight may
+    // be cut off by the kill before they reach the sender (seen once: 1,984 acknowledged).
     assert!(
-        accepted.len() > 2000 && accepted.len() < 1_000_000,
+        accepted.len() > 2000 - 100 && accepted.len() < 1_000_000,
         "the kill came mid-load: {} sends acknowledged",
         accepted.len()
     );

@@ -818,6 +818,40 @@ pub fn annotate(
     set: &[(&'static str, Value)],
     kept: &[(&'static str, Value)],
 ) -> Result<Bytes, MessageError> {
+    rewrite_annotations(stored, set, kept, &[])
+}
+
+/// A stored message without its message annotation `key` (unchanged when it has none).
+///
+/// # Errors
+/// When the stored message does not scan or its message-annotations do not read.
+pub fn without_annotation(stored: &Bytes, key: &str) -> Result<Bytes, MessageError> {
+    if annotation_text(stored, key).is_none() {
+        return Ok(stored.clone());
+    }
+    rewrite_annotations(stored, &[], &[], &[key])
+}
+
+/// The text (a string or a symbol) a stored message's message annotations hold under `key`.
+pub fn annotation_text(stored: &[u8], key: &str) -> Option<String> {
+    let sections = scan_sections(stored).ok()?;
+    let section = sections
+        .iter()
+        .find(|section| section.code == code::MESSAGE_ANNOTATIONS)?;
+    let entries = annotation_entries(&stored[section.range.clone()], "message-annotations").ok()?;
+    let (_, value) =
+        (entries.into_iter()).find(|(own_key, _)| symbol_name(own_key) == Some(key.as_bytes()))?;
+    let text = string_text(value).or_else(|| symbol_name(value))?;
+    std::str::from_utf8(text).ok().map(str::to_owned)
+}
+
+/// [`annotate`], and every entry of `removed` dropped.
+fn rewrite_annotations(
+    stored: &Bytes,
+    set: &[(&'static str, Value)],
+    kept: &[(&'static str, Value)],
+    removed: &[&str],
+) -> Result<Bytes, MessageError> {
     let sections = scan_sections(stored)?;
     let (annotations, replaced) = slot(&sections, code::MESSAGE_ANNOTATIONS, stored.len());
     let mut own = match annotations {
@@ -835,8 +869,12 @@ pub fn annotate(
         .map(|(key, value)| (*key, AnnotationValue::Value(value)))
         .collect();
     own.retain(|(key, _)| {
-        !set.iter()
-            .any(|(ours, _)| symbol_name(key) == Some(ours.as_bytes()))
+        let name = symbol_name(key);
+        let ours = set
+            .iter()
+            .map(|(ours, _)| *ours)
+            .chain(removed.iter().copied());
+        !ours.into_iter().any(|ours| name == Some(ours.as_bytes()))
     });
     let mut out = Vec::with_capacity(stored.len() + SPLICED_PREFIX_ROOM);
     out.extend_from_slice(&stored[..replaced.start]);
@@ -1476,6 +1514,36 @@ mod tests {
         );
         assert_eq!(get("x-opt-enqueue-sequence-number"), Some(&Value::Long(7)));
         assert!(inspect(twice).is_ok());
+    }
+
+    #[test]
+    fn an_annotation_is_read_as_text_and_stripped_leaving_the_others() {
+        let plain = Bytes::from(encode_message(b"x"));
+        assert_eq!(annotation_text(&plain, "x-opt-transfer-destination"), None);
+        let marked = annotate(
+            &plain,
+            &[("x-opt-transfer-destination", Value::String("orders".into()))],
+            &[("x-opt-enqueue-sequence-number", Value::Long(7))],
+        )
+        .expect("annotate");
+        assert_eq!(
+            annotation_text(&marked, "x-opt-transfer-destination").as_deref(),
+            Some("orders")
+        );
+        let stripped = without_annotation(&marked, "x-opt-transfer-destination").expect("strip");
+        assert_eq!(
+            annotation_text(&stripped, "x-opt-transfer-destination"),
+            None
+        );
+        let sections = scan_sections(&stripped).expect("scan");
+        let annotations: MessageAnnotations =
+            serde_amqp::from_slice(&stripped[sections[1].range.clone()]).expect("ma");
+        assert_eq!(annotations.0.len(), 1, "{annotations:?}");
+        assert!(inspect(stripped).is_ok());
+        assert_eq!(
+            without_annotation(&plain, "x-opt-transfer-destination").expect("same"),
+            plain
+        );
     }
 
     #[test]

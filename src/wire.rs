@@ -29,6 +29,23 @@ pub mod annotation {
     pub const ENQUEUE_SEQUENCE_NUMBER: &str = "x-opt-enqueue-sequence-number";
     /// On a message forwarded from a dead-letter queue: the entity it was dead-lettered in.
     pub const DEAD_LETTER_SOURCE: &str = "x-opt-deadletter-source";
+    /// On a message in a transfer lane: the queue or topic it is on its way to (string). The
+    /// broker writes it and strips it again when the message reaches its destination.
+    pub const TRANSFER_DESTINATION: &str = "x-opt-transfer-destination";
+}
+
+/// Send-via (amqp-dialect.md §10).
+pub mod via {
+    /// The link property of a sender attached to the via entity that names the queue or topic
+    /// its messages are for (Java's `enableCrossEntityTransactions`, the older .NET SDK).
+    pub const TRANSFER_DESTINATION_ADDRESS: &str = "com.microsoft:transfer-destination-address";
+    /// The path suffix of an entity's transfer dead-letter queue.
+    pub const TRANSFER_DEAD_LETTER_SUFFIX: &str = "/$Transfer/$DeadLetterQueue";
+    /// The dead-letter reason of a transfer whose destination no longer exists.
+    pub const DESTINATION_NOT_FOUND: &str = "TransferDestinationEntityNotFound";
+    /// The dead-letter reason of a transfer its destination refused (full, or the message
+    /// breaks one of its rules).
+    pub const DESTINATION_REFUSED: &str = "TransferDestinationRefused";
 }
 
 /// Dead-lettering (amqp-dialect.md §5.2).

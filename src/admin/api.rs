@@ -352,7 +352,8 @@ async fn describe(admin: &Admin, entry: &Entry) -> (String, String, i64) {
                 .forwarding(
                     queue.forward_to.is_some(),
                     queue.forward_dead_lettered_messages_to.is_some(),
-                );
+                )
+                .with_transfers(&stats);
             atom::queue(queue, &counts, &times, kib)
         }
         Declaration::Topic(topic) => {
@@ -361,7 +362,8 @@ async fn describe(admin: &Admin, entry: &Entry) -> (String, String, i64) {
                 scheduled: main.scheduled,
                 bytes: stats.lanes.iter().map(|(_, counts)| counts.bytes).sum(),
                 ..Counts::default()
-            };
+            }
+            .with_transfers(&stats);
             atom::topic(topic, &counts, &times, kib)
         }
     };

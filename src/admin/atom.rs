@@ -14,6 +14,7 @@ use quick_xml::events::Event;
 use quick_xml::Reader;
 
 use crate::config::{parse_duration, QueueConfig, SubscriptionConfig, TopicConfig};
+use crate::entity::handle::{EntityStats, LaneId};
 use crate::entity::queue::LaneCounts;
 
 /// The Service Bus description namespace.
@@ -68,6 +69,18 @@ impl Counts {
         if dead_letters {
             self.transfer_dead_letter = std::mem::take(&mut self.dead_letter);
         }
+        self
+    }
+
+    /// These counts with a queue's or topic's transfer lanes (send-via) added: the transfers
+    /// waiting to move, and those in its transfer dead-letter queue.
+    pub fn with_transfers(mut self, stats: &EntityStats) -> Counts {
+        let (lane, dead) = (
+            stats.lane(LaneId::TRANSFER),
+            stats.lane(LaneId::TRANSFER_DEAD_LETTER),
+        );
+        self.transfer += lane.active;
+        self.transfer_dead_letter += dead.active + dead.deferred;
         self
     }
 

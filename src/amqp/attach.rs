@@ -6,21 +6,55 @@ use std::collections::VecDeque;
 
 use fe2o3_amqp::frames::amqp::FrameBody;
 use fe2o3_amqp::types::definitions::{
-    self, AmqpError, Fields, Handle, ReceiverSettleMode, Role, SenderSettleMode,
+    self, AmqpError, ConnectionError, Fields, Handle, ReceiverSettleMode, Role, SenderSettleMode,
+    SessionError,
 };
 use fe2o3_amqp::types::messaging::TargetArchetype;
 use fe2o3_amqp::types::performatives::{Attach, Detach, Flow};
 use fe2o3_amqp::types::primitives::{Symbol, Value};
 
 use crate::amqp::link::{self, Incoming, Link, LinkKind, Outgoing, Replies, SENDER_CREDIT};
-use crate::amqp::outbox::{Context, Outbox};
+use crate::amqp::outbox::{Context, Fault, Outbox};
+use crate::amqp::via::{self, CrossEntity};
 use crate::auth::access::Access;
 use crate::clock;
 use crate::config::Rights;
-use crate::entity::handle::{Command, ConsumerId, LaneId, ReceiveMode, SessionRequest};
+use crate::entity::handle::{
+    Command, ConsumerId, EntityHandle, LaneId, ReceiveMode, SessionRequest,
+};
 use crate::entity::registry::Registry;
 use crate::metrics::{self, Held};
 use crate::node::{router, Node};
+
+/// The highest link handle of a session (`handle-max`): a session holds 1,024 links at most.
+pub const HANDLE_MAX: u32 = 1023;
+
+/// The broker's handle for a client attach on `remote_handle` (`in_use` when the session has
+/// it attached already), the session's first free one (`free`).
+///
+/// # Errors
+/// A handle above `handle-max` closes the connection (AMQP 1.0 §2.7.2); one in use, or none
+/// free, ends the session.
+pub fn handles(remote_handle: u32, in_use: bool, free: Option<u32>) -> Result<u32, Fault> {
+    if remote_handle > HANDLE_MAX {
+        return Err(Fault::Connection(link::amqp_error(
+            ConnectionError::FramingError,
+            format!("handle {remote_handle} is above this session's handle-max {HANDLE_MAX}"),
+        )));
+    }
+    if in_use {
+        return Err(Fault::Session(link::amqp_error(
+            SessionError::HandleInUse,
+            format!("handle {remote_handle} is already attached"),
+        )));
+    }
+    free.ok_or_else(|| {
+        Fault::Session(link::amqp_error(
+            AmqpError::ResourceLimitExceeded,
+            format!("a session holds at most {} links", HANDLE_MAX + 1),
+        ))
+    })
+}
 
 /// Answers a client attach on the broker's free `local_handle`. Returns the link it opens:
 /// accepted (the broker's attach, a sender's first credit, a receiver's consumer posted to its
@@ -32,7 +66,7 @@ pub fn open(
     link_id: u64,
     local_handle: u32,
     base: &Flow,
-    ctx: &Context<'_>,
+    (ctx, cross): (&Context<'_>, &mut CrossEntity),
     out: &mut Outbox,
 ) -> Option<Link> {
     let found = match ctx.links_full {
@@ -45,17 +79,12 @@ pub fn open(
     let authorized = found.and_then(|(node, address)| {
         let needs = rights_to_attach(&attach.role, &node);
         needs
-            .map(|rights| {
-                ctx.access
-                    .check(&address, rights, clock::now_ms())
-                    .map_err(|description| {
-                        link::amqp_error(AmqpError::UnauthorizedAccess, description)
-                    })
-            })
+            .map(|rights| check_rights(ctx, &address, rights))
             .transpose()?;
-        Ok((node, needs.map(|rights| (address, rights))))
+        let (node, via) = route_via(&attach, node, ctx, cross)?;
+        Ok((node, via, needs.map(|rights| (address, rights))))
     });
-    let accepted = authorized.and_then(|(node, authorized)| {
+    let accepted = authorized.and_then(|(node, via, authorized)| {
         // A session receiver's attach is answered once the entity has bound it to a
         // session; until then the link keeps what the answer needs.
         let session = match (&attach.role, &node) {
@@ -66,9 +95,9 @@ pub fn open(
             .as_ref()
             .map(|_| link::WaitingAttach::new(&attach, ctx.reassembly))
             .transpose()?;
-        Ok((node, authorized, session, waiting))
+        Ok((node, via, authorized, session, waiting))
     });
-    let (node, authorized, session, waiting) = match accepted {
+    let (node, via, authorized, session, waiting) = match accepted {
         Ok(found) => found,
         Err(error) => {
             tracing::debug!(link = %attach.name, condition = ?error.condition, "attach refused");
@@ -89,6 +118,7 @@ pub fn open(
             });
         }
     };
+    cross.attached(&node);
     if session.is_none() {
         out.frames.push(FrameBody::Attach(accept_reply(
             &attach,
@@ -100,6 +130,7 @@ pub fn open(
         (Role::Sender, node) => {
             let incoming = Incoming {
                 node,
+                via,
                 delivery_count: attach.initial_delivery_count.unwrap_or(0),
                 credit: SENDER_CREDIT,
                 max_message_size: ctx.max_message_size,
@@ -200,6 +231,46 @@ pub fn lapsed<'a>(
             Some((*handle, refused))
         })
         .collect()
+}
+
+/// Refuses `address` unless the connection holds one of `rights` there.
+fn check_rights(
+    ctx: &Context<'_>,
+    address: &str,
+    rights: Rights,
+) -> Result<(), definitions::Error> {
+    ctx.access
+        .check(address, rights, clock::now_ms())
+        .map_err(|description| link::amqp_error(AmqpError::UnauthorizedAccess, description))
+}
+
+/// Where an accepted link's messages go and the entity its transactional work goes through
+/// (send-via, see [`crate::amqp::via`]): a sender that names a transfer destination sends
+/// there through the entity it attached to (the connection needs Send there too); in a
+/// session whose via entity is set, a sender to another entity sends through it.
+///
+/// # Errors
+/// The destination's refusals, as a sender's to it, and the session's cross-entity refusal.
+fn route_via(
+    attach: &Attach,
+    node: Node,
+    ctx: &Context<'_>,
+    cross: &CrossEntity,
+) -> Result<(Node, Option<EntityHandle>), definitions::Error> {
+    let destination = match (&attach.role, via::destination_address(attach)) {
+        (Role::Sender, Some(destination)) => destination,
+        _ => {
+            let via = cross.via_for(&attach.role, &node)?;
+            return Ok((node, via));
+        }
+    };
+    let to =
+        router::route(ctx.registry, &destination).ok_or_else(|| link::not_found(&destination))?;
+    if let Some(description) = refusal(&Role::Sender, &to, &destination) {
+        return Err(link::amqp_error(AmqpError::NotAllowed, description));
+    }
+    check_rights(ctx, &destination, Rights::SEND)?;
+    via::redirect(node, to)
 }
 
 /// The node (and which of its queues) an attach names, with its address, or the error that

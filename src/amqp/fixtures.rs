@@ -2,8 +2,9 @@
 //! flows and deliveries.
 
 use bytes::Bytes;
-use fe2o3_amqp::types::definitions::Handle;
-use fe2o3_amqp::types::performatives::Flow;
+use fe2o3_amqp::types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
+use fe2o3_amqp::types::messaging::{Source, Target, TargetArchetype};
+use fe2o3_amqp::types::performatives::{Attach, Flow};
 
 use crate::amqp::link::{Link, LinkKind, Outgoing};
 use crate::entity::handle::{ConsumerId, Delivery, EntityHandle, ReceiveMode};
@@ -21,9 +22,37 @@ pub fn message(body: &[u8]) -> Vec<u8> {
 
 /// A queue's (or, with `topic`, a topic's) handle whose mailbox nobody reads.
 pub fn entity(topic: bool) -> EntityHandle {
+    named("q", topic)
+}
+
+/// [`entity`], named `name`.
+pub fn named(name: &str, topic: bool) -> EntityHandle {
     let (mailbox, _) = tokio::sync::mpsc::channel(1);
     let subscriptions = topic.then(Default::default);
-    EntityHandle::new("q".into(), mailbox, Default::default(), subscriptions)
+    EntityHandle::new(name.into(), mailbox, Default::default(), subscriptions)
+}
+
+/// A client's attach of a link of `role` to `address` (its target's, or a receiver's
+/// source's), handle 0.
+pub fn attach(role: Role, address: &str) -> Attach {
+    let source = Source::builder().address(address).build();
+    let target = Target::builder().address(address).build();
+    Attach {
+        name: format!("{role:?} {address}"),
+        handle: Handle(0),
+        role,
+        snd_settle_mode: SenderSettleMode::Mixed,
+        rcv_settle_mode: ReceiverSettleMode::First,
+        source: Some(Box::new(source)),
+        target: Some(Box::new(TargetArchetype::Target(target))),
+        unsettled: None,
+        incomplete_unsettled: false,
+        initial_delivery_count: Some(0),
+        max_message_size: None,
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    }
 }
 
 /// A peek-lock receiver link's state (consumer 1) without credit.

@@ -148,7 +148,8 @@ pub fn receive(
 
 /// Inspects a whole delivery (a Service Bus batch is unpacked; a topic's messages get their
 /// properties decoded for its rules) and posts it to `entity`, with a reply unless the client
-/// settled it: sent, or staged in the transaction it names. One malformed message (or one its
+/// settled it: sent, or staged in the transaction it names (at `via`, when the link sends
+/// through another entity, as a transfer to `entity`). One malformed message (or one its
 /// transaction refuses) costs only itself: it is rejected and the link stays. Returns the
 /// transaction whose outcome the answer is to carry, if any.
 ///
@@ -156,7 +157,7 @@ pub fn receive(
 /// The error to detach the link with when a refused message was pre-settled (it cannot be
 /// rejected).
 pub fn send(
-    entity: EntityHandle,
+    (entity, via): (EntityHandle, Option<EntityHandle>),
     whole: Whole,
     link_id: u64,
     context: (&EventSink, &mut Transactions),
@@ -189,7 +190,8 @@ pub fn send(
             let txn = match &whole.txn {
                 Some(txn) => {
                     let work = (messages.len(), bytes);
-                    Some(transactions.enlist(txn, &entity, work, clock::now_ms())?)
+                    let at = via.as_ref().unwrap_or(&entity);
+                    Some(transactions.enlist(txn, at, work, clock::now_ms())?)
                 }
                 None => None,
             };
@@ -219,15 +221,22 @@ pub fn send(
         };
         (ticket, events.clone())
     });
-    let command = match txn {
-        None => Command::Send { messages, reply },
-        Some(txn) => Command::Stage {
-            txn,
-            work: Work::Send(messages),
-            reply,
-        },
+    let (to, command) = match (txn, via) {
+        (None, _) => (entity, Command::Send { messages, reply }),
+        (Some(txn), None) => {
+            let work = Work::Send(messages);
+            (entity, Command::Stage { txn, work, reply })
+        }
+        (Some(txn), Some(via)) => {
+            let destination = entity.name().to_owned();
+            let work = Work::Transfer {
+                destination,
+                messages,
+            };
+            (via, Command::Stage { txn, work, reply })
+        }
     };
-    out.posts.push((entity, command));
+    out.posts.push((to, command));
     Ok(whole.txn.filter(|_| !whole.settled))
 }
 
@@ -261,6 +270,7 @@ mod tests {
     fn incoming(max_message_size: u64) -> Incoming {
         Incoming {
             node: Node::Cbs,
+            via: None,
             delivery_count: 0,
             credit: SENDER_CREDIT,
             max_message_size,
@@ -436,7 +446,7 @@ mod tests {
         let mut transactions = Transactions::new(Duration::from_secs(60), 1 << 20);
         for settled in [false, true] {
             let context = (&events, &mut transactions);
-            let staged = send(entity(false), whole(settled), 3, context, &mut out).unwrap();
+            let staged = send((entity(false), None), whole(settled), 3, context, &mut out).unwrap();
             assert_eq!(staged, None);
         }
         let replies: Vec<Option<Ticket>> = out
@@ -470,10 +480,10 @@ mod tests {
         };
         let mut transactions = Transactions::new(Duration::from_secs(60), 1 << 20);
         let context = (&events, &mut transactions);
-        send(entity(false), whole(false), 3, context, &mut out).unwrap();
+        send((entity(false), None), whole(false), 3, context, &mut out).unwrap();
         assert_eq!(condition(&out.frames[0]), AmqpError::DecodeError.into());
         let context = (&events, &mut transactions);
-        let detach = send(entity(false), whole(true), 3, context, &mut out).unwrap_err();
+        let detach = send((entity(false), None), whole(true), 3, context, &mut out).unwrap_err();
         assert_eq!(detach.condition, AmqpError::DecodeError.into());
         assert!(out.posts.is_empty());
     }
@@ -492,7 +502,7 @@ mod tests {
             txn: Some(transactions::wire_id(txn)),
         };
         let context = (&events, &mut transactions);
-        let staged = send(entity(false), whole(txn), 3, context, &mut out).unwrap();
+        let staged = send((entity(false), None), whole(txn), 3, context, &mut out).unwrap();
         assert_eq!(staged, Some(transactions::wire_id(txn)));
         assert!(matches!(
             &out.posts[..],
@@ -500,7 +510,14 @@ mod tests {
                 if *staged == txn && messages.len() == 1
         ));
         let context = (&events, &mut transactions);
-        let unknown = send(entity(false), whole(txn + 1000), 3, context, &mut out).unwrap();
+        let unknown = send(
+            (entity(false), None),
+            whole(txn + 1000),
+            3,
+            context,
+            &mut out,
+        )
+        .unwrap();
         assert_eq!(unknown, None);
         assert_eq!(
             condition(&out.frames[0]),

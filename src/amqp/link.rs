@@ -24,6 +24,9 @@ pub const SENDER_CREDIT: u32 = 1000;
 pub struct Incoming {
     /// Where the messages go: a queue, or a request/response node.
     pub node: Node,
+    /// The entity the link's transactional sends go through to `node` (send-via), when it
+    /// is another one.
+    pub via: Option<EntityHandle>,
     /// The sender's delivery count as the broker has seen it.
     pub delivery_count: u32,
     /// Credit left before the broker must top up.

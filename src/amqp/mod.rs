@@ -17,3 +17,4 @@ pub mod outcome;
 pub mod requests;
 pub mod session;
 pub mod transactions;
+pub mod via;

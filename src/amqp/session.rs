@@ -11,10 +11,10 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 use fe2o3_amqp::frames::amqp::FrameBody;
-use fe2o3_amqp::types::definitions::{self, AmqpError, ConnectionError, Handle, SessionError};
+use fe2o3_amqp::types::definitions::{self, AmqpError, Handle, SessionError};
 use fe2o3_amqp::types::performatives::{Attach, Begin, Detach, Disposition, End, Flow, Transfer};
 
-use crate::amqp::attach;
+use crate::amqp::attach::{self, HANDLE_MAX};
 use crate::amqp::coordinator;
 use crate::amqp::inbound::{self, Step};
 use crate::amqp::link::{self, Link, LinkKind, Outgoing};
@@ -23,6 +23,7 @@ use crate::amqp::outbox::{Context, Fault, Outbox};
 use crate::amqp::outcome::{self, Ledger};
 use crate::amqp::requests::{self, Reply, Request, Requests};
 use crate::amqp::transactions::Transactions;
+use crate::amqp::via::CrossEntity;
 use crate::auth::access::Access;
 use crate::clock;
 use crate::entity::handle::{Command, ConsumerId, Delivery, EntityError, EventSink, Ticket, Work};
@@ -31,8 +32,6 @@ use crate::node::Node;
 
 /// Incoming window the broker grants, in transfer frames; refilled when half is used.
 const INCOMING_WINDOW: u32 = 8192;
-/// Most links one session may hold (`handle-max` + 1).
-const HANDLE_MAX: u32 = 1023;
 
 /// What leaves with a frame that waited for the client's session window.
 #[derive(Debug)]
@@ -66,6 +65,8 @@ pub struct Session {
     ledger: Ledger,
     /// Requests to `$cbs` and `$management` and their answers.
     requests: Requests,
+    /// Whether the session's links send through one via entity (send-via).
+    cross: CrossEntity,
     /// Largest frame the client accepts.
     remote_max_frame: usize,
 }
@@ -90,6 +91,7 @@ impl Session {
             pending: VecDeque::new(),
             ledger: Ledger::default(),
             requests: Requests::default(),
+            cross: CrossEntity::default(),
             remote_max_frame,
         };
         let reply = Begin {
@@ -119,26 +121,11 @@ impl Session {
         out: &mut Outbox,
     ) -> Result<Option<u64>, Fault> {
         let remote_handle = attach.handle.0;
-        if remote_handle > HANDLE_MAX {
-            // AMQP 1.0 §2.7.2: a handle outside the range closes the connection.
-            return Err(Fault::Connection(link::amqp_error(
-                ConnectionError::FramingError,
-                format!("handle {remote_handle} is above this session's handle-max {HANDLE_MAX}"),
-            )));
-        }
-        if self.links.contains_key(&remote_handle) {
-            return Err(Fault::Session(link::amqp_error(
-                SessionError::HandleInUse,
-                format!("handle {remote_handle} is already attached"),
-            )));
-        }
-        let local_handle = self.free_local_handle().ok_or_else(|| {
-            Fault::Session(link::amqp_error(
-                AmqpError::ResourceLimitExceeded,
-                format!("a session holds at most {} links", HANDLE_MAX + 1),
-            ))
-        })?;
-        let opened = attach::open(attach, link_id, local_handle, &self.flow(), ctx, out);
+        let in_use = self.links.contains_key(&remote_handle);
+        let local_handle = attach::handles(remote_handle, in_use, self.free_local_handle())?;
+        let base = self.flow();
+        let roles = (ctx, &mut self.cross);
+        let opened = attach::open(attach, link_id, local_handle, &base, roles, out);
         Ok(opened.map(|link| {
             self.insert_link(remote_handle, link);
             link_id
@@ -246,7 +233,7 @@ impl Session {
                 return Ok(());
             }
         };
-        let node = incoming.node.clone();
+        let (node, via) = (incoming.node.clone(), incoming.via.clone());
         if let Node::Coordinator = node {
             let now_ms = clock::now_ms();
             coordinator::control(whole, link_id, ctx.transactions, now_ms, ctx.events, out);
@@ -262,7 +249,8 @@ impl Session {
         let span = link.span.clone();
         let delivery_id = whole.delivery_id;
         let context = (ctx.events, &mut *ctx.transactions);
-        match span.in_scope(|| inbound::send(entity, whole, link_id, context, out)) {
+        let entities = (entity, via);
+        match span.in_scope(|| inbound::send(entities, whole, link_id, context, out)) {
             Ok(Some(txn)) => self.ledger.staged(delivery_id, txn),
             Ok(None) => {}
             Err(error) => self.detach_with(remote_handle, error, out),

@@ -24,7 +24,7 @@ pub const MAX_TRANSACTIONS: usize = 256;
 static NEXT_TXN: AtomicU64 = AtomicU64::new(1);
 
 /// Service Bus's refusal of work on a second entity in one transaction.
-const CROSS_ENTITY: &str =
+pub const CROSS_ENTITY: &str =
     "Local transactions cannot span multiple top-level entities such as queue or topic.";
 
 /// One open transaction.

@@ -35,6 +35,7 @@ use crate::entity::sessions::MAX_SESSION_ID_CHARS;
 use crate::entity::settings::Forward;
 use crate::entity::setup::{self, Parts};
 use crate::entity::staging::{Staged, StagedSettlement, Staging};
+use crate::entity::transfer;
 use crate::message;
 use crate::message::{Arrival, DeliveryStamp};
 use crate::store::{EntityLog, Flusher, Recovered, StoreError};
@@ -96,6 +97,9 @@ pub fn spawn(
     for (lane, forward) in &parts.forwards {
         actor.set_forward(*lane, forward);
     }
+    if actor.core.next_transfer() > 0 {
+        actor.forwarder.set_per_message(LaneId::TRANSFER);
+    }
     let span = tracing::info_span!("entity", name = %parts.name);
     tracker.spawn(actor.run(rx, forward_answers, shutdown).instrument(span));
     EntityHandle::new(parts.name, tx, deleted, subscriptions)
@@ -120,6 +124,8 @@ struct Flushing {
     answers: Vec<HeldReply>,
     /// Messages numbered below this become deliverable once it completes.
     covers_next_seq: i64,
+    /// Transfers numbered below this become movable once it completes.
+    covers_next_transfer: i64,
 }
 
 type FlushResult = Result<(), StoreError>;
@@ -505,6 +511,15 @@ impl Actor {
                 }
                 reply.map(|(ticket, events)| (events, EntityEvent::Sent { ticket, result }))
             }
+            Work::Transfer {
+                destination,
+                messages,
+            } => {
+                // The destination's own rules are met when the transfer reaches it.
+                self.staging.transfer(txn, destination, messages);
+                let result = Ok(());
+                reply.map(|(ticket, events)| (events, EntityEvent::Sent { ticket, result }))
+            }
             Work::Settle { consumer, items } => {
                 let results = items
                     .into_iter()
@@ -593,7 +608,18 @@ impl Actor {
             }
         }
         if !staged.sends.is_empty() {
-            self.enqueue(now, staged.sends)?;
+            self.check_sendable(&staged.sends)?;
+        }
+        // Checked together: past this point the sends and transfers are stored, all of them.
+        let transfers = staged.transfers.iter().flat_map(|(_, messages)| messages);
+        let sends = staged.sends.iter().chain(transfers);
+        let bytes = sends.clone().map(|m| m.bytes.len() as u64).sum();
+        self.core.admit(bytes, sends.count())?;
+        if !staged.transfers.is_empty() {
+            self.core.transfer(now, staged.transfers)?;
+        }
+        if !staged.sends.is_empty() {
+            self.core.enqueue(now, staged.sends)?;
         }
         for settle in staged.settles {
             let settled = self
@@ -638,7 +664,8 @@ impl Actor {
         }
     }
 
-    /// Sends what each forwarding lane may send now to its target, one batch per lane.
+    /// Sends what each forwarding lane may send now to its target, one batch per lane (per
+    /// destination, for the transfer lane).
     fn forward(&mut self, now: i64) {
         for (lane, room) in self.forwarder.room(now) {
             let Ok(queue) = self.core.lane(lane) else {
@@ -649,40 +676,59 @@ impl Actor {
                 continue;
             }
             let source = lane.dead_letter.then(|| self.lane_path(lane));
-            let mut bodies = Vec::with_capacity(taken.len());
-            let mut locks = Vec::with_capacity(taken.len());
+            // (destination named by the messages, bodies, locks), in the lane's order.
+            let mut batches: Vec<(Option<String>, Vec<Bytes>, Vec<LockRef>)> = Vec::new();
             for delivery in taken {
-                match self.log.body(lane, delivery.seq) {
-                    Ok(bytes) => bodies.push(forwarded(bytes, delivery.seq, source.as_deref())),
+                let bytes = match self.log.body(lane, delivery.seq) {
+                    Ok(bytes) => bytes,
                     Err(error) => return self.poison(&error),
-                }
-                let token = delivery.lock_token.unwrap_or_default();
-                locks.push(LockRef {
+                };
+                let (to, body) = match lane == LaneId::TRANSFER {
+                    true => (transfer::destination(&bytes), transfer::delivered(bytes)),
+                    false => (None, forwarded(bytes, delivery.seq, source.as_deref())),
+                };
+                let lock = LockRef {
                     seq: delivery.seq,
-                    token,
-                });
+                    token: delivery.lock_token.unwrap_or_default(),
+                };
+                match batches.last_mut() {
+                    Some((last, bodies, locks)) if *last == to => {
+                        bodies.push(body);
+                        locks.push(lock);
+                    }
+                    _ => batches.push((to, vec![body], vec![lock])),
+                }
             }
-            self.forwarder.send(lane, bodies, locks);
+            for (to, bodies, locks) in batches {
+                // A transfer that names no destination cannot be found: it is dead-lettered.
+                let to = to.unwrap_or_default();
+                self.forwarder.send(lane, Some(&to), bodies, locks);
+            }
         }
     }
 
     /// A target answered a batch: its messages leave (it stored them; the deletes are
-    /// journaled as any completion), or stay, available again without a counted delivery.
+    /// journaled as any completion), or stay, available again without a counted delivery. A
+    /// transfer its destination refused for good goes to the transfer dead-letter queue.
     fn on_forwarded(&mut self, answer: EntityEvent, now: i64) {
-        let Some((lane, locks, stored)) = self.forwarder.answered(answer, now) else {
+        let Some(answered) = self.forwarder.answered(answer, now) else {
             return;
         };
-        let settlement = match stored {
-            true => Settlement::Complete,
-            false => Settlement::Release,
+        let lane = answered.lane;
+        let settlement = match &answered.result {
+            Ok(()) => Settlement::Complete,
+            Err(error) if lane == LaneId::TRANSFER => {
+                transfer::after_refusal(&answered.target, error)
+            }
+            Err(_) => Settlement::Release,
         };
         let Ok(queue) = self.core.lane(lane) else {
             return;
         };
-        for lock in locks {
+        for lock in answered.locks {
             let _ = queue.settle(FORWARDER, lock, &settlement);
         }
-        if stored {
+        if answered.result.is_ok() {
             self.last_active_ms = now;
             self.core.touch(lane, now);
         }
@@ -1273,6 +1319,7 @@ impl Actor {
                     done: flusher.request(u64::try_from(messages).unwrap_or(0)),
                     answers: std::mem::take(&mut self.unflushed),
                     covers_next_seq,
+                    covers_next_transfer: self.core.next_transfer(),
                 })
             }
             _ => {
@@ -1297,6 +1344,7 @@ impl Actor {
         self.persist();
         if let (Commit::AfterWrite(_), None) = (&self.commit, &self.poisoned) {
             self.core.reveal_up_to(self.core.next_seq());
+            self.core.reveal_transfers_up_to(self.core.next_transfer());
         }
     }
 
@@ -1321,7 +1369,11 @@ impl Actor {
 
     fn on_flushed(&mut self, result: FlushResult, flushed: Flushing) {
         match result {
-            Ok(()) => self.core.reveal_up_to(flushed.covers_next_seq),
+            Ok(()) => {
+                self.core.reveal_up_to(flushed.covers_next_seq);
+                self.core
+                    .reveal_transfers_up_to(flushed.covers_next_transfer);
+            }
             Err(error) => self.poison(&error),
         }
         for (sink, event) in flushed.answers {

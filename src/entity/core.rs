@@ -23,6 +23,7 @@ use crate::entity::terms::{
     Settlement,
 };
 use crate::entity::topic::{self, Copy, Route, Rule};
+use crate::entity::transfer::{self, Transfers};
 use crate::filter::Filter;
 use crate::message::{self, Arrival};
 use crate::store::record::{MessageState, Record, NEVER};
@@ -49,6 +50,8 @@ pub struct EntityCore {
     duplicates: Option<Duplicates>,
     /// Sends dropped as duplicates since the broker started.
     duplicates_dropped: u64,
+    /// The numbering of the transfer lane (send-via), once it has one.
+    transfers: Option<Transfers>,
 }
 
 /// What recovery found for one subscription, and its rules.
@@ -158,6 +161,7 @@ impl EntityCore {
             sent: 0,
             duplicates: None,
             duplicates_dropped: 0,
+            transfers: None,
         };
         for lane in core.lanes.values() {
             for (due, seq) in lane.scheduled() {
@@ -179,12 +183,78 @@ impl EntityCore {
         self.intake.next_seq()
     }
 
-    /// Makes messages numbered below `next_seq` deliverable: their writes are durable.
+    /// Makes messages numbered below `next_seq` deliverable: their writes are durable. The
+    /// transfer lanes number their own (see [`EntityCore::reveal_transfers_up_to`]).
     pub fn reveal_up_to(&mut self, next_seq: i64) {
         self.intake.reveal_up_to(next_seq);
-        for lane in self.lanes.values_mut() {
+        for (_, lane) in self.lanes.iter_mut().filter(|(id, _)| !id.is_transfer()) {
             lane.reveal_up_to(next_seq);
         }
+    }
+
+    /// Gives the entity its transfer lanes (send-via, design.md D10), holding what recovery
+    /// found in them, all of it durable.
+    pub fn add_transfer_lanes(&mut self, lane: Recovered, dead: Recovered) {
+        let transfers = Transfers::recovered(&lane, &dead);
+        let next = transfers.next();
+        let lock_duration_ms = transfer::LOCK_DURATION_MS;
+        let rules = Rules::transfer_queue(lock_duration_ms);
+        self.lanes
+            .insert(LaneId::TRANSFER, QueueCore::new(rules, lane));
+        let dead_rules = Rules::dead_letter_queue(lock_duration_ms);
+        self.lanes.insert(
+            LaneId::TRANSFER_DEAD_LETTER,
+            QueueCore::new(dead_rules, dead),
+        );
+        self.transfers = Some(transfers);
+        self.reveal_transfers_up_to(next);
+    }
+
+    /// The number the next transfer gets (0 without transfer lanes).
+    pub fn next_transfer(&self) -> i64 {
+        self.transfers.as_ref().map_or(0, Transfers::next)
+    }
+
+    /// Makes transfers numbered below `next` movable: their writes are durable.
+    pub fn reveal_transfers_up_to(&mut self, next: i64) {
+        for id in [LaneId::TRANSFER, LaneId::TRANSFER_DEAD_LETTER] {
+            if let Some(lane) = self.lanes.get_mut(&id) {
+                lane.reveal_up_to(next);
+            }
+        }
+    }
+
+    /// Stores messages sent via this entity in its transfer lane, each under the lane's next
+    /// number and marked with its destination, to be moved there once durable. The caller
+    /// has admitted them (see [`EntityCore::admit`]): they count against this entity's size
+    /// limit until moved.
+    ///
+    /// # Errors
+    /// [`EntityError::NotAllowed`] without transfer lanes, or for a message whose
+    /// annotations cannot be rewritten. Nothing is stored then.
+    pub fn transfer(
+        &mut self,
+        now_ms: i64,
+        transfers: Vec<(String, Vec<Arrival>)>,
+    ) -> Result<(), EntityError> {
+        let no_lanes = EntityError::NotAllowed("this entity takes no transfers");
+        if self.transfers.is_none() {
+            return Err(no_lanes);
+        }
+        let enqueued_ms = self.intake.enqueued_time(now_ms);
+        let stored = (transfers.iter())
+            .flat_map(|(to, messages)| messages.iter().map(move |arrival| (to, arrival)))
+            .map(|(to, arrival)| transfer::stored(to, &arrival.bytes, enqueued_ms))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (Some(numbers), Some(lane)) =
+            (&mut self.transfers, self.lanes.get_mut(&LaneId::TRANSFER))
+        else {
+            return Err(no_lanes);
+        };
+        for (record, body) in stored {
+            lane.insert(numbers.number(), record, body, None);
+        }
+        Ok(())
     }
 
     /// Whether stored messages wait for their durability point before they can be delivered.
@@ -345,7 +415,7 @@ impl EntityCore {
     ///
     /// # Errors
     /// [`EntityError::QuotaExceeded`] when they do not.
-    fn admit(&self, bytes: u64, messages: usize) -> Result<(), EntityError> {
+    pub fn admit(&self, bytes: u64, messages: usize) -> Result<(), EntityError> {
         let counted = |bytes: u64, messages: usize| {
             bytes.saturating_add(INDEX_BYTES_PER_MESSAGE.saturating_mul(messages as u64))
         };
@@ -940,6 +1010,7 @@ impl EntityCore {
     pub fn highest_subscription(&self) -> u32 {
         self.lanes
             .keys()
+            .filter(|lane| !lane.is_transfer())
             .map(|lane| lane.subscription)
             .max()
             .unwrap_or(0)

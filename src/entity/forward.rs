@@ -18,7 +18,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::entity::handle::{
-    Command, EntityEvent, EntityHandle, EventSink, LaneId, LockRef, Ticket,
+    Command, EntityError, EntityEvent, EntityHandle, EventSink, LaneId, LockRef, Ticket,
 };
 use crate::message::{self, Arrival};
 
@@ -37,7 +37,8 @@ const LAST_RETRY_MS: i64 = 30_000;
 /// One forwarding lane's target and how it fares.
 #[derive(Debug)]
 struct Target {
-    name: String,
+    /// The target's name; `None` for a transfer lane, whose messages each name their own.
+    name: Option<String>,
     /// Messages sent, not yet answered.
     in_flight: usize,
     /// The lane waits until then before it sends again (after a refusal).
@@ -46,8 +47,26 @@ struct Target {
     backoff_ms: i64,
 }
 
-/// A batch on its way: the lane it came from and the locks of its messages.
-type Batch = (LaneId, Vec<LockRef>);
+/// A batch on its way: the lane it came from, its target and the locks of its messages.
+#[derive(Debug)]
+struct Batch {
+    lane: LaneId,
+    target: String,
+    locks: Vec<LockRef>,
+}
+
+/// A target's answer to a batch, as the lane it came from takes it.
+#[derive(Debug)]
+pub struct Answered {
+    /// The lane the batch came from.
+    pub lane: LaneId,
+    /// Where it went.
+    pub target: String,
+    /// The locks of its messages.
+    pub locks: Vec<LockRef>,
+    /// Whether the target stored them, or why not.
+    pub result: Result<(), EntityError>,
+}
 
 /// An entity's forwarding lanes and their batches in flight.
 pub struct Forwarder {
@@ -91,7 +110,7 @@ impl Forwarder {
             Some(name) => {
                 let in_flight = self.targets.get(&lane).map_or(0, |t| t.in_flight);
                 let target = Target {
-                    name: name.to_owned(),
+                    name: Some(name.to_owned()),
                     in_flight,
                     retry_at_ms: None,
                     backoff_ms: 0,
@@ -101,10 +120,22 @@ impl Forwarder {
         }
     }
 
+    /// Makes `lane` forward each of its messages to the target the message names (a via
+    /// entity's transfer lane).
+    pub fn set_per_message(&mut self, lane: LaneId) {
+        let target = Target {
+            name: None,
+            in_flight: 0,
+            retry_at_ms: None,
+            backoff_ms: 0,
+        };
+        self.targets.insert(lane, target);
+    }
+
     fn forwards_to(&self, lane: LaneId, name: &str) -> bool {
-        self.targets
-            .get(&lane)
-            .is_some_and(|target| target.name.eq_ignore_ascii_case(name))
+        self.targets.get(&lane).is_some_and(|target| {
+            (target.name.as_deref()).is_some_and(|own| own.eq_ignore_ascii_case(name))
+        })
     }
 
     /// Forgets both lanes of a deleted subscription.
@@ -144,10 +175,20 @@ impl Forwarder {
     }
 
     /// Sends messages of `lane` (their stored bytes, and the locks the lane holds them
-    /// under) to its target as one batch. The answer comes on the actor's channel, through
-    /// [`Forwarder::answered`]; a target that cannot be found answers at once, refused.
-    pub fn send(&mut self, lane: LaneId, bodies: Vec<Bytes>, locks: Vec<LockRef>) {
+    /// under) as one batch to its target, or for a lane whose messages name their own, to
+    /// `to`. The answer comes on the actor's channel, through [`Forwarder::answered`]; a
+    /// target that cannot be found answers at once, refused.
+    pub fn send(
+        &mut self,
+        lane: LaneId,
+        to: Option<&str>,
+        bodies: Vec<Bytes>,
+        locks: Vec<LockRef>,
+    ) {
         let Some(target) = self.targets.get_mut(&lane) else {
+            return;
+        };
+        let Some(name) = target.name.as_deref().or(to).map(str::to_owned) else {
             return;
         };
         target.in_flight += locks.len();
@@ -155,10 +196,16 @@ impl Forwarder {
             link: 0,
             request: self.next_batch,
         };
-        self.batches.insert(self.next_batch, (lane, locks));
+        let resolved = (self.resolve)(&name);
+        let batch = Batch {
+            lane,
+            target: name,
+            locks,
+        };
+        self.batches.insert(self.next_batch, batch);
         self.next_batch += 1;
-        let Some(handle) = (self.resolve)(&target.name) else {
-            let result = Err(crate::entity::handle::EntityError::Deleted);
+        let Some(handle) = resolved else {
+            let result = Err(EntityError::Deleted);
             let _ = self.answers.send(EntityEvent::Sent { ticket, result });
             return;
         };
@@ -176,36 +223,41 @@ impl Forwarder {
         });
     }
 
-    /// Takes a target's answer: the lane, the locks of the batch's messages, and whether the
-    /// target stored them. A refusal holds the lane back, and is logged when it starts.
-    pub fn answered(
-        &mut self,
-        event: EntityEvent,
-        now_ms: i64,
-    ) -> Option<(LaneId, Vec<LockRef>, bool)> {
+    /// Takes a target's answer to a batch. A refusal holds the lane back, and is logged when
+    /// it starts.
+    pub fn answered(&mut self, event: EntityEvent, now_ms: i64) -> Option<Answered> {
         let EntityEvent::Sent { ticket, result } = event else {
             return None;
         };
-        let (lane, locks) = self.batches.remove(&ticket.request)?;
-        let Some(target) = self.targets.get_mut(&lane) else {
-            return Some((lane, locks, result.is_ok()));
-        };
-        target.in_flight = target.in_flight.saturating_sub(locks.len());
-        match &result {
-            Ok(()) if target.backoff_ms > 0 => {
-                tracing::info!(?lane, target = %target.name, "forwarding resumed");
-                target.backoff_ms = 0;
-            }
-            Ok(()) => {}
-            Err(error) => {
-                if target.backoff_ms == 0 {
-                    tracing::warn!(?lane, target = %target.name, %error, "forwarding refused: the messages stay, retried every 1 s to 30 s");
+        let Batch {
+            lane,
+            target: name,
+            locks,
+        } = self.batches.remove(&ticket.request)?;
+        if let Some(target) = self.targets.get_mut(&lane) {
+            target.in_flight = target.in_flight.saturating_sub(locks.len());
+            match &result {
+                Ok(()) if target.backoff_ms > 0 => {
+                    tracing::info!(?lane, target = %name, "forwarding resumed");
+                    target.backoff_ms = 0;
                 }
-                target.backoff_ms = (target.backoff_ms * 2).clamp(FIRST_RETRY_MS, LAST_RETRY_MS);
-                target.retry_at_ms = Some(now_ms + target.backoff_ms);
+                Ok(()) => {}
+                Err(error) => {
+                    if target.backoff_ms == 0 {
+                        tracing::warn!(?lane, target = %name, %error, "forwarding refused: the messages stay, retried every 1 s to 30 s");
+                    }
+                    target.backoff_ms =
+                        (target.backoff_ms * 2).clamp(FIRST_RETRY_MS, LAST_RETRY_MS);
+                    target.retry_at_ms = Some(now_ms + target.backoff_ms);
+                }
             }
         }
-        Some((lane, locks, result.is_ok()))
+        Some(Answered {
+            lane,
+            target: name,
+            locks,
+            result,
+        })
     }
 }
 

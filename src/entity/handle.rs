@@ -371,6 +371,14 @@ pub enum EntityEvent {
 pub enum Work {
     /// Send messages: they get their sequence numbers at the commit.
     Send(Vec<Arrival>),
+    /// Send messages via this entity to another queue or topic (send-via): stored in its
+    /// transfer lane at the commit, moved to `destination` after it.
+    Transfer {
+        /// The queue or topic they are for.
+        destination: String,
+        /// The messages.
+        messages: Vec<Arrival>,
+    },
     /// Settle messages the consumer holds locked: they stay locked until the commit.
     Settle {
         /// The consumer that holds the locks.
@@ -394,7 +402,7 @@ impl Work {
     /// The answer to this work when it is refused with `error`, as its plain command's.
     pub fn refused(&self, ticket: Ticket, error: &EntityError) -> EntityEvent {
         match self {
-            Work::Send(_) => EntityEvent::Sent {
+            Work::Send(_) | Work::Transfer { .. } => EntityEvent::Sent {
                 ticket,
                 result: Err(error.clone()),
             },

@@ -17,3 +17,4 @@ pub mod setup;
 pub mod staging;
 pub mod terms;
 pub mod topic;
+pub mod transfer;

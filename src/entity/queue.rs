@@ -101,6 +101,17 @@ impl Rules {
     }
 }
 
+impl Rules {
+    /// The rules of a transfer lane: no delivery limit, no expiry (a transfer waits for its
+    /// destination), but dead-lettering, to its transfer dead-letter queue.
+    pub fn transfer_queue(lock_duration_ms: i64) -> Rules {
+        Rules {
+            dead_letter_allowed: true,
+            ..Rules::dead_letter_queue(lock_duration_ms)
+        }
+    }
+}
+
 /// A message leaving the queue for its dead-letter queue.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeadLetter {

@@ -138,6 +138,14 @@ fn recover(
     Ok(recovered)
 }
 
+/// Gives `core` its transfer lanes (send-via), with what recovery finds in them.
+fn recover_transfers(core: &mut EntityCore, log: &mut EntityLog) -> Result<(), StoreError> {
+    let lane = log.recover(LaneId::TRANSFER)?;
+    let dead = log.recover(LaneId::TRANSFER_DEAD_LETTER)?;
+    core.add_transfer_lanes(lane, dead);
+    Ok(())
+}
+
 /// A queue's parts, recovered from its log.
 ///
 /// # Errors
@@ -156,6 +164,7 @@ pub fn queue(config: &QueueConfig, mut log: EntityLog) -> Result<Parts, StoreErr
         recover(&mut log, LaneId::MAIN, config.requires_session)?,
         log.recover(LaneId::DEAD_LETTER)?,
     );
+    recover_transfers(&mut core, &mut log)?;
     let window_ms = duplicate_window_ms(
         config.requires_duplicate_detection,
         config.duplicate_detection_history_time_window,
@@ -215,6 +224,7 @@ pub fn topic(config: &TopicConfig, mut log: EntityLog) -> Result<Parts, StoreErr
         log.recover(LaneId::MAIN)?,
         subscriptions,
     );
+    recover_transfers(&mut core, &mut log)?;
     let window_ms = duplicate_window_ms(
         config.requires_duplicate_detection,
         config.duplicate_detection_history_time_window,

@@ -12,6 +12,8 @@ use crate::message::Arrival;
 pub struct Staged {
     /// Messages to send.
     pub sends: Vec<Arrival>,
+    /// Messages to send via the entity, by destination (send-via).
+    pub transfers: Vec<(String, Vec<Arrival>)>,
     /// Locked messages to settle.
     pub settles: Vec<StagedSettlement>,
 }
@@ -39,6 +41,15 @@ impl Staging {
     /// Stages messages to send in `txn`.
     pub fn send(&mut self, txn: TxnId, messages: Vec<Arrival>) {
         self.staged.entry(txn).or_default().sends.extend(messages);
+    }
+
+    /// Stages messages to send via the entity to `destination` in `txn`.
+    pub fn transfer(&mut self, txn: TxnId, destination: String, messages: Vec<Arrival>) {
+        let transfers = &mut self.staged.entry(txn).or_default().transfers;
+        match transfers.last_mut() {
+            Some((last, staged)) if *last == destination => staged.extend(messages),
+            _ => transfers.push((destination, messages)),
+        }
     }
 
     /// Stages the settlement of a locked message in `txn`.

@@ -5,6 +5,7 @@ use crate::entity::handle::{EntityHandle, LaneId};
 use crate::entity::registry::Registry;
 use crate::node::Node;
 use crate::wire::entity_path;
+use crate::wire::via::TRANSFER_DEAD_LETTER_SUFFIX;
 
 /// What separates a topic's name from a subscription's, compared case-insensitively (the
 /// SDKs write `Subscriptions`, the docs `subscriptions`).
@@ -34,9 +35,12 @@ pub fn route(registry: &Registry, address: &str) -> Option<Node> {
     }
 }
 
-/// A queue, a topic, a subscription, or the dead-letter queue of a queue or subscription, by
-/// path.
+/// A queue, a topic, a subscription, the dead-letter queue of a queue or subscription, or the
+/// transfer dead-letter queue of a queue or topic, by path.
 fn entity_of(registry: &Registry, path: &str) -> Option<(EntityHandle, LaneId)> {
+    if let Some(name) = strip_suffix(path, TRANSFER_DEAD_LETTER_SUFFIX) {
+        return Some((registry.lookup(name)?, LaneId::TRANSFER_DEAD_LETTER));
+    }
     let (path, dead_letter) = match strip_suffix(path, DEAD_LETTER_SUFFIX) {
         Some(path) => (path, true),
         None => (path, false),

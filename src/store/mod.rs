@@ -174,6 +174,24 @@ impl LaneId {
         dead_letter: true,
     };
 
+    /// A queue's or topic's transfer lane (design.md D10): messages sent via the entity in a
+    /// committed transaction, on their way to their destinations. Its number is out of reach
+    /// of subscriptions (numbered from 1, one at a time); its sequence numbers are its own.
+    pub const TRANSFER: LaneId = LaneId {
+        subscription: u32::MAX,
+        dead_letter: false,
+    };
+    /// `<entity>/$Transfer/$DeadLetterQueue`: transfers their destination refused for good.
+    pub const TRANSFER_DEAD_LETTER: LaneId = LaneId {
+        subscription: u32::MAX,
+        dead_letter: true,
+    };
+
+    /// Whether this is the transfer lane or its dead-letter lane.
+    pub fn is_transfer(self) -> bool {
+        self.subscription == u32::MAX
+    }
+
     /// The dead-letter lane of this lane.
     pub fn dead_letter_lane(self) -> LaneId {
         LaneId {

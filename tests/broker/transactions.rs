@@ -15,6 +15,8 @@ use fe2o3_amqp::{Receiver, Sender};
 use tokio::time::timeout;
 
 use crate::fe2o3_client::sequence_number;
+
+mod send_via;
 use crate::support::{config_with_queues, connect_session, next_delivery, TestBroker, DEADLINE};
 
 /// A connection with a transaction controller, and a sender and a receiver on one queue.
@@ -273,9 +275,11 @@ async fn a_transaction_past_its_timeout_is_rolled_back_and_its_commit_refused() 
 async fn work_on_a_second_entity_and_past_100_operations_is_refused() {
     let broker = TestBroker::start(config_with_queues(&["a", "b"])).await;
     let mut client = Client::open(broker.addr, "a").await;
-    let mut to_b = Sender::attach(&mut client.session, "to-b", "b")
+    // On a session of its own: on the controller's session it would send via `a`.
+    let mut other = fe2o3_amqp::Session::begin(&mut client.connection)
         .await
-        .expect("to-b");
+        .expect("session");
+    let mut to_b = Sender::attach(&mut other, "to-b", "b").await.expect("to-b");
     let txn = declare(&client.controller).await;
     for i in 0..100 {
         let outcome = txn

@@ -1,0 +1,297 @@
+//! Send-via with fe2o3-amqp against the real broker: both wire shapes (a sender to the via
+//! entity naming its destination in `com.microsoft:transfer-destination-address`, and a
+//! session whose coordinator came first), commit and rollback, the transfer dead-letter queue,
+//! and `kill -9` in the middle of commits that send via.
+
+use fe2o3_amqp::types::definitions::Fields;
+use fe2o3_amqp::types::messaging::{ApplicationProperties, Message, Properties};
+use fe2o3_amqp::types::primitives::{SimpleValue, Symbol, Value};
+
+use super::*;
+
+/// A sender on `session` attached to `via` whose messages are for `destination`.
+async fn via_sender(
+    session: &mut SessionHandle<()>,
+    via: &str,
+    destination: &str,
+) -> Result<Sender, fe2o3_amqp::link::SenderAttachError> {
+    let mut properties = Fields::default();
+    properties.insert(
+        Symbol::from("com.microsoft:transfer-destination-address"),
+        Value::String(destination.into()),
+    );
+    Sender::builder()
+        .name(format!("via-{via}-to-{destination}"))
+        .target(via)
+        .properties(properties)
+        .attach(session)
+        .await
+}
+
+/// A receiver of `source` on a connection of its own.
+async fn receiver_of(
+    addr: std::net::SocketAddr,
+    source: &str,
+) -> (ConnectionHandle<()>, SessionHandle<()>, Receiver) {
+    let (connection, mut session) = connect_session(addr).await;
+    let receiver = Receiver::attach(&mut session, format!("of-{source}"), source)
+        .await
+        .expect("receiver");
+    (connection, session, receiver)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receive_from_a_and_send_via_it_to_b_commit_together_and_a_stays_gap_free() {
+    let broker = TestBroker::start(config_with_queues(&["a", "b"])).await;
+    let mut client = Client::open(broker.addr, "a").await;
+    let mut to_b = via_sender(&mut client.session, "a", "b")
+        .await
+        .expect("via sender");
+    let (mut b_connection, _b_session, mut b) = receiver_of(broker.addr, "b").await;
+    client.sender.send("work").await.expect("send work");
+    let work = next_delivery::<String>(&mut client.receiver).await;
+    let txn = declare(&client.controller).await;
+    txn.accept(&mut client.receiver, &work)
+        .await
+        .expect("accept in txn");
+    let outcome = txn.post(&mut to_b, "reply").await.expect("post");
+    assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
+    txn.commit().await.expect("commit");
+    let reply = next_delivery::<String>(&mut b).await;
+    assert_eq!(reply.body(), "reply");
+    b.accept(&reply).await.expect("accept reply");
+    // The transfer took none of a's numbers, and the work is gone from a.
+    client.sender.send("next").await.expect("send next");
+    let next = next_delivery::<String>(&mut client.receiver).await;
+    assert_eq!(next.body(), "next", "the completed work does not come back");
+    assert_eq!(sequence_number(&next), sequence_number(&work) + 1);
+    // Outside a transaction the via sender sends straight to b.
+    to_b.send("plain").await.expect("plain send");
+    assert_eq!(next_delivery::<String>(&mut b).await.body(), "plain");
+    let _ = timeout(DEADLINE, b_connection.close()).await;
+    client.close().await;
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_transfer_never_reaches_its_destination() {
+    let broker = TestBroker::start(config_with_queues(&["a", "b"])).await;
+    let mut client = Client::open(broker.addr, "a").await;
+    let mut to_b = via_sender(&mut client.session, "a", "b")
+        .await
+        .expect("via sender");
+    let txn = declare(&client.controller).await;
+    txn.post(&mut to_b, "rolled back").await.expect("post");
+    txn.rollback().await.expect("rollback");
+    let txn = declare(&client.controller).await;
+    txn.post(&mut to_b, "committed").await.expect("post");
+    txn.commit().await.expect("commit");
+    // Transfers move in order: had the first been kept, it would come first.
+    let (mut b_connection, _b_session, mut b) = receiver_of(broker.addr, "b").await;
+    assert_eq!(next_delivery::<String>(&mut b).await.body(), "committed");
+    let _ = timeout(DEADLINE, b_connection.close()).await;
+    client.close().await;
+    broker.stop().await;
+}
+
+/// .NET's cross-entity mode: all links on one session, the coordinator first. The first
+/// entity linked is the via entity; a sender to another entity sends through it, a receiver
+/// of another entity is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_coordinator_came_first_sends_via_its_first_entity() {
+    let broker = TestBroker::start(config_with_queues(&["a", "b", "c"])).await;
+    let (mut connection, mut session) = connect_session(broker.addr).await;
+    let controller = Controller::attach(&mut session, "controller")
+        .await
+        .expect("controller");
+    let mut from_a = Receiver::attach(&mut session, "from-a", "a")
+        .await
+        .expect("receiver of a");
+    let mut to_a = Sender::attach(&mut session, "to-a", "a")
+        .await
+        .expect("sender to a");
+    let mut to_b = Sender::attach(&mut session, "to-b", "b")
+        .await
+        .expect("sender to b");
+    let refused = Receiver::attach(&mut session, "from-c", "c").await;
+    assert!(refused.is_err(), "a receiver of another entity is refused");
+    let (mut b_connection, _b_session, mut b) = receiver_of(broker.addr, "b").await;
+    to_a.send("work").await.expect("send work");
+    let work = next_delivery::<String>(&mut from_a).await;
+    let txn = declare(&controller).await;
+    txn.accept(&mut from_a, &work).await.expect("accept in txn");
+    let outcome = txn.post(&mut to_b, "reply").await.expect("post");
+    assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
+    txn.commit().await.expect("commit");
+    assert_eq!(next_delivery::<String>(&mut b).await.body(), "reply");
+    let _ = timeout(DEADLINE, b_connection.close()).await;
+    let _ = timeout(DEADLINE, connection.close()).await;
+    broker.stop().await;
+}
+
+/// A transfer its destination refuses for good (here: no session id for a queue that
+/// requires sessions) lands in the via entity's transfer dead-letter queue, with the reason;
+/// a destination that does not exist refuses the sender's attach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_its_destination_refuses_goes_to_the_transfer_dead_letter_queue() {
+    let mut config = config_with_queues(&["a", "sessions"]);
+    config.queues[1].requires_session = true;
+    let broker = TestBroker::start(config).await;
+    let mut client = Client::open(broker.addr, "a").await;
+    let unknown = via_sender(&mut client.session, "a", "nowhere").await;
+    assert!(unknown.is_err(), "an unknown destination is refused");
+    let mut to_sessions = via_sender(&mut client.session, "a", "sessions")
+        .await
+        .expect("via sender");
+    let txn = declare(&client.controller).await;
+    txn.post(&mut to_sessions, "no session id")
+        .await
+        .expect("post");
+    txn.commit().await.expect("commit");
+    let (mut connection, _session, mut dead) =
+        receiver_of(broker.addr, "a/$Transfer/$DeadLetterQueue").await;
+    let refused = next_delivery::<String>(&mut dead).await;
+    assert_eq!(refused.body(), "no session id");
+    let reason = refused
+        .message()
+        .application_properties
+        .as_ref()
+        .and_then(|properties| properties.0.get("DeadLetterReason"))
+        .cloned();
+    assert_eq!(
+        reason,
+        Some(SimpleValue::String("TransferDestinationRefused".into()))
+    );
+    dead.accept(&refused).await.expect("accept");
+    let _ = timeout(DEADLINE, connection.close()).await;
+    client.close().await;
+    broker.stop().await;
+}
+
+/// A reply whose id is `id`, with a message id, so that a destination that detects
+/// duplicates drops a transfer moved twice (a crash between its write there and its delete
+/// here).
+fn reply(id: i64) -> Message<fe2o3_amqp::types::messaging::AmqpValue<Value>> {
+    Message::builder()
+        .properties(
+            Properties::builder()
+                .message_id(format!("reply-{id}"))
+                .build(),
+        )
+        .application_properties(ApplicationProperties::builder().insert("id", id).build())
+        .value(Value::Long(id))
+        .build()
+}
+
+/// Takes work from `q` and, in one transaction each, completes it and sends its reply via
+/// `q` to `r`, until the broker goes away; reports each confirmed commit on `committed`.
+async fn work_and_reply_via(
+    addr: std::net::SocketAddr,
+    committed: tokio::sync::watch::Sender<Vec<i64>>,
+) {
+    use crate::durability::{id_of, OUTCOME_DEADLINE};
+    let mut client = Client::open(addr, "q").await;
+    let Ok(mut to_r) = via_sender(&mut client.session, "q", "r").await else {
+        return;
+    };
+    loop {
+        let Ok(Ok(work)) = timeout(OUTCOME_DEADLINE, client.receiver.recv::<Value>()).await else {
+            break;
+        };
+        let id = id_of(&work);
+        let Ok(Ok(mut txn)) = timeout(
+            OUTCOME_DEADLINE,
+            Transaction::declare(&client.controller, None),
+        )
+        .await
+        else {
+            break;
+        };
+        txn.set_rollback_on_drop_trials(0);
+        let accepted = timeout(OUTCOME_DEADLINE, txn.accept(&mut client.receiver, &work)).await;
+        let posted = timeout(OUTCOME_DEADLINE, txn.post(&mut to_r, reply(id))).await;
+        if !matches!(accepted, Ok(Ok(())))
+            || !matches!(posted, Ok(Ok(Outcome::Accepted(_))))
+            || !matches!(timeout(OUTCOME_DEADLINE, txn.commit()).await, Ok(Ok(())))
+        {
+            break;
+        }
+        committed.send_modify(|ids| ids.push(id));
+    }
+    let _ = timeout(Duration::from_secs(1), client.connection.close()).await;
+}
+
+/// `kill -9` at random points of a stream of transactions that each complete one message of
+/// `q` and send a reply via `q` to `r`: after the restarts each piece of work is either still
+/// in `q` with no reply in `r`, or gone with its reply in `r` exactly once (`r` detects
+/// duplicates); every commit the broker confirmed is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_commits_that_send_via_loses_no_transfer() {
+    use std::collections::HashSet;
+
+    use crate::child::ChildBroker;
+    use crate::durability::{config, drain, send_ids};
+
+    const WORK: i64 = 2_000;
+    let toml = format!(
+        "{}\n[[queues]]\nname = \"r\"\nrequires_duplicate_detection = true\n",
+        config("sync")
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ChildBroker::start(dir.path(), &toml);
+    assert_eq!(send_ids(broker.addr, 0..WORK).await.len(), WORK as usize);
+    let mut broker = Some(broker);
+    let mut confirmed = Vec::new();
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .subsec_nanos();
+    println!("kill points seeded with {seed}");
+    for round in 0..3u32 {
+        let running = broker.take().expect("a broker");
+        let (committed, mut watched) = tokio::sync::watch::channel(Vec::new());
+        let worker = tokio::spawn(work_and_reply_via(running.addr, committed));
+        let after = 20 + (seed.rotate_left(round * 7) % 60) as usize;
+        timeout(DEADLINE, watched.wait_for(|ids| ids.len() >= after))
+            .await
+            .expect("commits in time")
+            .expect("worker alive");
+        let jitter = u64::from(seed.rotate_left(round * 13) % 20);
+        tokio::time::sleep(Duration::from_millis(jitter)).await;
+        running.kill9();
+        timeout(DEADLINE * 2, worker)
+            .await
+            .expect("worker ends")
+            .expect("worker");
+        confirmed.extend(watched.borrow().iter().copied());
+        broker = Some(ChildBroker::start(dir.path(), &toml));
+    }
+    let broker = broker.expect("a broker");
+    let confirmed: HashSet<i64> = confirmed.into_iter().collect();
+    // `drain` panics on an id that comes twice.
+    let replies: HashSet<i64> = drain(broker.addr, "r", &confirmed)
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    let work: HashSet<i64> = drain(broker.addr, "q", &HashSet::new())
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    for id in 0..WORK {
+        match (work.contains(&id), replies.contains(&id)) {
+            (true, false) => assert!(
+                !confirmed.contains(&id),
+                "work {id} came back after its commit"
+            ),
+            (false, true) => {}
+            other => panic!("transaction of work {id} half applied: {other:?}"),
+        }
+    }
+    assert!(
+        confirmed.len() >= 60,
+        "{} commits confirmed",
+        confirmed.len()
+    );
+}

@@ -246,9 +246,10 @@ enum Performed {
 }
 
 /// A management operation inside the transaction `txn` names: `update-disposition` is staged
-/// there (the locks are checked now, the settlement applied at the commit); `renew-lock` is
-/// performed at once (a renewal has nothing to commit or undo); no other operation may be part
-/// of a transaction here.
+/// there (the locks are checked now, the settlement applied at the commit), as is
+/// `schedule-message` (numbered now, stored at the commit); `renew-lock` is performed at once
+/// (a renewal has nothing to commit or undo); no other operation may be part of a
+/// transaction here.
 fn staged(
     operation: Operation,
     lane: LaneId,
@@ -259,25 +260,36 @@ fn staged(
     if let Operation::RenewLock { .. } = operation {
         return Ok(Performed::Now(operation));
     }
-    let Operation::UpdateDisposition { tokens, settlement } = operation else {
-        return Err(Response::error(
-            501,
-            wire::condition::NOT_IMPLEMENTED,
-            "only update-disposition and renew-lock may be part of a transaction here; \
-             schedule-message and the other operations are not supported inside one yet",
-        ));
+    let (work, operations, bytes) = match operation {
+        Operation::UpdateDisposition { tokens, settlement } => {
+            let operations = tokens.len();
+            let work = Work::SettleByToken {
+                lane,
+                tokens,
+                settlement,
+            };
+            (work, operations, 0)
+        }
+        Operation::Schedule { messages } => {
+            let operations = messages.len();
+            let bytes = messages.iter().map(|m| m.bytes.len() as u64).sum();
+            (Work::Schedule { lane, messages }, operations, bytes)
+        }
+        _ => {
+            return Err(Response::error(
+                501,
+                wire::condition::NOT_IMPLEMENTED,
+                "only schedule-message, update-disposition and renew-lock may be part of a \
+                 transaction",
+            ));
+        }
     };
     let txn = transactions
-        .enlist(txn, entity, (tokens.len(), 0), clock::now_ms())
+        .enlist(txn, entity, (operations, bytes), clock::now_ms())
         .map_err(|error| {
             let description = error.description.unwrap_or_default();
             Response::error(400, transaction_condition(&error.condition), description)
         })?;
-    let work = Work::SettleByToken {
-        lane,
-        tokens,
-        settlement,
-    };
     Ok(Performed::Staged(txn, work))
 }
 

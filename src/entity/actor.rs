@@ -520,6 +520,10 @@ impl Actor {
                 let result = Ok(());
                 reply.map(|(ticket, events)| (events, EntityEvent::Sent { ticket, result }))
             }
+            Work::Schedule { lane, messages } => {
+                let result = self.stage_schedule(txn, lane, messages);
+                reply.map(|(ticket, events)| (events, EntityEvent::Managed { ticket, result }))
+            }
             Work::Settle { consumer, items } => {
                 let results = items
                     .into_iter()
@@ -547,6 +551,24 @@ impl Actor {
             }
         };
         self.answers.extend(answer);
+    }
+
+    /// Stages `schedule-message` in a transaction: the messages must be sendable now, and get
+    /// their numbers now (the answer), to be stored scheduled at the commit.
+    fn stage_schedule(
+        &mut self,
+        txn: TxnId,
+        lane: LaneId,
+        messages: Vec<Arrival>,
+    ) -> Result<Answer, EntityError> {
+        if lane != LaneId::MAIN {
+            return Err(not_schedulable());
+        }
+        self.check_sendable(&messages)?;
+        let numbers = self.core.reserve(messages.len());
+        self.staging
+            .schedule(txn, numbers.iter().copied().zip(messages));
+        Ok(Answer::Scheduled(numbers))
     }
 
     /// Stages `update-disposition` in a transaction: every token must name a lock that lasts,
@@ -610,14 +632,16 @@ impl Actor {
         if !staged.sends.is_empty() {
             self.check_sendable(&staged.sends)?;
         }
-        // Checked together: past this point the sends and transfers are stored, all of them.
+        // Checked together: past this point every message is stored.
         let transfers = staged.transfers.iter().flat_map(|(_, messages)| messages);
-        let sends = staged.sends.iter().chain(transfers);
-        let bytes = sends.clone().map(|m| m.bytes.len() as u64).sum();
-        self.core.admit(bytes, sends.count())?;
+        let scheduled = staged.scheduled.iter().map(|(_, message)| message);
+        let all = staged.sends.iter().chain(transfers).chain(scheduled);
+        let bytes = all.clone().map(|m| m.bytes.len() as u64).sum();
+        self.core.admit(bytes, all.count())?;
         if !staged.transfers.is_empty() {
             self.core.transfer(now, staged.transfers)?;
         }
+        self.core.schedule_reserved(now, staged.scheduled);
         if !staged.sends.is_empty() {
             self.core.enqueue(now, staged.sends)?;
         }
@@ -1053,10 +1077,7 @@ impl Actor {
             Operation::Schedule { .. } | Operation::CancelScheduled { .. }
                 if lane != LaneId::MAIN =>
             {
-                Err(EntityError::NotAllowed(
-                    "messages are scheduled and cancelled on a queue or topic, not on a \
-                     dead-letter queue or subscription",
-                ))
+                Err(not_schedulable())
             }
             Operation::Schedule { messages } => Ok(Answer::Scheduled(self.enqueue(now, messages)?)),
             Operation::CancelScheduled { seqs } => {
@@ -1432,6 +1453,14 @@ async fn sleep_until_deadline(deadline: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
+}
+
+/// The refusal of scheduling (or cancelling) on a lane other than a queue's or topic's own.
+fn not_schedulable() -> EntityError {
+    EntityError::NotAllowed(
+        "messages are scheduled and cancelled on a queue or topic, not on a dead-letter queue \
+         or subscription",
+    )
 }
 
 /// A message as it leaves for its forwarding target, marked as Service Bus marks it: with

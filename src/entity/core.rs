@@ -434,6 +434,47 @@ impl EntityCore {
         self.journal.push((LaneId::MAIN, Change::NextSeq(next)));
     }
 
+    /// Holds a message scheduled under `seq` (its `record` as if active) until `due`.
+    fn hold_scheduled(&mut self, seq: i64, record: Record, arrival: Arrival, due: i64) {
+        let scheduled = Record {
+            state: MessageState::Scheduled,
+            scheduled_ms: due,
+            ..record
+        };
+        let session = arrival.session_id.as_deref();
+        self.holder().insert(seq, scheduled, arrival.bytes, session);
+        self.schedule.add(due, seq);
+    }
+
+    /// Takes `count` sequence numbers now for messages a transaction schedules (Service Bus
+    /// answers `schedule-message` with them at once). The counter is journaled, so no number
+    /// is handed out twice; a rollback leaves its numbers unused.
+    pub fn reserve(&mut self, count: usize) -> Vec<i64> {
+        let numbers = (0..count).map(|_| self.intake.number()).collect();
+        self.note_next_seq();
+        numbers
+    }
+
+    /// Stores messages scheduled under numbers [`EntityCore::reserve`] took (a committed
+    /// transaction's), each held until its scheduled enqueue time (activated at once when that
+    /// has passed). The caller has admitted them (see [`EntityCore::admit`]).
+    pub fn schedule_reserved(&mut self, now_ms: i64, scheduled: Vec<(i64, Arrival)>) {
+        let enqueued_ms = self.intake.enqueued_time(now_ms);
+        self.sent += scheduled.len() as u64;
+        for (seq, arrival) in scheduled {
+            let record = Record {
+                state: MessageState::Active,
+                delivery_count: 0,
+                enqueued_ms,
+                size: u32::try_from(arrival.bytes.len()).unwrap_or(u32::MAX),
+                expires_ms: NEVER,
+                scheduled_ms: 0,
+            };
+            let due = arrival.scheduled_ms.unwrap_or(now_ms);
+            self.hold_scheduled(seq, record, arrival, due);
+        }
+    }
+
     /// Stores one message under the next sequence number: scheduled when `due` is set, else
     /// active in each lane that takes it, its expiry computed from `enqueued_ms`.
     fn append(&mut self, enqueued_ms: i64, arrival: Arrival, due: Option<i64>) {
@@ -448,14 +489,7 @@ impl EntityCore {
             scheduled_ms: 0,
         };
         if let Some(due) = due {
-            let scheduled = Record {
-                state: MessageState::Scheduled,
-                scheduled_ms: due,
-                ..record
-            };
-            let session = arrival.session_id.as_deref();
-            self.holder().insert(seq, scheduled, arrival.bytes, session);
-            self.schedule.add(due, seq);
+            self.hold_scheduled(seq, record, arrival, due);
             return;
         }
         let ttl_ms = self.intake.ttl_ms(arrival.ttl_ms);

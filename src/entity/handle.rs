@@ -379,6 +379,14 @@ pub enum Work {
         /// The messages.
         messages: Vec<Arrival>,
     },
+    /// Schedule messages (`schedule-message`): numbered now, answered as the management
+    /// operation is (`Managed`), stored scheduled at the commit.
+    Schedule {
+        /// The lane the request was made on (only a queue or topic itself schedules).
+        lane: LaneId,
+        /// The messages, each with its scheduled enqueue time.
+        messages: Vec<Arrival>,
+    },
     /// Settle messages the consumer holds locked: they stay locked until the commit.
     Settle {
         /// The consumer that holds the locks.
@@ -410,7 +418,7 @@ impl Work {
                 ticket,
                 results: items.iter().map(|_| Err(error.clone())).collect(),
             },
-            Work::SettleByToken { .. } => EntityEvent::Managed {
+            Work::Schedule { .. } | Work::SettleByToken { .. } => EntityEvent::Managed {
                 ticket,
                 result: Err(error.clone()),
             },

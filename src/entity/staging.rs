@@ -14,6 +14,8 @@ pub struct Staged {
     pub sends: Vec<Arrival>,
     /// Messages to send via the entity, by destination (send-via).
     pub transfers: Vec<(String, Vec<Arrival>)>,
+    /// Messages to schedule, each under the number it was given when staged.
+    pub scheduled: Vec<(i64, Arrival)>,
     /// Locked messages to settle.
     pub settles: Vec<StagedSettlement>,
 }
@@ -50,6 +52,15 @@ impl Staging {
             Some((last, staged)) if *last == destination => staged.extend(messages),
             _ => transfers.push((destination, messages)),
         }
+    }
+
+    /// Stages messages to schedule in `txn`, each under its number.
+    pub fn schedule(&mut self, txn: TxnId, scheduled: impl IntoIterator<Item = (i64, Arrival)>) {
+        self.staged
+            .entry(txn)
+            .or_default()
+            .scheduled
+            .extend(scheduled);
     }
 
     /// Stages the settlement of a locked message in `txn`.

@@ -1019,3 +1019,69 @@ fn a_dead_lettered_message_is_resubmitted_as_a_new_arrival_and_dead_letters_are_
     assert_eq!(q.core.purge(dead).expect("purged"), 1);
     assert!(q.core.lane(dead).expect("its DLQ").is_empty());
 }
+
+#[test]
+fn a_reserved_number_is_skipped_by_sends_and_scheduled_under_it_at_the_commit() {
+    let mut q = Queue::new(RULES);
+    assert_eq!(q.enqueue(10, empties(1)), Ok(1));
+    assert_eq!(q.core.reserve(2), vec![2, 3]);
+    assert_eq!(
+        q.enqueue(20, empties(1)),
+        Ok(4),
+        "sends skip reserved numbers"
+    );
+    let (changes, _) = q.core.take_changes();
+    assert!(
+        changes.contains(&(LaneId::MAIN, Change::NextSeq(5))),
+        "the counter is journaled past the reservation: {changes:?}"
+    );
+    q.core
+        .schedule_reserved(30, vec![(3, timed(None, Some(9_000)))]);
+    q.reveal_up_to(q.next_seq());
+    let peeked = q.peek(0, 10);
+    let numbers: Vec<i64> = peeked.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(numbers, vec![1, 3, 4], "2 stays unused (a rollback)");
+    assert_eq!(state_of(&peeked[1].1), Some(&Value::Int(2)), "scheduled");
+    assert_eq!(q.due_scheduled(9_000, 10), vec![3]);
+}
+
+/// `n` messages of one `data` section each.
+fn datas(n: usize) -> Vec<Arrival> {
+    let data = Bytes::from_static(&[0x00, 0x53, 0x75, 0xa0, 0x01, b'x']);
+    vec![Arrival::bare(data); n]
+}
+
+#[test]
+fn transfers_are_numbered_apart_and_movable_only_once_revealed() {
+    let mut q = Queue::new(RULES);
+    assert!(
+        q.core.transfer(1, vec![("b".into(), empties(1))]).is_err(),
+        "no transfer lanes yet"
+    );
+    q.core
+        .add_transfer_lanes(Recovered::default(), Recovered::default());
+    assert_eq!(q.enqueue(10, empties(1)), Ok(1));
+    q.core
+        .transfer(20, vec![("b".into(), datas(2)), ("c".into(), datas(1))])
+        .expect("transferred");
+    assert_eq!(q.core.next_transfer(), 4, "numbered apart from the queue");
+    assert_eq!(
+        q.enqueue(30, empties(1)),
+        Ok(2),
+        "the queue's numbers stay gap-free"
+    );
+    q.reveal_up_to(q.next_seq());
+    let lane = q.core.lane(LaneId::TRANSFER).expect("transfer lane");
+    assert!(
+        lane.take_for_forwarding(10, u64::MAX, 40).is_empty(),
+        "not durable yet"
+    );
+    q.core.reveal_transfers_up_to(q.core.next_transfer());
+    let lane = q.core.lane(LaneId::TRANSFER).expect("transfer lane");
+    let taken = lane.take_for_forwarding(10, u64::MAX, 40);
+    assert_eq!(
+        taken.iter().map(|d| d.seq).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    assert_eq!(q.core.highest_subscription(), 0, "not a subscription");
+}

@@ -230,14 +230,27 @@ async fn update_disposition_in_a_transaction_applies_at_the_commit_renew_lock_at
     client.send_outcome(peek).await;
     client.flow(2, 3, 1, false).await;
     let (_, answer) = client.delivery(replies).await;
-    let (message, _) = answer_status(&answer);
+    assert_eq!(
+        peeked_ids(&answer),
+        ["marker"],
+        "the work was completed at the commit"
+    );
+    broker.stop().await;
+}
+
+/// The message ids of the messages a peek answer holds (none when it says 204).
+fn peeked_ids(answer: &Bytes) -> Vec<String> {
+    let (message, status) = answer_status(answer);
+    if status == Some(SimpleValue::Int(204)) {
+        return Vec::new();
+    }
     let Body::Value(AmqpValue(Value::Map(body))) = message.body else {
         panic!("the answer's body is a map");
     };
     let Some(Value::List(peeked)) = body.get(&Value::String("messages".into())) else {
-        panic!("no messages peeked: {body:?}");
+        return Vec::new();
     };
-    let ids: Vec<String> = peeked
+    peeked
         .iter()
         .map(|entry| match entry {
             Value::Map(entry) => match entry.get(&Value::String("message".into())) {
@@ -246,7 +259,125 @@ async fn update_disposition_in_a_transaction_applies_at_the_commit_renew_lock_at
             },
             other => panic!("not a map: {other:?}"),
         })
-        .collect();
-    assert_eq!(ids, ["marker"], "the work was completed at the commit");
+        .collect()
+}
+
+/// A `schedule-message` request for one message `id`, due in an hour.
+fn schedule_request(request: u64, reply_to: &str, id: &str) -> Bytes {
+    use fe2o3_amqp::types::messaging::MessageAnnotations;
+    use fe2o3_amqp::types::primitives::Timestamp;
+    let due = Timestamp::from_milliseconds(crate::support::now_ms() + 3_600_000);
+    let annotations = MessageAnnotations::builder()
+        .insert("x-opt-scheduled-enqueue-time", Value::Timestamp(due))
+        .build();
+    // The plain message with the annotations between its header and its properties.
+    let header = serde_amqp::to_vec(&Header::builder().durable(true).build()).expect("header");
+    let plain = message(id, 10);
+    let mut scheduled = header.clone();
+    scheduled.extend(serde_amqp::to_vec(&annotations).expect("annotations"));
+    scheduled.extend_from_slice(&plain[header.len()..]);
+    let properties = Properties::builder()
+        .message_id(request)
+        .reply_to(reply_to.to_owned())
+        .build();
+    let application = ApplicationProperties::builder()
+        .insert(
+            "operation",
+            SimpleValue::String("com.microsoft:schedule-message".into()),
+        )
+        .build();
+    let mut entry = fe2o3_amqp::types::primitives::OrderedMap::new();
+    entry.insert(
+        Value::String("message".into()),
+        Value::Binary(scheduled.into()),
+    );
+    entry.insert(Value::String("message-id".into()), Value::String(id.into()));
+    let mut body = fe2o3_amqp::types::primitives::OrderedMap::new();
+    body.insert(
+        Value::String("messages".into()),
+        Value::List(vec![Value::Map(entry)]),
+    );
+    let mut bytes = serde_amqp::to_vec(&properties).expect("properties");
+    bytes.extend(serde_amqp::to_vec(&application).expect("application properties"));
+    bytes.extend(serde_amqp::to_vec(&AmqpValue(Value::Map(body))).expect("body"));
+    Bytes::from(bytes)
+}
+
+/// The sequence numbers a `schedule-message` answer holds (its status must be 200).
+fn scheduled_numbers(answer: &Bytes) -> Vec<i64> {
+    let (message, status) = answer_status(answer);
+    assert_eq!(status, Some(SimpleValue::Int(200)), "{message:?}");
+    let Body::Value(AmqpValue(Value::Map(body))) = message.body else {
+        panic!("the answer's body is a map");
+    };
+    match body.get(&Value::String("sequence-numbers".into())) {
+        Some(Value::Array(numbers)) => (numbers.0.iter())
+            .map(|number| match number {
+                Value::Long(seq) => *seq,
+                other => panic!("not a long: {other:?}"),
+            })
+            .collect(),
+        other => panic!("no sequence numbers: {other:?}"),
+    }
+}
+
+/// `schedule-message` inside a transaction is answered with its sequence number at once (as
+/// Service Bus does), and the message is stored scheduled at the commit only: a rollback
+/// leaves nothing, its number unused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_message_in_a_transaction_is_numbered_at_once_and_stored_at_the_commit() {
+    let broker = broker(&["q"], |_| {}).await;
+    let mut client = RawClient::connect(broker.addr, 1 << 20).await;
+    client.attach_sender(4, "q").await;
+    let replies = client
+        .attach_receiver(2, "q/$management", ReceiverSettleMode::First)
+        .await;
+    client.attach_sender(1, "q/$management").await;
+    client.attach_controller(0).await;
+    client.flow(2, 0, 100, false).await;
+    let mut answers = 0;
+    for (commit, id) in [(true, "committed"), (false, "rolled-back")] {
+        let declare = client
+            .send_message(0, control(Declare { global_id: None }))
+            .await;
+        let DeliveryState::Declared(Declared { txn_id }) = client.send_outcome(declare).await
+        else {
+            panic!("not declared");
+        };
+        let request = schedule_request(answers, "receiver-2", id);
+        let scheduled = client
+            .send_in_state(1, request, Some(in_txn(&txn_id, None)))
+            .await;
+        client.send_outcome(scheduled).await;
+        let (_, answer) = client.delivery(replies).await;
+        let numbers = scheduled_numbers(&answer);
+        assert_eq!(numbers.len(), 1);
+        let peek = client
+            .send_message(1, peek_request(answers + 1, "receiver-2", 10))
+            .await;
+        client.send_outcome(peek).await;
+        let (_, answer) = client.delivery(replies).await;
+        let before = peeked_ids(&answer);
+        assert!(
+            !before.contains(&id.to_owned()),
+            "visible before the commit"
+        );
+        let discharge = Discharge {
+            txn_id,
+            fail: Some(!commit),
+        };
+        let discharged = client.send_message(0, control(discharge)).await;
+        assert!(matches!(
+            client.send_outcome(discharged).await,
+            DeliveryState::Accepted(_)
+        ));
+        let peek = client
+            .send_message(1, peek_request(answers + 2, "receiver-2", 10))
+            .await;
+        client.send_outcome(peek).await;
+        let (_, answer) = client.delivery(replies).await;
+        assert_eq!(peeked_ids(&answer), ["committed"], "after {id}");
+        answers += 3;
+    }
     broker.stop().await;
 }

@@ -313,7 +313,7 @@ async fn deferred_message_is_settled_through_the_management_node() {
 
 /// A `sync` broker on `data_dir` with topic `t` and subscriptions `s1` and `s2` (each with the
 /// declared rule `$Default`).
-fn topic_config(data_dir: &std::path::Path) -> tidebus::config::Config {
+pub(super) fn topic_config(data_dir: &std::path::Path) -> tidebus::config::Config {
     use tidebus::config::{
         Durability, EntityStatus, RuleConfig, RuleFilter, SubscriptionConfig, TopicConfig,
     };

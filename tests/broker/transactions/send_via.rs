@@ -295,3 +295,35 @@ async fn kill_9_during_commits_that_send_via_loses_no_transfer() {
         confirmed.len()
     );
 }
+
+/// A topic is a destination (each subscription gets its copy) and a via entity (its own
+/// transfer lane), as a queue is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_takes_transfers_and_sends_via_its_own_transfer_lane() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = TestBroker::start(crate::azservicebus::topic_config(dir.path())).await;
+    let mut client = Client::open(broker.addr, "q").await;
+    let mut q_to_t = via_sender(&mut client.session, "q", "t")
+        .await
+        .expect("via q to t");
+    let mut t_to_q = via_sender(&mut client.session, "t", "q")
+        .await
+        .expect("via t to q");
+    let txn = declare(&client.controller).await;
+    txn.post(&mut q_to_t, "to the topic").await.expect("post");
+    txn.commit().await.expect("commit");
+    let txn = declare(&client.controller).await;
+    txn.post(&mut t_to_q, "via the topic").await.expect("post");
+    txn.commit().await.expect("commit");
+    for subscription in ["t/subscriptions/s1", "t/subscriptions/s2"] {
+        let (mut connection, _session, mut copies) = receiver_of(broker.addr, subscription).await;
+        assert_eq!(
+            next_delivery::<String>(&mut copies).await.body(),
+            "to the topic"
+        );
+        let _ = timeout(DEADLINE, connection.close()).await;
+    }
+    assert_eq!(client.take().await, "via the topic");
+    client.close().await;
+    broker.stop().await;
+}

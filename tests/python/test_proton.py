@@ -10,7 +10,8 @@ import uuid
 import pytest
 from proton import SASL, Delivery, Message, Timeout, symbol, timestamp
 from proton.handlers import MessagingHandler, TransactionHandler
-from proton.reactor import Container
+from azure.servicebus import ServiceBusSubQueue
+from proton.reactor import Container, LinkOption
 from proton.utils import LinkDetached, SendException
 
 import amqp_raw
@@ -239,15 +240,17 @@ class _Transacting(MessagingHandler, TransactionHandler):
     """Runs `steps(handler, event)` in one transaction on its own connection, then commits or
     aborts it; records what the broker answered."""
 
-    def __init__(self, url, address, work, commit):
+    def __init__(self, url, address, work, commit, via_to=None):
         super().__init__(auto_accept=False, prefetch=0)
         self.url, self.address, self.work, self.commit = url, address, work, commit
+        self.via_to = via_to
         self.outcome = None
         self.received = None
 
     def on_start(self, event):
         self.conn = event.container.connect(self.url)
-        self.sender = event.container.create_sender(self.conn, self.address)
+        options = _TransferDestination(self.via_to) if self.via_to else None
+        self.sender = event.container.create_sender(self.conn, self.address, options=options)
         self.receiver = event.container.create_receiver(self.conn, self.address)
         if self.work == "complete":
             self.receiver.flow(1)
@@ -285,8 +288,19 @@ class _Transacting(MessagingHandler, TransactionHandler):
         self.conn.close()
 
 
-def _run_transaction(broker, address, work, commit):
-    handler = _Transacting(broker.url, address, work, commit)
+class _TransferDestination(LinkOption):
+    """The link property that makes a sender to the via entity send to `destination`."""
+
+    def __init__(self, destination):
+        self.destination = destination
+
+    def apply(self, link):
+        key = symbol("com.microsoft:transfer-destination-address")
+        link.properties = {key: self.destination}
+
+
+def _run_transaction(broker, address, work, commit, via_to=None):
+    handler = _Transacting(broker.url, address, work, commit, via_to)
     container = Container(handler)
     container.timeout = DEADLINE_S
     container.run()
@@ -318,3 +332,29 @@ def test_an_aborted_transaction_sends_nothing(broker):
         first = receiver.receive(timeout=DEADLINE_S)
         receiver.accept()
     assert first.body == "marker"
+
+
+def _value_text(message):
+    """The text of an amqp-value body proton sent, as the Azure SDK hands it over (bytes)."""
+    body = message.body
+    return body.decode() if isinstance(body, bytes) else body
+
+
+@pytest.mark.broker(queues=["q1", "q2", {"name": "sessions", "requires_session": True}])
+def test_a_transaction_sends_via_its_entity_and_the_azure_sdk_sees_where_it_went(broker, client):
+    with connect(broker) as conn:
+        send_accepted(conn.create_sender("q1"), Message(body="work"))
+    assert _run_transaction(broker, "q1", "complete", True, via_to="q2") == "committed"
+    with client.get_queue_receiver("q2") as receiver:
+        moved = receiver.receive_messages(max_wait_time=DEADLINE_S)
+        assert [_value_text(message) for message in moved] == ["in-txn"]
+        receiver.complete_message(moved[0])
+    # The destination refuses a message without a session id for good: the transfer goes to
+    # q1's transfer dead-letter queue, which the SDK reads as a sub-queue.
+    assert _run_transaction(broker, "q1", "send", True, via_to="sessions") == "committed"
+    transfer_dead_letter = ServiceBusSubQueue.TRANSFER_DEAD_LETTER
+    with client.get_queue_receiver("q1", sub_queue=transfer_dead_letter) as receiver:
+        refused = receiver.receive_messages(max_wait_time=DEADLINE_S)
+        assert [_value_text(message) for message in refused] == ["in-txn"]
+        assert refused[0].dead_letter_reason == "TransferDestinationRefused"
+        receiver.complete_message(refused[0])

@@ -478,40 +478,23 @@ pub fn settles_second(request: &Attach) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fe2o3_amqp::types::messaging::{Source, Target};
     use fe2o3_amqp::types::primitives::OrderedMap;
 
-    use crate::amqp::fixtures::entity;
+    use crate::amqp::fixtures::{self, entity};
 
     fn receiver(filter: Option<Value>, timeout: Option<Value>) -> Attach {
-        let mut source = Source::builder().address("q").build();
-        if let Some(value) = filter {
+        let mut attach = fixtures::attach(Role::Receiver, "q");
+        if let (Some(value), Some(source)) = (filter, attach.source.as_mut()) {
             let mut map = OrderedMap::new();
             map.insert(Symbol::from(SESSION_FILTER), value);
             source.filter = Some(map);
         }
-        Attach {
-            name: "r".into(),
-            handle: Handle(3),
-            role: Role::Receiver,
-            snd_settle_mode: SenderSettleMode::Unsettled,
-            rcv_settle_mode: ReceiverSettleMode::Second,
-            source: Some(Box::new(source)),
-            target: Some(Box::new(TargetArchetype::Target(
-                Target::builder().address("reply-here").build(),
-            ))),
-            unsettled: None,
-            incomplete_unsettled: false,
-            initial_delivery_count: None,
-            max_message_size: None,
-            offered_capabilities: None,
-            desired_capabilities: None,
-            properties: timeout.map(|value| {
-                let mut fields = Fields::default();
-                fields.insert(Symbol::from(TIMEOUT_PROPERTY), value);
-                fields
-            }),
-        }
+        attach.properties = timeout.map(|value| {
+            let mut fields = Fields::default();
+            fields.insert(Symbol::from(TIMEOUT_PROPERTY), value);
+            fields
+        });
+        attach
     }
 
     #[test]

@@ -32,22 +32,26 @@ pub fn named(name: &str, topic: bool) -> EntityHandle {
     EntityHandle::new(name.into(), mailbox, Default::default(), subscriptions)
 }
 
-/// A client's attach of a link of `role` to `address` (its target's, or a receiver's
-/// source's), handle 0.
+/// A client's attach (handle 3, settling second) of a link of `role` to `address`: a
+/// sender's target, or a receiver's source (its target, where answers go, `reply-here`).
 pub fn attach(role: Role, address: &str) -> Attach {
-    let source = Source::builder().address(address).build();
-    let target = Target::builder().address(address).build();
+    let target = match role {
+        Role::Sender => address,
+        Role::Receiver => "reply-here",
+    };
     Attach {
-        name: format!("{role:?} {address}"),
-        handle: Handle(0),
+        name: "r".into(),
+        handle: Handle(3),
         role,
-        snd_settle_mode: SenderSettleMode::Mixed,
-        rcv_settle_mode: ReceiverSettleMode::First,
-        source: Some(Box::new(source)),
-        target: Some(Box::new(TargetArchetype::Target(target))),
+        snd_settle_mode: SenderSettleMode::Unsettled,
+        rcv_settle_mode: ReceiverSettleMode::Second,
+        source: Some(Box::new(Source::builder().address(address).build())),
+        target: Some(Box::new(TargetArchetype::Target(
+            Target::builder().address(target).build(),
+        ))),
         unsettled: None,
         incomplete_unsettled: false,
-        initial_delivery_count: Some(0),
+        initial_delivery_count: None,
         max_message_size: None,
         offered_capabilities: None,
         desired_capabilities: None,

@@ -10,7 +10,8 @@ use fe2o3_amqp::transaction::{
     Controller, Transaction, TransactionDischarge, TransactionPosting, TransactionRetirement,
 };
 use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
-use fe2o3_amqp::types::messaging::Outcome;
+use fe2o3_amqp::types::messaging::{AmqpValue, Outcome};
+use fe2o3_amqp::types::primitives::Value;
 use fe2o3_amqp::{Receiver, Sender};
 use tokio::time::timeout;
 
@@ -366,17 +367,39 @@ async fn a_connection_that_closes_commits_none_of_its_open_transactions() {
 const FIRST_REPLY: i64 = 1_000_000;
 const SECOND_REPLY: i64 = 2_000_000;
 
+/// A reply whose id is `id`, with a message id, so that a destination that detects
+/// duplicates drops one moved twice (a crash between its write there and its delete at the via
+/// entity).
+fn reply(id: i64) -> fe2o3_amqp::types::messaging::Message<AmqpValue<Value>> {
+    use fe2o3_amqp::types::messaging::{ApplicationProperties, Message, Properties};
+    Message::builder()
+        .properties(
+            Properties::builder()
+                .message_id(format!("reply-{id}"))
+                .build(),
+        )
+        .application_properties(ApplicationProperties::builder().insert("id", id).build())
+        .value(Value::Long(id))
+        .build()
+}
+
 /// Takes work from `q` one message at a time and, in one transaction each, completes it and
-/// sends its two replies, until the broker goes away; returns the work whose commit was
-/// confirmed, reporting each on `committed`.
+/// sends its two replies (to `q`, or via `q` to `via_to`), until the broker goes away;
+/// reports each confirmed commit on `committed`.
 async fn work_in_transactions(
     addr: std::net::SocketAddr,
     committed: tokio::sync::watch::Sender<Vec<i64>>,
+    via_to: Option<&'static str>,
 ) {
-    use fe2o3_amqp::types::primitives::Value;
-
-    use crate::durability::{id_of, with_id, OUTCOME_DEADLINE};
+    use crate::durability::{id_of, OUTCOME_DEADLINE};
     let mut client = Client::open(addr, "q").await;
+    let mut via = match via_to {
+        Some(to) => match send_via::via_sender(&mut client.session, "q", to).await {
+            Ok(sender) => Some(sender),
+            Err(_) => return,
+        },
+        None => None,
+    };
     loop {
         let Ok(Ok(work)) = timeout(OUTCOME_DEADLINE, client.receiver.recv::<Value>()).await else {
             break;
@@ -401,13 +424,10 @@ async fn work_in_transactions(
         ) {
             break;
         }
+        let sender = via.as_mut().unwrap_or(&mut client.sender);
         let mut posted = true;
-        for reply in [FIRST_REPLY + id, SECOND_REPLY + id] {
-            let outcome = timeout(
-                OUTCOME_DEADLINE,
-                txn.post(&mut client.sender, with_id(reply, None)),
-            )
-            .await;
+        for reply_id in [FIRST_REPLY + id, SECOND_REPLY + id] {
+            let outcome = timeout(OUTCOME_DEADLINE, txn.post(sender, reply(reply_id))).await;
             posted &= matches!(outcome, Ok(Ok(Outcome::Accepted(_))));
         }
         if !posted || !matches!(timeout(OUTCOME_DEADLINE, txn.commit()).await, Ok(Ok(()))) {
@@ -418,21 +438,25 @@ async fn work_in_transactions(
     let _ = timeout(Duration::from_secs(1), client.connection.close()).await;
 }
 
-/// `kill -9` at random points of a stream of transactions (each completes one message and
-/// sends two): after the restarts every transaction is whole or absent. Each piece of work is
-/// either still there with neither reply, or gone with both replies, each once; every commit
-/// the broker confirmed is there.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_during_commits_leaves_every_transaction_whole_or_absent() {
-    use std::collections::HashSet;
-
+/// Stores messages with ids `0..work` in `q` of a `sync` broker on `dir` (configured by
+/// `toml`), then three times lets `worker` (spawned on the broker's address) run
+/// transactions for a while and kills the broker (`kill -9`) at a random point among them, and
+/// starts it again. Returns the broker last started and the work whose commit the workers saw
+/// confirmed.
+async fn kill_9_rounds(
+    dir: &std::path::Path,
+    toml: &str,
+    work: i64,
+    worker: impl Fn(
+        std::net::SocketAddr,
+        tokio::sync::watch::Sender<Vec<i64>>,
+    ) -> tokio::task::JoinHandle<()>,
+) -> (crate::child::ChildBroker, Vec<i64>) {
     use crate::child::ChildBroker;
-    use crate::durability::{config, drain, send_ids};
+    use crate::durability::send_ids;
 
-    const WORK: i64 = 3_000;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = ChildBroker::start(dir.path(), &config("sync"));
-    assert_eq!(send_ids(broker.addr, 0..WORK).await.len(), WORK as usize);
+    let broker = ChildBroker::start(dir, toml);
+    assert_eq!(send_ids(broker.addr, 0..work).await.len(), work as usize);
     let mut broker = Some(broker);
     let mut confirmed = Vec::new();
     let seed = std::time::SystemTime::now()
@@ -443,7 +467,7 @@ async fn kill_9_during_commits_leaves_every_transaction_whole_or_absent() {
     for round in 0..3u32 {
         let running = broker.take().expect("a broker");
         let (committed, mut watched) = tokio::sync::watch::channel(Vec::new());
-        let worker = tokio::spawn(work_in_transactions(running.addr, committed));
+        let worker = worker(running.addr, committed);
         // Some commits first, then the kill lands wherever the stream of transactions is.
         let after = 20 + (seed.rotate_left(round * 7) % 60) as usize;
         timeout(DEADLINE, watched.wait_for(|ids| ids.len() >= after))
@@ -458,21 +482,52 @@ async fn kill_9_during_commits_leaves_every_transaction_whole_or_absent() {
             .expect("worker ends")
             .expect("worker");
         confirmed.extend(watched.borrow().iter().copied());
-        broker = Some(ChildBroker::start(dir.path(), &config("sync")));
+        broker = Some(ChildBroker::start(dir, toml));
     }
-    let broker = broker.expect("a broker");
-    let required: HashSet<i64> = confirmed
-        .iter()
+    (broker.expect("a broker"), confirmed)
+}
+
+/// `kill -9` at random points of a stream of transactions (each completes one message and
+/// sends two): after the restarts every transaction is whole or absent. Each piece of work is
+/// either still there with neither reply, or gone with both replies, each once; every commit
+/// the broker confirmed is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_commits_leaves_every_transaction_whole_or_absent() {
+    use std::collections::HashSet;
+
+    use crate::durability::{config, drain};
+
+    const WORK: i64 = 3_000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (broker, confirmed) =
+        kill_9_rounds(dir.path(), &config("sync"), WORK, |addr, committed| {
+            tokio::spawn(work_in_transactions(addr, committed, None))
+        })
+        .await;
+    let got = drain(broker.addr, "q", &replies_of(&confirmed)).await;
+    let got: HashSet<i64> = got.into_iter().map(|(id, _)| id).collect();
+    assert_whole_or_absent(WORK, &got, &got, &confirmed);
+}
+
+/// The ids of the replies of `work`.
+fn replies_of(work: &[i64]) -> std::collections::HashSet<i64> {
+    (work.iter())
         .flat_map(|id| [FIRST_REPLY + id, SECOND_REPLY + id])
-        .collect();
-    let got: HashSet<i64> = drain(broker.addr, "q", &required)
-        .await
-        .into_iter()
-        .map(|(id, _)| id)
-        .collect();
-    for id in 0..WORK {
-        let replies = [FIRST_REPLY + id, SECOND_REPLY + id].map(|reply| got.contains(&reply));
-        match (got.contains(&id), replies) {
+        .collect()
+}
+
+/// After [`kill_9_rounds`]: each piece of work `0..count` is either still there (among
+/// `left`) with neither reply (among `replies`), and then its commit was never confirmed, or
+/// gone with both; and enough commits were confirmed for the kills to have cut into them.
+fn assert_whole_or_absent(
+    count: i64,
+    left: &std::collections::HashSet<i64>,
+    replies: &std::collections::HashSet<i64>,
+    confirmed: &[i64],
+) {
+    for id in 0..count {
+        let replied = [FIRST_REPLY + id, SECOND_REPLY + id].map(|reply| replies.contains(&reply));
+        match (left.contains(&id), replied) {
             (true, [false, false]) => {
                 assert!(
                     !confirmed.contains(&id),

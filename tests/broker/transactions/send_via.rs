@@ -4,13 +4,12 @@
 //! and `kill -9` in the middle of commits that send via.
 
 use fe2o3_amqp::types::definitions::Fields;
-use fe2o3_amqp::types::messaging::{ApplicationProperties, Message, Properties};
 use fe2o3_amqp::types::primitives::{SimpleValue, Symbol, Value};
 
 use super::*;
 
 /// A sender on `session` attached to `via` whose messages are for `destination`.
-async fn via_sender(
+pub(super) async fn via_sender(
     session: &mut SessionHandle<()>,
     via: &str,
     destination: &str,
@@ -168,69 +167,15 @@ async fn a_transfer_its_destination_refuses_goes_to_the_transfer_dead_letter_que
     broker.stop().await;
 }
 
-/// A reply whose id is `id`, with a message id, so that a destination that detects
-/// duplicates drops a transfer moved twice (a crash between its write there and its delete
-/// here).
-fn reply(id: i64) -> Message<fe2o3_amqp::types::messaging::AmqpValue<Value>> {
-    Message::builder()
-        .properties(
-            Properties::builder()
-                .message_id(format!("reply-{id}"))
-                .build(),
-        )
-        .application_properties(ApplicationProperties::builder().insert("id", id).build())
-        .value(Value::Long(id))
-        .build()
-}
-
-/// Takes work from `q` and, in one transaction each, completes it and sends its reply via
-/// `q` to `r`, until the broker goes away; reports each confirmed commit on `committed`.
-async fn work_and_reply_via(
-    addr: std::net::SocketAddr,
-    committed: tokio::sync::watch::Sender<Vec<i64>>,
-) {
-    use crate::durability::{id_of, OUTCOME_DEADLINE};
-    let mut client = Client::open(addr, "q").await;
-    let Ok(mut to_r) = via_sender(&mut client.session, "q", "r").await else {
-        return;
-    };
-    loop {
-        let Ok(Ok(work)) = timeout(OUTCOME_DEADLINE, client.receiver.recv::<Value>()).await else {
-            break;
-        };
-        let id = id_of(&work);
-        let Ok(Ok(mut txn)) = timeout(
-            OUTCOME_DEADLINE,
-            Transaction::declare(&client.controller, None),
-        )
-        .await
-        else {
-            break;
-        };
-        txn.set_rollback_on_drop_trials(0);
-        let accepted = timeout(OUTCOME_DEADLINE, txn.accept(&mut client.receiver, &work)).await;
-        let posted = timeout(OUTCOME_DEADLINE, txn.post(&mut to_r, reply(id))).await;
-        if !matches!(accepted, Ok(Ok(())))
-            || !matches!(posted, Ok(Ok(Outcome::Accepted(_))))
-            || !matches!(timeout(OUTCOME_DEADLINE, txn.commit()).await, Ok(Ok(())))
-        {
-            break;
-        }
-        committed.send_modify(|ids| ids.push(id));
-    }
-    let _ = timeout(Duration::from_secs(1), client.connection.close()).await;
-}
-
 /// `kill -9` at random points of a stream of transactions that each complete one message of
-/// `q` and send a reply via `q` to `r`: after the restarts each piece of work is either still
-/// in `q` with no reply in `r`, or gone with its reply in `r` exactly once (`r` detects
-/// duplicates); every commit the broker confirmed is there.
+/// `q` and send two replies via `q` to `r`: after the restarts each piece of work is either
+/// still in `q` with no reply in `r`, or gone with both replies in `r`, each exactly once (`r`
+/// detects duplicates); every commit the broker confirmed is there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_commits_that_send_via_loses_no_transfer() {
     use std::collections::HashSet;
 
-    use crate::child::ChildBroker;
-    use crate::durability::{config, drain, send_ids};
+    use crate::durability::{config, drain};
 
     const WORK: i64 = 2_000;
     let toml = format!(
@@ -238,62 +183,16 @@ async fn kill_9_during_commits_that_send_via_loses_no_transfer() {
         config("sync")
     );
     let dir = tempfile::tempdir().expect("tempdir");
-    let broker = ChildBroker::start(dir.path(), &toml);
-    assert_eq!(send_ids(broker.addr, 0..WORK).await.len(), WORK as usize);
-    let mut broker = Some(broker);
-    let mut confirmed = Vec::new();
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .subsec_nanos();
-    println!("kill points seeded with {seed}");
-    for round in 0..3u32 {
-        let running = broker.take().expect("a broker");
-        let (committed, mut watched) = tokio::sync::watch::channel(Vec::new());
-        let worker = tokio::spawn(work_and_reply_via(running.addr, committed));
-        let after = 20 + (seed.rotate_left(round * 7) % 60) as usize;
-        timeout(DEADLINE, watched.wait_for(|ids| ids.len() >= after))
-            .await
-            .expect("commits in time")
-            .expect("worker alive");
-        let jitter = u64::from(seed.rotate_left(round * 13) % 20);
-        tokio::time::sleep(Duration::from_millis(jitter)).await;
-        running.kill9();
-        timeout(DEADLINE * 2, worker)
-            .await
-            .expect("worker ends")
-            .expect("worker");
-        confirmed.extend(watched.borrow().iter().copied());
-        broker = Some(ChildBroker::start(dir.path(), &toml));
-    }
-    let broker = broker.expect("a broker");
-    let confirmed: HashSet<i64> = confirmed.into_iter().collect();
+    let (broker, confirmed) = super::kill_9_rounds(dir.path(), &toml, WORK, |addr, committed| {
+        tokio::spawn(work_in_transactions(addr, committed, Some("r")))
+    })
+    .await;
     // `drain` panics on an id that comes twice.
-    let replies: HashSet<i64> = drain(broker.addr, "r", &confirmed)
-        .await
-        .into_iter()
-        .map(|(id, _)| id)
-        .collect();
-    let work: HashSet<i64> = drain(broker.addr, "q", &HashSet::new())
-        .await
-        .into_iter()
-        .map(|(id, _)| id)
-        .collect();
-    for id in 0..WORK {
-        match (work.contains(&id), replies.contains(&id)) {
-            (true, false) => assert!(
-                !confirmed.contains(&id),
-                "work {id} came back after its commit"
-            ),
-            (false, true) => {}
-            other => panic!("transaction of work {id} half applied: {other:?}"),
-        }
-    }
-    assert!(
-        confirmed.len() >= 60,
-        "{} commits confirmed",
-        confirmed.len()
-    );
+    let replies = drain(broker.addr, "r", &super::replies_of(&confirmed)).await;
+    let replies: HashSet<i64> = replies.into_iter().map(|(id, _)| id).collect();
+    let left = drain(broker.addr, "q", &HashSet::new()).await;
+    let left: HashSet<i64> = left.into_iter().map(|(id, _)| id).collect();
+    super::assert_whole_or_absent(WORK, &left, &replies, &confirmed);
 }
 
 /// A topic is a destination (each subscription gets its copy) and a via entity (its own

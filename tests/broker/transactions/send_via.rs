@@ -137,7 +137,12 @@ async fn a_transfer_its_destination_refuses_goes_to_the_transfer_dead_letter_que
     config.queues[1].requires_session = true;
     let broker = TestBroker::start(config).await;
     let mut client = Client::open(broker.addr, "a").await;
-    let unknown = via_sender(&mut client.session, "a", "nowhere").await;
+    // On a session of its own: fe2o3 may not have let go of a refused link's handle when the
+    // next attach on its session starts.
+    let mut other = fe2o3_amqp::Session::begin(&mut client.connection)
+        .await
+        .expect("session");
+    let unknown = via_sender(&mut other, "a", "nowhere").await;
     assert!(unknown.is_err(), "an unknown destination is refused");
     let mut to_sessions = via_sender(&mut client.session, "a", "sessions")
         .await

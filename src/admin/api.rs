@@ -584,9 +584,8 @@ const READ_ONLY: [&str; 9] = [
 
 /// Properties for what Tidebus does not do, with the only values it accepts (a JS or Python
 /// client sends some of them at their defaults).
-const OFF_ONLY: [(&str, &[&str]); 7] = [
+const OFF_ONLY: [(&str, &[&str]); 6] = [
     ("EnablePartitioning", &["false"]),
-    ("EnableExpress", &["false"]),
     ("EnableSubscriptionPartitioning", &["false"]),
     ("FilteringMessagesBeforePublishing", &["false"]),
     ("IsAnonymousAccessible", &["false"]),
@@ -727,6 +726,7 @@ fn set_queue(queue: &mut QueueConfig, property: &str, value: &str) -> Result<boo
         "MaxDeliveryCount" => queue.max_delivery_count = number(value)?,
         "AutoDeleteOnIdle" => queue.auto_delete_on_idle = atom::read_duration(value)?,
         "RequiresDuplicateDetection" => queue.requires_duplicate_detection = boolean(value)?,
+        "EnableExpress" => queue.enable_express = boolean(value)?,
         "DuplicateDetectionHistoryTimeWindow" => {
             queue.duplicate_detection_history_time_window = history_window(value)?
         }
@@ -788,6 +788,7 @@ fn set_topic(topic: &mut TopicConfig, property: &str, value: &str) -> Result<boo
         }
         "AutoDeleteOnIdle" => topic.auto_delete_on_idle = atom::read_duration(value)?,
         "RequiresDuplicateDetection" => topic.requires_duplicate_detection = boolean(value)?,
+        "EnableExpress" => topic.enable_express = boolean(value)?,
         "DuplicateDetectionHistoryTimeWindow" => {
             topic.duplicate_detection_history_time_window = history_window(value)?
         }

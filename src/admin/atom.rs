@@ -248,7 +248,7 @@ pub fn queue(queue: &QueueConfig, counts: &Counts, times: &Times, max_message_ki
         "ForwardDeadLetteredMessagesTo",
         &queue.forward_dead_lettered_messages_to,
     );
-    xml.element("EnableExpress", false);
+    xml.element("EnableExpress", queue.enable_express);
     xml.element("MaxMessageSizeInKilobytes", max_message_kib);
     xml.0.push_str("</QueueDescription>");
     xml.0
@@ -285,7 +285,7 @@ pub fn topic(topic: &TopicConfig, counts: &Counts, times: &Times, max_message_ki
     xml.element("EnablePartitioning", false);
     xml.element("EntityAvailabilityStatus", "Available");
     xml.element("EnableSubscriptionPartitioning", false);
-    xml.element("EnableExpress", false);
+    xml.element("EnableExpress", topic.enable_express);
     xml.element("MaxMessageSizeInKilobytes", max_message_kib);
     xml.0.push_str("</TopicDescription>");
     xml.0

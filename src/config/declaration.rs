@@ -50,6 +50,7 @@ impl Declaration {
                 );
                 out.raw("requires_session", queue.requires_session);
                 out.duration("auto_delete_on_idle", queue.auto_delete_on_idle);
+                out.raw("enable_express", queue.enable_express);
                 out.duplicate_detection(
                     queue.requires_duplicate_detection,
                     queue.duplicate_detection_history_time_window,
@@ -66,6 +67,7 @@ impl Declaration {
                 );
                 out.raw("max_size_in_megabytes", topic.max_size_in_megabytes);
                 out.duration("auto_delete_on_idle", topic.auto_delete_on_idle);
+                out.raw("enable_express", topic.enable_express);
                 out.duplicate_detection(
                     topic.requires_duplicate_detection,
                     topic.duplicate_detection_history_time_window,

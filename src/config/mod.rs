@@ -182,6 +182,9 @@ pub struct QueueConfig {
     /// activity; `None`: never.
     pub auto_delete_on_idle: Option<Duration>,
     /// Whether a send whose `message-id` the entity accepted within the history window is
+    /// Service Bus's `EnableExpress`: in `sync` mode sends are acknowledged without waiting
+    /// for their write and flush (a crash may lose what was acknowledged but not yet flushed).
+    pub enable_express: bool,
     /// acknowledged and dropped (Service Bus's duplicate detection).
     pub requires_duplicate_detection: bool,
     /// How long accepted message ids are remembered; 1 s to 7 days, default 10 min.

@@ -142,6 +142,7 @@ lane_tables! {
     struct RawQueue {
         status: Option<Spanned<String>>,
         max_size_in_megabytes: Option<Spanned<u64>>,
+        enable_express: Option<Spanned<bool>>,
         requires_duplicate_detection: Option<Spanned<bool>>,
         duplicate_detection_history_time_window: Option<Spanned<HumanDuration>>,
         #[serde(default)]
@@ -166,6 +167,7 @@ pub(super) struct RawTopic {
     pub(super) default_message_time_to_live: Option<Spanned<HumanDuration>>,
     pub(super) max_size_in_megabytes: Option<Spanned<u64>>,
     pub(super) auto_delete_on_idle: Option<Spanned<HumanDuration>>,
+    pub(super) enable_express: Option<Spanned<bool>>,
     pub(super) requires_duplicate_detection: Option<Spanned<bool>>,
     pub(super) duplicate_detection_history_time_window: Option<Spanned<HumanDuration>>,
     pub(super) status: Option<Spanned<String>>,

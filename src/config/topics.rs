@@ -22,6 +22,9 @@ pub struct TopicConfig {
     /// The topic, its subscriptions and their messages are deleted after this long without
     /// activity; `None`: never.
     pub auto_delete_on_idle: Option<Duration>,
+    /// Service Bus's `EnableExpress`, as a queue's
+    /// ([`QueueConfig::enable_express`](super::QueueConfig::enable_express)).
+    pub enable_express: bool,
     /// Whether a send whose `message-id` the entity accepted within the history window is
     /// acknowledged and dropped (Service Bus's duplicate detection).
     pub requires_duplicate_detection: bool,

@@ -316,6 +316,7 @@ impl Source<'_> {
             dead_lettering_on_message_expiration: lane.dead_lettering_on_message_expiration,
             requires_session: lane.requires_session,
             auto_delete_on_idle: lane.auto_delete_on_idle,
+            enable_express: raw.enable_express.is_some_and(Spanned::into_inner),
             requires_duplicate_detection: raw
                 .requires_duplicate_detection
                 .is_some_and(Spanned::into_inner),
@@ -365,6 +366,7 @@ impl Source<'_> {
                 "auto_delete_on_idle",
                 raw.auto_delete_on_idle,
             )?,
+            enable_express: raw.enable_express.is_some_and(Spanned::into_inner),
             requires_duplicate_detection: raw
                 .requires_duplicate_detection
                 .is_some_and(Spanned::into_inner),

@@ -93,6 +93,7 @@ pub fn spawn(
         reap: None,
         statuses: parts.statuses.into_iter().collect(),
         staging: Staging::default(),
+        express: parts.express,
     };
     for (lane, forward) in &parts.forwards {
         actor.set_forward(*lane, forward);
@@ -168,6 +169,9 @@ struct Actor {
     forwarder: Forwarder,
     /// The work of the transactions this entity is the via entity of, until their discharge.
     staging: Staging,
+    /// Whether it answers without waiting for the flush `sync` mode waits for
+    /// (`EnableExpress`); its messages are still delivered only once flushed.
+    express: bool,
 }
 
 impl Actor {
@@ -433,6 +437,7 @@ impl Actor {
                 );
                 self.auto_delete_ms = settings.auto_delete_on_idle.map(millis);
                 self.statuses.insert(0, settings.status);
+                self.express = settings.express;
                 self.core
                     .detect_duplicates(settings.duplicate_window_ms, now);
                 if self.subscriptions.is_none() {
@@ -1378,7 +1383,8 @@ impl Actor {
         }
         let answers = std::mem::take(&mut self.answers);
         match (&self.commit, &self.poisoned) {
-            (Commit::AfterFlush(_), None) => self.unflushed.extend(answers),
+            // An express entity answers now; its write and flush follow all the same.
+            (Commit::AfterFlush(_), None) if !self.express => self.unflushed.extend(answers),
             _ => {
                 let unflushed = std::mem::take(&mut self.unflushed);
                 for (sink, event) in unflushed.into_iter().chain(answers) {
@@ -1475,4 +1481,65 @@ fn forwarded(bytes: Bytes, seq: i64, dead_letter_source: Option<&str>) -> Bytes 
         .into_iter()
         .collect();
     message::annotate(&bytes, &source, &first_seq).unwrap_or(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, Durability};
+    use crate::message::Arrival;
+    use crate::store::Store;
+
+    /// Sends one message to a `sync`-mode queue whose flushes never complete; whether its
+    /// answer came (it is never refused).
+    async fn answered_before_the_flush(express: bool) -> bool {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = Config::embedded_default();
+        config.broker.data_dir = dir.path().to_path_buf();
+        config.broker.durability = Durability::Sync;
+        let mut queue = config.queues[0].clone();
+        queue.enable_express = express;
+        let store = Store::open(&config.broker).expect("store");
+        let parts = setup::queue(&queue, store.log(&queue.name).expect("log")).expect("parts");
+        let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
+        let resolve: Resolver = Arc::new(|_| None);
+        let commit = Commit::AfterFlush(Flusher::stalled());
+        let handle = spawn(parts, commit, shutdown.clone(), &tracker, resolve);
+        let (events, mut answers) = mpsc::unbounded_channel();
+        let ticket = Ticket {
+            link: 1,
+            request: 1,
+        };
+        let data = Bytes::from_static(&[0x00, 0x53, 0x75, 0xa0, 0x01, b'x']);
+        let send = Command::Send {
+            messages: vec![Arrival::bare(data)],
+            reply: Some((ticket, events)),
+        };
+        handle.post(send).await.expect("posted");
+        // Two markers through the same mailbox, the second posted once the first is answered,
+        // so in a later turn: once it is answered, the turn of the send has ended.
+        for _ in 0..2 {
+            let (reply, described) = oneshot::channel();
+            handle
+                .post(Command::Describe { reply })
+                .await
+                .expect("posted");
+            described.await.expect("described");
+        }
+        let answered = matches!(
+            answers.try_recv(),
+            Ok(EntityEvent::Sent { result: Ok(()), .. })
+        );
+        shutdown.cancel();
+        answered
+    }
+
+    #[tokio::test]
+    async fn an_express_queue_answers_before_the_flush_and_another_waits_for_it() {
+        assert!(answered_before_the_flush(true).await, "express: answered");
+        assert!(
+            !answered_before_the_flush(false).await,
+            "not express: waits for the flush"
+        );
+    }
 }

@@ -29,6 +29,8 @@ pub struct Settings {
     pub subscriptions: Vec<(String, SubscriptionSettings)>,
     /// The queue's or topic's status.
     pub status: EntityStatus,
+    /// Whether it acknowledges sends without waiting for the flush (`EnableExpress`).
+    pub express: bool,
 }
 
 /// The settings of a subscription that can change while it runs.

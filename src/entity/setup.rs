@@ -60,6 +60,7 @@ pub fn settings(declaration: &Declaration) -> Settings {
             forward: Forward::of(&queue.forward_to, &queue.forward_dead_lettered_messages_to),
             subscriptions: Vec::new(),
             status: queue.status,
+            express: queue.enable_express,
         },
         Declaration::Topic(topic) => Settings {
             max_size_bytes: topic.max_size_in_megabytes.saturating_mul(1024 * 1024),
@@ -93,6 +94,7 @@ pub fn settings(declaration: &Declaration) -> Settings {
                 })
                 .collect(),
             status: topic.status,
+            express: topic.enable_express,
         },
     }
 }
@@ -176,6 +178,7 @@ pub fn queue(config: &QueueConfig, mut log: EntityLog) -> Result<Parts, StoreErr
         log,
         auto_delete_on_idle: config.auto_delete_on_idle,
         subscriptions: None,
+        express: config.enable_express,
         forwards: vec![(
             LaneId::MAIN,
             Forward::of(
@@ -246,6 +249,7 @@ pub fn topic(config: &TopicConfig, mut log: EntityLog) -> Result<Parts, StoreErr
             )
             .collect(),
         subscriptions: Some(numbers),
+        express: config.enable_express,
         forwards,
     })
 }
@@ -390,4 +394,6 @@ pub struct Parts {
     pub forwards: Vec<(LaneId, Forward)>,
     /// The status of the queue or topic (number 0) and of each subscription, by number.
     pub statuses: Vec<(u32, EntityStatus)>,
+    /// Whether it acknowledges sends without waiting for the flush (`EnableExpress`).
+    pub express: bool,
 }

@@ -49,6 +49,18 @@ impl Flusher {
         Ok((Flusher { requests, poisoned }, FlusherThread(ended_rx)))
     }
 
+    /// A flusher that never flushes: every request waits for ever (for the tests of what
+    /// waits for a flush).
+    #[cfg(test)]
+    pub fn stalled() -> Flusher {
+        let (requests, never_served) = mpsc::unbounded_channel();
+        std::mem::forget(never_served);
+        Flusher {
+            requests,
+            poisoned: Arc::new(OnceLock::new()),
+        }
+    }
+
     /// The failure that poisoned the database, if a flush ever failed.
     pub fn poisoned(&self) -> Option<&StoreError> {
         self.poisoned.get()

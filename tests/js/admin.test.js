@@ -31,6 +31,15 @@ const { ServiceBusAdministrationClient } = require("@azure/service-bus");
   await client.updateQueue(queue);
   const updated = await client.getQueue("made");
   seen.updated = [updated.maxDeliveryCount, updated.defaultMessageTimeToLive, updated.lockDuration];
+  const express = await client.createTopic("express-events", { enableExpress: true });
+  const createdExpress = express.enableExpress;
+  express.enableExpress = false;
+  await client.updateTopic(express);
+  updated.enableExpress = true;
+  await client.updateQueue(updated);
+  seen.express = [createdExpress, (await client.getTopic("express-events")).enableExpress,
+    (await client.getQueue("made")).enableExpress, (await client.getQueue("declared")).enableExpress];
+  await client.deleteTopic("express-events");
   seen.missing = await client.getQueue("nothing").then(() => "found", (e) => e.code);
   const names = [];
   for await (const queue of client.listQueues()) names.push(queue.name);
@@ -106,6 +115,8 @@ brokerTest(
     assert.deepEqual(seen.created, ["made", 4, "PT30S"]);
     assert.equal(seen.exists, "MessageEntityAlreadyExistsError");
     assert.deepEqual(seen.updated, [6, "PT2H", "PT30S"]);
+    // Created express, updated to not; a queue updated to express; a declared one is not.
+    assert.deepEqual(seen.express, [true, false, true, false]);
     assert.equal(seen.missing, "MessageEntityNotFoundError");
     assert.deepEqual(seen.names, ["declared", "made"]);
     assert.deepEqual(seen.runtime, ["declared", 2, 2]);

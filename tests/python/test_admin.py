@@ -225,6 +225,28 @@ def test_duplicate_detection_is_set_read_updated_and_applied(secured):
         assert client.get_queue_runtime_properties("deduped").active_message_count == 1
 
 
+def test_enable_express_is_set_read_updated_and_survives_a_restart(secured):
+    with admin(secured) as client:
+        client.create_queue("express", enable_express=True)
+        assert client.get_queue("express").enable_express
+        assert not client.get_queue("declared").enable_express
+        topic = client.create_topic("express-events", enable_express=True)
+        assert topic.enable_express
+        client.update_topic(topic, enable_express=False)
+        assert not client.get_topic("express-events").enable_express
+        with open_client(secured) as data:
+            with data.get_queue_sender("express") as sender:
+                sender.send_messages(ServiceBusMessage("acknowledged once written"))
+    secured.stop()
+    secured.start()
+    with admin(secured) as client:
+        queue = client.get_queue("express")
+        assert queue.enable_express, "kept across a restart"
+        client.update_queue(queue, enable_express=False)
+        assert not client.get_queue("express").enable_express
+        assert client.get_queue_runtime_properties("express").active_message_count == 1
+
+
 def test_a_created_queue_survives_a_restart(secured):
     with admin(secured) as client:
         client.create_queue("kept", requires_session=True)

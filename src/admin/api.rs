@@ -97,7 +97,12 @@ pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<
             .and_then(|n| n.parse().ok())
             .unwrap_or(DEFAULT_TOP),
     };
-    let urls = Urls { base, api_version };
+    let namespace = format!("sb://{}", host(&request));
+    let urls = Urls {
+        base,
+        namespace,
+        api_version,
+    };
     let method = request.method().clone();
     let updating = request.headers().contains_key(IF_MATCH);
     match (method, target(&path)) {
@@ -125,13 +130,13 @@ pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<
         }
         (Method::GET, Target::Entity(name)) => match admin.registry.entry(&name) {
             Some(entry) => {
-                let (title, content, updated) = describe(admin, &entry).await;
+                let (title, content, updated) = describe(admin, &urls, &entry).await;
                 entry_response(StatusCode::OK, &urls.of(&title), &title, updated, &content)
             }
             None => not_found(&name),
         },
         (Method::GET, Target::Subscription(topic, name)) => {
-            match subscription(admin, &topic, &name).await {
+            match subscription(admin, &urls, &topic, &name).await {
                 Some((title, content, updated)) => {
                     let id = urls.of(&format!("{topic}/Subscriptions/{title}"));
                     entry_response(StatusCode::OK, &id, &title, updated, &content)
@@ -198,6 +203,8 @@ struct Page {
 /// The absolute URLs the answers carry: clients take entity names from them.
 struct Urls {
     base: String,
+    /// `sb://<host the client dialled>`: where the namespace's entities are addressed.
+    namespace: String,
     api_version: String,
 }
 
@@ -262,13 +269,17 @@ pub(super) fn query(text: &str) -> BTreeMap<String, String> {
 
 /// `https://<host the client dialled>`.
 fn base_url(admin: &Admin, request: &Request<Incoming>) -> String {
-    let host = request
+    let scheme = if admin.https { "https" } else { "http" };
+    format!("{scheme}://{}", host(request))
+}
+
+/// The host (and port) the client dialled, from its `Host` header.
+fn host(request: &Request<Incoming>) -> &str {
+    request
         .headers()
         .get(HOST)
         .and_then(|value| value.to_str().ok())
-        .unwrap_or("localhost");
-    let scheme = if admin.https { "https" } else { "http" };
-    format!("{scheme}://{host}")
+        .unwrap_or("localhost")
 }
 
 /// Checks the request's `Authorization`: a shared access signature of a policy with Manage
@@ -342,7 +353,7 @@ fn times(admin: &Admin, entity: &str, subscription: Option<&str>, accessed_ms: i
 }
 
 /// The entity's title, description and update time.
-async fn describe(admin: &Admin, entry: &Entry) -> (String, String, i64) {
+async fn describe(admin: &Admin, urls: &Urls, entry: &Entry) -> (String, String, i64) {
     let stats = stats(entry).await;
     let times = times(admin, entry.declaration.name(), None, stats.accessed_ms);
     let kib = admin.max_message_size / 1024;
@@ -354,7 +365,7 @@ async fn describe(admin: &Admin, entry: &Entry) -> (String, String, i64) {
                     queue.forward_dead_lettered_messages_to.is_some(),
                 )
                 .with_transfers(&stats);
-            atom::queue(queue, &counts, &times, kib)
+            atom::queue(queue, &counts, &times, kib, &urls.namespace)
         }
         Declaration::Topic(topic) => {
             let main = stats.lane(LaneId::MAIN);
@@ -375,7 +386,12 @@ async fn describe(admin: &Admin, entry: &Entry) -> (String, String, i64) {
 }
 
 /// A subscription's title, description and update time.
-async fn subscription(admin: &Admin, topic: &str, name: &str) -> Option<(String, String, i64)> {
+async fn subscription(
+    admin: &Admin,
+    urls: &Urls,
+    topic: &str,
+    name: &str,
+) -> Option<(String, String, i64)> {
     let entry = admin.registry.entry(topic)?;
     let Declaration::Topic(declaration) = &entry.declaration else {
         return None;
@@ -395,7 +411,7 @@ async fn subscription(admin: &Admin, topic: &str, name: &str) -> Option<(String,
         config.forward_dead_lettered_messages_to.is_some(),
     );
     let times = times(admin, topic, Some(name), stats.accessed_ms);
-    let content = atom::subscription(config, &counts, &times);
+    let content = atom::subscription(config, &counts, &times, &urls.namespace);
     Some((config.name.clone(), content, times.updated_ms))
 }
 
@@ -410,7 +426,7 @@ async fn list(
     let all: Vec<Entry> = admin.registry.entries().into_iter().filter(keep).collect();
     let mut entries = Vec::new();
     for entry in all.iter().skip(page.skip).take(page.top) {
-        let (name, content, updated) = describe(admin, entry).await;
+        let (name, content, updated) = describe(admin, urls, entry).await;
         entries.push((urls.of(&name), name, updated, content));
     }
     feed(
@@ -444,7 +460,7 @@ async fn list_subscriptions(
         .collect();
     let mut entries = Vec::new();
     for name in names.iter().skip(page.skip).take(page.top) {
-        if let Some((title, content, updated)) = subscription(admin, topic, name).await {
+        if let Some((title, content, updated)) = subscription(admin, urls, topic, name).await {
             let id = urls.of(&format!("{topic}/Subscriptions/{title}"));
             entries.push((id, title, updated, content));
         }
@@ -519,7 +535,7 @@ async fn update(
     }
     match admin.registry.entry(name) {
         Some(entry) => {
-            let (title, content, updated) = describe(admin, &entry).await;
+            let (title, content, updated) = describe(admin, urls, &entry).await;
             entry_response(StatusCode::OK, &urls.of(&title), &title, updated, &content)
         }
         None => not_found(name),
@@ -555,7 +571,7 @@ async fn create(
     }
     match admin.registry.entry(name) {
         Some(entry) => {
-            let (title, content, updated) = describe(admin, &entry).await;
+            let (title, content, updated) = describe(admin, urls, &entry).await;
             entry_response(
                 StatusCode::CREATED,
                 &urls.of(&title),
@@ -1008,7 +1024,7 @@ async fn create_subscription(
     if let Err(refused) = admin.registry.add_subscription(topic, config).await {
         return refusal(&refused, &path);
     }
-    match subscription(admin, topic, name).await {
+    match subscription(admin, urls, topic, name).await {
         Some((title, content, updated)) => {
             let id = urls.of(&format!("{topic}/Subscriptions/{title}"));
             entry_response(StatusCode::CREATED, &id, &title, updated, &content)
@@ -1126,7 +1142,7 @@ async fn update_subscription(
     if let Err(refused) = updated {
         return refusal(&refused, &path);
     }
-    match subscription(admin, topic, name).await {
+    match subscription(admin, urls, topic, name).await {
         Some((title, content, updated)) => {
             let id = urls.of(&format!("{topic}/Subscriptions/{title}"));
             entry_response(StatusCode::OK, &id, &title, updated, &content)

@@ -166,9 +166,11 @@ impl Xml {
     }
 
     /// An element written only when it has a value (Service Bus leaves out unset targets).
-    fn optional(&mut self, name: &str, value: &Option<String>) {
-        if let Some(value) = value {
-            self.element(name, value);
+    /// A forwarding target, when set, as Service Bus writes it: its full address in the
+    /// namespace (`sb://<namespace>/<name>`).
+    fn forward(&mut self, name: &str, namespace: &str, target: &Option<String>) {
+        if let Some(target) = target {
+            self.element(name, format!("{namespace}/{target}"));
         }
     }
 
@@ -207,8 +209,15 @@ pub fn opening(description: &str) -> String {
     )
 }
 
-/// A queue's `QueueDescription`.
-pub fn queue(queue: &QueueConfig, counts: &Counts, times: &Times, max_message_kib: u64) -> String {
+/// A queue's `QueueDescription`; its forwarding targets are addressed in `namespace`
+/// (`sb://<host>`).
+pub fn queue(
+    queue: &QueueConfig,
+    counts: &Counts,
+    times: &Times,
+    max_message_kib: u64,
+    namespace: &str,
+) -> String {
     let mut xml = Xml::default();
     xml.open("QueueDescription");
     xml.element("LockDuration", duration(Some(queue.lock_duration)));
@@ -237,15 +246,16 @@ pub fn queue(queue: &QueueConfig, counts: &Counts, times: &Times, max_message_ki
     xml.element("IsAnonymousAccessible", false);
     xml.0.push_str("<AuthorizationRules></AuthorizationRules>");
     xml.element("Status", queue.status.service_bus_name());
-    xml.optional("ForwardTo", &queue.forward_to);
+    xml.forward("ForwardTo", namespace, &queue.forward_to);
     xml.times(times);
     xml.element("SupportOrdering", true);
     xml.counts(counts);
     xml.element("AutoDeleteOnIdle", duration(queue.auto_delete_on_idle));
     xml.element("EnablePartitioning", false);
     xml.element("EntityAvailabilityStatus", "Available");
-    xml.optional(
+    xml.forward(
         "ForwardDeadLetteredMessagesTo",
+        namespace,
         &queue.forward_dead_lettered_messages_to,
     );
     xml.element("EnableExpress", queue.enable_express);
@@ -291,8 +301,14 @@ pub fn topic(topic: &TopicConfig, counts: &Counts, times: &Times, max_message_ki
     xml.0
 }
 
-/// A subscription's `SubscriptionDescription`.
-pub fn subscription(subscription: &SubscriptionConfig, counts: &Counts, times: &Times) -> String {
+/// A subscription's `SubscriptionDescription`; its forwarding targets are addressed in
+/// `namespace` (`sb://<host>`).
+pub fn subscription(
+    subscription: &SubscriptionConfig,
+    counts: &Counts,
+    times: &Times,
+    namespace: &str,
+) -> String {
     let mut xml = Xml::default();
     xml.open("SubscriptionDescription");
     xml.element("LockDuration", duration(Some(subscription.lock_duration)));
@@ -313,15 +329,16 @@ pub fn subscription(subscription: &SubscriptionConfig, counts: &Counts, times: &
     xml.element("MaxDeliveryCount", subscription.max_delivery_count);
     xml.element("EnableBatchedOperations", true);
     xml.element("Status", subscription.status.service_bus_name());
-    xml.optional("ForwardTo", &subscription.forward_to);
+    xml.forward("ForwardTo", namespace, &subscription.forward_to);
     xml.times(times);
     xml.counts(counts);
     xml.element(
         "AutoDeleteOnIdle",
         duration(subscription.auto_delete_on_idle),
     );
-    xml.optional(
+    xml.forward(
         "ForwardDeadLetteredMessagesTo",
+        namespace,
         &subscription.forward_dead_lettered_messages_to,
     );
     xml.element("EntityAvailabilityStatus", "Available");

@@ -40,6 +40,11 @@ const { ServiceBusAdministrationClient } = require("@azure/service-bus");
   seen.express = [createdExpress, (await client.getTopic("express-events")).enableExpress,
     (await client.getQueue("made")).enableExpress, (await client.getQueue("declared")).enableExpress];
   await client.deleteTopic("express-events");
+  await client.createQueue("forwarding", { forwardTo: "declared" });
+  const forwarding = await client.getQueue("forwarding");
+  await client.updateQueue(forwarding);
+  seen.forwardTo = [forwarding.forwardTo, (await client.getQueue("forwarding")).forwardTo];
+  await client.deleteQueue("forwarding");
   seen.missing = await client.getQueue("nothing").then(() => "found", (e) => e.code);
   const names = [];
   for await (const queue of client.listQueues()) names.push(queue.name);
@@ -117,6 +122,9 @@ brokerTest(
     assert.deepEqual(seen.updated, [6, "PT2H", "PT30S"]);
     // Created express, updated to not; a queue updated to express; a declared one is not.
     assert.deepEqual(seen.express, [true, false, true, false]);
+    // Read back as Service Bus writes it (the full address), and taken back so.
+    const address = `sb://localhost:${broker.adminPort}/declared`;
+    assert.deepEqual(seen.forwardTo, [address, address]);
     assert.equal(seen.missing, "MessageEntityNotFoundError");
     assert.deepEqual(seen.names, ["declared", "made"]);
     assert.deepEqual(seen.runtime, ["declared", 2, 2]);

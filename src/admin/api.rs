@@ -660,6 +660,11 @@ fn apply(mut declaration: Declaration, sent: &atom::Sent) -> Result<Declaration,
             declaration.name()
         ));
     }
+    // A description replaces the last: a forwarding target it leaves out is removed (the
+    // SDKs leave it out to turn forwarding off), as in Service Bus.
+    if let Declaration::Queue(queue) = &mut declaration {
+        (queue.forward_to, queue.forward_dead_lettered_messages_to) = (None, None);
+    }
     let fields = sent.fields.iter().map(|(p, v)| (p.as_str(), v.as_str()));
     set_each(fields, |property, value| match &mut declaration {
         Declaration::Queue(queue) => set_queue(queue, property, value),
@@ -1077,6 +1082,9 @@ fn apply_subscription(
         let rule = rules::from_element(child, rule_name, now_ms())?;
         subscription.rules = vec![rules::declared(&rule)?];
     }
+    // As for a queue: a forwarding target the description leaves out is removed.
+    subscription.forward_to = None;
+    subscription.forward_dead_lettered_messages_to = None;
     let fields = description
         .children
         .iter()

@@ -44,6 +44,9 @@ const { ServiceBusAdministrationClient } = require("@azure/service-bus");
   const forwarding = await client.getQueue("forwarding");
   await client.updateQueue(forwarding);
   seen.forwardTo = [forwarding.forwardTo, (await client.getQueue("forwarding")).forwardTo];
+  forwarding.forwardTo = undefined;
+  await client.updateQueue(forwarding);
+  seen.forwardTo.push((await client.getQueue("forwarding")).forwardTo ?? "none");
   await client.deleteQueue("forwarding");
   seen.missing = await client.getQueue("nothing").then(() => "found", (e) => e.code);
   const names = [];
@@ -124,7 +127,7 @@ brokerTest(
     assert.deepEqual(seen.express, [true, false, true, false]);
     // Read back as Service Bus writes it (the full address), and taken back so.
     const address = `sb://localhost:${broker.adminPort}/declared`;
-    assert.deepEqual(seen.forwardTo, [address, address]);
+    assert.deepEqual(seen.forwardTo, [address, address, "none"]);
     assert.equal(seen.missing, "MessageEntityNotFoundError");
     assert.deepEqual(seen.names, ["declared", "made"]);
     assert.deepEqual(seen.runtime, ["declared", 2, 2]);

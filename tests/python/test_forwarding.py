@@ -119,6 +119,12 @@ def test_the_administration_api_forwards_and_refuses_loops_and_missing_targets(s
         assert properties.forward_dead_lettered_messages_to == address
         client.update_queue(properties)
         assert client.get_queue("source").forward_to == address, "sent back as read"
+        relay = client.create_queue("relay", forward_to="sink", forward_dead_lettered_messages_to="sink")
+        relay.forward_to = None
+        client.update_queue(relay)
+        stopped = client.get_queue("relay")
+        assert stopped.forward_to is None, "left out of the description: removed"
+        assert stopped.forward_dead_lettered_messages_to == address
         with pytest.raises(HttpResponseError) as refused:
             client.create_queue("stray", forward_to="nowhere")
         assert refused.value.status_code == 400

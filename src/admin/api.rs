@@ -509,7 +509,10 @@ async fn update(
     let Some(entry) = admin.registry.entry(name) else {
         return not_found(name);
     };
-    let changed = match sent(request).await {
+    let changed = match sent(request)
+        .await
+        .and_then(|sent| within_api_version(urls, sent))
+    {
         Ok(sent) => apply(entry.declaration.clone(), &sent),
         Err(detail) => Err(detail),
     };
@@ -551,6 +554,7 @@ async fn create(
 ) -> Response<Full<Bytes>> {
     let declaration = match sent(request)
         .await
+        .and_then(|sent| within_api_version(urls, sent))
         .and_then(|sent| declaration(name, &sent))
     {
         Ok(declaration) => declaration,
@@ -629,6 +633,27 @@ fn passed_over(property: &str, value: &str) -> Result<bool, String> {
             "{property} = {value:?} is not supported; Tidebus accepts only {allowed:?}"
         )),
     }
+}
+
+/// The first api-version whose descriptions may carry `MaxMessageSizeInKilobytes`.
+const MAX_MESSAGE_SIZE_API_VERSION: &str = "2021-05";
+
+/// A client's description, unless it carries a property its api-version does not have:
+/// `MaxMessageSizeInKilobytes` before 2021-05, which Service Bus refuses.
+///
+/// # Errors
+/// The property and the api-version, named.
+fn within_api_version(urls: &Urls, sent: atom::Sent) -> Result<atom::Sent, String> {
+    // api-versions are dates (`2017-04`, `2021-05`): they compare as text.
+    let older = urls.api_version.as_str() < MAX_MESSAGE_SIZE_API_VERSION;
+    if older && sent.fields.contains_key("MaxMessageSizeInKilobytes") {
+        return Err(format!(
+            "MaxMessageSizeInKilobytes is not a property of api-version {}; it needs \
+             {MAX_MESSAGE_SIZE_API_VERSION} or later",
+            urls.api_version
+        ));
+    }
+    Ok(sent)
 }
 
 /// The declaration a client's description asks for, validated as a config entry would be.

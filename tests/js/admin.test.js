@@ -77,6 +77,10 @@ const { ServiceBusAdministrationClient } = require("@azure/service-bus");
   seen.subscription = [subscription.subscriptionName, subscription.topicName, subscription.maxDeliveryCount];
   await client.deleteQueue("made");
   seen.deleted = await client.queueExists("made");
+  const old = new ServiceBusAdministrationClient(process.env.CONNECTION_STRING, { serviceVersion: "2017-04" });
+  seen.oldVersion = [(await old.createQueue("plain-2017")).name,
+    await old.createQueue("sized-2017", { maxMessageSizeInKilobytes: 1024 })
+      .then(() => "created", (e) => e.statusCode)];
   console.log(JSON.stringify(seen));
 })().catch((error) => { console.error(error.code, error.message); process.exit(1); });
 `;
@@ -140,5 +144,7 @@ brokerTest(
     assert.equal(seen.madeSubscription, 3);
     assert.equal(seen.subscriptionGone, false);
     assert.equal(seen.deleted, false);
+    // api-version 2017-04 has no MaxMessageSizeInKilobytes: Service Bus refuses it.
+    assert.deepEqual(seen.oldVersion, ["plain-2017", 400]);
   },
 );

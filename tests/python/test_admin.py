@@ -18,6 +18,7 @@ from azure.core.exceptions import (
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.exceptions import MessagingEntityDisabledError, MessagingEntityNotFoundError
 from azure.servicebus.management import (
+    ApiVersion,
     CorrelationRuleFilter,
     EntityStatus,
     ServiceBusAdministrationClient,
@@ -245,6 +246,24 @@ def test_enable_express_is_set_read_updated_and_survives_a_restart(secured):
         client.update_queue(queue, enable_express=False)
         assert not client.get_queue("express").enable_express
         assert client.get_queue_runtime_properties("express").active_message_count == 1
+
+
+def test_api_version_2017_04_has_no_max_message_size(secured):
+    old = ServiceBusAdministrationClient.from_connection_string(
+        f"Endpoint=sb://localhost:{secured.admin_port}/;"
+        f"SharedAccessKeyName={EMULATOR_POLICY['name']};SharedAccessKey={KEY}",
+        connection_verify=secured.ca,
+        retry_total=0,
+        api_version=ApiVersion.V2017_04,
+    )
+    with old as client:
+        assert client.create_queue("plain-2017").name == "plain-2017"
+        with pytest.raises(HttpResponseError) as refused:
+            client.create_queue("sized-2017", max_message_size_in_kilobytes=1024)
+        assert refused.value.status_code == 400
+        assert "MaxMessageSizeInKilobytes" in str(refused.value), str(refused.value)
+    with admin(secured) as client:
+        assert client.create_queue("sized", max_message_size_in_kilobytes=256).name == "sized"
 
 
 def test_a_created_queue_survives_a_restart(secured):

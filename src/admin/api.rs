@@ -375,7 +375,7 @@ async fn describe(admin: &Admin, urls: &Urls, entry: &Entry) -> (String, String,
                 ..Counts::default()
             }
             .with_transfers(&stats);
-            atom::topic(topic, &counts, &times, kib)
+            atom::topic(topic, &counts, &times, kib, stats.filters)
         }
     };
     (

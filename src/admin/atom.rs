@@ -264,8 +264,15 @@ pub fn queue(
     xml.0
 }
 
-/// A topic's `TopicDescription`.
-pub fn topic(topic: &TopicConfig, counts: &Counts, times: &Times, max_message_kib: u64) -> String {
+/// A topic's `TopicDescription`, with its SQL and correlation filters counted across its
+/// subscriptions.
+pub fn topic(
+    topic: &TopicConfig,
+    counts: &Counts,
+    times: &Times,
+    max_message_kib: u64,
+    (sql_filters, correlation_filters): (usize, usize),
+) -> String {
     let mut xml = Xml::default();
     xml.open("TopicDescription");
     xml.element(
@@ -291,6 +298,8 @@ pub fn topic(topic: &TopicConfig, counts: &Counts, times: &Times, max_message_ki
     xml.element("SupportOrdering", true);
     xml.counts(counts);
     xml.element("SubscriptionCount", topic.subscriptions.len());
+    xml.element("SqlFilterCount", sql_filters);
+    xml.element("CorrelationFilterCount", correlation_filters);
     xml.element("AutoDeleteOnIdle", duration(topic.auto_delete_on_idle));
     xml.element("EnablePartitioning", false);
     xml.element("EntityAvailabilityStatus", "Available");

@@ -471,6 +471,7 @@ impl Actor {
                     sent: self.core.sent(),
                     duplicates_dropped: self.core.duplicates_dropped(),
                     duplicate_ids: self.core.duplicate_ids(),
+                    filters: self.core.filter_counts(),
                     accessed_ms: self.last_active_ms,
                 });
             }

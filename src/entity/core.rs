@@ -834,6 +834,23 @@ impl EntityCore {
             .ok_or(not_a_subscription)
     }
 
+    /// How many filters of `kind` the topic's subscriptions hold together (true and false
+    /// filters count as SQL filters, as in Service Bus).
+    fn filters_of(&self, kind: FilterKind) -> usize {
+        (self.routes.iter().flatten())
+            .flat_map(|route| &route.rules)
+            .filter(|kept| filter_kind(&kept.filter) == kind)
+            .count()
+    }
+
+    /// A topic's SQL and correlation filters, across its subscriptions (0 and 0 for a queue).
+    pub fn filter_counts(&self) -> (usize, usize) {
+        (
+            self.filters_of(FilterKind::Sql),
+            self.filters_of(FilterKind::Correlation),
+        )
+    }
+
     /// Adds a rule to a subscription (`add-rule`), stored with the entity's durability.
     ///
     /// # Errors
@@ -846,10 +863,7 @@ impl EntityCore {
             .check(&rule.name)
             .map_err(EntityError::InvalidRuleName)?;
         let kind = filter_kind(&rule.filter);
-        let held = (self.routes.iter().flatten())
-            .flat_map(|route| &route.rules)
-            .filter(|kept| filter_kind(&kept.filter) == kind)
-            .count();
+        let held = self.filters_of(kind);
         let max = match kind {
             FilterKind::Correlation => MAX_CORRELATION_FILTERS,
             FilterKind::Sql => MAX_SQL_FILTERS,

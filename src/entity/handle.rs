@@ -194,6 +194,8 @@ pub struct EntityStats {
     pub duplicates_dropped: u64,
     /// Message ids in the duplicate-detection window.
     pub duplicate_ids: usize,
+    /// A topic's SQL and correlation filters, across its subscriptions.
+    pub filters: (usize, usize),
     /// When a client last used the entity (a send, receive, settlement or management
     /// operation), in ms since the Unix epoch.
     pub accessed_ms: i64,

@@ -425,6 +425,9 @@ def test_rules_are_created_read_listed_and_deleted_and_pick_copies(secured):
         assert vip.filter.label == "vip"
         assert vip.filter.properties == {"level": 3, "tier": "gold"}
         assert sorted(r.name for r in client.list_rules("events", "picky")) == ["red", "vip"]
+        # Across the topic: all's $Default (a true filter counts as SQL) and red; vip.
+        runtime = client.get_topic_runtime_properties("events")
+        assert (runtime.sql_filter_count, runtime.correlation_filter_count) == (2, 1)
         with pytest.raises(HttpResponseError) as refused:
             client.create_rule("events", "picky", "bad", filter=SqlRuleFilter("color = = 1"))
         assert refused.value.status_code == 400

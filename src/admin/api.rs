@@ -590,7 +590,7 @@ async fn create(
 
 /// Properties the broker keeps but a client cannot set: read back by the Python client on
 /// update, ignored.
-const READ_ONLY: [&str; 9] = [
+const READ_ONLY: [&str; 11] = [
     "SizeInBytes",
     "MessageCount",
     "CreatedAt",
@@ -598,19 +598,20 @@ const READ_ONLY: [&str; 9] = [
     "AccessedAt",
     "CountDetails",
     "SubscriptionCount",
+    "SqlFilterCount",
+    "CorrelationFilterCount",
     "EntityAvailabilityStatus",
     "AuthorizationRules",
 ];
 
 /// Properties for what Tidebus does not do, with the only values it accepts (a JS or Python
 /// client sends some of them at their defaults).
-const OFF_ONLY: [(&str, &[&str]); 6] = [
+const OFF_ONLY: [(&str, &[&str]); 5] = [
     ("EnablePartitioning", &["false"]),
     ("EnableSubscriptionPartitioning", &["false"]),
     ("FilteringMessagesBeforePublishing", &["false"]),
     ("IsAnonymousAccessible", &["false"]),
     ("UserMetadata", &[""]),
-    ("SupportOrdering", &["true"]),
 ];
 
 /// Properties accepted whatever their value, because they change nothing Tidebus does:
@@ -773,6 +774,10 @@ fn set_queue(queue: &mut QueueConfig, property: &str, value: &str) -> Result<boo
         "AutoDeleteOnIdle" => queue.auto_delete_on_idle = atom::read_duration(value)?,
         "RequiresDuplicateDetection" => queue.requires_duplicate_detection = boolean(value)?,
         "EnableExpress" => queue.enable_express = boolean(value)?,
+        "SupportOrdering" if !boolean(value)? => {
+            return Err("a queue always keeps its order; Tidebus accepts only true".into())
+        }
+        "SupportOrdering" => {}
         "DuplicateDetectionHistoryTimeWindow" => {
             queue.duplicate_detection_history_time_window = history_window(value)?
         }
@@ -835,6 +840,7 @@ fn set_topic(topic: &mut TopicConfig, property: &str, value: &str) -> Result<boo
         "AutoDeleteOnIdle" => topic.auto_delete_on_idle = atom::read_duration(value)?,
         "RequiresDuplicateDetection" => topic.requires_duplicate_detection = boolean(value)?,
         "EnableExpress" => topic.enable_express = boolean(value)?,
+        "SupportOrdering" => topic.support_ordering = boolean(value)?,
         "DuplicateDetectionHistoryTimeWindow" => {
             topic.duplicate_detection_history_time_window = history_window(value)?
         }

@@ -295,7 +295,7 @@ pub fn topic(
     xml.0.push_str("<AuthorizationRules></AuthorizationRules>");
     xml.element("Status", topic.status.service_bus_name());
     xml.times(times);
-    xml.element("SupportOrdering", true);
+    xml.element("SupportOrdering", topic.support_ordering);
     xml.counts(counts);
     xml.element("SubscriptionCount", topic.subscriptions.len());
     xml.element("SqlFilterCount", sql_filters);

@@ -68,6 +68,7 @@ impl Declaration {
                 out.raw("max_size_in_megabytes", topic.max_size_in_megabytes);
                 out.duration("auto_delete_on_idle", topic.auto_delete_on_idle);
                 out.raw("enable_express", topic.enable_express);
+                out.raw("support_ordering", topic.support_ordering);
                 out.duplicate_detection(
                     topic.requires_duplicate_detection,
                     topic.duplicate_detection_history_time_window,

@@ -350,6 +350,7 @@ impl Reader<'_> {
             max_size_in_megabytes: super::limits::MAX_SIZE_IN_MEGABYTES.default,
             auto_delete_on_idle: None,
             enable_express: false,
+            support_ordering: true,
             requires_duplicate_detection,
             duplicate_detection_history_time_window,
             shared_access_policies: Vec::new(),

@@ -168,6 +168,7 @@ pub(super) struct RawTopic {
     pub(super) max_size_in_megabytes: Option<Spanned<u64>>,
     pub(super) auto_delete_on_idle: Option<Spanned<HumanDuration>>,
     pub(super) enable_express: Option<Spanned<bool>>,
+    pub(super) support_ordering: Option<Spanned<bool>>,
     pub(super) requires_duplicate_detection: Option<Spanned<bool>>,
     pub(super) duplicate_detection_history_time_window: Option<Spanned<HumanDuration>>,
     pub(super) status: Option<Spanned<String>>,

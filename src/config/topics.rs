@@ -25,6 +25,9 @@ pub struct TopicConfig {
     /// Service Bus's `EnableExpress`, as a queue's
     /// ([`QueueConfig::enable_express`](super::QueueConfig::enable_express)).
     pub enable_express: bool,
+    /// Service Bus's `SupportOrdering`, kept and read back: each subscription keeps the
+    /// order of the topic's messages either way. Default true.
+    pub support_ordering: bool,
     /// Whether a send whose `message-id` the entity accepted within the history window is
     /// acknowledged and dropped (Service Bus's duplicate detection).
     pub requires_duplicate_detection: bool,

@@ -367,6 +367,7 @@ impl Source<'_> {
                 raw.auto_delete_on_idle,
             )?,
             enable_express: raw.enable_express.is_some_and(Spanned::into_inner),
+            support_ordering: raw.support_ordering.is_none_or(Spanned::into_inner),
             requires_duplicate_detection: raw
                 .requires_duplicate_detection
                 .is_some_and(Spanned::into_inner),

@@ -344,6 +344,7 @@ pub(super) fn topic_config(data_dir: &std::path::Path) -> tidebus::config::Confi
         max_size_in_megabytes: 1024,
         auto_delete_on_idle: None,
         enable_express: false,
+        support_ordering: true,
         requires_duplicate_detection: false,
         duplicate_detection_history_time_window: std::time::Duration::from_secs(600),
         shared_access_policies: Vec::new(),

@@ -33,8 +33,11 @@ const { ServiceBusAdministrationClient } = require("@azure/service-bus");
   seen.updated = [updated.maxDeliveryCount, updated.defaultMessageTimeToLive, updated.lockDuration];
   const express = await client.createTopic("express-events", { enableExpress: true });
   const createdExpress = express.enableExpress;
+  seen.ordering = [express.supportOrdering];
   express.enableExpress = false;
+  express.supportOrdering = false;
   await client.updateTopic(express);
+  seen.ordering.push((await client.getTopic("express-events")).supportOrdering);
   updated.enableExpress = true;
   await client.updateQueue(updated);
   seen.express = [createdExpress, (await client.getTopic("express-events")).enableExpress,
@@ -129,6 +132,7 @@ brokerTest(
     assert.deepEqual(seen.updated, [6, "PT2H", "PT30S"]);
     // Created express, updated to not; a queue updated to express; a declared one is not.
     assert.deepEqual(seen.express, [true, false, true, false]);
+    assert.deepEqual(seen.ordering, [true, false], "SupportOrdering kept as set");
     // Read back as Service Bus writes it (the full address), and taken back so.
     const address = `sb://localhost:${broker.adminPort}/declared`;
     assert.deepEqual(seen.forwardTo, [address, address, "none"]);

@@ -233,8 +233,10 @@ def test_enable_express_is_set_read_updated_and_survives_a_restart(secured):
         assert not client.get_queue("declared").enable_express
         topic = client.create_topic("express-events", enable_express=True)
         assert topic.enable_express
-        client.update_topic(topic, enable_express=False)
-        assert not client.get_topic("express-events").enable_express
+        assert topic.support_ordering, "by default"
+        client.update_topic(topic, enable_express=False, support_ordering=False)
+        updated = client.get_topic("express-events")
+        assert (updated.enable_express, updated.support_ordering) == (False, False)
         with open_client(secured) as data:
             with data.get_queue_sender("express") as sender:
                 sender.send_messages(ServiceBusMessage("acknowledged once written"))

@@ -614,9 +614,9 @@ const OFF_ONLY: [(&str, &[&str]); 5] = [
     ("UserMetadata", &[""]),
 ];
 
-/// Properties accepted whatever their value, because they change nothing Tidebus does:
-/// batching is a hint, and the message size limit is the broker's.
-const IGNORED: [&str; 2] = ["EnableBatchedOperations", "MaxMessageSizeInKilobytes"];
+/// Properties accepted whatever their value, because they change nothing Tidebus does: the
+/// message size limit is the broker's.
+const IGNORED: [&str; 1] = ["MaxMessageSizeInKilobytes"];
 
 /// Whether a property a client sent changes nothing: read-only, ignored, or for what Tidebus
 /// does not do and at its off value.
@@ -774,6 +774,7 @@ fn set_queue(queue: &mut QueueConfig, property: &str, value: &str) -> Result<boo
         "AutoDeleteOnIdle" => queue.auto_delete_on_idle = atom::read_duration(value)?,
         "RequiresDuplicateDetection" => queue.requires_duplicate_detection = boolean(value)?,
         "EnableExpress" => queue.enable_express = boolean(value)?,
+        "EnableBatchedOperations" => queue.enable_batched_operations = boolean(value)?,
         "SupportOrdering" if !boolean(value)? => {
             return Err("a queue always keeps its order; Tidebus accepts only true".into())
         }
@@ -803,6 +804,7 @@ fn set_subscription(
                 atom::read_duration(value)?.ok_or("a lock cannot last forever")?
         }
         "RequiresSession" => subscription.requires_session = boolean(value)?,
+        "EnableBatchedOperations" => subscription.enable_batched_operations = boolean(value)?,
         "DefaultMessageTimeToLive" => {
             subscription.default_message_time_to_live = atom::read_duration(value)?
         }
@@ -841,6 +843,7 @@ fn set_topic(topic: &mut TopicConfig, property: &str, value: &str) -> Result<boo
         "RequiresDuplicateDetection" => topic.requires_duplicate_detection = boolean(value)?,
         "EnableExpress" => topic.enable_express = boolean(value)?,
         "SupportOrdering" => topic.support_ordering = boolean(value)?,
+        "EnableBatchedOperations" => topic.enable_batched_operations = boolean(value)?,
         "DuplicateDetectionHistoryTimeWindow" => {
             topic.duplicate_detection_history_time_window = history_window(value)?
         }

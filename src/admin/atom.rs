@@ -240,7 +240,7 @@ pub fn queue(
         duration(Some(queue.duplicate_detection_history_time_window)),
     );
     xml.element("MaxDeliveryCount", queue.max_delivery_count);
-    xml.element("EnableBatchedOperations", true);
+    xml.element("EnableBatchedOperations", queue.enable_batched_operations);
     xml.element("SizeInBytes", counts.bytes);
     xml.element("MessageCount", counts.total());
     xml.element("IsAnonymousAccessible", false);
@@ -288,7 +288,7 @@ pub fn topic(
         "DuplicateDetectionHistoryTimeWindow",
         duration(Some(topic.duplicate_detection_history_time_window)),
     );
-    xml.element("EnableBatchedOperations", true);
+    xml.element("EnableBatchedOperations", topic.enable_batched_operations);
     xml.element("SizeInBytes", counts.bytes);
     xml.element("FilteringMessagesBeforePublishing", false);
     xml.element("IsAnonymousAccessible", false);
@@ -336,7 +336,10 @@ pub fn subscription(
     );
     xml.element("MessageCount", counts.total());
     xml.element("MaxDeliveryCount", subscription.max_delivery_count);
-    xml.element("EnableBatchedOperations", true);
+    xml.element(
+        "EnableBatchedOperations",
+        subscription.enable_batched_operations,
+    );
     xml.element("Status", subscription.status.service_bus_name());
     xml.forward("ForwardTo", namespace, &subscription.forward_to);
     xml.times(times);

@@ -51,6 +51,7 @@ impl Declaration {
                 out.raw("requires_session", queue.requires_session);
                 out.duration("auto_delete_on_idle", queue.auto_delete_on_idle);
                 out.raw("enable_express", queue.enable_express);
+                out.raw("enable_batched_operations", queue.enable_batched_operations);
                 out.duplicate_detection(
                     queue.requires_duplicate_detection,
                     queue.duplicate_detection_history_time_window,
@@ -69,6 +70,7 @@ impl Declaration {
                 out.duration("auto_delete_on_idle", topic.auto_delete_on_idle);
                 out.raw("enable_express", topic.enable_express);
                 out.raw("support_ordering", topic.support_ordering);
+                out.raw("enable_batched_operations", topic.enable_batched_operations);
                 out.duplicate_detection(
                     topic.requires_duplicate_detection,
                     topic.duplicate_detection_history_time_window,
@@ -171,6 +173,10 @@ impl Toml {
             subscription.dead_lettering_on_filter_evaluation_exceptions,
         );
         self.duration("auto_delete_on_idle", subscription.auto_delete_on_idle);
+        self.raw(
+            "enable_batched_operations",
+            subscription.enable_batched_operations,
+        );
         self.forwarding(
             &subscription.forward_to,
             &subscription.forward_dead_lettered_messages_to,

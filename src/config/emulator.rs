@@ -279,6 +279,7 @@ impl Reader<'_> {
                 .unwrap_or(false),
             requires_session: properties.requires_session.unwrap_or(false),
             auto_delete_on_idle: None,
+            enable_batched_operations: true,
             enable_express: false,
             requires_duplicate_detection,
             duplicate_detection_history_time_window,
@@ -349,6 +350,7 @@ impl Reader<'_> {
             )?,
             max_size_in_megabytes: super::limits::MAX_SIZE_IN_MEGABYTES.default,
             auto_delete_on_idle: None,
+            enable_batched_operations: true,
             enable_express: false,
             support_ordering: true,
             requires_duplicate_detection,
@@ -402,6 +404,7 @@ impl Reader<'_> {
             dead_lettering_on_filter_evaluation_exceptions:
                 super::limits::DEAD_LETTERING_ON_FILTER_EVALUATION_EXCEPTIONS,
             auto_delete_on_idle: None,
+            enable_batched_operations: true,
             forward_to: forwarding::target(properties.forward_to.clone()),
             forward_dead_lettered_messages_to: forwarding::target(
                 properties.forward_dead_lettered_messages_to.clone(),

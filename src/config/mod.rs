@@ -182,6 +182,9 @@ pub struct QueueConfig {
     /// activity; `None`: never.
     pub auto_delete_on_idle: Option<Duration>,
     /// Whether a send whose `message-id` the entity accepted within the history window is
+    /// Service Bus's `EnableBatchedOperations`, kept and read back: the broker batches its
+    /// writes either way. Default true.
+    pub enable_batched_operations: bool,
     /// Service Bus's `EnableExpress`: in `sync` mode sends are acknowledged without waiting
     /// for their write and flush (a crash may lose what was acknowledged but not yet flushed).
     pub enable_express: bool,

@@ -136,6 +136,7 @@ lane_tables! {
         auto_delete_on_idle: HumanDuration,
         forward_to: String,
         forward_dead_lettered_messages_to: String,
+        enable_batched_operations: bool,
     }
 
     /// One `[[queues]]` entry as written.
@@ -169,6 +170,7 @@ pub(super) struct RawTopic {
     pub(super) auto_delete_on_idle: Option<Spanned<HumanDuration>>,
     pub(super) enable_express: Option<Spanned<bool>>,
     pub(super) support_ordering: Option<Spanned<bool>>,
+    pub(super) enable_batched_operations: Option<Spanned<bool>>,
     pub(super) requires_duplicate_detection: Option<Spanned<bool>>,
     pub(super) duplicate_detection_history_time_window: Option<Spanned<HumanDuration>>,
     pub(super) status: Option<Spanned<String>>,

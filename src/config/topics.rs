@@ -25,6 +25,8 @@ pub struct TopicConfig {
     /// Service Bus's `EnableExpress`, as a queue's
     /// ([`QueueConfig::enable_express`](super::QueueConfig::enable_express)).
     pub enable_express: bool,
+    /// Service Bus's `EnableBatchedOperations`, kept and read back, as a queue's.
+    pub enable_batched_operations: bool,
     /// Service Bus's `SupportOrdering`, kept and read back: each subscription keeps the
     /// order of the topic's messages either way. Default true.
     pub support_ordering: bool,
@@ -70,6 +72,8 @@ pub struct SubscriptionConfig {
     /// without a receive, a settlement, a rule change or a management operation on it;
     /// `None`: never.
     pub auto_delete_on_idle: Option<Duration>,
+    /// Service Bus's `EnableBatchedOperations`, kept and read back, as a queue's.
+    pub enable_batched_operations: bool,
     /// The queue or topic every message the subscription gets moves to; `None`: none.
     /// Receivers of the subscription itself are then refused.
     pub forward_to: Option<String>,

@@ -52,6 +52,7 @@ struct Lane {
     auto_delete_on_idle: Option<Duration>,
     forward_to: Option<String>,
     forward_dead_lettered_messages_to: Option<String>,
+    enable_batched_operations: bool,
 }
 
 impl Source<'_> {
@@ -316,6 +317,7 @@ impl Source<'_> {
             dead_lettering_on_message_expiration: lane.dead_lettering_on_message_expiration,
             requires_session: lane.requires_session,
             auto_delete_on_idle: lane.auto_delete_on_idle,
+            enable_batched_operations: lane.enable_batched_operations,
             enable_express: raw.enable_express.is_some_and(Spanned::into_inner),
             requires_duplicate_detection: raw
                 .requires_duplicate_detection
@@ -368,6 +370,9 @@ impl Source<'_> {
             )?,
             enable_express: raw.enable_express.is_some_and(Spanned::into_inner),
             support_ordering: raw.support_ordering.is_none_or(Spanned::into_inner),
+            enable_batched_operations: raw
+                .enable_batched_operations
+                .is_none_or(Spanned::into_inner),
             requires_duplicate_detection: raw
                 .requires_duplicate_detection
                 .is_some_and(Spanned::into_inner),
@@ -405,6 +410,7 @@ impl Source<'_> {
                     Spanned::into_inner,
                 ),
             auto_delete_on_idle: lane.auto_delete_on_idle,
+            enable_batched_operations: lane.enable_batched_operations,
             forward_to: lane.forward_to,
             forward_dead_lettered_messages_to: lane.forward_dead_lettered_messages_to,
             rules: self.rules(path, raw.rules)?,
@@ -446,6 +452,9 @@ impl Source<'_> {
                 .dead_lettering_on_message_expiration
                 .is_some_and(Spanned::into_inner),
             requires_session: keys.requires_session.is_some_and(Spanned::into_inner),
+            enable_batched_operations: keys
+                .enable_batched_operations
+                .is_none_or(Spanned::into_inner),
             auto_delete_on_idle: self.lifetime(
                 path,
                 "auto_delete_on_idle",

@@ -329,6 +329,7 @@ pub(super) fn topic_config(data_dir: &std::path::Path) -> tidebus::config::Confi
         requires_session: false,
         dead_lettering_on_filter_evaluation_exceptions: true,
         auto_delete_on_idle: None,
+        enable_batched_operations: true,
         forward_to: None,
         forward_dead_lettered_messages_to: None,
         rules: vec![RuleConfig {
@@ -345,6 +346,7 @@ pub(super) fn topic_config(data_dir: &std::path::Path) -> tidebus::config::Confi
         auto_delete_on_idle: None,
         enable_express: false,
         support_ordering: true,
+        enable_batched_operations: true,
         requires_duplicate_detection: false,
         duplicate_detection_history_time_window: std::time::Duration::from_secs(600),
         shared_access_policies: Vec::new(),

@@ -39,7 +39,9 @@ const { ServiceBusAdministrationClient } = require("@azure/service-bus");
   await client.updateTopic(express);
   seen.ordering.push((await client.getTopic("express-events")).supportOrdering);
   updated.enableExpress = true;
+  updated.enableBatchedOperations = false;
   await client.updateQueue(updated);
+  seen.batched = (await client.getQueue("made")).enableBatchedOperations;
   seen.express = [createdExpress, (await client.getTopic("express-events")).enableExpress,
     (await client.getQueue("made")).enableExpress, (await client.getQueue("declared")).enableExpress];
   await client.deleteTopic("express-events");
@@ -133,6 +135,7 @@ brokerTest(
     // Created express, updated to not; a queue updated to express; a declared one is not.
     assert.deepEqual(seen.express, [true, false, true, false]);
     assert.deepEqual(seen.ordering, [true, false], "SupportOrdering kept as set");
+    assert.equal(seen.batched, false, "EnableBatchedOperations kept as set");
     // Read back as Service Bus writes it (the full address), and taken back so.
     const address = `sb://localhost:${broker.adminPort}/declared`;
     assert.deepEqual(seen.forwardTo, [address, address, "none"]);

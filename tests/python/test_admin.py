@@ -234,9 +234,16 @@ def test_enable_express_is_set_read_updated_and_survives_a_restart(secured):
         topic = client.create_topic("express-events", enable_express=True)
         assert topic.enable_express
         assert topic.support_ordering, "by default"
-        client.update_topic(topic, enable_express=False, support_ordering=False)
+        client.update_topic(
+            topic, enable_express=False, support_ordering=False, enable_batched_operations=False
+        )
         updated = client.get_topic("express-events")
         assert (updated.enable_express, updated.support_ordering) == (False, False)
+        assert not updated.enable_batched_operations
+        subscription = client.create_subscription("express-events", "s")
+        assert subscription.enable_batched_operations, "by default"
+        client.update_subscription("express-events", subscription, enable_batched_operations=False)
+        assert not client.get_subscription("express-events", "s").enable_batched_operations
         with open_client(secured) as data:
             with data.get_queue_sender("express") as sender:
                 sender.send_messages(ServiceBusMessage("acknowledged once written"))
@@ -245,8 +252,9 @@ def test_enable_express_is_set_read_updated_and_survives_a_restart(secured):
     with admin(secured) as client:
         queue = client.get_queue("express")
         assert queue.enable_express, "kept across a restart"
-        client.update_queue(queue, enable_express=False)
-        assert not client.get_queue("express").enable_express
+        client.update_queue(queue, enable_express=False, enable_batched_operations=False)
+        updated = client.get_queue("express")
+        assert (updated.enable_express, updated.enable_batched_operations) == (False, False)
         assert client.get_queue_runtime_properties("express").active_message_count == 1
 
 

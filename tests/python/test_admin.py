@@ -59,13 +59,14 @@ def secured(tmp_path):
     broker.stop()
 
 
-def admin(broker, key=KEY):
+def admin(broker, key=KEY, **options):
     assert broker.admin_port, "the ready file names the administration endpoint"
     return ServiceBusAdministrationClient.from_connection_string(
         f"Endpoint=sb://localhost:{broker.admin_port}/;"
         f"SharedAccessKeyName={EMULATOR_POLICY['name']};SharedAccessKey={key}",
         connection_verify=broker.ca,
         retry_total=0,
+        **options,
     )
 
 
@@ -259,14 +260,7 @@ def test_enable_express_is_set_read_updated_and_survives_a_restart(secured):
 
 
 def test_api_version_2017_04_has_no_max_message_size(secured):
-    old = ServiceBusAdministrationClient.from_connection_string(
-        f"Endpoint=sb://localhost:{secured.admin_port}/;"
-        f"SharedAccessKeyName={EMULATOR_POLICY['name']};SharedAccessKey={KEY}",
-        connection_verify=secured.ca,
-        retry_total=0,
-        api_version=ApiVersion.V2017_04,
-    )
-    with old as client:
+    with admin(secured, api_version=ApiVersion.V2017_04) as client:
         assert client.create_queue("plain-2017").name == "plain-2017"
         with pytest.raises(HttpResponseError) as refused:
             client.create_queue("sized-2017", max_message_size_in_kilobytes=1024)

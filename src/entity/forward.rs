@@ -20,6 +20,7 @@ use bytes::Bytes;
 use crate::entity::handle::{
     Command, EntityError, EntityEvent, EntityHandle, EventSink, LaneId, LockRef, Ticket,
 };
+use crate::entity::transfer;
 use crate::message::{self, Arrival};
 
 /// Finds a queue or topic by name (case-insensitively), as it is now.
@@ -224,7 +225,7 @@ impl Forwarder {
     }
 
     /// Takes a target's answer to a batch. A refusal holds the lane back, and is logged when
-    /// it starts.
+    /// it starts; a transfer refused for good does not.
     pub fn answered(&mut self, event: EntityEvent, now_ms: i64) -> Option<Answered> {
         let EntityEvent::Sent { ticket, result } = event else {
             return None;
@@ -236,7 +237,14 @@ impl Forwarder {
         } = self.batches.remove(&ticket.request)?;
         if let Some(target) = self.targets.get_mut(&lane) {
             target.in_flight = target.in_flight.saturating_sub(locks.len());
+            // A transfer refused for good leaves for the transfer dead-letter queue: nothing
+            // waits for that destination, and the transfers to the others go on at once.
+            let for_good = target.name.is_none()
+                && result
+                    .as_ref()
+                    .is_err_and(|error| !transfer::is_transient(error));
             match &result {
+                Err(_) if for_good => {}
                 Ok(()) if target.backoff_ms > 0 => {
                     tracing::info!(?lane, target = %name, "forwarding resumed");
                     target.backoff_ms = 0;
@@ -270,4 +278,37 @@ fn arrival(bytes: Bytes, topic: bool) -> Arrival {
         arrival.view = message::view(&arrival.bytes).ok().map(Box::new);
     }
     arrival
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The answer a forwarder gets for a batch sent from `lane` to a target that no longer
+    /// exists (it answers at once), taken; then when the lane may send again.
+    fn refused_then_retry_at(forwarder: &mut Forwarder, lane: LaneId, to: &str) -> Option<i64> {
+        let lock = LockRef {
+            seq: 1,
+            token: uuid::Uuid::nil(),
+        };
+        forwarder.send(lane, Some(to), vec![Bytes::new()], vec![lock]);
+        forwarder.next_retry_ms()
+    }
+
+    #[test]
+    fn a_gone_target_holds_a_forwarding_lane_back_but_not_the_transfer_lane() {
+        let (answers, mut answered) = tokio::sync::mpsc::unbounded_channel();
+        let mut forwarder = Forwarder::new(Arc::new(|_| None), answers);
+        forwarder.set_per_message(LaneId::TRANSFER);
+        forwarder.set(LaneId::MAIN, Some("gone"));
+        for (lane, held_back) in [(LaneId::TRANSFER, false), (LaneId::MAIN, true)] {
+            assert_eq!(refused_then_retry_at(&mut forwarder, lane, "gone"), None);
+            let answer = answered.try_recv().expect("answered at once");
+            let taken = forwarder.answered(answer, 1_000).expect("a batch of ours");
+            assert_eq!((taken.lane, taken.target.as_str()), (lane, "gone"));
+            assert_eq!(taken.result, Err(EntityError::Deleted));
+            let retry_at = held_back.then_some(1_000 + FIRST_RETRY_MS);
+            assert_eq!(forwarder.next_retry_ms(), retry_at, "{lane:?}");
+        }
+    }
 }

@@ -84,13 +84,21 @@ pub fn delivered(stored: Bytes) -> Bytes {
     message::without_annotation(&stored, annotation::TRANSFER_DESTINATION).unwrap_or(stored)
 }
 
+/// Whether a destination's refusal may pass: it is stopping, or its storage failed (a
+/// transfer refused so is tried again, not dead-lettered).
+pub fn is_transient(error: &EntityError) -> bool {
+    matches!(error, EntityError::Unavailable | EntityError::Storage(_))
+}
+
 /// What becomes of transfers their destination refused with `error`: dead-lettered to the
 /// transfer dead-letter queue when the refusal is for good (the destination is gone or full,
 /// or the message breaks its rules, as Service Bus does), else released to be tried again
 /// (the destination is stopping, or its storage failed).
 pub fn after_refusal(destination: &str, error: &EntityError) -> Settlement {
+    if is_transient(error) {
+        return Settlement::Release;
+    }
     let reason = match error {
-        EntityError::Unavailable | EntityError::Storage(_) => return Settlement::Release,
         EntityError::Deleted => wire::via::DESTINATION_NOT_FOUND,
         _ => wire::via::DESTINATION_REFUSED,
     };

@@ -521,6 +521,20 @@ mod tests {
             data_dir: dir.path().to_path_buf(),
             ..Config::embedded_default().broker
         };
-        Store::open(&config).expect("sled accepts the size it was created with");
+        // sled lets go of its file lock when its background threads let go of the database,
+        // a moment after `drop` returns: wait for that (a fresh clone's CI saw it), not longer.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            match Store::open(&config) {
+                Ok(_) => break,
+                Err(error)
+                    if error.to_string().contains("could not acquire lock")
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(error) => panic!("sled accepts the size it was created with: {error}"),
+            }
+        }
     }
 }

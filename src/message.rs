@@ -834,6 +834,26 @@ pub fn without_annotation(stored: &Bytes, key: &str) -> Result<Bytes, MessageErr
 
 /// The text (a string or a symbol) a stored message's message annotations hold under `key`.
 pub fn annotation_text(stored: &[u8], key: &str) -> Option<String> {
+    let value = annotation_value(stored, key)?;
+    let text = string_text(value).or_else(|| symbol_name(value))?;
+    std::str::from_utf8(text).ok().map(str::to_owned)
+}
+
+/// The whole number (an int or a long, as the broker writes them) a stored message's message
+/// annotations hold under `key`.
+pub fn annotation_number(stored: &[u8], key: &str) -> Option<i64> {
+    let value = annotation_value(stored, key)?;
+    match *value.first()? {
+        0x71 => Some(i64::from(i32::from_be_bytes(
+            value.get(1..5)?.try_into().ok()?,
+        ))),
+        0x54 => Some(i64::from(*value.get(1)? as i8)),
+        _ => read_time(value),
+    }
+}
+
+/// The encoded value a stored message's message annotations hold under `key`.
+fn annotation_value<'a>(stored: &'a [u8], key: &str) -> Option<&'a [u8]> {
     let sections = scan_sections(stored).ok()?;
     let section = sections
         .iter()
@@ -841,8 +861,7 @@ pub fn annotation_text(stored: &[u8], key: &str) -> Option<String> {
     let entries = annotation_entries(&stored[section.range.clone()], "message-annotations").ok()?;
     let (_, value) =
         (entries.into_iter()).find(|(own_key, _)| symbol_name(own_key) == Some(key.as_bytes()))?;
-    let text = string_text(value).or_else(|| symbol_name(value))?;
-    std::str::from_utf8(text).ok().map(str::to_owned)
+    Some(value)
 }
 
 /// [`annotate`], and every entry of `removed` dropped.

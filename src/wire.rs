@@ -32,6 +32,10 @@ pub mod annotation {
     /// On a message in a transfer lane: the queue or topic it is on its way to (string). The
     /// broker writes it and strips it again when the message reaches its destination.
     pub const TRANSFER_DESTINATION: &str = "x-opt-transfer-destination";
+    /// On a forwarded message: how many forwarding moves it has taken (int). The broker
+    /// writes it at each move and dead-letters a message that would take more than Service
+    /// Bus's four.
+    pub const TRANSFER_HOP_COUNT: &str = "x-opt-transfer-hop-count";
 }
 
 /// Send-via (amqp-dialect.md §10).
@@ -60,6 +64,13 @@ pub mod dead_letter {
     pub const TTL_EXPIRED: &str = "TTLExpiredException";
     /// The description that goes with [`TTL_EXPIRED`].
     pub const TTL_EXPIRED_DESCRIPTION: &str = "The message expired and was dead lettered.";
+    /// The broker's reason when a message would be forwarded more than four times (it goes to
+    /// the transfer dead-letter queue of the entity that would forward it).
+    pub const MAX_TRANSFER_HOP_COUNT_EXCEEDED: &str = "MaxTransferHopCountExceeded";
+    /// The description that goes with [`MAX_TRANSFER_HOP_COUNT_EXCEEDED`] (Service Bus's).
+    pub const MAX_TRANSFER_HOP_COUNT_EXCEEDED_DESCRIPTION: &str =
+        "The maximum number of allowed hops when forwarding between queues has been exceeded. \
+         This value is set to 4.";
     /// The error condition Service Bus clients put on a `rejected` outcome.
     pub const CONDITION: &str = "com.microsoft:dead-letter";
 }

@@ -39,6 +39,7 @@ use crate::entity::transfer;
 use crate::message;
 use crate::message::{Arrival, DeliveryStamp};
 use crate::store::{EntityLog, Flusher, Recovered, StoreError};
+use crate::wire::annotation;
 
 /// Mailbox capacity: senders wait (backpressure) when this many commands are queued.
 const MAILBOX: usize = 4096;
@@ -232,7 +233,12 @@ impl Actor {
                 }
                 let deliveries = self.core.dispatch(now);
                 self.hand_out(deliveries);
-                self.forward(now);
+                if self.forward(now) {
+                    // Messages over the hop limit went to the transfer dead-letter queue.
+                    self.persist_and_reveal();
+                    let deliveries = self.core.dispatch(now);
+                    self.hand_out(deliveries);
+                }
                 self.persist();
             }
             self.release_answers();
@@ -695,8 +701,10 @@ impl Actor {
     }
 
     /// Sends what each forwarding lane may send now to its target, one batch per lane (per
-    /// destination, for the transfer lane).
-    fn forward(&mut self, now: i64) {
+    /// destination, for the transfer lane). A message that took [`forward::MAX_HOPS`]
+    /// forwarding moves goes to the transfer dead-letter queue instead; whether any did.
+    fn forward(&mut self, now: i64) -> bool {
+        let mut over_hops = false;
         for (lane, room) in self.forwarder.room(now) {
             let Ok(queue) = self.core.lane(lane) else {
                 continue;
@@ -711,15 +719,31 @@ impl Actor {
             for delivery in taken {
                 let bytes = match self.log.body(lane, delivery.seq) {
                     Ok(bytes) => bytes,
-                    Err(error) => return self.poison(&error),
-                };
-                let (to, body) = match lane == LaneId::TRANSFER {
-                    true => (transfer::destination(&bytes), transfer::delivered(bytes)),
-                    false => (None, forwarded(bytes, delivery.seq, source.as_deref())),
+                    Err(error) => {
+                        self.poison(&error);
+                        return over_hops;
+                    }
                 };
                 let lock = LockRef {
                     seq: delivery.seq,
                     token: delivery.lock_token.unwrap_or_default(),
+                };
+                let hops = message::annotation_number(&bytes, annotation::TRANSFER_HOP_COUNT);
+                let hops = hops.unwrap_or(0);
+                if lane != LaneId::TRANSFER && hops >= forward::MAX_HOPS {
+                    if let Ok(queue) = self.core.lane(lane) {
+                        let _ = queue.settle(FORWARDER, lock, &Settlement::Complete);
+                    }
+                    self.core.dead_letter_over_hops(now, &bytes);
+                    over_hops = true;
+                    continue;
+                }
+                let (to, body) = match lane == LaneId::TRANSFER {
+                    true => (transfer::destination(&bytes), transfer::delivered(bytes)),
+                    false => (
+                        None,
+                        forwarded(bytes, delivery.seq, hops, source.as_deref()),
+                    ),
                 };
                 match batches.last_mut() {
                     Some((last, bodies, locks)) if *last == to => {
@@ -735,6 +759,7 @@ impl Actor {
                 self.forwarder.send(lane, Some(&to), bodies, locks);
             }
         }
+        over_hops
     }
 
     /// A target answered a batch: its messages leave (it stored them; the deletes are
@@ -1471,17 +1496,18 @@ fn not_schedulable() -> EntityError {
 }
 
 /// A message as it leaves for its forwarding target, marked as Service Bus marks it: with
-/// the sequence number it was first given (kept from an earlier hop) and, leaving a
-/// dead-letter queue, the entity it was dead-lettered in.
-fn forwarded(bytes: Bytes, seq: i64, dead_letter_source: Option<&str>) -> Bytes {
-    use crate::wire::annotation;
+/// the sequence number it was first given (kept from an earlier hop), the forwarding moves
+/// it has taken (`hops` before this one) and, leaving a dead-letter queue, the entity it was
+/// dead-lettered in.
+fn forwarded(bytes: Bytes, seq: i64, hops: i64, dead_letter_source: Option<&str>) -> Bytes {
     use fe2o3_amqp::types::primitives::Value;
     let first_seq = [(annotation::ENQUEUE_SEQUENCE_NUMBER, Value::Long(seq))];
-    let source: Vec<_> = dead_letter_source
-        .map(|source| (annotation::DEAD_LETTER_SOURCE, Value::String(source.into())))
-        .into_iter()
-        .collect();
-    message::annotate(&bytes, &source, &first_seq).unwrap_or(bytes)
+    let hops = i32::try_from(hops + 1).unwrap_or(i32::MAX);
+    let hop_count = (annotation::TRANSFER_HOP_COUNT, Value::Int(hops));
+    let source = dead_letter_source
+        .map(|source| (annotation::DEAD_LETTER_SOURCE, Value::String(source.into())));
+    let set: Vec<_> = [hop_count].into_iter().chain(source).collect();
+    message::annotate(&bytes, &set, &first_seq).unwrap_or(bytes)
 }
 
 #[cfg(test)]

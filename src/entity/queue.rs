@@ -1145,7 +1145,7 @@ fn stamp(seq: i64, record: &Record, lock: Option<Lock>, peek: bool) -> DeliveryS
 }
 
 /// The dead-letter application properties (strings, as Service Bus writes them).
-fn dead_letter_properties(reason: Option<String>, description: Option<String>) -> Properties {
+pub fn dead_letter_properties(reason: Option<String>, description: Option<String>) -> Properties {
     [
         (wire::dead_letter::REASON, reason),
         (wire::dead_letter::DESCRIPTION, description),

@@ -9,11 +9,12 @@
 use bytes::Bytes;
 use fe2o3_amqp::types::primitives::Value;
 
+use crate::entity::queue::dead_letter_properties;
 use crate::entity::terms::{EntityError, Settlement};
 use crate::message;
 use crate::store::record::{MessageState, Record, NEVER};
 use crate::store::Recovered;
-use crate::wire::{self, annotation};
+use crate::wire::{self, annotation, dead_letter};
 
 /// How long a receiver of a transfer dead-letter queue holds a message (Service Bus's
 /// default lock duration).
@@ -63,15 +64,34 @@ pub fn stored(
     );
     let body = message::annotate(bytes, &[marked], &[])
         .map_err(|_| EntityError::NotAllowed("the message's annotations cannot be read"))?;
-    let record = Record {
+    Ok((record(&body, enqueued_ms), body))
+}
+
+/// A message its lane would forward more than
+/// [`MAX_HOPS`](crate::entity::forward::MAX_HOPS) times, as the transfer dead-letter queue
+/// keeps it: Service Bus's reason and description written in.
+pub fn over_hops(bytes: &Bytes, enqueued_ms: i64) -> (Record, Bytes) {
+    let reason = dead_letter_properties(
+        Some(dead_letter::MAX_TRANSFER_HOP_COUNT_EXCEEDED.to_owned()),
+        Some(dead_letter::MAX_TRANSFER_HOP_COUNT_EXCEEDED_DESCRIPTION.to_owned()),
+    );
+    let body = message::set_application_properties(bytes, &reason).unwrap_or_else(|error| {
+        tracing::warn!(%error, "dead-letter reason not written");
+        bytes.clone()
+    });
+    (record(&body, enqueued_ms), body)
+}
+
+/// The record of a message stored in a transfer lane: active, never expiring.
+fn record(body: &Bytes, enqueued_ms: i64) -> Record {
+    Record {
         state: MessageState::Active,
         delivery_count: 0,
         enqueued_ms,
         size: u32::try_from(body.len()).unwrap_or(u32::MAX),
         expires_ms: NEVER,
         scheduled_ms: 0,
-    };
-    Ok((record, body))
+    }
 }
 
 /// The destination a stored transfer is on its way to.

@@ -245,6 +245,10 @@ pub async fn run_with_reloads(
         .tracker
         .spawn(reaper::run(registry.clone(), tasks.token.clone()));
     tasks.tracker.spawn(trimmer::run(tasks.token.clone()));
+    let entity_policies = {
+        let registry = registry.clone();
+        Arc::new(move || registry.entity_policies())
+    };
     let shared = Arc::new(Shared {
         registry,
         max_frame_size: config.broker.max_frame_size,
@@ -257,7 +261,7 @@ pub async fn run_with_reloads(
         max_links_per_connection: config.broker.max_links_per_connection,
         transaction_timeout: config.broker.transaction_timeout,
         next_link_id: AtomicU64::new(1),
-        policies: Arc::new(Policies::from_config(&config)),
+        policies: Arc::new(Policies::live(&config, entity_policies)),
     });
     let entities = shared.registry.len();
     let acceptance = server::Acceptance {

@@ -2,9 +2,9 @@
 //! run-time paths: queues and topics the file adds are created; the settings Service Bus lets an
 //! update change are applied in place, without losing messages, locks or connections;
 //! subscriptions a topic gains are added, and a subscription's changed settings and rules
-//! applied. What needs a restart (listeners, the store, limits, policies, `requires_session`)
-//! keeps its running value and is reported; entities the file no longer declares are left
-//! alone, and said so. The registry then takes the file's declaration of each entity as the
+//! applied; so are an entity's shared access policies. What needs a restart (listeners, the
+//! store, limits, namespace policies, `requires_session`) keeps its running value and is
+//! reported; entities the file no longer declares are left alone, and said so. The registry then takes the file's declaration of each entity as the
 //! file's ([`Registry::declare`]): a subscription created at run time that the file now
 //! declares is the file's from then on, no longer stored as created at run time.
 
@@ -158,15 +158,8 @@ fn queue(before: &QueueConfig, after: &QueueConfig, report: &mut Report) -> Opti
             before.name, before.requires_session
         ));
     }
-    if before.shared_access_policies != after.shared_access_policies {
-        report.kept.push(format!(
-            "'{}': its shared access policies need a restart",
-            before.name
-        ));
-    }
     let updated = QueueConfig {
         requires_session: before.requires_session,
-        shared_access_policies: before.shared_access_policies.clone(),
         ..after.clone()
     };
     (updated != *before).then_some(Declaration::Queue(updated))
@@ -213,18 +206,12 @@ async fn topic(
             Some(_) => {}
         }
     }
-    if before.shared_access_policies != after.shared_access_policies {
-        report.kept.push(format!(
-            "'{}': its shared access policies need a restart",
-            before.name
-        ));
-    }
     let updated = TopicConfig {
         subscriptions,
-        shared_access_policies: before.shared_access_policies.clone(),
         ..after.clone()
     };
     let topic_changed = updated.default_message_time_to_live != before.default_message_time_to_live
+        || updated.shared_access_policies != before.shared_access_policies
         || updated.max_size_in_megabytes != before.max_size_in_megabytes
         || updated.auto_delete_on_idle != before.auto_delete_on_idle
         || updated.status != before.status;

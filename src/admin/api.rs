@@ -24,7 +24,8 @@ use crate::auth::{path_covers, resource_path};
 use crate::clock::now_ms;
 use crate::config::forwarding;
 use crate::config::{
-    Declaration, EntityStatus, QueueConfig, Rights, SubscriptionConfig, TopicConfig,
+    Declaration, EntityStatus, PolicyConfig, QueueConfig, Rights, SecretKey, SubscriptionConfig,
+    TopicConfig,
 };
 use crate::entity::handle::{Command, EntityError, EntityStats, LaneId};
 use crate::entity::operation::{Answer, Operation};
@@ -589,7 +590,7 @@ async fn create(
 }
 
 /// Properties the broker keeps but a client cannot set: read back by the Python client on
-/// update, ignored.
+/// update, ignored (`AuthorizationRules` is read apart, as the entity's policies).
 const READ_ONLY: [&str; 11] = [
     "SizeInBytes",
     "MessageCount",
@@ -696,7 +697,54 @@ fn apply(mut declaration: Declaration, sent: &atom::Sent) -> Result<Declaration,
         Declaration::Queue(queue) => set_queue(queue, property, value),
         Declaration::Topic(topic) => set_topic(topic, property, value),
     })?;
+    // Rules a description leaves out stay; those it holds replace them.
+    if let Some(rules) = &sent.authorization_rules {
+        let policies = rules.iter().map(policy).collect::<Result<Vec<_>, _>>()?;
+        match &mut declaration {
+            Declaration::Queue(queue) => queue.shared_access_policies = policies,
+            Declaration::Topic(topic) => topic.shared_access_policies = policies,
+        }
+    }
     validated(&declaration)
+}
+
+/// The shared access policy an `AuthorizationRule` describes; a key left out is made, as
+/// Service Bus makes one (32 random bytes in base64).
+///
+/// # Errors
+/// A right that is not `Manage`, `Send` or `Listen`, or none.
+fn policy(rule: &atom::SentRule) -> Result<PolicyConfig, String> {
+    let mut rights = Rights::NONE;
+    for name in &rule.rights {
+        let right = Rights::named(name).ok_or_else(|| {
+            format!(
+                "AuthorizationRule '{}': {name:?} is not one of Manage, Send, Listen",
+                rule.key_name
+            )
+        })?;
+        rights = rights.union(right);
+    }
+    let key = |sent: &str| match sent.is_empty() {
+        true => SecretKey::from(made_key().as_str()),
+        false => SecretKey::from(sent),
+    };
+    Ok(PolicyConfig {
+        name: rule.key_name.clone(),
+        key: key(&rule.primary_key),
+        secondary_key: Some(key(&rule.secondary_key)),
+        rights,
+    })
+}
+
+/// A new shared access key: 32 random bytes in base64, as Service Bus makes them.
+fn made_key() -> String {
+    use base64::Engine;
+    let bytes = [
+        uuid::Uuid::new_v4().into_bytes(),
+        uuid::Uuid::new_v4().into_bytes(),
+    ]
+    .concat();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// Sets each property a client sent with `set` (`false`: no such property), passing over

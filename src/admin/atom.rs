@@ -13,7 +13,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use quick_xml::events::Event;
 use quick_xml::Reader;
 
-use crate::config::{parse_duration, QueueConfig, SubscriptionConfig, TopicConfig};
+use crate::config::{parse_duration, PolicyConfig, QueueConfig, SubscriptionConfig, TopicConfig};
 use crate::entity::handle::{EntityStats, LaneId};
 use crate::entity::queue::LaneCounts;
 
@@ -174,6 +174,30 @@ impl Xml {
         }
     }
 
+    /// An entity's shared access policies as Service Bus describes them, keys included (the
+    /// administration API answers only a `Manage` credential).
+    fn authorization_rules(&mut self, policies: &[PolicyConfig], times: &Times) {
+        self.0.push_str("<AuthorizationRules>");
+        for policy in policies {
+            self.0.push_str(
+                "<AuthorizationRule i:type=\"SharedAccessAuthorizationRule\">\
+                 <ClaimType>SharedAccessKey</ClaimType><ClaimValue>None</ClaimValue><Rights>",
+            );
+            for right in policy.rights.access_rights() {
+                self.element("AccessRights", right);
+            }
+            self.0.push_str("</Rights>");
+            self.element("CreatedTime", time(times.created_ms));
+            self.element("ModifiedTime", time(times.updated_ms));
+            self.element("KeyName", &policy.name);
+            self.element("PrimaryKey", policy.key.text());
+            let secondary = policy.secondary_key.as_ref().map_or("", |key| key.text());
+            self.element("SecondaryKey", secondary);
+            self.0.push_str("</AuthorizationRule>");
+        }
+        self.0.push_str("</AuthorizationRules>");
+    }
+
     fn counts(&mut self, counts: &Counts) {
         let _ = write!(self.0, "<CountDetails xmlns:d2p1=\"{COUNTS}\">");
         for (name, value) in [
@@ -244,7 +268,7 @@ pub fn queue(
     xml.element("SizeInBytes", counts.bytes);
     xml.element("MessageCount", counts.total());
     xml.element("IsAnonymousAccessible", false);
-    xml.0.push_str("<AuthorizationRules></AuthorizationRules>");
+    xml.authorization_rules(&queue.shared_access_policies, times);
     xml.element("Status", queue.status.service_bus_name());
     xml.forward("ForwardTo", namespace, &queue.forward_to);
     xml.times(times);
@@ -292,7 +316,7 @@ pub fn topic(
     xml.element("SizeInBytes", counts.bytes);
     xml.element("FilteringMessagesBeforePublishing", false);
     xml.element("IsAnonymousAccessible", false);
-    xml.0.push_str("<AuthorizationRules></AuthorizationRules>");
+    xml.authorization_rules(&topic.shared_access_policies, times);
     xml.element("Status", topic.status.service_bus_name());
     xml.times(times);
     xml.element("SupportOrdering", topic.support_ordering);
@@ -554,6 +578,40 @@ pub struct Sent {
     pub kind: String,
     /// Each child element's text, by local name (children of children are not kept).
     pub fields: BTreeMap<String, String>,
+    /// Its `AuthorizationRules`, when it has the element.
+    pub authorization_rules: Option<Vec<SentRule>>,
+}
+
+/// One `AuthorizationRule` of a description, as sent.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SentRule {
+    /// `KeyName`.
+    pub key_name: String,
+    /// `PrimaryKey` (empty when left out).
+    pub primary_key: String,
+    /// `SecondaryKey` (empty when left out).
+    pub secondary_key: String,
+    /// Each `AccessRights` of `Rights`.
+    pub rights: Vec<String>,
+}
+
+impl SentRule {
+    /// The rule an `AuthorizationRule` element describes.
+    fn read(element: &Element) -> SentRule {
+        let text = |name: &str| element.child(name).map_or("", |e| e.text.trim()).to_owned();
+        let rights = element
+            .child("Rights")
+            .map_or(&[][..], |r| r.children.as_slice());
+        SentRule {
+            key_name: text("KeyName"),
+            primary_key: text("PrimaryKey"),
+            secondary_key: text("SecondaryKey"),
+            rights: rights
+                .iter()
+                .map(|right| right.text.trim().to_owned())
+                .collect(),
+        }
+    }
 }
 
 /// Reads the entity description inside an Atom entry's `content`.
@@ -565,6 +623,8 @@ pub fn read_description(body: &[u8]) -> Result<Sent, String> {
     let description = root
         .find_ending("Description")
         .ok_or("the body holds no entity description")?;
+    let authorization_rules = (description.child("AuthorizationRules"))
+        .map(|rules| rules.children.iter().map(SentRule::read).collect());
     Ok(Sent {
         kind: description.name.clone(),
         fields: description
@@ -572,6 +632,7 @@ pub fn read_description(body: &[u8]) -> Result<Sent, String> {
             .iter()
             .map(|child| (child.name.clone(), child.text.clone()))
             .collect(),
+        authorization_rules,
     })
 }
 

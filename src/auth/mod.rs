@@ -8,17 +8,31 @@
 pub mod access;
 pub mod sas;
 
+use std::sync::Arc;
+
 use crate::config::{Config, PolicyConfig, Rights};
 use crate::wire;
 
+/// The entity-level policies as they are now, each with its entity's lower-cased path.
+pub type EntityPolicies = Arc<dyn Fn() -> Vec<(String, PolicyConfig)> + Send + Sync>;
+
 /// The policies of a config, and whether anonymous clients are let in.
-#[derive(Debug, Default)]
 pub struct Policies {
     allow_anonymous: bool,
     /// Namespace-level policies.
     namespace: Vec<PolicyConfig>,
-    /// Entity-level policies with the path of their entity.
-    entities: Vec<(String, PolicyConfig)>,
+    /// Entity-level policies, asked for at each verification (entities and their policies
+    /// come and go at run time).
+    entities: EntityPolicies,
+}
+
+impl std::fmt::Debug for Policies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policies")
+            .field("allow_anonymous", &self.allow_anonymous)
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a verified credential grants: its policy's rights, on the whole namespace or on one
@@ -43,7 +57,7 @@ impl Principal {
 }
 
 impl Policies {
-    /// The policies `config` declares.
+    /// The policies `config` declares, its entities' as declared there.
     pub fn from_config(config: &Config) -> Policies {
         let queues = config
             .queues
@@ -53,7 +67,7 @@ impl Policies {
             .topics
             .iter()
             .map(|topic| (&topic.name, &topic.shared_access_policies));
-        let entities = queues
+        let entities: Vec<(String, PolicyConfig)> = queues
             .chain(topics)
             .flat_map(|(name, policies)| {
                 policies
@@ -61,6 +75,12 @@ impl Policies {
                     .map(move |policy| (name.to_ascii_lowercase(), policy.clone()))
             })
             .collect();
+        Policies::live(config, Arc::new(move || entities.clone()))
+    }
+
+    /// The namespace policies `config` declares, and the entities' as `entities` finds
+    /// them at each verification.
+    pub fn live(config: &Config, entities: EntityPolicies) -> Policies {
         Policies {
             allow_anonymous: config.broker.allow_anonymous,
             namespace: config.shared_access_policies.clone(),
@@ -74,37 +94,44 @@ impl Policies {
     }
 
     /// The principal of a SASL PLAIN user name and password: a policy with that name and
-    /// key, namespace-level first.
+    /// either of its keys, namespace-level first.
     pub fn authenticate(&self, user: &str, password: &[u8]) -> Option<Principal> {
         self.candidates(user)
-            .find(|(_, policy)| constant_time_eq(policy.key.bytes(), password))
-            .map(|(entity, policy)| principal(entity, policy))
+            .into_iter()
+            .find(|(_, policy)| keys(policy).any(|key| constant_time_eq(key, password)))
+            .map(|(entity, policy)| principal(entity.as_deref(), &policy))
     }
 
-    /// The principal of a token: the policy it names whose key verifies its signature, among
-    /// those that reach its resource.
+    /// The principal of a token: the policy it names, one of whose keys verifies its
+    /// signature, among those that reach its resource.
     pub fn verify(&self, token: &sas::Token) -> Option<Principal> {
         let resource = resource_path(&token.resource);
         self.candidates(&token.key_name)
-            .filter(|(entity, _)| entity.is_none_or(|entity| path_covers(entity, &resource)))
-            .find(|(_, policy)| token.is_signed_with(policy.key.bytes()))
-            .map(|(entity, policy)| principal(entity, policy))
+            .into_iter()
+            .filter(|(entity, _)| {
+                (entity.as_deref()).is_none_or(|entity| path_covers(entity, &resource))
+            })
+            .find(|(_, policy)| keys(policy).any(|key| token.is_signed_with(key)))
+            .map(|(entity, policy)| principal(entity.as_deref(), &policy))
     }
 
-    /// The policies called `name` (ignoring case), with their entity's path.
-    fn candidates<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> impl Iterator<Item = (Option<&'a str>, &'a PolicyConfig)> + 'a {
-        let namespace = self.namespace.iter().map(|policy| (None, policy));
-        let entities = self
-            .entities
-            .iter()
-            .map(|(entity, policy)| (Some(entity.as_str()), policy));
+    /// The policies called `name` (ignoring case), namespace-level first, with their
+    /// entity's path.
+    fn candidates(&self, name: &str) -> Vec<(Option<String>, PolicyConfig)> {
+        let namespace = (self.namespace.iter()).map(|policy| (None, policy.clone()));
+        let entities = (self.entities)()
+            .into_iter()
+            .map(|(entity, policy)| (Some(entity), policy));
         namespace
             .chain(entities)
-            .filter(move |(_, policy)| policy.name.eq_ignore_ascii_case(name))
+            .filter(|(_, policy)| policy.name.eq_ignore_ascii_case(name))
+            .collect()
     }
+}
+
+/// A policy's keys: its primary key, then its secondary key if it has one.
+fn keys(policy: &PolicyConfig) -> impl Iterator<Item = &[u8]> {
+    std::iter::once(policy.key.bytes()).chain(policy.secondary_key.as_ref().map(|key| key.bytes()))
 }
 
 fn principal(entity: Option<&str>, policy: &PolicyConfig) -> Principal {

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::validate::DEFAULT_RULE_NAME;
 use super::{
-    Config, ConfigError, CorrelationConfig, PropertyValue, QueueConfig, RuleConfig, RuleFilter,
-    SubscriptionConfig, TopicConfig,
+    Config, ConfigError, CorrelationConfig, PolicyConfig, PropertyValue, QueueConfig, RuleConfig,
+    RuleFilter, SubscriptionConfig, TopicConfig,
 };
 
 /// A queue or a topic, as declared.
@@ -29,8 +29,9 @@ impl Declaration {
         }
     }
 
-    /// The declaration as config-file TOML: `[[queues]]` or `[[topics]]` with every key.
-    /// Shared access policies are not written: keys are not stored with entities.
+    /// The declaration as config-file TOML: `[[queues]]` or `[[topics]]` with every key, its
+    /// shared access policies with their keys (an entity created at run time keeps them in
+    /// the store; the registry leaves the config file's out).
     pub fn to_toml(&self) -> String {
         let mut out = Toml::default();
         match self {
@@ -58,6 +59,10 @@ impl Declaration {
                 );
                 out.forwarding(&queue.forward_to, &queue.forward_dead_lettered_messages_to);
                 out.string("status", queue.status.config_name());
+                out.policies(
+                    "[[queues.shared_access_policies]]",
+                    &queue.shared_access_policies,
+                );
             }
             Declaration::Topic(topic) => {
                 out.table("[[topics]]");
@@ -76,6 +81,10 @@ impl Declaration {
                     topic.duplicate_detection_history_time_window,
                 );
                 out.string("status", topic.status.config_name());
+                out.policies(
+                    "[[topics.shared_access_policies]]",
+                    &topic.shared_access_policies,
+                );
                 for subscription in &topic.subscriptions {
                     out.subscription(subscription);
                 }
@@ -151,6 +160,22 @@ impl Toml {
         }
         if let Some(target) = dead_letters {
             self.string("forward_dead_lettered_messages_to", target);
+        }
+    }
+
+    /// An entity's shared access policies, each a `header` table.
+    fn policies(&mut self, header: &str, policies: &[PolicyConfig]) {
+        for policy in policies {
+            self.table(header);
+            self.string("name", &policy.name);
+            self.string("key", policy.key.text());
+            if let Some(secondary) = &policy.secondary_key {
+                self.string("secondary_key", secondary.text());
+            }
+            let rights: Vec<toml::Value> = (policy.rights.access_rights())
+                .map(|name| toml::Value::String(name.to_owned()))
+                .collect();
+            self.raw("rights", toml::Value::Array(rights));
         }
     }
 

@@ -77,6 +77,7 @@ pub(super) struct RawPolicy {
     pub(super) name: Spanned<String>,
     pub(super) key: Option<Spanned<String>>,
     pub(super) key_env: Option<Spanned<String>>,
+    pub(super) secondary_key: Option<Spanned<String>>,
     pub(super) rights: Spanned<Vec<Spanned<String>>>,
 }
 

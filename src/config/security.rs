@@ -23,6 +23,8 @@ pub struct PolicyConfig {
     pub name: String,
     /// The key that signs tokens (the SASL PLAIN password).
     pub key: SecretKey,
+    /// A second key that signs them too (Service Bus's `SecondaryKey`, for rotating keys).
+    pub secondary_key: Option<SecretKey>,
     /// What a token signed with the key allows.
     pub rights: Rights,
 }
@@ -36,6 +38,12 @@ impl SecretKey {
     /// text, not its base64 decoding).
     pub fn bytes(&self) -> &[u8] {
         self.0.as_bytes()
+    }
+
+    /// The key as written (for the administration API's descriptions and stored
+    /// declarations, never for a log).
+    pub fn text(&self) -> &str {
+        &self.0
     }
 }
 
@@ -81,21 +89,29 @@ impl Rights {
     /// The names of the rights in `self`, as Service Bus writes them in its errors
     /// (`'Manage'`, `'Send'`, `'Listen'`), joined with `,`.
     pub fn names(self) -> String {
+        let quoted: Vec<String> = self
+            .access_rights()
+            .map(|name| format!("'{name}'"))
+            .collect();
+        quoted.join(",")
+    }
+
+    /// The names of the rights in `self` as Service Bus lists a policy's (`Manage`, `Send`,
+    /// `Listen`).
+    pub fn access_rights(self) -> impl Iterator<Item = &'static str> {
         [
-            (Rights::MANAGE, "'Manage'"),
-            (Rights::SEND, "'Send'"),
-            (Rights::LISTEN, "'Listen'"),
+            (Rights::MANAGE, "Manage"),
+            (Rights::SEND, "Send"),
+            (Rights::LISTEN, "Listen"),
         ]
-        .iter()
-        .filter(|(right, _)| self.grants_any_of(*right))
-        .map(|(_, name)| *name)
-        .collect::<Vec<_>>()
-        .join(",")
+        .into_iter()
+        .filter(move |(right, _)| self.grants_any_of(*right))
+        .map(|(_, name)| name)
     }
 
     /// The rights a policy granting `name` has (`Manage`, `Send` or `Listen`,
     /// case-insensitively); `Manage` brings the other two.
-    fn named(name: &str) -> Option<Rights> {
+    pub fn named(name: &str) -> Option<Rights> {
         ["Manage", "Send", "Listen"]
             .iter()
             .zip([Rights::ANY, Rights::SEND, Rights::LISTEN])
@@ -171,9 +187,16 @@ impl Source<'_> {
                 .to_owned();
             return Err(self.invalid(&format!("{path}.rights"), raw.rights.span(), message));
         }
+        let secondary_key = match &raw.secondary_key {
+            Some(written) => {
+                Some(self.key(&format!("{path}.secondary_key"), written, written.get_ref())?)
+            }
+            None => None,
+        };
         Ok(PolicyConfig {
             name: raw.name.into_inner(),
             key,
+            secondary_key,
             rights,
         })
     }

@@ -26,7 +26,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::clock::now_ms;
 use crate::config::forwarding;
-use crate::config::{Config, Declaration, Durability, SubscriptionConfig, TopicConfig};
+use crate::config::{
+    Config, Declaration, Durability, PolicyConfig, SubscriptionConfig, TopicConfig,
+};
 use crate::entity::actor::{self, Commit};
 use crate::entity::forward::Resolver;
 use crate::entity::handle::{Command, EntityError, EntityEvent, EntityHandle, LaneId, Ticket};
@@ -135,8 +137,10 @@ impl Record {
                     .collect();
                 match added.is_empty() {
                     true => Record::Forget,
+                    // The file's keys are never stored: it declares them at every start.
                     false => Record::Keep(Declaration::Topic(TopicConfig {
                         subscriptions: added,
+                        shared_access_policies: Vec::new(),
                         ..live.clone()
                     })),
                 }
@@ -807,6 +811,23 @@ impl Registry {
         let mut entries: Vec<Entry> = self.read().values().cloned().collect();
         entries.sort_by_key(|entry| entry.declaration.name().to_lowercase());
         entries
+    }
+
+    /// The shared access policies of the live queues and topics, each with its entity's
+    /// lower-cased name (what [`crate::auth::Policies`] verifies entity-level credentials
+    /// with).
+    pub fn entity_policies(&self) -> Vec<(String, PolicyConfig)> {
+        let entities = self.read();
+        let declared = entities.iter().flat_map(|(name, entry)| {
+            let policies = match &entry.declaration {
+                Declaration::Queue(queue) => &queue.shared_access_policies,
+                Declaration::Topic(topic) => &topic.shared_access_policies,
+            };
+            policies
+                .iter()
+                .map(move |policy| (name.clone(), policy.clone()))
+        });
+        declared.collect()
     }
 
     /// Every live entity, for the background ticks.

@@ -14,9 +14,9 @@ const { brokerTest, numbered, send } = require("./common");
 
 const CHILD_DEADLINE_MS = 60_000;
 
-// Creates a queue, updates it, reads a queue's runtime counts after two sends, lists, refuses
-// a second create and a missing queue, manages a subscription's rules, deletes; prints what it
-// saw as JSON.
+// Creates a queue, updates it, forwards, sets authorization rules, reads a queue's runtime
+// counts after two sends, lists, refuses a second create and a missing queue, manages a
+// subscription's rules, deletes; prints what it saw as JSON.
 const ADMIN_CLIENT = `
 const { ServiceBusAdministrationClient } = require("@azure/service-bus");
 (async () => {
@@ -49,10 +49,24 @@ const { ServiceBusAdministrationClient } = require("@azure/service-bus");
   const forwarding = await client.getQueue("forwarding");
   await client.updateQueue(forwarding);
   seen.forwardTo = [forwarding.forwardTo, (await client.getQueue("forwarding")).forwardTo];
+  forwarding.forwardTo = "forwarding";
+  await client.updateQueue(forwarding);
+  seen.forwardTo.push((await client.getQueue("forwarding")).forwardTo);
   forwarding.forwardTo = undefined;
   await client.updateQueue(forwarding);
   seen.forwardTo.push((await client.getQueue("forwarding")).forwardTo ?? "none");
   await client.deleteQueue("forwarding");
+  const writer = { claimType: "SharedAccessKey", keyName: "writer", accessRights: ["Send", "Listen"],
+    primaryKey: "writer-primary-key", secondaryKey: "writer-secondary-key" };
+  await client.createQueue("guarded", { authorizationRules: [writer] });
+  const guarded = await client.getQueue("guarded");
+  seen.authorizationRules = guarded.authorizationRules.map((rule) =>
+    [rule.keyName, rule.accessRights, rule.primaryKey, rule.secondaryKey]);
+  guarded.authorizationRules = [{ claimType: "SharedAccessKey", keyName: "reader", accessRights: ["Listen"] }];
+  await client.updateQueue(guarded);
+  const [made] = (await client.getQueue("guarded")).authorizationRules;
+  seen.madeRule = [made.keyName, made.accessRights, Buffer.from(made.primaryKey, "base64").length];
+  await client.deleteQueue("guarded");
   seen.missing = await client.getQueue("nothing").then(() => "found", (e) => e.code);
   const names = [];
   for await (const queue of client.listQueues()) names.push(queue.name);
@@ -138,7 +152,14 @@ brokerTest(
     assert.equal(seen.batched, false, "EnableBatchedOperations kept as set");
     // Read back as Service Bus writes it (the full address), and taken back so.
     const address = `sb://localhost:${broker.adminPort}/declared`;
-    assert.deepEqual(seen.forwardTo, [address, address, "none"]);
+    // Forwarding to itself is allowed, as in Service Bus (each message is bounded at 4 moves).
+    const itself = `sb://localhost:${broker.adminPort}/forwarding`;
+    assert.deepEqual(seen.forwardTo, [address, address, itself, "none"]);
+    // Authorization rules are the entity's policies, read back with their keys; an update
+    // replaces them, and a key left out is made (32 random bytes, as Service Bus makes them).
+    assert.deepEqual(seen.authorizationRules,
+      [["writer", ["Send", "Listen"], "writer-primary-key", "writer-secondary-key"]]);
+    assert.deepEqual(seen.madeRule, ["reader", ["Listen"], 32]);
     assert.equal(seen.missing, "MessageEntityNotFoundError");
     assert.deepEqual(seen.names, ["declared", "made"]);
     assert.deepEqual(seen.runtime, ["declared", 2, 2]);

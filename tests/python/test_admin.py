@@ -5,6 +5,7 @@ One broker serves the module: TLS on, anonymous clients refused, `sync` durabili
 queue must survive a restart).
 """
 
+import base64
 import subprocess
 from datetime import timedelta
 
@@ -15,10 +16,16 @@ from azure.core.exceptions import (
     ResourceExistsError,
     ResourceNotFoundError,
 )
-from azure.servicebus import ServiceBusMessage
-from azure.servicebus.exceptions import MessagingEntityDisabledError, MessagingEntityNotFoundError
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus.exceptions import (
+    MessagingEntityDisabledError,
+    MessagingEntityNotFoundError,
+    ServiceBusError,
+)
 from azure.servicebus.management import (
+    AccessRights,
     ApiVersion,
+    AuthorizationRule,
     CorrelationRuleFilter,
     EntityStatus,
     ServiceBusAdministrationClient,
@@ -257,6 +264,58 @@ def test_enable_express_is_set_read_updated_and_survives_a_restart(secured):
         updated = client.get_queue("express")
         assert (updated.enable_express, updated.enable_batched_operations) == (False, False)
         assert client.get_queue_runtime_properties("express").active_message_count == 1
+
+
+def entity_client(broker, policy, key):
+    """A `ServiceBusClient` signing with an entity's own policy."""
+    return ServiceBusClient.from_connection_string(
+        f"Endpoint=sb://{broker.host}:{broker.port};SharedAccessKeyName={policy};"
+        f"SharedAccessKey={key};UseDevelopmentEmulator=true;",
+        retry_total=0,
+    )
+
+
+def test_authorization_rules_are_the_entity_s_policies_live_and_across_a_restart(secured):
+    writer = AuthorizationRule(
+        type="SharedAccessAuthorizationRule",
+        key_name="writer",
+        rights=[AccessRights.SEND],
+        primary_key="writer-primary-key",
+        secondary_key="writer-secondary-key",
+    )
+    reader = AuthorizationRule(key_name="reader", rights=[AccessRights.LISTEN])
+    with admin(secured) as client:
+        client.create_queue("guarded", authorization_rules=[writer])
+        rules = client.get_queue("guarded").authorization_rules
+        assert [(r.key_name, r.rights, r.primary_key) for r in rules] == [
+            ("writer", ["Send"], "writer-primary-key")
+        ]
+        assert rules[0].secondary_key == "writer-secondary-key"
+        # Either key signs; the policy reaches its own queue only.
+        for key in ("writer-primary-key", "writer-secondary-key"):
+            with entity_client(secured, "writer", key) as data:
+                with data.get_queue_sender("guarded") as sender:
+                    sender.send_messages(ServiceBusMessage(key))
+        with entity_client(secured, "writer", "writer-primary-key") as data:
+            with pytest.raises(ServiceBusError):
+                with data.get_queue_sender("declared") as sender:
+                    sender.send_messages(ServiceBusMessage("elsewhere"))
+        # An update replaces the rules; a key left out is made, as Service Bus makes one.
+        queue = client.get_queue("guarded")
+        queue.authorization_rules = [reader]
+        client.update_queue(queue)
+        (made,) = client.get_queue("guarded").authorization_rules
+        assert (made.key_name, made.rights) == ("reader", ["Listen"])
+        assert len(base64.b64decode(made.primary_key)) == 32
+        with entity_client(secured, "writer", "writer-primary-key") as data:
+            with pytest.raises(ServiceBusError):
+                with data.get_queue_sender("guarded") as sender:
+                    sender.send_messages(ServiceBusMessage("revoked"))
+    secured.stop()
+    secured.start()
+    with entity_client(secured, "reader", made.primary_key) as data:
+        with data.get_queue_receiver("guarded") as receiver:
+            assert len(receive_exactly(receiver, 2)) == 2
 
 
 def test_api_version_2017_04_has_no_max_message_size(secured):

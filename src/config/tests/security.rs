@@ -158,3 +158,25 @@ fn the_admin_endpoint_listens_on_5300_unless_told_otherwise() {
          such as \"127.0.0.1:5300\" or \"[::]:5300\" (host names are not resolved)"
     );
 }
+
+#[test]
+fn an_entity_s_policies_keep_both_keys_in_its_declaration() {
+    let text = "[[queues]]\nname = \"q\"\n[[queues.shared_access_policies]]\nname = \"w\"\n\
+                key = \"k1\"\nsecondary_key = \"k2\"\nrights = [\"Manage\"]\n";
+    let declaration = Declaration::parse(text, "d").expect("valid");
+    let Declaration::Queue(queue) = &declaration else {
+        panic!("a queue: {declaration:?}");
+    };
+    let policy = &queue.shared_access_policies[0];
+    assert_eq!(policy.secondary_key, Some(SecretKey::from("k2")));
+    assert_eq!(policy.rights, Rights::ANY);
+    let written = declaration.to_toml();
+    assert!(
+        written.contains("rights = [\"Manage\", \"Send\", \"Listen\"]"),
+        "{written}"
+    );
+    assert_eq!(
+        Declaration::parse(&written, "d").expect("reads back"),
+        declaration
+    );
+}

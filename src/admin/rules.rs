@@ -1,11 +1,18 @@
 //! A subscription rule as the ATOM API writes it (`RuleDescription`) and reads it: SQL, true,
-//! false and correlation filters with their typed property values, SQL and empty actions.
+//! false and correlation filters with their typed property values, SQL and empty actions,
+//! and the `Parameters` of SQL filters and actions.
 //!
-//! Property values carry `i:type="d6p1:<type>"` with the four-character prefix the JS client
-//! insists on, and only the types it reads (`int`, `double`, `string`, `boolean`,
-//! `dateTime`); a long outside `int`'s range is written `long`, which Python reads.
+//! Values carry `i:type="d6p1:<type>"` with the four-character prefix the JS client insists
+//! on: `int`, `double`, `string`, `boolean` and `dateTime` (which it reads); a long outside
+//! `int`'s range is written `long`, and a .NET `TimeSpan` (`duration`), both of which Python
+//! reads. Guids are read as `guid` and written as strings.
 
 use std::fmt::Write;
+use std::time::Duration;
+
+use fe2o3_amqp::types::primitives::{SimpleValue, Value as Amqp};
+use serde_amqp::described::Described;
+use serde_amqp::descriptor::Descriptor;
 
 use super::atom::{self, Element};
 use crate::config::{CorrelationConfig, PropertyValue, RuleConfig, RuleFilter};
@@ -19,20 +26,25 @@ const XSD: &str = "http://www.w3.org/2001/XMLSchema";
 pub fn describe(rule: &Rule) -> String {
     let mut out = atom::opening("RuleDescription");
     match &rule.filter {
-        Filter::True => sql_filter(&mut out, "TrueFilter", "1=1"),
-        Filter::False => sql_filter(&mut out, "FalseFilter", "1=0"),
-        Filter::Sql(sql) => sql_filter(&mut out, "SqlFilter", sql.expression()),
+        Filter::True => sql(&mut out, "Filter", "TrueFilter", "1=1", &[]),
+        Filter::False => sql(&mut out, "Filter", "FalseFilter", "1=0", &[]),
+        Filter::Sql(filter) => sql(
+            &mut out,
+            "Filter",
+            "SqlFilter",
+            filter.expression(),
+            filter.parameters(),
+        ),
         Filter::Correlation(correlation) => correlation_filter(&mut out, correlation),
     }
     match &rule.action {
-        Some(action) => {
-            let _ = write!(
-                out,
-                "<Action i:type=\"SqlRuleAction\"><SqlExpression>{}</SqlExpression>\
-                 <CompatibilityLevel>20</CompatibilityLevel></Action>",
-                escape(action.expression())
-            );
-        }
+        Some(action) => sql(
+            &mut out,
+            "Action",
+            "SqlRuleAction",
+            action.expression(),
+            action.parameters(),
+        ),
         None => out.push_str("<Action i:type=\"EmptyRuleAction\"/>"),
     }
     let _ = write!(
@@ -48,13 +60,65 @@ fn escape(text: &str) -> String {
     quick_xml::escape::escape(text).into_owned()
 }
 
-fn sql_filter(out: &mut String, kind: &str, expression: &str) {
+/// A SQL filter or action (`element` `Filter` or `Action`) with its parameters.
+fn sql(
+    out: &mut String,
+    element: &str,
+    kind: &str,
+    expression: &str,
+    parameters: &[(String, Value)],
+) {
     let _ = write!(
         out,
-        "<Filter i:type=\"{kind}\"><SqlExpression>{}</SqlExpression>\
-         <CompatibilityLevel>20</CompatibilityLevel></Filter>",
+        "<{element} i:type=\"{kind}\"><SqlExpression>{}</SqlExpression>",
         escape(expression)
     );
+    if !parameters.is_empty() {
+        out.push_str("<Parameters>");
+        key_values(out, parameters);
+        out.push_str("</Parameters>");
+    }
+    let _ = write!(
+        out,
+        "<CompatibilityLevel>20</CompatibilityLevel></{element}>"
+    );
+}
+
+/// Named values as `KeyValueOfstringanyType` elements, each value with its XML Schema type.
+fn key_values(out: &mut String, values: &[(String, Value)]) {
+    for (key, value) in values {
+        let Some((kind, text)) = typed_text(value) else {
+            continue;
+        };
+        let _ = write!(
+            out,
+            "<KeyValueOfstringanyType><Key>{}</Key><Value xmlns:d6p1=\"{XSD}\" \
+             i:type=\"d6p1:{kind}\">{}</Value></KeyValueOfstringanyType>",
+            escape(key),
+            escape(&text)
+        );
+    }
+}
+
+/// A value's XML Schema type and text; `None` for what no rule holds.
+fn typed_text(value: &Value) -> Option<(&'static str, String)> {
+    Some(match value {
+        Value::Int(number) if i32::try_from(*number).is_ok() => ("int", number.to_string()),
+        Value::Int(number) => ("long", number.to_string()),
+        Value::Float(number) => ("double", number.to_string()),
+        Value::Bool(flag) => ("boolean", flag.to_string()),
+        // Without a zone, as .NET writes a time it was given without one (the Python client
+        // sends them so, and reads back what it sent).
+        Value::Timestamp(ms) => ("dateTime", atom::time(*ms).trim_end_matches('Z').to_owned()),
+        Value::String(text) => ("string", text.clone()),
+        // Guids have no type the JS client reads; their text compares the same.
+        Value::Uuid(uuid) => ("string", uuid.to_string()),
+        other => {
+            let ticks = timespan_ticks(other)?;
+            let ms = u64::try_from(ticks / 10_000).ok()?;
+            ("duration", atom::duration(Some(Duration::from_millis(ms))))
+        }
+    })
 }
 
 fn correlation_filter(out: &mut String, filter: &CorrelationFilter) {
@@ -66,41 +130,29 @@ fn correlation_filter(out: &mut String, filter: &CorrelationFilter) {
     }
     if !filter.properties.is_empty() {
         out.push_str("<Properties>");
-        for (key, value) in &filter.properties {
-            let (kind, text) = match value {
-                Value::Int(number) if i32::try_from(*number).is_ok() => ("int", number.to_string()),
-                Value::Int(number) => ("long", number.to_string()),
-                Value::Float(number) => ("double", number.to_string()),
-                Value::Bool(flag) => ("boolean", flag.to_string()),
-                Value::Timestamp(ms) => ("dateTime", atom::time(*ms)),
-                Value::String(text) => ("string", text.clone()),
-                // Guids have no type the JS client reads; their text compares the same.
-                Value::Uuid(uuid) => ("string", uuid.to_string()),
-                // A correlation filter never holds these (add-rule refuses them).
-                Value::Null | Value::Other(_) => continue,
-            };
-            let _ = write!(
-                out,
-                "<KeyValueOfstringanyType><Key>{}</Key><Value xmlns:d6p1=\"{XSD}\" \
-                 i:type=\"d6p1:{kind}\">{}</Value></KeyValueOfstringanyType>",
-                escape(key),
-                escape(&text)
-            );
-        }
+        key_values(out, &filter.properties);
         out.push_str("</Properties>");
     }
     out.push_str("</Filter>");
 }
 
+/// Why a subscription's default rule with parameters is refused.
+const NO_DECLARED_PARAMETERS: &str = "a DefaultRuleDescription with Parameters is not \
+     supported: create the subscription, then its rule through .../Rules/{rule}";
+
 /// A rule as the config file declares one, for a subscription created with it.
 ///
 /// # Errors
-/// A correlation property of a type the config file cannot declare (a time or a guid).
+/// A correlation property of a type the config file cannot declare (a time, a duration or a
+/// guid), or parameters (the config file has none).
 pub fn declared(rule: &Rule) -> Result<RuleConfig, String> {
     let filter = match &rule.filter {
         Filter::True => RuleFilter::True,
         Filter::False => RuleFilter::Sql("1=0".to_owned()),
-        Filter::Sql(sql) => RuleFilter::Sql(sql.expression().to_owned()),
+        Filter::Sql(sql) if sql.parameters().is_empty() => {
+            RuleFilter::Sql(sql.expression().to_owned())
+        }
+        Filter::Sql(_) => return Err(NO_DECLARED_PARAMETERS.to_owned()),
         Filter::Correlation(correlation) => {
             let mut properties = Vec::new();
             for (key, value) in &correlation.properties {
@@ -131,6 +183,13 @@ pub fn declared(rule: &Rule) -> Result<RuleConfig, String> {
             })
         }
     };
+    if rule
+        .action
+        .as_ref()
+        .is_some_and(|a| !a.parameters().is_empty())
+    {
+        return Err(NO_DECLARED_PARAMETERS.to_owned());
+    }
     Ok(RuleConfig {
         name: rule.name.clone(),
         filter,
@@ -150,6 +209,101 @@ fn correlation_fields(filter: &CorrelationFilter) -> [(&'static str, Option<&Str
         ("ReplyToSessionId", filter.reply_to_session_id.as_ref()),
         ("ContentType", filter.content_type.as_ref()),
     ]
+}
+
+/// The named values of a `Properties` or `Parameters` element (none when absent).
+///
+/// # Errors
+/// A pair without a value, or a value that does not read as its type says.
+fn key_values_of(element: Option<&Element>) -> Result<Vec<(String, Value)>, String> {
+    let pairs = element.map_or(&[][..], |e| e.children.as_slice());
+    let mut values = Vec::new();
+    for pair in pairs {
+        let key = pair
+            .child("Key")
+            .map(|k| k.text.clone())
+            .unwrap_or_default();
+        let value = pair.child("Value").ok_or("a property without a Value")?;
+        values.push((key.clone(), typed_value(&key, value)?));
+    }
+    Ok(values)
+}
+
+/// The value of a `Value` element, read as its XML Schema type says.
+///
+/// # Errors
+/// A value that does not read as its type, or a type rules do not hold.
+fn typed_value(key: &str, value: &Element) -> Result<Value, String> {
+    let text = value.text.trim();
+    let bad = |what: &str| format!("property {key:?}: {text:?} is not {what}");
+    Ok(match kind(value) {
+        "int" | "long" | "short" | "byte" | "unsignedInt" | "unsignedShort" | "unsignedByte" => {
+            Value::Int(text.parse().map_err(|_| bad("an integer"))?)
+        }
+        "double" | "float" | "decimal" => Value::Float(text.parse().map_err(|_| bad("a number"))?),
+        "boolean" => Value::Bool(
+            text.to_ascii_lowercase()
+                .parse()
+                .map_err(|_| bad("a boolean"))?,
+        ),
+        "dateTime" => Value::Timestamp(read_time(text).ok_or_else(|| bad("a dateTime"))?),
+        "duration" => {
+            let duration = atom::read_duration(text).map_err(|_| bad("a duration"))?;
+            let ms = duration.map_or(i64::MAX / 10_000, |d| {
+                i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 10_000)
+            });
+            timespan(ms * 10_000)
+        }
+        "guid" => Value::Uuid(text.parse().map_err(|_| bad("a guid"))?),
+        "string" | "" => Value::String(value.text.clone()),
+        other => {
+            return Err(format!(
+                "property {key:?}: values of type {other:?} are not supported"
+            ))
+        }
+    })
+}
+
+/// An XML Schema `dateTime` in ms since the Unix epoch: with `Z`, an offset (`+02:00`) or no
+/// zone (read as UTC, as Service Bus stores a time given without one).
+fn read_time(text: &str) -> Option<i64> {
+    let (local, offset_minutes) = match text.len().checked_sub(6).map(|at| text.split_at(at)) {
+        Some((local, zone))
+            if (zone.starts_with('+') || zone.starts_with('-')) && zone.as_bytes()[3] == b':' =>
+        {
+            let hours: i64 = zone[1..3].parse().ok()?;
+            let minutes: i64 = zone[4..].parse().ok()?;
+            let sign = if zone.starts_with('-') { -1 } else { 1 };
+            (local, sign * (hours * 60 + minutes))
+        }
+        _ => (text.trim_end_matches('Z'), 0),
+    };
+    let at = humantime::parse_rfc3339_weak(local).ok()?;
+    let ms = i64::try_from(at.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis()).ok()?;
+    Some(ms - offset_minutes * 60_000)
+}
+
+/// The descriptor .NET gives a `TimeSpan` in AMQP (its value: a long count of 100 ns ticks).
+const TIMESPAN: &str = "com.microsoft:timespan";
+
+/// A .NET `TimeSpan` of `ticks`, as a message property carries one.
+fn timespan(ticks: i64) -> Value {
+    let described = Described {
+        descriptor: Descriptor::Name(TIMESPAN.into()),
+        value: Amqp::Long(ticks),
+    };
+    Value::Other(SimpleValue::Described(Box::new(described)))
+}
+
+/// The ticks of a .NET `TimeSpan` value.
+fn timespan_ticks(value: &Value) -> Option<i64> {
+    let Value::Other(SimpleValue::Described(described)) = value else {
+        return None;
+    };
+    match (&described.descriptor, &described.value) {
+        (Descriptor::Name(name), Amqp::Long(ticks)) if name.as_str() == TIMESPAN => Some(*ticks),
+        _ => None,
+    }
 }
 
 /// The local part of an `i:type` value (`d6p1:int` is `int`).
@@ -191,7 +345,11 @@ pub fn from_element(description: &Element, name: &str, now_ms: i64) -> Result<Ru
                 let expression = action
                     .child("SqlExpression")
                     .map_or("", |e| e.text.as_str());
-                Some(SqlAction::parse(expression).map_err(|e| format!("Action: {e}"))?)
+                let parameters = key_values_of(action.child("Parameters"))?;
+                Some(
+                    SqlAction::parse_with(expression, parameters)
+                        .map_err(|e| format!("Action: {e}"))?,
+                )
             }
             other => return Err(format!("Action type {other:?} is not supported")),
         },
@@ -209,23 +367,14 @@ fn read_filter(filter: &Element) -> Result<Filter, String> {
         "TrueFilter" => Ok(Filter::True),
         "FalseFilter" => Ok(Filter::False),
         "SqlFilter" => {
-            if filter
-                .child("Parameters")
-                .is_some_and(|parameters| !parameters.children.is_empty())
-            {
-                return Err(
-                    "SqlFilter Parameters are not supported; write the values in the \
-                            expression"
-                        .into(),
-                );
-            }
             let expression = filter
                 .child("SqlExpression")
                 .map_or("", |e| e.text.as_str());
+            let parameters = key_values_of(filter.child("Parameters"))?;
             match expression.replace(' ', "").as_str() {
-                "1=1" => Ok(Filter::True),
-                "1=0" => Ok(Filter::False),
-                _ => SqlFilter::parse(expression)
+                "1=1" if parameters.is_empty() => Ok(Filter::True),
+                "1=0" if parameters.is_empty() => Ok(Filter::False),
+                _ => SqlFilter::parse_with(expression, parameters)
                     .map(Filter::Sql)
                     .map_err(|e| format!("SqlFilter: {e}")),
             }
@@ -242,39 +391,7 @@ fn read_correlation(filter: &Element) -> Result<CorrelationFilter, String> {
             .map(|element| element.text.clone())
             .filter(|text| !text.is_empty())
     };
-    let mut properties = Vec::new();
-    for pair in filter
-        .child("Properties")
-        .map_or(&[][..], |p| p.children.as_slice())
-    {
-        let key = pair
-            .child("Key")
-            .map(|k| k.text.clone())
-            .unwrap_or_default();
-        let value = pair.child("Value").ok_or("a property without a Value")?;
-        let text = value.text.as_str();
-        let bad = |what: &str| format!("property {key:?}: {text:?} is not {what}");
-        let value = match kind(value) {
-            "int" | "long" | "short" | "byte" => {
-                Value::Int(text.parse().map_err(|_| bad("an integer"))?)
-            }
-            "double" | "float" | "decimal" => {
-                Value::Float(text.parse().map_err(|_| bad("a number"))?)
-            }
-            "boolean" => Value::Bool(
-                text.to_ascii_lowercase()
-                    .parse()
-                    .map_err(|_| bad("a boolean"))?,
-            ),
-            "string" | "" => Value::String(text.to_owned()),
-            other => {
-                return Err(format!(
-                    "property {key:?}: values of type {other:?} are not supported"
-                ))
-            }
-        };
-        properties.push((key, value));
-    }
+    let properties = key_values_of(filter.child("Properties"))?;
     let correlation = CorrelationFilter {
         correlation_id: field("CorrelationId"),
         message_id: field("MessageId"),
@@ -353,17 +470,77 @@ mod tests {
     }
 
     #[test]
+    fn parameters_times_and_durations_read_back_as_the_python_client_sends_them() {
+        let body = format!(
+            "<entry><content><RuleDescription>\
+             <Filter i:type=\"CorrelationFilter\"><Properties>{}{}</Properties></Filter>\
+             <Action i:type=\"SqlRuleAction\"><SqlExpression>SET p = @when</SqlExpression>\
+             <Parameters>{}</Parameters></Action></RuleDescription></content></entry>",
+            pair("at", "dateTime", "2020-07-05T11:12:13"),
+            pair("span", "duration", "P1DT2H3M"),
+            pair("@when", "dateTime", "2020-07-05T13:12:13+02:00"),
+        );
+        let rule = read(body.as_bytes(), "r", 0).expect("reads");
+        let Filter::Correlation(correlation) = &rule.filter else {
+            panic!("{:?}", rule.filter);
+        };
+        assert_eq!(
+            correlation.properties[0].1,
+            Value::Timestamp(1_593_947_533_000)
+        );
+        assert_eq!(
+            timespan_ticks(&correlation.properties[1].1),
+            Some(937_800_000_000)
+        );
+        let action = rule.action.as_ref().expect("an action");
+        assert_eq!(
+            action.parameters()[0].1,
+            Value::Timestamp(1_593_947_533_000)
+        );
+        let written = describe(&rule);
+        for text in [
+            ">2020-07-05T11:12:13.000</Value>",
+            "i:type=\"d6p1:duration\">P1DT2H3M</Value>",
+            "<Parameters><KeyValueOfstringanyType><Key>@when</Key>",
+        ] {
+            assert!(written.contains(text), "{text} in {written}");
+        }
+        let sql = "<entry><content><RuleDescription><Filter i:type=\"SqlFilter\">\
+                   <SqlExpression>a = @p</SqlExpression><Parameters>\
+                   <KeyValueOfstringanyType><Key>@p</Key><Value i:type=\"d6p1:int\">1</Value>\
+                   </KeyValueOfstringanyType></Parameters></Filter></RuleDescription></content>\
+                   </entry>";
+        let rule = read(sql.as_bytes(), "r", 0).expect("reads");
+        let back = read(describe(&rule).as_bytes(), "r", 0).expect("reads back");
+        assert_eq!(format!("{:?}", back.filter), format!("{:?}", rule.filter));
+    }
+
+    /// A `KeyValueOfstringanyType` of `kind`.
+    fn pair(key: &str, kind: &str, text: &str) -> String {
+        format!(
+            "<KeyValueOfstringanyType><Key>{key}</Key><Value xmlns:d6p1=\"{XSD}\" \
+             i:type=\"d6p1:{kind}\">{text}</Value></KeyValueOfstringanyType>"
+        )
+    }
+
+    #[test]
     fn what_tidebus_does_not_do_is_refused_naming_it() {
         let refused = |body: &str| read(body.as_bytes(), "r", 0).expect_err("refused");
         let wrap = |filter: &str| {
             format!("<entry><content><RuleDescription>{filter}</RuleDescription></content></entry>")
         };
         assert!(refused(&wrap(
-            "<Filter i:type=\"SqlFilter\"><SqlExpression>a = @p</SqlExpression><Parameters>\
+            "<Filter i:type=\"SqlFilter\"><SqlExpression>a = @q</SqlExpression><Parameters>\
              <KeyValueOfstringanyType><Key>@p</Key><Value>1</Value></KeyValueOfstringanyType>\
              </Parameters></Filter>"
         ))
-        .contains("Parameters"));
+        .contains("parameter @q has no value"));
+        assert!(refused(&wrap(
+            "<Filter i:type=\"CorrelationFilter\"><Properties><KeyValueOfstringanyType>\
+             <Key>k</Key><Value i:type=\"d6p1:base64Binary\">AA==</Value>\
+             </KeyValueOfstringanyType></Properties></Filter>"
+        ))
+        .contains("\"base64Binary\" are not supported"));
         assert!(refused(&wrap("<Filter i:type=\"RegexFilter\"/>")).contains("RegexFilter"));
         assert!(refused(&wrap("<Filter i:type=\"CorrelationFilter\"/>")).contains("names nothing"));
         assert!(refused(&wrap(

@@ -176,7 +176,7 @@ impl Requests {
                         .check(address, rights, clock::now_ms())
                         .map_err(management::unauthorized)?;
                     match &request.txn {
-                        None => Ok(Performed::Now(operation)),
+                        None => Ok(Performed::Now(Box::new(operation))),
                         Some(txn) => staged(operation, *lane, txn, entity, ctx.transactions),
                     }
                 });
@@ -193,7 +193,7 @@ impl Requests {
                         let command = match performed {
                             Performed::Now(operation) => Command::Manage {
                                 lane: *lane,
-                                operation: Box::new(operation),
+                                operation,
                                 reply,
                             },
                             Performed::Staged(txn, work) => Command::Stage {
@@ -239,8 +239,8 @@ impl Requests {
 
 /// How a management operation is performed at its entity.
 enum Performed {
-    /// At once.
-    Now(Operation),
+    /// At once (boxed: an operation is large, and the command carries it boxed).
+    Now(Box<Operation>),
     /// Staged in a transaction, applied at its commit.
     Staged(TxnId, Work),
 }
@@ -258,7 +258,7 @@ fn staged(
     transactions: &mut Transactions,
 ) -> Result<Performed, Response> {
     if let Operation::RenewLock { .. } = operation {
-        return Ok(Performed::Now(operation));
+        return Ok(Performed::Now(Box::new(operation)));
     }
     let (work, operations, bytes) = match operation {
         Operation::UpdateDisposition { tokens, settlement } => {

@@ -28,6 +28,7 @@ use super::view::{names_equal, MessageView, SystemProperty};
 #[derive(Debug, Clone, PartialEq)]
 pub struct SqlAction {
     expression: String,
+    parameters: Vec<(String, Value)>,
     statements: Vec<Statement>,
 }
 
@@ -51,9 +52,22 @@ impl SqlAction {
     /// A [`SqlError`] with the byte offset and the reason when the action is not valid,
     /// including one that names an unsupported system property.
     pub fn parse(expression: &str) -> Result<SqlAction, SqlError> {
+        SqlAction::parse_with(expression, Vec::new())
+    }
+
+    /// Parses `expression`, each `@name` in it standing for its value in `parameters`
+    /// (Service Bus's `SqlRuleAction.Parameters`, names compared ignoring case).
+    ///
+    /// # Errors
+    /// As [`SqlAction::parse`], and a parameter without a value.
+    pub fn parse_with(
+        expression: &str,
+        parameters: Vec<(String, Value)>,
+    ) -> Result<SqlAction, SqlError> {
         Ok(SqlAction {
             expression: expression.to_owned(),
-            statements: parser::parse_statements(expression)?,
+            statements: parser::parse_statements(expression, &parameters)?,
+            parameters,
         })
     }
 
@@ -61,6 +75,12 @@ impl SqlAction {
     #[must_use]
     pub fn expression(&self) -> &str {
         &self.expression
+    }
+
+    /// Its parameters, as given.
+    #[must_use]
+    pub fn parameters(&self) -> &[(String, Value)] {
+        &self.parameters
     }
 
     /// The edits the action makes to `view`'s message. `REMOVE` of a property the message

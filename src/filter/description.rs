@@ -60,7 +60,8 @@ pub fn read(map: &OrderedMap<Amqp, Amqp>) -> Result<RuleDescription, String> {
                 "1=1" => Filter::True,
                 "1=0" => Filter::False,
                 _ => Filter::Sql(
-                    SqlFilter::parse(&expression).map_err(|e| format!("sql-filter: {e}"))?,
+                    SqlFilter::parse_with(&expression, parameters(sql, "sql-filter")?)
+                        .map_err(|e| format!("sql-filter: {e}"))?,
                 ),
             }
         }
@@ -77,7 +78,11 @@ pub fn read(map: &OrderedMap<Amqp, Amqp>) -> Result<RuleDescription, String> {
         Some(Amqp::Map(action)) if field(action, "expression").is_none() => None,
         Some(action) => {
             let expression = expression(action, "sql-rule-action")?;
-            Some(SqlAction::parse(&expression).map_err(|e| format!("sql-rule-action: {e}"))?)
+            let parameters = parameters(action, "sql-rule-action")?;
+            Some(
+                SqlAction::parse_with(&expression, parameters)
+                    .map_err(|e| format!("sql-rule-action: {e}"))?,
+            )
         }
     };
     Ok(RuleDescription { filter, action })
@@ -100,6 +105,41 @@ fn expression(value: &Amqp, what: &str) -> Result<String, String> {
     }
 }
 
+/// The `parameters` of a `{expression, parameters}` map: each `@name` with its value (none
+/// when absent).
+fn parameters(value: &Amqp, what: &str) -> Result<Vec<(String, Value)>, String> {
+    let Amqp::Map(map) = value else {
+        return Ok(Vec::new());
+    };
+    match field(map, "parameters") {
+        None | Some(Amqp::Null) => Ok(Vec::new()),
+        Some(Amqp::Map(parameters)) => named_values(parameters)
+            .ok_or_else(|| format!("{what}.parameters must map strings to simple values")),
+        Some(_) => Err(format!("{what}.parameters must be a map")),
+    }
+}
+
+/// A map of names to simple values, as filter values; `None` when it holds anything else.
+fn named_values(map: &OrderedMap<Amqp, Amqp>) -> Option<Vec<(String, Value)>> {
+    map.iter()
+        .map(
+            |(key, value)| match (key, SimpleValue::try_from(value.clone())) {
+                (Amqp::String(name), Ok(value)) => Some((name.clone(), Value::from_simple(&value))),
+                _ => None,
+            },
+        )
+        .collect()
+}
+
+/// Names and their values as an AMQP map.
+fn values_map(values: &[(String, Value)]) -> Amqp {
+    let mut map = OrderedMap::new();
+    for (name, value) in values {
+        map.insert(Amqp::String(name.clone()), Amqp::from(value.to_simple()));
+    }
+    Amqp::Map(map)
+}
+
 fn correlation_filter(value: &Amqp) -> Result<CorrelationFilter, String> {
     let Amqp::Map(map) = value else {
         return Err("correlation-filter must be a map".into());
@@ -111,19 +151,8 @@ fn correlation_filter(value: &Amqp) -> Result<CorrelationFilter, String> {
     };
     let properties = match field(map, "properties") {
         None | Some(Amqp::Null) => Vec::new(),
-        Some(Amqp::Map(properties)) => properties
-            .iter()
-            .map(
-                |(key, value)| match (key, SimpleValue::try_from(value.clone())) {
-                    (Amqp::String(name), Ok(value)) => {
-                        Ok((name.clone(), Value::from_simple(&value)))
-                    }
-                    _ => Err(
-                        "correlation-filter.properties must map strings to simple values".into(),
-                    ),
-                },
-            )
-            .collect::<Result<_, String>>()?,
+        Some(Amqp::Map(properties)) => named_values(properties)
+            .ok_or("correlation-filter.properties must map strings to simple values")?,
         Some(_) => return Err("correlation-filter.properties must be a map".into()),
     };
     let filter = CorrelationFilter {
@@ -186,18 +215,22 @@ pub fn described(name: &str, rule: &RuleDescription, created_ms: i64) -> Amqp {
 /// The `rule-description` map of a rule, as `add-rule` sends it: how a rule added at run
 /// time is stored.
 pub fn map(rule: &RuleDescription) -> OrderedMap<Amqp, Amqp> {
-    let expression = |text: &str| {
+    let expression_with = |text: &str, parameters: &[(String, Value)]| {
         let mut map = OrderedMap::new();
         map.insert(Amqp::String("expression".into()), Amqp::String(text.into()));
+        if !parameters.is_empty() {
+            map.insert(Amqp::String("parameters".into()), values_map(parameters));
+        }
         Amqp::Map(map)
     };
+    let expression = |text: &str| expression_with(text, &[]);
     let mut out = OrderedMap::new();
     match &rule.filter {
         Filter::True => out.insert(Amqp::String("sql-filter".into()), expression("1=1")),
         Filter::False => out.insert(Amqp::String("sql-filter".into()), expression("1=0")),
         Filter::Sql(sql) => out.insert(
             Amqp::String("sql-filter".into()),
-            expression(sql.expression()),
+            expression_with(sql.expression(), sql.parameters()),
         ),
         Filter::Correlation(correlation) => {
             let mut map = OrderedMap::new();
@@ -213,7 +246,7 @@ pub fn map(rule: &RuleDescription) -> OrderedMap<Amqp, Amqp> {
     if let Some(action) = &rule.action {
         out.insert(
             Amqp::String("sql-rule-action".into()),
-            expression(action.expression()),
+            expression_with(action.expression(), action.parameters()),
         );
     }
     out
@@ -235,11 +268,7 @@ fn correlation_fields(correlation: &CorrelationFilter) -> [&Option<String>; 8] {
 
 /// A correlation filter's application properties as an AMQP map.
 fn properties(correlation: &CorrelationFilter) -> Amqp {
-    let mut properties = OrderedMap::new();
-    for (name, value) in &correlation.properties {
-        properties.insert(Amqp::String(name.clone()), Amqp::from(value.to_simple()));
-    }
-    Amqp::Map(properties)
+    values_map(&correlation.properties)
 }
 
 fn text(value: &str) -> Amqp {

@@ -109,6 +109,8 @@ pub(super) enum TokenKind<'s> {
     Text(Cow<'s, str>),
     /// An operator or punctuation mark.
     Symbol(Symbol),
+    /// A parameter (`@name`), named with its `@`.
+    Parameter(&'s str),
     /// The end of the expression.
     End,
 }
@@ -118,6 +120,7 @@ impl fmt::Display for TokenKind<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TokenKind::Word(name) => write!(f, "name '{name}'"),
+            TokenKind::Parameter(name) => write!(f, "parameter {name}"),
             TokenKind::Delimited(name) => write!(f, "name '{name}'"),
             TokenKind::Keyword(keyword) => {
                 let spelling = KEYWORDS
@@ -183,12 +186,7 @@ impl<'s> Lexer<'s> {
             '0'..='9' => self.number()?,
             '.' if trimmed[1..].starts_with(|c: char| c.is_ascii_digit()) => self.number()?,
             c if c.is_alphabetic() => self.word(),
-            '@' => {
-                return Err(SqlError::new(
-                    offset,
-                    "parameters (@name) are not supported; write the value as a constant",
-                ))
-            }
+            '@' => self.parameter(offset)?,
             _ => TokenKind::Symbol(self.symbol(first)?),
         };
         Ok(Token { kind, offset })
@@ -282,6 +280,21 @@ impl<'s> Lexer<'s> {
     }
 
     /// A keyword or a regular identifier.
+    /// A parameter: `@` and a word.
+    fn parameter(&mut self, offset: usize) -> Result<TokenKind<'s>, SqlError> {
+        let start = self.position;
+        let rest = &self.source[start + 1..];
+        let end = rest
+            .char_indices()
+            .find(|(_, c)| !(c.is_alphanumeric() || *c == '_'))
+            .map_or(rest.len(), |(at, _)| at);
+        if end == 0 {
+            return Err(SqlError::new(offset, "'@' without a parameter name"));
+        }
+        self.position = start + 1 + end;
+        Ok(TokenKind::Parameter(&self.source[start..start + 1 + end]))
+    }
+
     fn word(&mut self) -> TokenKind<'s> {
         let start = self.position;
         let rest = &self.source[start..];
@@ -533,7 +546,7 @@ mod tests {
     }
 
     #[test]
-    fn stray_characters_and_parameters_are_refused() {
+    fn stray_characters_are_refused_and_parameters_named() {
         assert_eq!(
             tokens("a ! b"),
             Err(SqlError::new(2, "unexpected character '!'"))
@@ -543,11 +556,16 @@ mod tests {
             Err(SqlError::new(4, "unexpected character '_'"))
         );
         assert_eq!(
-            tokens("a = @p"),
-            Err(SqlError::new(
-                4,
-                "parameters (@name) are not supported; write the value as a constant"
-            ))
+            tokens("a = @"),
+            Err(SqlError::new(4, "'@' without a parameter name"))
+        );
+        assert_eq!(
+            kinds("@p_1=1"),
+            vec![
+                TokenKind::Parameter("@p_1"),
+                TokenKind::Symbol(Symbol::Equal),
+                TokenKind::Integer(1),
+            ]
         );
     }
 }

@@ -50,8 +50,12 @@
 //!   broker also caps nesting at 64 levels. Syntax errors ([`SqlError`]) carry the byte
 //!   offset where the problem is.
 //!
-//! Not supported: filter parameters (`@name`, an SDK feature), the JMS selector dialect, and
-//! the system properties listed above as unsupported.
+//! * Parameters (`@name`, Service Bus's `Parameters` of a SQL filter or action) stand for the
+//!   values the rule gives them, by name ignoring case ([`SqlFilter::parse_with`]); one
+//!   without a value is a syntax error.
+//!
+//! Not supported: the JMS selector dialect, and the system properties listed above as
+//! unsupported.
 
 mod action;
 mod correlation;

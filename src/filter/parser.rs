@@ -30,9 +30,16 @@ const MAX_STATEMENTS: usize = 32;
 /// Deepest nesting of parentheses, `NOT` and unary signs.
 const MAX_NESTING: usize = 64;
 
-/// Parses a SQL filter expression into its condition.
-pub(super) fn parse_condition(source: &str) -> Result<Condition, SqlError> {
-    let mut parser = Parser::new(source)?;
+/// A filter's or action's parameters: each `@name` with the value it stands for.
+pub type Parameters = [(String, Value)];
+
+/// Parses a SQL filter expression into its condition, its `@name` parameters replaced by
+/// their values.
+pub(super) fn parse_condition(
+    source: &str,
+    parameters: &Parameters,
+) -> Result<Condition, SqlError> {
+    let mut parser = Parser::new(source, parameters)?;
     let condition = parser.condition()?;
     if parser.token.kind != TokenKind::End {
         return Err(parser.unexpected("AND, OR or the end of the filter"));
@@ -41,9 +48,12 @@ pub(super) fn parse_condition(source: &str) -> Result<Condition, SqlError> {
 }
 
 /// Parses a SQL action: `SET property = value` and `REMOVE property` statements, each
-/// optionally ended by `;`.
-pub(super) fn parse_statements(source: &str) -> Result<Vec<Statement>, SqlError> {
-    let mut parser = Parser::new(source)?;
+/// optionally ended by `;`; its `@name` parameters replaced by their values.
+pub(super) fn parse_statements(
+    source: &str,
+    parameters: &Parameters,
+) -> Result<Vec<Statement>, SqlError> {
+    let mut parser = Parser::new(source, parameters)?;
     let mut statements = Vec::new();
     loop {
         let offset = parser.token.offset;
@@ -131,11 +141,12 @@ struct Parser<'s> {
     lexer: Lexer<'s>,
     token: Token<'s>,
     nesting: usize,
+    parameters: &'s Parameters,
 }
 
 impl<'s> Parser<'s> {
     /// A parser at the first token of `source`, once its length is checked.
-    fn new(source: &'s str) -> Result<Parser<'s>, SqlError> {
+    fn new(source: &'s str, parameters: &'s Parameters) -> Result<Parser<'s>, SqlError> {
         if let Some((offset, _)) = source.char_indices().nth(MAX_LENGTH) {
             return Err(SqlError::new(
                 offset,
@@ -151,6 +162,7 @@ impl<'s> Parser<'s> {
             lexer,
             token,
             nesting: 0,
+            parameters,
         })
     }
 
@@ -477,6 +489,17 @@ impl<'s> Parser<'s> {
             })?),
             TokenKind::Decimal(n) => Value::Float(*n),
             TokenKind::Text(text) => Value::String(text.to_string()),
+            TokenKind::Parameter(name) => {
+                let given = self
+                    .parameters
+                    .iter()
+                    .find(|(p, _)| p.eq_ignore_ascii_case(name));
+                let Some((_, value)) = given else {
+                    let message = format!("parameter {name} has no value");
+                    return Err(SqlError::new(offset, message));
+                };
+                value.clone()
+            }
             TokenKind::Keyword(Keyword::True) => Value::Bool(true),
             TokenKind::Keyword(Keyword::False) => Value::Bool(false),
             TokenKind::Keyword(Keyword::Null) => Value::Null,
@@ -607,6 +630,11 @@ fn arithmetic(left: Term, op: Arithmetic, right: Term) -> Result<Term, SqlError>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A condition without parameters.
+    fn parse_condition(source: &str) -> Result<Condition, SqlError> {
+        super::parse_condition(source, &[])
+    }
     use crate::filter::syntax::Truth;
 
     /// The error `source` fails to parse with, as (offset, message).
@@ -847,11 +875,7 @@ mod tests {
             "integer constant out of range (64-bit signed integers)",
         );
         fails("a = 'it''s", 4, "unterminated string literal");
-        fails(
-            "a = @value",
-            4,
-            "parameters (@name) are not supported; write the value as a constant",
-        );
+        fails("a = @value", 4, "parameter @value has no value");
         assert_eq!(
             parse_condition("a = -9223372036854775808"),
             Ok(Condition::Compare {
@@ -909,6 +933,30 @@ mod tests {
             &format!("{}1) = 1", "p(".repeat(65)),
             128,
             "the expression is nested more than 64 levels deep",
+        );
+    }
+
+    #[test]
+    fn parameters_stand_for_their_values_by_name_ignoring_case() {
+        let parameters = [
+            ("@Level".to_owned(), Value::Int(2)),
+            ("@when".to_owned(), Value::Timestamp(5)),
+        ];
+        assert_eq!(
+            super::parse_condition("a = @level", &parameters),
+            Ok(Condition::Compare {
+                left: Operand::Property(Property::Application("a".into())),
+                op: Comparison::Equal,
+                right: Operand::Literal(Value::Int(2)),
+            })
+        );
+        let statements = parse_statements("SET b = @WHEN", &parameters).expect("parses");
+        assert_eq!(
+            statements,
+            vec![Statement::Set {
+                target: Property::Application("b".into()),
+                value: Operand::Literal(Value::Timestamp(5)),
+            }]
         );
     }
 }

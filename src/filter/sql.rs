@@ -4,12 +4,14 @@ use super::error::{EvalError, SqlError};
 use super::eval;
 use super::parser;
 use super::syntax::{Condition, Truth};
+use super::value::Value;
 use super::view::MessageView;
 
 /// A parsed SQL filter expression (Service Bus "Subscription Rule SQL Filter Syntax").
 #[derive(Debug, Clone, PartialEq)]
 pub struct SqlFilter {
     expression: String,
+    parameters: Vec<(String, Value)>,
     condition: Condition,
 }
 
@@ -20,9 +22,22 @@ impl SqlFilter {
     /// # Errors
     /// A [`SqlError`] with the byte offset and the reason when the expression is not valid.
     pub fn parse(expression: &str) -> Result<SqlFilter, SqlError> {
+        SqlFilter::parse_with(expression, Vec::new())
+    }
+
+    /// Parses `expression`, each `@name` in it standing for its value in `parameters`
+    /// (Service Bus's `SqlFilter.Parameters`, names compared ignoring case).
+    ///
+    /// # Errors
+    /// As [`SqlFilter::parse`], and a parameter without a value.
+    pub fn parse_with(
+        expression: &str,
+        parameters: Vec<(String, Value)>,
+    ) -> Result<SqlFilter, SqlError> {
         Ok(SqlFilter {
             expression: expression.to_owned(),
-            condition: parser::parse_condition(expression)?,
+            condition: parser::parse_condition(expression, &parameters)?,
+            parameters,
         })
     }
 
@@ -30,6 +45,12 @@ impl SqlFilter {
     #[must_use]
     pub fn expression(&self) -> &str {
         &self.expression
+    }
+
+    /// Its parameters, as given.
+    #[must_use]
+    pub fn parameters(&self) -> &[(String, Value)] {
+        &self.parameters
     }
 
     /// Whether the filter selects `view`: `Ok(false)` when the condition is false or unknown.

@@ -81,6 +81,17 @@ const { ServiceBusAdministrationClient } = require("@azure/service-bus");
   const vip = await client.getRule("events", "all", "vip");
   seen.rules = [red.filter.sqlExpression, red.action.sqlExpression, vip.filter.subject,
     vip.filter.applicationProperties.tier];
+  const when = new Date(Date.UTC(2020, 6, 5, 11, 12, 13));
+  await client.createRule("events", "all", "typed",
+    { sqlExpression: "color = @color AND size > @size", sqlParameters: { "@color": "red", "@size": 2 } },
+    { sqlExpression: "SET stamped = @when", sqlParameters: { "@when": when } });
+  await client.createRule("events", "all", "timed", { applicationProperties: { at: when } });
+  const typed = await client.getRule("events", "all", "typed");
+  const timed = await client.getRule("events", "all", "timed");
+  seen.parameters = [typed.filter.sqlParameters, typed.action.sqlParameters["@when"].getTime(),
+    timed.filter.applicationProperties.at.getTime() === when.getTime()];
+  await client.deleteRule("events", "all", "typed");
+  await client.deleteRule("events", "all", "timed");
   const ruleNames = [];
   for await (const rule of client.listRules("events", "all")) ruleNames.push(rule.name);
   seen.ruleNames = ruleNames.sort();
@@ -109,7 +120,7 @@ function runAdmin(env) {
     execFile(
       process.execPath,
       ["-e", ADMIN_CLIENT],
-      { env: { ...process.env, ...env }, timeout: CHILD_DEADLINE_MS },
+      { env: { ...process.env, TZ: "UTC", ...env }, timeout: CHILD_DEADLINE_MS },
       (error, stdout, stderr) => resolve({ code: error ? error.code ?? error.signal : 0, stdout, stderr }),
     );
   });
@@ -165,6 +176,9 @@ brokerTest(
     assert.deepEqual(seen.runtime, ["declared", 2, 2]);
     assert.equal(seen.namespace, "Standard");
     assert.deepEqual(seen.rules, ["color = 'red'", "SET picked = 'yes'", "vip", "gold"]);
+    // SQL parameters and dateTime values read back (times are written without a zone, as
+    // .NET writes a time given without one: the child runs in UTC, where Node reads them so).
+    assert.deepEqual(seen.parameters, [{ "@color": "red", "@size": 2 }, Date.UTC(2020, 6, 5, 11, 12, 13), true]);
     assert.deepEqual(seen.ruleNames, ["$Default", "red", "vip"]);
     assert.equal(seen.ruleExists, "MessageEntityAlreadyExistsError");
     assert.equal(seen.ruleGone, false);

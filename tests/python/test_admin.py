@@ -7,7 +7,7 @@ queue must survive a restart).
 
 import base64
 import subprocess
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from azure.core.exceptions import (
@@ -519,6 +519,47 @@ def test_rules_are_created_read_listed_and_deleted_and_pick_copies(secured):
             client.delete_rule("events", "picky", "red")
         with pytest.raises(ResourceNotFoundError):
             client.get_rule("events", "nowhere", "vip")
+
+
+def test_rule_parameters_times_and_durations_are_kept_across_a_restart_and_applied(secured):
+    when = datetime(2020, 7, 5, 11, 12, 13)
+    span = timedelta(days=1, hours=2, minutes=3)
+    with admin(secured) as client:
+        client.create_subscription("events", "params")
+        # The subscription's $Default, replaced (a rule it declares comes back at a start).
+        rule = client.get_rule("events", "params", "$Default")
+        rule.filter = SqlRuleFilter(
+            "color = @color AND size > @size", parameters={"@color": "red", "@size": 2}
+        )
+        rule.action = SqlRuleAction("SET stamped = @when", parameters={"@when": when})
+        client.update_rule("events", "params", rule)
+        client.create_rule(
+            "events", "params", "typed", filter=CorrelationRuleFilter(properties={"at": when, "span": span})
+        )
+    secured.stop()
+    secured.start()
+    with admin(secured) as client:
+        rule = client.get_rule("events", "params", "$Default")
+        assert rule.filter.sql_expression == "color = @color AND size > @size"
+        assert rule.filter.parameters == {"@color": "red", "@size": 2}
+        assert rule.action.parameters == {"@when": when}
+        typed = client.get_rule("events", "params", "typed")
+        assert typed.filter.properties == {"at": when, "span": span}
+        assert sorted(r.name for r in client.list_rules("events", "params")) == ["$Default", "typed"]
+    with open_client(secured) as data:
+        with data.get_topic_sender("events") as sender:
+            sender.send_messages(
+                [
+                    ServiceBusMessage(name, application_properties={"color": color, "size": size})
+                    for name, color, size in [("small", "red", 1), ("big", "red", 3), ("blue", "blue", 5)]
+                ]
+            )
+        with data.get_subscription_receiver("events", "params") as receiver:
+            (big,) = receive_exactly(receiver, 1)
+            assert str(big) == "big"
+            stamped = big.application_properties[b"stamped"]
+            assert stamped in (when.replace(tzinfo=timezone.utc), 1_593_947_533_000), stamped
+            receiver.complete_message(big)
 
 
 def test_a_rule_updated_in_place_picks_copies_by_its_new_filter(secured):

@@ -85,15 +85,18 @@ pub fn open(
         Ok((node, via, needs.map(|rights| (address, rights))))
     });
     let accepted = authorized.and_then(|(node, via, authorized)| {
-        // A session receiver's attach is answered once the entity has bound it to a
-        // session; until then the link keeps what the answer needs.
-        let session = match (&attach.role, &node) {
-            (Role::Receiver, Node::Entity(..)) => session_request(&attach),
-            _ => None,
+        // A receiver's attach is answered once the entity has registered it (a session
+        // receiver: bound it to a session), so that the entity's refusals (a plain receiver
+        // of an entity that requires sessions, a forwarding or receive-disabled entity) refuse
+        // the attach, as Service Bus does, instead of detaching a link the client holds open
+        // already; until then the link keeps what the answer needs.
+        let receiver = matches!((&attach.role, &node), (Role::Receiver, Node::Entity(..)));
+        let session = match receiver {
+            true => session_request(&attach)?,
+            false => None,
         };
-        let waiting = session
-            .as_ref()
-            .map(|_| link::WaitingAttach::new(&attach, ctx.reassembly))
+        let waiting = receiver
+            .then(|| link::WaitingAttach::new(&attach, ctx.reassembly))
             .transpose()?;
         Ok((node, via, authorized, session, waiting))
     });
@@ -119,7 +122,7 @@ pub fn open(
         }
     };
     cross.attached(&node);
-    if session.is_none() {
+    if waiting.is_none() {
         out.frames.push(FrameBody::Attach(accept_reply(
             &attach,
             local_handle,
@@ -385,15 +388,34 @@ const TICKS_AT_UNIX_EPOCH: i64 = 621_355_968_000_000_000;
 /// The session a receiver's attach asks for: the id in its session filter (a plain or, from
 /// the Rust SDK, a described string), or the next available one (null), waiting as long as
 /// its `com.microsoft:timeout` link property says; `None` without a session filter.
-pub fn session_request(attach: &Attach) -> Option<SessionRequest> {
-    let filter = attach.source.as_ref()?.filter.as_ref()?;
-    let value = filter.get(&Symbol::from(SESSION_FILTER))?;
+///
+/// # Errors
+/// `amqp:invalid-field` when the filter holds neither a string nor null (a session id is a
+/// string: the Python SDK sends an int as it was given).
+pub fn session_request(attach: &Attach) -> Result<Option<SessionRequest>, definitions::Error> {
+    let Some(value) = attach
+        .source
+        .as_ref()
+        .and_then(|source| source.filter.as_ref())
+        .and_then(|filter| filter.get(&Symbol::from(SESSION_FILTER)))
+    else {
+        return Ok(None);
+    };
     let value = match value {
         Value::Described(described) => &described.value,
         plain => plain,
     };
-    if let Value::String(id) = value {
-        return Some(SessionRequest::Named(id.clone()));
+    match value {
+        Value::String(id) => return Ok(Some(SessionRequest::Named(id.clone()))),
+        Value::Null => {}
+        other => {
+            return Err(link::amqp_error(
+                AmqpError::InvalidField,
+                format!(
+                    "the session filter must be a session id (a string) or null, not {other:?}"
+                ),
+            ))
+        }
     }
     let timeout_ms = attach
         .properties
@@ -407,7 +429,7 @@ pub fn session_request(attach: &Attach) -> Option<SessionRequest> {
             _ => None,
         })
         .unwrap_or(DEFAULT_SESSION_TIMEOUT_MS);
-    Some(SessionRequest::NextAvailable { timeout_ms })
+    Ok(Some(SessionRequest::NextAvailable { timeout_ms }))
 }
 
 /// The reply to a session receiver's attach once it holds `session`: the source echoed with
@@ -557,21 +579,23 @@ mod tests {
 
     #[test]
     fn a_session_filter_names_a_session_or_asks_for_the_next_available_one() {
-        assert!(session_request(&receiver(None, None)).is_none());
+        assert!(session_request(&receiver(None, None)).unwrap().is_none());
         let named = session_request(&receiver(Some(Value::String("s-1".into())), None));
-        assert_eq!(named, Some(SessionRequest::Named("s-1".into())));
+        assert_eq!(named, Ok(Some(SessionRequest::Named("s-1".into()))));
         let next = session_request(&receiver(Some(Value::Null), Some(Value::Uint(5_000))));
         assert_eq!(
             next,
-            Some(SessionRequest::NextAvailable { timeout_ms: 5_000 })
+            Ok(Some(SessionRequest::NextAvailable { timeout_ms: 5_000 }))
         );
         let default = session_request(&receiver(Some(Value::Null), None));
         assert_eq!(
             default,
-            Some(SessionRequest::NextAvailable {
+            Ok(Some(SessionRequest::NextAvailable {
                 timeout_ms: DEFAULT_SESSION_TIMEOUT_MS
-            })
+            }))
         );
+        let int = session_request(&receiver(Some(Value::Long(1)), None)).unwrap_err();
+        assert_eq!(int.condition, AmqpError::InvalidField.into());
     }
 
     #[test]

@@ -700,6 +700,7 @@ impl Connection {
             EntityEvent::Delivered(delivery) => delivery.consumer.0,
             EntityEvent::Drained { consumer }
             | EntityEvent::Gone { consumer, .. }
+            | EntityEvent::ConsumerAdded { consumer }
             | EntityEvent::SessionAccepted { consumer, .. } => consumer.0,
             EntityEvent::Sent { ticket, .. }
             | EntityEvent::Settled { ticket, .. }
@@ -727,6 +728,9 @@ impl Connection {
             EntityEvent::Drained { consumer } => session.on_drained(consumer, &mut out),
             EntityEvent::Gone { consumer, error } => {
                 session.on_entity_gone(consumer.0, &error, &mut out)
+            }
+            EntityEvent::ConsumerAdded { consumer } => {
+                session.on_consumer_added(consumer.0, &ctx, &mut out)
             }
             EntityEvent::SessionAccepted {
                 consumer,

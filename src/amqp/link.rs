@@ -156,7 +156,7 @@ pub struct Outgoing {
     pub drain: bool,
     /// A drain request is at the entity and its answer has not arrived.
     pub draining: bool,
-    /// A session receiver's attach, answered once the entity bound it to a session.
+    /// A receiver's attach, answered once the entity registered it (or bound it to a session).
     pub pending_attach: Option<WaitingAttach>,
 }
 

@@ -519,6 +519,23 @@ impl Session {
         }
     }
 
+    /// The entity registered a receiver that asked for no session: its attach is answered.
+    pub fn on_consumer_added(&mut self, link_id: u64, ctx: &Context<'_>, out: &mut Outbox) {
+        let Some(link) = self.by_id.get(&link_id).and_then(|h| self.links.get_mut(h)) else {
+            return;
+        };
+        let local_handle = link.local_handle;
+        if let LinkKind::Outgoing(outgoing) = &mut link.kind {
+            if let Some(waiting) = outgoing.pending_attach.take() {
+                out.frames.push(FrameBody::Attach(attach::accept_reply(
+                    &waiting.attach(),
+                    local_handle,
+                    ctx.max_message_size,
+                )));
+            }
+        }
+    }
+
     /// The entity behind a link will not serve it any more (deleted: `amqp:not-found`): the
     /// link is detached with that error.
     pub fn on_entity_gone(&mut self, link_id: u64, error: &EntityError, out: &mut Outbox) {

@@ -311,6 +311,9 @@ impl Actor {
                 });
                 match added {
                     Ok(bound) => {
+                        if session.is_none() {
+                            let _ = events.send(EntityEvent::ConsumerAdded { consumer });
+                        }
                         self.consumers.insert(consumer, events);
                         if let Some(bound) = bound {
                             self.tell_bound(consumer, Ok(bound));

@@ -336,6 +336,11 @@ pub enum EntityEvent {
         /// Why ([`EntityError::Deleted`]: `amqp:not-found`).
         error: EntityError,
     },
+    /// A receiver that asked for no session is registered: its attach may be answered.
+    ConsumerAdded {
+        /// The consumer.
+        consumer: ConsumerId,
+    },
     /// A session receiver holds a session now.
     SessionAccepted {
         /// The consumer.

@@ -280,3 +280,18 @@ def test_sessions_with_messages_or_state_are_listed(client):
     later = client.list_queue_sessions("sq", state_updated_after=after, timeout=OPERATION_TIMEOUT_S)
     assert list(later) == []
     assert list(client.list_queue_sessions("plain", timeout=OPERATION_TIMEOUT_S)) == []
+
+
+@pytest.mark.broker(queues=SESSION_QUEUES)
+def test_a_receiver_without_a_session_is_refused_when_it_opens(client):
+    # Refused at the attach, as Service Bus refuses it: the SDK's open fails, rather than
+    # succeeding and losing the link a moment later.
+    started = time.monotonic()
+    with pytest.raises(ServiceBusError, match="requires sessions"):
+        with client.get_queue_receiver("sq", max_wait_time=5):
+            pass
+    # A session id that is not a string is refused at once, not waited on as "any session".
+    with pytest.raises(ServiceBusError, match="session filter"):
+        with client.get_queue_receiver("sq", session_id=1, max_wait_time=5) as receiver:
+            receiver.receive_messages(max_wait_time=5)
+    assert time.monotonic() - started < OPERATION_TIMEOUT_S

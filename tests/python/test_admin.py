@@ -165,8 +165,9 @@ def test_a_queue_s_status_is_read_and_applied_live(secured):
             sender.send_messages(ServiceBusMessage("third"))
 
         set_status(client, "paused", EntityStatus.DISABLED)
-        with data.get_queue_receiver("paused", max_wait_time=RECEIVE_WAIT_S) as receiver:
-            with pytest.raises(MessagingEntityDisabledError, match="is currently disabled\\."):
+        # A receiver attaching while receiving is disabled is refused at its attach.
+        with pytest.raises(MessagingEntityDisabledError, match="is currently disabled\\."):
+            with data.get_queue_receiver("paused", max_wait_time=RECEIVE_WAIT_S) as receiver:
                 receiver.receive_messages()
 
         set_status(client, "paused", EntityStatus.ACTIVE)
@@ -189,8 +190,8 @@ def test_topics_and_subscriptions_take_the_statuses_service_bus_gives_them(secur
         assert client.get_subscription("events", "all").status == EntityStatus.RECEIVE_DISABLED
         with data.get_topic_sender("events") as sender:
             sender.send_messages(ServiceBusMessage("copied"))
-        with data.get_subscription_receiver("events", "all") as receiver:
-            with pytest.raises(MessagingEntityDisabledError, match="events/subscriptions/all"):
+        with pytest.raises(MessagingEntityDisabledError, match="events/subscriptions/all"):
+            with data.get_subscription_receiver("events", "all") as receiver:
                 receiver.receive_messages(max_wait_time=RECEIVE_WAIT_S)
         with data.get_subscription_receiver("events", "picky", max_wait_time=RECEIVE_WAIT_S) as receiver:
             (copy,) = receive_exactly(receiver, 1)

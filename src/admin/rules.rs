@@ -267,20 +267,31 @@ fn typed_value(key: &str, value: &Element) -> Result<Value, String> {
 /// An XML Schema `dateTime` in ms since the Unix epoch: with `Z`, an offset (`+02:00`) or no
 /// zone (read as UTC, as Service Bus stores a time given without one).
 fn read_time(text: &str) -> Option<i64> {
-    let (local, offset_minutes) = match text.len().checked_sub(6).map(|at| text.split_at(at)) {
-        Some((local, zone))
-            if (zone.starts_with('+') || zone.starts_with('-')) && zone.as_bytes()[3] == b':' =>
-        {
+    // Any text may arrive: the zone is split off only where it is six ASCII characters.
+    let split = text
+        .len()
+        .checked_sub(6)
+        .and_then(|at| Some((text.get(..at)?, text.get(at..)?)));
+    let (local, offset_minutes) = match split {
+        Some((local, zone)) if zone.is_ascii() && zone.as_bytes()[3] == b':' => {
+            let sign = match zone.as_bytes()[0] {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return read_utc(text.trim_end_matches('Z')),
+            };
             let hours: i64 = zone[1..3].parse().ok()?;
             let minutes: i64 = zone[4..].parse().ok()?;
-            let sign = if zone.starts_with('-') { -1 } else { 1 };
             (local, sign * (hours * 60 + minutes))
         }
         _ => (text.trim_end_matches('Z'), 0),
     };
+    Some(read_utc(local)? - offset_minutes * 60_000)
+}
+
+/// A `dateTime` without a zone, read as UTC, in ms since the Unix epoch.
+fn read_utc(local: &str) -> Option<i64> {
     let at = humantime::parse_rfc3339_weak(local).ok()?;
-    let ms = i64::try_from(at.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis()).ok()?;
-    Some(ms - offset_minutes * 60_000)
+    i64::try_from(at.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis()).ok()
 }
 
 /// The descriptor .NET gives a `TimeSpan` in AMQP (its value: a long count of 100 ns ticks).
@@ -513,6 +524,17 @@ mod tests {
         let rule = read(sql.as_bytes(), "r", 0).expect("reads");
         let back = read(describe(&rule).as_bytes(), "r", 0).expect("reads back");
         assert_eq!(format!("{:?}", back.filter), format!("{:?}", rule.filter));
+    }
+
+    #[test]
+    fn times_read_with_any_zone_and_any_text_is_safe() {
+        let at = Some(1_593_947_533_000);
+        assert_eq!(read_time("2020-07-05T11:12:13"), at);
+        assert_eq!(read_time("2020-07-05T11:12:13Z"), at);
+        assert_eq!(read_time("2020-07-05T06:12:13-05:00"), at);
+        for hostile in ["", "é", "ééaaaaa", "2020-07-05T11:12:1éé", "x+0é:00"] {
+            assert_eq!(read_time(hostile), None, "{hostile:?}");
+        }
     }
 
     /// A `KeyValueOfstringanyType` of `kind`.

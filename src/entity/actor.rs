@@ -734,11 +734,19 @@ impl Actor {
                 let hops = message::annotation_number(&bytes, annotation::TRANSFER_HOP_COUNT);
                 let hops = hops.unwrap_or(0);
                 if lane != LaneId::TRANSFER && hops >= forward::MAX_HOPS {
-                    if let Ok(queue) = self.core.lane(lane) {
-                        let _ = queue.settle(FORWARDER, lock, &Settlement::Complete);
+                    // Left where it is, held by the forwarder, if it cannot be stored there.
+                    if self.core.dead_letter_over_hops(now, &bytes) {
+                        if let Ok(queue) = self.core.lane(lane) {
+                            let _ = queue.settle(FORWARDER, lock, &Settlement::Complete);
+                        }
+                        over_hops = true;
+                    } else {
+                        tracing::error!(
+                            ?lane,
+                            seq = lock.seq,
+                            "over the hop limit, and no transfer dead-letter queue: kept"
+                        );
                     }
-                    self.core.dead_letter_over_hops(now, &bytes);
-                    over_hops = true;
                     continue;
                 }
                 let (to, body) = match lane == LaneId::TRANSFER {

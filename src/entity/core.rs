@@ -258,18 +258,19 @@ impl EntityCore {
     }
 
     /// Stores a message its lane cannot forward again (it took
-    /// [`MAX_HOPS`](crate::entity::forward::MAX_HOPS) moves) in the transfer dead-letter queue, under the next transfer number, with Service Bus's
-    /// reason; receivable once durable. Without transfer lanes it is dropped, logged.
-    pub fn dead_letter_over_hops(&mut self, now_ms: i64, bytes: &Bytes) {
+    /// [`MAX_HOPS`](crate::entity::forward::MAX_HOPS) moves) in the transfer dead-letter
+    /// queue, under the next transfer number, with Service Bus's reason; receivable once
+    /// durable. Whether it was stored (every queue and topic has transfer lanes).
+    pub fn dead_letter_over_hops(&mut self, now_ms: i64, bytes: &Bytes) -> bool {
         let (record, body) = transfer::over_hops(bytes, self.intake.enqueued_time(now_ms));
         let (Some(numbers), Some(lane)) = (
             &mut self.transfers,
             self.lanes.get_mut(&LaneId::TRANSFER_DEAD_LETTER),
         ) else {
-            tracing::error!("a message over the hop limit has no transfer dead-letter queue");
-            return;
+            return false;
         };
         lane.insert(numbers.number(), record, body, None);
+        true
     }
 
     /// Whether stored messages wait for their durability point before they can be delivered.

@@ -206,6 +206,8 @@ pub struct Arrival {
     /// `properties.message-id` as the sender encoded it, when the sender set one (duplicate
     /// detection keys on it).
     pub message_id: Option<Bytes>,
+    /// Message annotation `x-opt-partition-key`: where a partitioned entity stores it.
+    pub partition_key: Option<String>,
 }
 
 /// A stored message read again (a scheduled one activated, one forwarded): what [`inspect`]
@@ -224,6 +226,7 @@ impl Arrival {
             view: None,
             session_id: None,
             message_id: None,
+            partition_key: None,
         }
     }
 }
@@ -269,6 +272,9 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
                         }
                         Some(name) if name == PARTITION_KEY_KEY.as_bytes() => {
                             check_id_length(PARTITION_KEY_KEY, value)?;
+                            arrival.partition_key = string_text(value)
+                                .and_then(|text| std::str::from_utf8(text).ok())
+                                .map(str::to_owned);
                         }
                         _ => {}
                     }

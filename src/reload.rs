@@ -158,11 +158,21 @@ fn queue(before: &QueueConfig, after: &QueueConfig, report: &mut Report) -> Opti
             before.name, before.requires_session
         ));
     }
+    if before.partitions != after.partitions {
+        report.kept.push(partitions_kept(&before.name, before.partitions));
+    }
     let updated = QueueConfig {
         requires_session: before.requires_session,
+        partitions: before.partitions,
         ..after.clone()
     };
     (updated != *before).then_some(Declaration::Queue(updated))
+}
+
+/// Why a changed `partitions` is not applied (as Service Bus: "Partitioning cannot be changed").
+fn partitions_kept(name: &str, partitions: Option<u16>) -> String {
+    let kept = partitions.map_or_else(|| "none".to_owned(), |count| count.to_string());
+    format!("'{name}': partitions cannot change on a live entity; it keeps {kept}")
 }
 
 /// The topic to update to, if a topic setting changed; subscriptions the file adds are added
@@ -206,8 +216,12 @@ async fn topic(
             Some(_) => {}
         }
     }
+    if before.partitions != after.partitions {
+        report.kept.push(partitions_kept(&before.name, before.partitions));
+    }
     let updated = TopicConfig {
         subscriptions,
+        partitions: before.partitions,
         ..after.clone()
     };
     let topic_changed = updated.default_message_time_to_live != before.default_message_time_to_live

@@ -19,6 +19,7 @@ use tokio::sync::oneshot;
 use super::atom::{self, Counts, Times};
 use super::rules;
 use super::{body, respond as xml, Admin};
+use crate::entity::partition::SERVICE_BUS_PARTITIONS;
 use crate::auth::sas::Token;
 use crate::auth::{path_covers, resource_path};
 use crate::clock::now_ms;
@@ -521,6 +522,14 @@ async fn update(
         Ok(changed) => changed,
         Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
     };
+    if size_and_partitions(&entry.declaration).1 != size_and_partitions(&changed).1 {
+        let kind = match &changed {
+            Declaration::Queue(_) => "Queue",
+            Declaration::Topic(_) => "Topic",
+        };
+        let detail = format!("Partitioning cannot be changed for {kind}.");
+        return error(StatusCode::BAD_REQUEST, detail);
+    }
     if let (Declaration::Queue(before), Declaration::Queue(after)) = (&entry.declaration, &changed)
     {
         if before.requires_session != after.requires_session {
@@ -607,8 +616,7 @@ const READ_ONLY: [&str; 11] = [
 
 /// Properties for what Tidebus does not do, with the only values it accepts (a JS or Python
 /// client sends some of them at their defaults).
-const OFF_ONLY: [(&str, &[&str]); 5] = [
-    ("EnablePartitioning", &["false"]),
+const OFF_ONLY: [(&str, &[&str]); 4] = [
     ("EnableSubscriptionPartitioning", &["false"]),
     ("FilteringMessagesBeforePublishing", &["false"]),
     ("IsAnonymousAccessible", &["false"]),
@@ -692,11 +700,20 @@ fn apply(mut declaration: Declaration, sent: &atom::Sent) -> Result<Declaration,
     if let Declaration::Queue(queue) = &mut declaration {
         (queue.forward_to, queue.forward_dead_lettered_messages_to) = (None, None);
     }
+    let before = size_and_partitions(&declaration);
     let fields = sent.fields.iter().map(|(p, v)| (p.as_str(), v.as_str()));
     set_each(fields, |property, value| match &mut declaration {
         Declaration::Queue(queue) => set_queue(queue, property, value),
         Declaration::Topic(topic) => set_topic(topic, property, value),
     })?;
+    if let (size, Some(partitions)) = size_and_partitions(&declaration) {
+        let sent_size = sent.fields.get("MaxSizeInMegabytes").map(|_| size);
+        let size = partitioned_size(sent_size, before, partitions);
+        match &mut declaration {
+            Declaration::Queue(queue) => queue.max_size_in_megabytes = size,
+            Declaration::Topic(topic) => topic.max_size_in_megabytes = size,
+        }
+    }
     // Rules a description leaves out stay; those it holds replace them.
     if let Some(rules) = &sent.authorization_rules {
         let policies = rules.iter().map(policy).collect::<Result<Vec<_>, _>>()?;
@@ -706,6 +723,14 @@ fn apply(mut declaration: Declaration, sent: &atom::Sent) -> Result<Declaration,
         }
     }
     validated(&declaration)
+}
+
+/// An entity's size in megabytes and its partitions.
+fn size_and_partitions(declaration: &Declaration) -> (u64, Option<u16>) {
+    match declaration {
+        Declaration::Queue(queue) => (queue.max_size_in_megabytes, queue.partitions),
+        Declaration::Topic(topic) => (topic.max_size_in_megabytes, topic.partitions),
+    }
 }
 
 /// The shared access policy an `AuthorizationRule` describes; a key left out is made, 32
@@ -800,6 +825,29 @@ fn status(value: &str) -> Result<EntityStatus, String> {
         .ok_or_else(|| "expected Active, Disabled, SendDisabled or ReceiveDisabled".to_owned())
 }
 
+/// The partitions `EnablePartitioning` asks for: an entity partitioned already keeps its
+/// count, a new one gets Service Bus Standard's 16.
+fn partitioning(partitions: Option<u16>, value: &str) -> Result<Option<u16>, String> {
+    Ok(match boolean(value)? {
+        true => partitions.or(Some(SERVICE_BUS_PARTITIONS)),
+        false => None,
+    })
+}
+
+/// A partitioned entity's size from the `MaxSizeInMegabytes` a description sent (`None`: it
+/// sent none), as Service Bus reads it: each partition's size, so the entity holds as many
+/// times that; a size equal to what the entity holds already (a description read back and
+/// sent again) stays. `before` is the entity's size and partitions before the description.
+fn partitioned_size(sent: Option<u64>, before: (u64, Option<u16>), partitions: u16) -> u64 {
+    let (size, before_partitions) = before;
+    match sent {
+        Some(sent) if sent == size && before_partitions == Some(partitions) => sent,
+        Some(sent) => sent.saturating_mul(u64::from(partitions)),
+        None if before_partitions.is_none() => size.saturating_mul(u64::from(partitions)),
+        None => size,
+    }
+}
+
 /// A duplicate-detection history window (bounded by the config's validation).
 fn history_window(value: &str) -> Result<std::time::Duration, String> {
     atom::read_duration(value)?.ok_or_else(|| "the window cannot last forever".to_owned())
@@ -812,6 +860,7 @@ fn set_queue(queue: &mut QueueConfig, property: &str, value: &str) -> Result<boo
             queue.lock_duration = atom::read_duration(value)?.ok_or("a lock cannot last forever")?
         }
         "MaxSizeInMegabytes" => queue.max_size_in_megabytes = number(value)?,
+        "EnablePartitioning" => queue.partitions = partitioning(queue.partitions, value)?,
         "RequiresSession" => queue.requires_session = boolean(value)?,
         "DefaultMessageTimeToLive" => {
             queue.default_message_time_to_live = atom::read_duration(value)?
@@ -885,6 +934,7 @@ fn forward_target(value: &str) -> Option<String> {
 fn set_topic(topic: &mut TopicConfig, property: &str, value: &str) -> Result<bool, String> {
     match property {
         "MaxSizeInMegabytes" => topic.max_size_in_megabytes = number(value)?,
+        "EnablePartitioning" => topic.partitions = partitioning(topic.partitions, value)?,
         "DefaultMessageTimeToLive" => {
             topic.default_message_time_to_live = atom::read_duration(value)?
         }

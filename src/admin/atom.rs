@@ -275,7 +275,7 @@ pub fn queue(
     xml.element("SupportOrdering", true);
     xml.counts(counts);
     xml.element("AutoDeleteOnIdle", duration(queue.auto_delete_on_idle));
-    xml.element("EnablePartitioning", false);
+    xml.element("EnablePartitioning", queue.partitions.is_some());
     xml.element("EntityAvailabilityStatus", "Available");
     xml.forward(
         "ForwardDeadLetteredMessagesTo",
@@ -325,7 +325,7 @@ pub fn topic(
     xml.element("SqlFilterCount", sql_filters);
     xml.element("CorrelationFilterCount", correlation_filters);
     xml.element("AutoDeleteOnIdle", duration(topic.auto_delete_on_idle));
-    xml.element("EnablePartitioning", false);
+    xml.element("EnablePartitioning", topic.partitions.is_some());
     xml.element("EntityAvailabilityStatus", "Available");
     xml.element("EnableSubscriptionPartitioning", false);
     xml.element("EnableExpress", topic.enable_express);

@@ -13,7 +13,7 @@ use fe2o3_amqp::types::messaging::TargetArchetype;
 use fe2o3_amqp::types::performatives::{Attach, Detach, Flow};
 use fe2o3_amqp::types::primitives::{Symbol, Value};
 
-use crate::amqp::link::{self, Incoming, Link, LinkKind, Outgoing, Replies, SENDER_CREDIT};
+use crate::amqp::link::{self, Feed, Incoming, Link, LinkKind, Outgoing, Replies, SENDER_CREDIT};
 use crate::amqp::outbox::{Context, Fault, Outbox};
 use crate::amqp::via::{self, CrossEntity};
 use crate::auth::access::Access;
@@ -22,6 +22,7 @@ use crate::config::Rights;
 use crate::entity::handle::{
     Command, ConsumerId, EntityHandle, LaneId, ReceiveMode, SessionRequest,
 };
+use crate::entity::partition;
 use crate::entity::registry::Registry;
 use crate::metrics::{self, Held};
 use crate::node::{router, Node};
@@ -158,29 +159,43 @@ pub fn open(
             })
         }
         (Role::Receiver, Node::Entity(entity, lane)) => {
-            let consumer = ConsumerId(link_id);
             let mode = receive_mode(&attach);
-            out.posts.push((
-                entity.clone(),
-                Command::AddConsumer {
-                    consumer,
-                    lane,
-                    mode,
-                    window: ctx.consumer_window,
-                    events: ctx.events.clone(),
-                    session,
-                },
-            ));
+            // A partitioned entity's receiver takes from every partition, or from the one of
+            // the session it names; the connection's window is shared among them.
+            let partitions = match &session {
+                Some(SessionRequest::Named(id)) if entity.is_partitioned() => {
+                    let partition = partition::of_key(id.as_bytes(), entity.partitions());
+                    partition..partition + 1
+                }
+                _ => 0..entity.partitions(),
+            };
+            let window = (ctx.consumer_window / partitions.len() as u64).max(1);
+            let mut feeds = Vec::with_capacity(partitions.len());
+            for partition in partitions {
+                let consumer = ConsumerId::at(link_id, partition);
+                out.posts.push((
+                    entity.clone(),
+                    Command::AddConsumer {
+                        consumer,
+                        lane,
+                        mode,
+                        window,
+                        events: ctx.events.clone(),
+                        session: session.clone(),
+                    },
+                ));
+                feeds.push(Feed { consumer, owed: 0 });
+            }
             LinkKind::Outgoing(Outgoing {
                 entity,
-                consumer,
+                registering: feeds.len(),
+                feeds,
                 mode,
                 settle_second: settles_second(&attach),
                 delivery_count: 0,
                 credit: 0,
-                owed: 0,
                 drain: false,
-                draining: false,
+                draining: 0,
                 pending_attach: waiting,
             })
         }

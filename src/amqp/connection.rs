@@ -697,11 +697,11 @@ impl Connection {
             self.unanswered_settlements = self.unanswered_settlements.saturating_sub(1);
         }
         let link_id = match &event {
-            EntityEvent::Delivered(delivery) => delivery.consumer.0,
+            EntityEvent::Delivered(delivery) => delivery.consumer.link(),
             EntityEvent::Drained { consumer }
             | EntityEvent::Gone { consumer, .. }
             | EntityEvent::ConsumerAdded { consumer }
-            | EntityEvent::SessionAccepted { consumer, .. } => consumer.0,
+            | EntityEvent::SessionAccepted { consumer, .. } => consumer.link(),
             EntityEvent::Sent { ticket, .. }
             | EntityEvent::Settled { ticket, .. }
             | EntityEvent::Managed { ticket, .. }
@@ -727,16 +727,16 @@ impl Connection {
             EntityEvent::Delivered(delivery) => session.on_delivery(delivery, &mut out),
             EntityEvent::Drained { consumer } => session.on_drained(consumer, &mut out),
             EntityEvent::Gone { consumer, error } => {
-                session.on_entity_gone(consumer.0, &error, &mut out)
+                session.on_entity_gone(consumer, &error, &mut out)
             }
             EntityEvent::ConsumerAdded { consumer } => {
-                session.on_consumer_added(consumer.0, &ctx, &mut out)
+                session.on_consumer_added(consumer, &ctx, &mut out)
             }
             EntityEvent::SessionAccepted {
                 consumer,
                 session: id,
                 locked_until_ms,
-            } => session.on_session_accepted(consumer.0, &id, locked_until_ms, &ctx, &mut out),
+            } => session.on_session_accepted(consumer, &id, locked_until_ms, &ctx, &mut out),
             EntityEvent::Sent { ticket, result } => session.on_sent(ticket, result, &mut out),
             EntityEvent::Managed { ticket, result } => session.on_managed(ticket, result, &mut out),
             EntityEvent::Settled { ticket, results } => {

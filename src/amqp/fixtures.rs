@@ -6,7 +6,7 @@ use fe2o3_amqp::types::definitions::{Handle, ReceiverSettleMode, Role, SenderSet
 use fe2o3_amqp::types::messaging::{Source, Target, TargetArchetype};
 use fe2o3_amqp::types::performatives::{Attach, Flow};
 
-use crate::amqp::link::{Link, LinkKind, Outgoing};
+use crate::amqp::link::{Feed, Link, LinkKind, Outgoing};
 use crate::entity::handle::{ConsumerId, Delivery, EntityHandle, ReceiveMode};
 use crate::message::DeliveryStamp;
 use crate::metrics::{self, Held};
@@ -63,14 +63,17 @@ pub fn attach(role: Role, address: &str) -> Attach {
 pub fn outgoing() -> Outgoing {
     Outgoing {
         entity: entity(false),
-        consumer: ConsumerId(1),
+        feeds: vec![Feed {
+            consumer: ConsumerId(1),
+            owed: 0,
+        }],
         mode: ReceiveMode::PeekLock,
         settle_second: false,
         delivery_count: 0,
         credit: 0,
-        owed: 0,
         drain: false,
-        draining: false,
+        draining: 0,
+        registering: 0,
         pending_attach: None,
     }
 }

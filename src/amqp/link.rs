@@ -135,13 +135,15 @@ impl Drop for Charge {
     }
 }
 
-/// A link the broker sends on (the client's receiver), bound to an entity consumer.
+/// A link the broker sends on (the client's receiver), bound to consumers at its entity: one,
+/// or one per partition of a partitioned entity (until a session receiver is bound to the
+/// session of one).
 #[derive(Debug)]
 pub struct Outgoing {
     /// The entity it consumes from.
     pub entity: EntityHandle,
-    /// Its consumer id at the entity.
-    pub consumer: ConsumerId,
+    /// Its consumers at the entity, each with what it may still deliver.
+    pub feeds: Vec<Feed>,
     /// Peek-lock or receive-and-delete.
     pub mode: ReceiveMode,
     /// Whether the client asked to settle second (the broker then confirms every settlement).
@@ -150,14 +152,23 @@ pub struct Outgoing {
     pub delivery_count: u32,
     /// Link credit the client has given and the broker not yet used.
     pub credit: u32,
-    /// Deliveries the entity may still send: credit handed to it minus deliveries seen.
-    pub owed: i64,
     /// The client asked for a drain that is not finished yet.
     pub drain: bool,
-    /// A drain request is at the entity and its answer has not arrived.
-    pub draining: bool,
+    /// Consumers whose drain request is at the entity unanswered.
+    pub draining: usize,
+    /// Consumers the entity has not registered yet: the attach waits for them all.
+    pub registering: usize,
     /// A receiver's attach, answered once the entity registered it (or bound it to a session).
     pub pending_attach: Option<WaitingAttach>,
+}
+
+/// One consumer of a receiver link at its entity (or at one partition of it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Feed {
+    /// Its consumer id.
+    pub consumer: ConsumerId,
+    /// Deliveries it may still send: credit handed to it minus deliveries seen.
+    pub owed: i64,
 }
 
 /// A session receiver's attach while it waits for a session: only what its reply reads
@@ -228,12 +239,33 @@ impl Outgoing {
         self.drain = drain;
     }
 
-    /// How much demand to add (or take back) at the entity so that what it owes matches the
-    /// credit. Updates `owed` as if the entity applied it.
-    pub fn credit_delta(&mut self) -> i64 {
-        let delta = i64::from(self.credit) - self.owed;
-        self.owed += delta;
-        delta
+    /// How much demand to add (or take back) at each consumer so that what they owe matches
+    /// the credit: all of it for one consumer; shared among several, each owed its share
+    /// rounded up, so that every partition with messages can deliver while credit is left
+    /// (deliveries past the credit go back to their partition). Updates each `owed` as if the
+    /// entity applied it; zero changes are left out.
+    pub fn credit_deltas(&mut self) -> Vec<(ConsumerId, i64)> {
+        let share = i64::from(self.credit.div_ceil(self.feeds.len().max(1) as u32));
+        self.feeds
+            .iter_mut()
+            .filter_map(|feed| {
+                let delta = share - feed.owed;
+                feed.owed += delta;
+                (delta != 0).then_some((feed.consumer, delta))
+            })
+            .collect()
+    }
+
+    /// The consumer of this link whose id is `consumer`.
+    pub fn feed_mut(&mut self, consumer: ConsumerId) -> Option<&mut Feed> {
+        self.feeds
+            .iter_mut()
+            .find(|feed| feed.consumer == consumer)
+    }
+
+    /// The link's consumer id (its first consumer's: every one has the link's id).
+    pub fn consumer(&self) -> ConsumerId {
+        self.feeds.first().map_or(ConsumerId(0), |feed| feed.consumer)
     }
 }
 
@@ -345,17 +377,46 @@ mod tests {
     #[test]
     fn flow_credit_follows_the_spec_formula() {
         let mut link = outgoing();
+        let deltas = |link: &mut super::Outgoing| -> Vec<i64> {
+            link.credit_deltas().into_iter().map(|(_, delta)| delta).collect()
+        };
         link.apply_flow(None, 10, false);
         assert_eq!(link.credit, 10);
-        assert_eq!(link.credit_delta(), 10);
+        assert_eq!(deltas(&mut link), [10]);
         // Five delivered; the client refreshes to 10 counting from what it has seen (3).
         link.delivery_count = 5;
         link.credit = 5;
-        link.owed = 5;
+        link.feeds[0].owed = 5;
         link.apply_flow(Some(3), 10, false);
         assert_eq!(link.credit, 8, "3 + 10 - 5");
-        assert_eq!(link.credit_delta(), 3);
+        assert_eq!(deltas(&mut link), [3]);
         link.apply_flow(Some(5), 0, false);
-        assert_eq!((link.credit, link.credit_delta()), (0, -8));
+        assert_eq!((link.credit, deltas(&mut link)), (0, vec![-8]));
+    }
+
+    #[test]
+    fn credit_is_shared_among_partitions_and_each_gets_some_while_any_is_left() {
+        let mut link = outgoing();
+        link.feeds = (0..4)
+            .map(|partition| super::Feed {
+                consumer: crate::entity::handle::ConsumerId::at(1, partition),
+                owed: 0,
+            })
+            .collect();
+        link.apply_flow(None, 10, false);
+        let deltas: Vec<i64> = link.credit_deltas().into_iter().map(|(_, d)| d).collect();
+        assert_eq!(deltas, [3, 3, 3, 3], "10 over 4, rounded up");
+        // The first partition delivered its three; seven credits are left.
+        link.feeds[0].owed = 0;
+        link.credit = 7;
+        let deltas: Vec<_> = link.credit_deltas();
+        let first = crate::entity::handle::ConsumerId::at(1, 0);
+        let rest: Vec<i64> = deltas.iter().skip(1).map(|(_, d)| *d).collect();
+        assert_eq!(deltas[0], (first, 2));
+        assert_eq!(rest, [-1, -1, -1]);
+        // One credit left: every partition may deliver one (the extras go back).
+        link.credit = 1;
+        link.credit_deltas();
+        assert!(link.feeds.iter().all(|feed| feed.owed == 1));
     }
 }

@@ -35,42 +35,47 @@ pub fn on_flow(outgoing: &mut Outgoing, flow: &Flow, out: &mut Outbox) -> Option
         flow.link_credit.unwrap_or(0),
         flow.drain,
     );
-    if !outgoing.draining {
+    if outgoing.draining == 0 {
         request_credit(outgoing, out);
     }
     (flow.echo && !outgoing.drain).then_some((outgoing.delivery_count, outgoing.credit))
 }
 
-/// Posts the demand that makes what the entity owes match the credit; with `drain` set, the
-/// entity is also asked to drain (it answers `Drained`, see [`on_drained`]).
+/// Posts the demand that makes what the entity owes match the credit (at each of the link's
+/// consumers); with `drain` set, each consumer is also asked to drain (it answers `Drained`,
+/// see [`on_drained`]).
 pub fn request_credit(outgoing: &mut Outgoing, out: &mut Outbox) {
-    let delta = outgoing.credit_delta();
-    if delta != 0 || outgoing.drain {
+    for (consumer, delta) in outgoing.credit_deltas() {
         out.posts.push((
             outgoing.entity.clone(),
-            Command::Credit {
-                consumer: outgoing.consumer,
-                delta,
-            },
+            Command::Credit { consumer, delta },
         ));
     }
     if outgoing.drain {
-        outgoing.draining = true;
-        out.posts.push((
-            outgoing.entity.clone(),
-            Command::Drain {
-                consumer: outgoing.consumer,
-            },
-        ));
+        outgoing.draining = outgoing.feeds.len();
+        for feed in &outgoing.feeds {
+            out.posts.push((
+                outgoing.entity.clone(),
+                Command::Drain {
+                    consumer: feed.consumer,
+                },
+            ));
+        }
     }
 }
 
-/// The entity finished a drain: the credit left is used up. Returns the delivery count for
-/// the drain's answering flow (credit 0, drain set), or `None` when no drain is asked any more
-/// (then the demand follows the credit again).
-pub fn on_drained(outgoing: &mut Outgoing, out: &mut Outbox) -> Option<u32> {
-    outgoing.draining = false;
-    outgoing.owed = 0;
+/// A consumer of the link finished a drain: it owes nothing more. Once every consumer has,
+/// the credit left is used up: returns the delivery count for the drain's answering flow
+/// (credit 0, drain set), or `None` while consumers are still draining, or when no drain is
+/// asked any more (then the demand follows the credit again).
+pub fn on_drained(outgoing: &mut Outgoing, consumer: ConsumerId, out: &mut Outbox) -> Option<u32> {
+    if let Some(feed) = outgoing.feed_mut(consumer) {
+        feed.owed = 0;
+    }
+    outgoing.draining = outgoing.draining.saturating_sub(1);
+    if outgoing.draining > 0 {
+        return None;
+    }
     if !outgoing.drain {
         request_credit(outgoing, out);
         return None;
@@ -86,14 +91,23 @@ pub fn on_drained(outgoing: &mut Outgoing, out: &mut Outbox) -> Option<u32> {
 /// way), or cannot be sent (its stored bytes do not splice: logged, and reported forwarded so
 /// that the consumer's window does not shrink).
 pub fn take(outgoing: &mut Outgoing, delivery: Box<Delivery>, out: &mut Outbox) -> Option<Ready> {
-    outgoing.owed -= 1;
-    if outgoing.credit == 0 {
+    let owed = outgoing.feed_mut(delivery.consumer).map(|feed| {
+        feed.owed -= 1;
+        feed.owed
+    });
+    if outgoing.credit == 0 || owed.is_none() {
         out.posts
             .push((outgoing.entity.clone(), Command::GiveBack { delivery }));
         return None;
     }
     outgoing.credit -= 1;
     outgoing.delivery_count = outgoing.delivery_count.wrapping_add(1);
+    // A partition that used its share while credit is left gets a new share (the others
+    // give back what they no longer need).
+    let hungry = owed.is_some_and(|owed| owed <= 0) && outgoing.credit > 0;
+    if hungry && outgoing.feeds.len() > 1 && outgoing.draining == 0 {
+        request_credit(outgoing, out);
+    }
     let size = u64::from(delivery.record.size);
     let payload = match message::splice(&delivery.bytes, &delivery.stamp) {
         Ok(payload) => payload,
@@ -184,6 +198,7 @@ pub fn split_transfer(first: Transfer, mut rest: Bytes, max_frame: usize) -> Vec
 mod tests {
     use super::*;
     use crate::amqp::fixtures::{self, link_flow as flow, outgoing};
+    use crate::amqp::link::Feed;
 
     fn delivery(bytes: &'static [u8], locked: bool) -> Box<Delivery> {
         fixtures::delivery(42, bytes.to_vec(), locked)
@@ -224,26 +239,26 @@ mod tests {
     fn a_drain_asks_the_entity_and_ends_with_the_credit_used_up() {
         let (mut link, mut out) = (outgoing(), Outbox::default());
         assert_eq!(on_flow(&mut link, &flow(0, 5, true, true), &mut out), None);
-        assert!(link.draining);
+        assert_eq!(link.draining, 1);
         assert_eq!(posted(&out), ["credit 5", "drain"]);
         // The client's next flow while the drain is under way posts nothing.
         on_flow(&mut link, &flow(0, 5, true, false), &mut out);
         assert_eq!(out.posts.len(), 2);
-        assert_eq!(on_drained(&mut link, &mut out), Some(5));
+        assert_eq!(on_drained(&mut link, ConsumerId(1), &mut out), Some(5));
         assert_eq!(
             (link.credit, link.delivery_count, link.draining),
-            (0, 5, false)
+            (0, 5, 0)
         );
         // A drain that the client took back before it finished: the demand follows the credit.
         link.credit = 3;
-        assert_eq!(on_drained(&mut link, &mut out), None);
+        assert_eq!(on_drained(&mut link, ConsumerId(1), &mut out), None);
         assert_eq!(posted(&out).last().map(String::as_str), Some("credit 3"));
     }
 
     #[test]
     fn a_delivery_that_finds_no_credit_goes_back_untouched() {
         let (mut link, mut out) = (outgoing(), Outbox::default());
-        link.owed = 1;
+        link.feeds[0].owed = 1;
         assert!(take(
             &mut link,
             delivery(b"\x00\x53\x75\xa0\x01x", true),
@@ -251,7 +266,30 @@ mod tests {
         )
         .is_none());
         assert_eq!(posted(&out), ["give back"]);
-        assert_eq!(link.owed, 0);
+        assert_eq!(link.feeds[0].owed, 0);
+    }
+
+    #[test]
+    fn a_partition_that_used_its_share_gets_more_while_credit_is_left() {
+        let (mut link, mut out) = (outgoing(), Outbox::default());
+        link.feeds = (0..2)
+            .map(|partition| Feed {
+                consumer: ConsumerId::at(1, partition),
+                owed: 0,
+            })
+            .collect();
+        on_flow(&mut link, &flow(0, 4, false, false), &mut out);
+        assert_eq!(posted(&out), ["credit 2", "credit 2"]);
+        for _ in 0..2 {
+            let mut from_first = delivery(b"\x00\x53\x75\xa0\x01x", true);
+            from_first.consumer = ConsumerId::at(1, 0);
+            assert!(take(&mut link, from_first, &mut out).is_some());
+        }
+        // Two credits left, the first partition owes none: each is owed one again.
+        assert_eq!(posted(&out), ["credit 2", "credit 2", "credit 1", "credit -1"]);
+        let mut stray = delivery(b"\x00\x53\x75\xa0\x01x", true);
+        stray.consumer = ConsumerId::at(1, 5);
+        assert!(take(&mut link, stray, &mut out).is_none(), "not a consumer of the link");
     }
 
     #[test]

@@ -350,7 +350,7 @@ impl Session {
             let Some(outgoing) = self.outgoing_by_id(settling.link_id) else {
                 continue;
             };
-            let (entity, consumer) = (outgoing.entity.clone(), outgoing.consumer);
+            let (entity, consumer) = (outgoing.entity.clone(), outgoing.consumer());
             let ticket = Ticket {
                 link: settling.link_id,
                 request: settling.request,
@@ -428,7 +428,7 @@ impl Session {
 
     /// Sends one message from the entity to its consumer, framed to the client's frame size.
     pub fn on_delivery(&mut self, delivery: Box<Delivery>, out: &mut Outbox) {
-        let link_id = delivery.consumer.0;
+        let link_id = delivery.consumer.link();
         let Some((local_handle, outgoing)) = self.outgoing_mut(link_id) else {
             return;
         };
@@ -455,10 +455,10 @@ impl Session {
 
     /// The entity finished a drain: the credit left is used up and the client is told.
     pub fn on_drained(&mut self, consumer: ConsumerId, out: &mut Outbox) {
-        let Some((local_handle, outgoing)) = self.outgoing_mut(consumer.0) else {
+        let Some((local_handle, outgoing)) = self.outgoing_mut(consumer.link()) else {
             return;
         };
-        if let Some(count) = outbound::on_drained(outgoing, out) {
+        if let Some(count) = outbound::on_drained(outgoing, consumer, out) {
             out.frames
                 .push(link::flow(&self.flow(), local_handle, count, 0, true));
         }
@@ -472,7 +472,10 @@ impl Session {
         let gone = result == Err(EntityError::Deleted);
         self.ledger.on_sent(delivery_id, result, out);
         if gone {
-            self.on_entity_gone(ticket.link, &EntityError::Deleted, out);
+            if let Some(&remote_handle) = self.by_id.get(&ticket.link) {
+                let error = outcome::entity_error(&EntityError::Deleted);
+                self.detach_with(remote_handle, error, out);
+            }
         }
     }
 
@@ -489,16 +492,17 @@ impl Session {
     }
 
     /// The entity bound a session receiver to a session: its attach is answered now, naming
-    /// the session and when its lock ends.
+    /// the session and when its lock ends. A receiver that asked every partition for the next
+    /// available session keeps the partition that found one: the others let it go.
     pub fn on_session_accepted(
         &mut self,
-        link_id: u64,
+        consumer: ConsumerId,
         session: &str,
         locked_until_ms: i64,
         ctx: &Context<'_>,
         out: &mut Outbox,
     ) {
-        let Some(&remote_handle) = self.by_id.get(&link_id) else {
+        let Some(&remote_handle) = self.by_id.get(&consumer.link()) else {
             return;
         };
         let Some(link) = self.links.get_mut(&remote_handle) else {
@@ -506,6 +510,16 @@ impl Session {
         };
         let local_handle = link.local_handle;
         if let LinkKind::Outgoing(outgoing) = &mut link.kind {
+            if outgoing.feed_mut(consumer).is_none() {
+                // Another partition bound it first: this one was let go meanwhile.
+                return;
+            }
+            for other in outgoing.feeds.iter().filter(|feed| feed.consumer != consumer) {
+                let consumer = other.consumer;
+                out.posts
+                    .push((outgoing.entity.clone(), Command::RemoveConsumer { consumer }));
+            }
+            outgoing.feeds.retain(|feed| feed.consumer == consumer);
             if let Some(waiting) = outgoing.pending_attach.take() {
                 tracing::debug!(link = %link.name, session, "session accepted");
                 out.frames.push(FrameBody::Attach(attach::session_reply(
@@ -519,13 +533,22 @@ impl Session {
         }
     }
 
-    /// The entity registered a receiver that asked for no session: its attach is answered.
-    pub fn on_consumer_added(&mut self, link_id: u64, ctx: &Context<'_>, out: &mut Outbox) {
-        let Some(link) = self.by_id.get(&link_id).and_then(|h| self.links.get_mut(h)) else {
+    /// The entity registered a receiver that asked for no session: its attach is answered
+    /// once every partition it consumes from has.
+    pub fn on_consumer_added(&mut self, consumer: ConsumerId, ctx: &Context<'_>, out: &mut Outbox) {
+        let link = self
+            .by_id
+            .get(&consumer.link())
+            .and_then(|h| self.links.get_mut(h));
+        let Some(link) = link else {
             return;
         };
         let local_handle = link.local_handle;
         if let LinkKind::Outgoing(outgoing) = &mut link.kind {
+            outgoing.registering = outgoing.registering.saturating_sub(1);
+            if outgoing.registering > 0 {
+                return;
+            }
             if let Some(waiting) = outgoing.pending_attach.take() {
                 out.frames.push(FrameBody::Attach(attach::accept_reply(
                     &waiting.attach(),
@@ -536,12 +559,28 @@ impl Session {
         }
     }
 
-    /// The entity behind a link will not serve it any more (deleted: `amqp:not-found`): the
-    /// link is detached with that error.
-    pub fn on_entity_gone(&mut self, link_id: u64, error: &EntityError, out: &mut Outbox) {
-        if let Some(&remote_handle) = self.by_id.get(&link_id) {
-            self.detach_with(remote_handle, outcome::entity_error(error), out);
+    /// The entity behind a link will not serve it any more (deleted: `amqp:not-found`; or
+    /// refused it): the link is detached with that error. A receiver waiting for the next
+    /// available session in several partitions waits on while any of them may find one.
+    pub fn on_entity_gone(&mut self, consumer: ConsumerId, error: &EntityError, out: &mut Outbox) {
+        let Some(&remote_handle) = self.by_id.get(&consumer.link()) else {
+            return;
+        };
+        if let Some(Link {
+            kind: LinkKind::Outgoing(outgoing),
+            ..
+        }) = self.links.get_mut(&remote_handle)
+        {
+            let waits = outgoing.pending_attach.is_some() && *error == EntityError::NoSessionAvailable;
+            outgoing.feeds.retain(|feed| feed.consumer != consumer);
+            if waits && !outgoing.feeds.is_empty() {
+                return;
+            }
+        } else {
+            // Refused already (another partition's refusal came first).
+            return;
         }
+        self.detach_with(remote_handle, outcome::entity_error(error), out);
     }
 
     /// Detaches, with `amqp:unauthorized-access`, every link the connection is no longer
@@ -597,9 +636,10 @@ impl Session {
     }
 
     /// Detaches a link with an error; it stays in the table, refused, until the client's
-    /// detach.
+    /// detach. A link detached already is left alone (its detach was sent).
     fn detach_with(&mut self, remote_handle: u32, error: definitions::Error, out: &mut Outbox) {
-        if let Some(link) = self.links.get_mut(&remote_handle) {
+        let link = self.links.get_mut(&remote_handle);
+        if let Some(link) = link.filter(|link| !matches!(link.kind, LinkKind::Refused)) {
             out.frames.extend(attach::refuse_pending(link));
             out.frames.push(FrameBody::Detach(attach::refuse_detach(
                 link.local_handle,
@@ -621,12 +661,11 @@ impl Session {
             }
             LinkKind::Outgoing(outgoing) => {
                 self.ledger.forget_link(link_id);
-                out.posts.push((
-                    outgoing.entity,
-                    Command::RemoveConsumer {
-                        consumer: outgoing.consumer,
-                    },
-                ));
+                for feed in &outgoing.feeds {
+                    let consumer = feed.consumer;
+                    out.posts
+                        .push((outgoing.entity.clone(), Command::RemoveConsumer { consumer }));
+                }
             }
             LinkKind::Incoming(_) | LinkKind::Refused => {}
         }
@@ -667,7 +706,7 @@ impl Session {
             match leaving {
                 Leaving::Nothing => {}
                 Leaving::Delivery(consumer, bytes) => {
-                    if let Some(outgoing) = self.outgoing_by_id(consumer.0) {
+                    if let Some(outgoing) = self.outgoing_by_id(consumer.link()) {
                         out.forwarded
                             .push((outgoing.entity.clone(), consumer, bytes));
                     }

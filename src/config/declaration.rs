@@ -29,6 +29,14 @@ impl Declaration {
         }
     }
 
+    /// How many partitions the entity has; `None`: it is not partitioned.
+    pub fn partitions(&self) -> Option<u16> {
+        match self {
+            Declaration::Queue(queue) => queue.partitions,
+            Declaration::Topic(topic) => topic.partitions,
+        }
+    }
+
     /// The declaration as config-file TOML: `[[queues]]` or `[[topics]]` with every key, its
     /// shared access policies with their keys (an entity created at run time keeps them in
     /// the store; the registry leaves the config file's out).
@@ -41,6 +49,9 @@ impl Declaration {
                 out.duration("lock_duration", Some(queue.lock_duration));
                 out.raw("max_delivery_count", queue.max_delivery_count);
                 out.raw("max_size_in_megabytes", queue.max_size_in_megabytes);
+                if let Some(partitions) = queue.partitions {
+                    out.raw("partitions", partitions);
+                }
                 out.duration(
                     "default_message_time_to_live",
                     queue.default_message_time_to_live,
@@ -72,6 +83,9 @@ impl Declaration {
                     topic.default_message_time_to_live,
                 );
                 out.raw("max_size_in_megabytes", topic.max_size_in_megabytes);
+                if let Some(partitions) = topic.partitions {
+                    out.raw("partitions", partitions);
+                }
                 out.duration("auto_delete_on_idle", topic.auto_delete_on_idle);
                 out.raw("enable_express", topic.enable_express);
                 out.raw("support_ordering", topic.support_ordering);

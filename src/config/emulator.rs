@@ -12,6 +12,7 @@
 //! serde_json carries no spans: errors name the JSON path, and [`locate`] finds where its value
 //! starts in the text for the line and column.
 
+use crate::entity::partition::SERVICE_BUS_PARTITIONS;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -87,6 +88,7 @@ struct QueueProperties {
     dead_lettering_on_message_expiration: Option<bool>,
     default_message_time_to_live: Option<String>,
     duplicate_detection_history_time_window: Option<String>,
+    enable_partitioning: Option<bool>,
     forward_dead_lettered_messages_to: Option<String>,
     forward_to: Option<String>,
     lock_duration: Option<String>,
@@ -101,6 +103,7 @@ struct QueueProperties {
 struct TopicProperties {
     default_message_time_to_live: Option<String>,
     duplicate_detection_history_time_window: Option<String>,
+    enable_partitioning: Option<bool>,
     requires_duplicate_detection: Option<bool>,
     status: Option<String>,
 }
@@ -240,6 +243,23 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
     })
 }
 
+/// The partitions `EnablePartitioning` gives: Service Bus Standard's 16, or none.
+fn partitions(enable_partitioning: Option<bool>) -> Option<u16> {
+    enable_partitioning
+        .unwrap_or(false)
+        .then_some(SERVICE_BUS_PARTITIONS)
+}
+
+/// The default size of an entity with or without `EnablePartitioning`: each of a partitioned
+/// entity's 16 partitions has the default size, as in Service Bus Standard.
+fn partitioned_size(enable_partitioning: Option<bool>) -> u64 {
+    let size = super::limits::MAX_SIZE_IN_MEGABYTES.default;
+    match partitions(enable_partitioning) {
+        Some(partitions) => size * u64::from(partitions),
+        None => size,
+    }
+}
+
 /// Validation of the deserialized file, with positions from the text.
 struct Reader<'a> {
     source: &'a Source<'a>,
@@ -272,7 +292,8 @@ impl Reader<'_> {
             name: queue.name.clone(),
             lock_duration,
             max_delivery_count,
-            max_size_in_megabytes: super::limits::MAX_SIZE_IN_MEGABYTES.default,
+            max_size_in_megabytes: partitioned_size(properties.enable_partitioning),
+            partitions: partitions(properties.enable_partitioning),
             default_message_time_to_live,
             dead_lettering_on_message_expiration: properties
                 .dead_lettering_on_message_expiration
@@ -348,7 +369,8 @@ impl Reader<'_> {
                 &properties.default_message_time_to_live,
                 &AT_LEAST_A_SECOND,
             )?,
-            max_size_in_megabytes: super::limits::MAX_SIZE_IN_MEGABYTES.default,
+            max_size_in_megabytes: partitioned_size(properties.enable_partitioning),
+            partitions: partitions(properties.enable_partitioning),
             auto_delete_on_idle: None,
             enable_batched_operations: true,
             enable_express: false,

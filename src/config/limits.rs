@@ -35,6 +35,13 @@ pub(super) const MAX_SIZE_IN_MEGABYTES: Limits<u64> = Limits {
     max: u64::MAX / (1024 * 1024),
     allowed: "at least 1",
 };
+/// `partitions` of a queue or topic (no default: absent, the entity is not partitioned).
+pub(super) const PARTITIONS: Limits<u16> = Limits {
+    default: 1,
+    min: 1,
+    max: crate::entity::partition::MAX_PARTITIONS,
+    allowed: "1 to 16",
+};
 /// `[admin] max_connections`: separate from the AMQP listeners', so that slow HTTP clients
 /// cannot lock AMQP clients out.
 pub(super) const ADMIN_CONNECTIONS: Limits<usize> = Limits {

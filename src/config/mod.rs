@@ -168,8 +168,12 @@ pub struct QueueConfig {
     pub lock_duration: Duration,
     /// Deliveries after which a message is dead-lettered; at least 1.
     pub max_delivery_count: u32,
-    /// Most bytes of messages the queue holds; sends beyond are refused. At least 1.
+    /// Most bytes of messages the queue holds; sends beyond are refused. At least 1. A
+    /// partitioned queue's partitions share it equally.
     pub max_size_in_megabytes: u64,
+    /// How many partitions the queue has (1 to 16); `None`: it is not partitioned. Fixed for
+    /// the queue's life.
+    pub partitions: Option<u16>,
     /// Time to live of messages that set none, and the cap of those that do; `None`:
     /// unlimited.
     pub default_message_time_to_live: Option<Duration>,

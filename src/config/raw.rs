@@ -144,6 +144,7 @@ lane_tables! {
     struct RawQueue {
         status: Option<Spanned<String>>,
         max_size_in_megabytes: Option<Spanned<u64>>,
+        partitions: Option<Spanned<u64>>,
         enable_express: Option<Spanned<bool>>,
         requires_duplicate_detection: Option<Spanned<bool>>,
         duplicate_detection_history_time_window: Option<Spanned<HumanDuration>>,
@@ -168,6 +169,7 @@ pub(super) struct RawTopic {
     pub(super) name: Spanned<String>,
     pub(super) default_message_time_to_live: Option<Spanned<HumanDuration>>,
     pub(super) max_size_in_megabytes: Option<Spanned<u64>>,
+    pub(super) partitions: Option<Spanned<u64>>,
     pub(super) auto_delete_on_idle: Option<Spanned<HumanDuration>>,
     pub(super) enable_express: Option<Spanned<bool>>,
     pub(super) support_ordering: Option<Spanned<bool>>,

@@ -17,8 +17,11 @@ pub struct TopicConfig {
     /// unlimited.
     pub default_message_time_to_live: Option<Duration>,
     /// Most megabytes of messages the topic and its subscriptions hold; sends beyond are
-    /// refused. At least 1.
+    /// refused. At least 1. A partitioned topic's partitions share it equally.
     pub max_size_in_megabytes: u64,
+    /// How many partitions the topic has (1 to 16), each with every subscription; `None`: it
+    /// is not partitioned. Fixed for the topic's life.
+    pub partitions: Option<u16>,
     /// The topic, its subscriptions and their messages are deleted after this long without
     /// activity; `None`: never.
     pub auto_delete_on_idle: Option<Duration>,

@@ -313,6 +313,7 @@ impl Source<'_> {
             lock_duration: lane.lock_duration,
             max_delivery_count: lane.max_delivery_count,
             max_size_in_megabytes: self.max_size(path, raw.max_size_in_megabytes)?,
+            partitions: self.partitions(path, raw.partitions)?,
             default_message_time_to_live: lane.default_message_time_to_live,
             dead_lettering_on_message_expiration: lane.dead_lettering_on_message_expiration,
             requires_session: lane.requires_session,
@@ -363,6 +364,7 @@ impl Source<'_> {
                 raw.default_message_time_to_live,
             )?,
             max_size_in_megabytes: self.max_size(path, raw.max_size_in_megabytes)?,
+            partitions: self.partitions(path, raw.partitions)?,
             auto_delete_on_idle: self.lifetime(
                 path,
                 "auto_delete_on_idle",
@@ -485,6 +487,12 @@ impl Source<'_> {
     }
 
     /// `max_size_in_megabytes` of the queue or topic at `path`.
+    fn partitions(&self, path: &str, raw: Option<Spanned<u64>>) -> Result<Option<u16>, ConfigError> {
+        let key = format!("{path}.partitions");
+        raw.map(|raw| self.bounded(&key, Some(raw), &PARTITIONS))
+            .transpose()
+    }
+
     fn max_size(&self, path: &str, raw: Option<Spanned<u64>>) -> Result<u64, ConfigError> {
         let key = format!("{path}.max_size_in_megabytes");
         self.bounded(&key, raw, &MAX_SIZE_IN_MEGABYTES)

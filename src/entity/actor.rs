@@ -29,6 +29,7 @@ use crate::entity::handle::{
     LaneId, LockRef, Properties, Settlement, Subscriptions, Ticket, TxnId, Work,
 };
 use crate::entity::operation::{Answer, Operation, MAX_PEEK_BYTES};
+use crate::entity::partition::Partition;
 use crate::entity::queue::session_lane::Binding;
 use crate::entity::queue::FORWARDER;
 use crate::entity::sessions::MAX_SESSION_ID_CHARS;
@@ -70,11 +71,33 @@ pub fn spawn(
     tracker: &TaskTracker,
     resolve: Resolver,
 ) -> EntityHandle {
+    let name = parts.name.clone();
+    let deleted = Arc::new(AtomicBool::new(false));
+    let (mailbox, subscriptions) = start(
+        parts,
+        commit,
+        shutdown,
+        tracker,
+        resolve,
+        deleted.clone(),
+    );
+    EntityHandle::new(name, mailbox, deleted, subscriptions)
+}
+
+/// Starts the actor of an entity or of one partition of it; returns its mailbox and, for a
+/// topic, its subscriptions by name. The actor sets `deleted` once the entity is deleted.
+pub fn start(
+    parts: Parts,
+    commit: Commit,
+    shutdown: CancellationToken,
+    tracker: &TaskTracker,
+    resolve: Resolver,
+    deleted: Arc<AtomicBool>,
+) -> (mpsc::Sender<Command>, Option<Arc<RwLock<Subscriptions>>>) {
     let (tx, rx) = mpsc::channel(MAILBOX);
     // Targets' answers to forwarded batches: one per batch, and a lane has at most
     // `forward::IN_FLIGHT` messages in flight, so this channel holds that many at most.
     let (answers, forward_answers) = mpsc::unbounded_channel();
-    let deleted = Arc::new(AtomicBool::new(false));
     let subscriptions = parts.subscriptions.map(|s| Arc::new(RwLock::new(s)));
     let mut actor = Actor {
         forwarder: Forwarder::new(resolve, answers),
@@ -95,6 +118,7 @@ pub fn spawn(
         statuses: parts.statuses.into_iter().collect(),
         staging: Staging::default(),
         express: parts.express,
+        partition: parts.partition,
     };
     for (lane, forward) in &parts.forwards {
         actor.set_forward(*lane, forward);
@@ -102,9 +126,12 @@ pub fn spawn(
     if actor.core.next_transfer() > 0 {
         actor.forwarder.set_per_message(LaneId::TRANSFER);
     }
-    let span = tracing::info_span!("entity", name = %parts.name);
+    let span = match parts.partition {
+        Partition::ALONE => tracing::info_span!("entity", name = %parts.name),
+        partition => tracing::info_span!("entity", name = %parts.name, partition = partition.id()),
+    };
     tracker.spawn(actor.run(rx, forward_answers, shutdown).instrument(span));
-    EntityHandle::new(parts.name, tx, deleted, subscriptions)
+    (tx, subscriptions)
 }
 
 /// Why an entity deletes itself.
@@ -173,6 +200,9 @@ struct Actor {
     /// Whether it answers without waiting for the flush `sync` mode waits for
     /// (`EnableExpress`); its messages are still delivered only once flushed.
     express: bool,
+    /// Its place among its entity's partitions: what its positions and lock tokens look like
+    /// to clients.
+    partition: Partition,
 }
 
 impl Actor {
@@ -260,7 +290,8 @@ impl Actor {
         tracing::debug!(messages = self.core.len(), "entity stopped");
     }
 
-    fn apply(&mut self, command: Command, now: i64) {
+    fn apply(&mut self, mut command: Command, now: i64) {
+        self.unmark_tokens(&mut command);
         if command.is_activity() {
             self.last_active_ms = now;
             let lane = match &command {
@@ -413,9 +444,16 @@ impl Actor {
                     let _ = reply.send(false);
                 }
             },
+            Command::IsIdle { reply } => {
+                let _ = reply.send(self.reap_subscriptions(now).is_idle(now));
+            }
             Command::Delete { reply } => self.reap = Some((reply, Removal::Asked)),
-            Command::AddSubscription { config, reply } => {
-                let _ = reply.send(self.add_subscription(&config));
+            Command::AddSubscription {
+                config,
+                number,
+                reply,
+            } => {
+                let _ = reply.send(self.add_subscription(&config, number));
             }
             Command::RemoveSubscription { name, reply } => {
                 let number = self.subscriptions.as_ref().and_then(|names| {
@@ -583,7 +621,8 @@ impl Actor {
         let numbers = self.core.reserve(messages.len());
         self.staging
             .schedule(txn, numbers.iter().copied().zip(messages));
-        Ok(Answer::Scheduled(numbers))
+        let visible = numbers.iter().map(|n| self.partition.visible(*n));
+        Ok(Answer::Scheduled(visible.collect()))
     }
 
     /// Stages `update-disposition` in a transaction: every token must name a lock that lasts,
@@ -753,7 +792,7 @@ impl Actor {
                     true => (transfer::destination(&bytes), transfer::delivered(bytes)),
                     false => (
                         None,
-                        forwarded(bytes, delivery.seq, hops, source.as_deref()),
+                        forwarded(bytes, self.partition.visible(delivery.seq), hops, source.as_deref()),
                     ),
                 };
                 match batches.last_mut() {
@@ -909,9 +948,13 @@ impl Actor {
         }
     }
 
-    /// Adds a subscription to this topic (the administration API): numbered after every
-    /// number its log or its lanes use, empty, its declared rules in place.
-    fn add_subscription(&mut self, config: &SubscriptionConfig) -> Result<(), String> {
+    /// Adds a subscription to this topic (the administration API): numbered `number`, or after
+    /// every number its log or its lanes use, empty, its declared rules in place.
+    fn add_subscription(
+        &mut self,
+        config: &SubscriptionConfig,
+        number: Option<u32>,
+    ) -> Result<(), String> {
         let Some(subscriptions) = self.subscriptions.clone() else {
             return Err(format!(
                 "'{}' is a queue: it has no subscriptions",
@@ -927,9 +970,10 @@ impl Actor {
             return Err(format!("the subscription '{}' already exists", config.name));
         }
         let in_use = self.core.highest_subscription();
+        let imposed = number.map(|number| HashMap::from_iter([(name.clone(), number)]));
         let numbers = self
             .log
-            .subscription_numbers(std::slice::from_ref(&name), in_use)
+            .subscription_numbers(std::slice::from_ref(&name), in_use, imposed.as_ref())
             .map_err(|e| e.to_string())?;
         let lane = LaneId {
             subscription: numbers[&name],
@@ -1051,9 +1095,136 @@ impl Actor {
         }
     }
 
-    /// Performs a management operation (amqp-dialect.md §7.3) for the connection whose
-    /// events go to `caller`.
+    /// Reads the lock tokens of a client's command as the lanes made them (a partition's
+    /// carry its id: see [`Partition::mark`]).
+    fn unmark_tokens(&self, command: &mut Command) {
+        if self.partition == Partition::ALONE {
+            return;
+        }
+        let partition = self.partition;
+        let unmark_locks = |items: &mut Vec<(LockRef, Settlement)>| {
+            for (lock, _) in items {
+                lock.token = partition.unmark(lock.token);
+            }
+        };
+        let unmark_all = |tokens: &mut Vec<Uuid>| {
+            for token in tokens {
+                *token = partition.unmark(*token);
+            }
+        };
+        match command {
+            Command::Settle { items, .. }
+            | Command::Stage {
+                work: Work::Settle { items, .. },
+                ..
+            } => unmark_locks(items),
+            Command::Stage {
+                work: Work::SettleByToken { tokens, .. },
+                ..
+            } => unmark_all(tokens),
+            Command::GiveBack { delivery } => {
+                delivery.lock_token = delivery.lock_token.map(|token| partition.unmark(token));
+            }
+            Command::Manage { operation, .. } => match &mut **operation {
+                Operation::RenewLock { tokens } | Operation::UpdateDisposition { tokens, .. } => {
+                    unmark_all(tokens);
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+
+    /// The position a client's sequence number stands for in `lane` (see
+    /// [`Partition::position`]); `kind` names what the client looks for, for the refusal.
+    fn position(&self, lane: LaneId, seq: i64, kind: &'static str) -> Result<i64, EntityError> {
+        let next = match lane.is_transfer() {
+            true => self.core.next_transfer(),
+            false => self.core.next_seq(),
+        };
+        self.partition
+            .position(seq, next)
+            .ok_or(EntityError::MessageNotFound(seq, kind))
+    }
+
+    /// [`Actor::manage_positions`], with the numbers and tokens of the request and the
+    /// answer as clients see them.
     fn manage(
+        &mut self,
+        lane: LaneId,
+        operation: Operation,
+        now: i64,
+        caller: &EventSink,
+    ) -> Result<Answer, EntityError> {
+        if self.partition == Partition::ALONE {
+            return self.manage_positions(lane, operation, now, caller);
+        }
+        let partition = self.partition;
+        let operation = match operation {
+            Operation::Peek {
+                from,
+                count,
+                session,
+            } => {
+                let oldest = self.core.lane(lane)?.oldest().unwrap_or(i64::MAX);
+                let Some(from) = partition.peek_start(from, oldest) else {
+                    return Ok(Answer::Peeked(Vec::new()));
+                };
+                Operation::Peek {
+                    from,
+                    count,
+                    session,
+                }
+            }
+            Operation::ReceiveBySequence {
+                seqs,
+                mode,
+                session,
+            } => Operation::ReceiveBySequence {
+                seqs: seqs
+                    .into_iter()
+                    .map(|seq| self.position(lane, seq, "deferred"))
+                    .collect::<Result<_, _>>()?,
+                mode,
+                session,
+            },
+            Operation::CancelScheduled { seqs } => Operation::CancelScheduled {
+                seqs: seqs
+                    .into_iter()
+                    .map(|seq| self.position(lane, seq, "scheduled"))
+                    .collect::<Result<_, _>>()?,
+            },
+            Operation::Resubmit { seq } => Operation::Resubmit {
+                seq: self.position(lane, seq, "unlocked dead-lettered")?,
+            },
+            operation => operation,
+        };
+        let answer = self
+            .manage_positions(lane, operation, now, caller)
+            .map_err(|error| match error {
+                EntityError::MessageNotFound(seq, kind) => {
+                    EntityError::MessageNotFound(partition.visible(seq), kind)
+                }
+                error => error,
+            })?;
+        Ok(match answer {
+            Answer::Received(messages) => Answer::Received(
+                messages
+                    .into_iter()
+                    .map(|(token, bytes)| (partition.mark(token), bytes))
+                    .collect(),
+            ),
+            Answer::Scheduled(numbers) => Answer::Scheduled(
+                numbers.into_iter().map(|n| partition.visible(n)).collect(),
+            ),
+            Answer::Moved(seq) => Answer::Moved(partition.visible(seq)),
+            answer => answer,
+        })
+    }
+
+    /// Performs a management operation (amqp-dialect.md §7.3) for the connection whose
+    /// events go to `caller`, with sequence numbers and lock tokens as the lanes know them.
+    fn manage_positions(
         &mut self,
         lane: LaneId,
         operation: Operation,
@@ -1225,6 +1396,16 @@ impl Actor {
             .log
             .body(lane, seq)
             .map_err(|e| EntityError::Storage(e.to_string()))?;
+        let restamped;
+        let stamp = match self.partition {
+            Partition::ALONE => stamp,
+            partition => {
+                let mut stamp = stamp.clone();
+                partition.restamp(&mut stamp, seq);
+                restamped = stamp;
+                &restamped
+            }
+        };
         message::splice(&body, stamp).map_err(|e| EntityError::Storage(e.to_string()))
     }
 
@@ -1342,6 +1523,9 @@ impl Actor {
                 Ok(bytes) => delivery.bytes = bytes,
                 Err(error) => return self.poison(&error),
             }
+            self.partition
+                .restamp(&mut delivery.stamp, delivery.seq);
+            delivery.lock_token = delivery.stamp.lock_token;
             if events
                 .send(EntityEvent::Delivered(Box::new(delivery)))
                 .is_err()

@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::config::SubscriptionConfig;
 use crate::entity::operation::{Answer, Operation};
 use crate::entity::queue::{LaneActivity, LaneCounts};
+use crate::entity::router::{self, Routing};
 use crate::entity::settings::Settings;
 pub use crate::entity::terms::{
     ConsumerId, Delivery, EntityError, LaneId, LockRef, Properties, ReceiveMode, SessionRequest,
@@ -147,6 +148,13 @@ pub enum Command {
         /// Where the answer goes.
         reply: oneshot::Sender<bool>,
     },
+    /// Tell whether the entity has been idle for its `auto_delete_on_idle` time, after
+    /// deleting its subscriptions idle for theirs (how a partitioned entity's router asks
+    /// each partition before it deletes them all).
+    IsIdle {
+        /// Where the answer goes.
+        reply: oneshot::Sender<bool>,
+    },
     /// Delete the entity now, with its messages, its dead-letter queues and its links (which
     /// get `amqp:not-found`); answers `true` once done.
     Delete {
@@ -157,6 +165,9 @@ pub enum Command {
     AddSubscription {
         /// Its declaration.
         config: Box<SubscriptionConfig>,
+        /// The lane number it gets; `None`: the next free one (a partitioned topic's router
+        /// gives the other partitions the number the first one chose).
+        number: Option<u32>,
         /// Where the answer goes.
         reply: oneshot::Sender<Result<(), String>>,
     },
@@ -231,6 +242,7 @@ impl Command {
             | Command::RemoveConsumer { .. }
             | Command::ExpireDue { .. }
             | Command::ReapIfIdle { .. }
+            | Command::IsIdle { .. }
             | Command::Delete { .. }
             | Command::AddSubscription { .. }
             | Command::RemoveSubscription { .. }
@@ -305,7 +317,9 @@ impl Command {
             Command::AddSubscription { reply, .. } | Command::RemoveSubscription { reply, .. } => {
                 let _ = reply.send(Err(error.to_string()));
             }
-            Command::ReapIfIdle { reply } | Command::Delete { reply } => {
+            Command::ReapIfIdle { reply }
+            | Command::IsIdle { reply }
+            | Command::Delete { reply } => {
                 let _ = reply.send(false);
             }
         }
@@ -436,15 +450,18 @@ impl Work {
 /// A topic's subscriptions by lower-cased name, with the number of each one's lane.
 pub type Subscriptions = HashMap<String, u32>;
 
-/// A cloneable handle to an entity actor.
+/// A cloneable handle to an entity: its actor, or a partitioned entity's actors.
 #[derive(Debug, Clone)]
 pub struct EntityHandle {
     /// Shared: a handle is cloned for every message posted through it.
     name: Arc<str>,
-    mailbox: mpsc::Sender<Command>,
+    /// Each partition's actor's mailbox (one for an unpartitioned entity).
+    mailboxes: Arc<[mpsc::Sender<Command>]>,
     deleted: Arc<AtomicBool>,
-    /// A topic's subscriptions; `None` for a queue.
+    /// A topic's subscriptions (its first partition's); `None` for a queue.
     subscriptions: Option<Arc<RwLock<Subscriptions>>>,
+    /// How a partitioned entity's commands find their partitions; `None` when it has one.
+    routing: Option<Arc<Routing>>,
 }
 
 impl EntityHandle {
@@ -458,10 +475,63 @@ impl EntityHandle {
     ) -> Self {
         Self {
             name: name.into(),
-            mailbox,
+            mailboxes: Arc::new([mailbox]),
             deleted,
             subscriptions,
+            routing: None,
         }
+    }
+
+    /// Wraps the mailboxes of a partitioned entity's actors, in partition order (design.md
+    /// D9); `subscriptions` are the first partition's (every partition numbers them alike).
+    pub fn partitioned(
+        name: String,
+        mailboxes: Vec<mpsc::Sender<Command>>,
+        deleted: Arc<AtomicBool>,
+        subscriptions: Option<Arc<RwLock<Subscriptions>>>,
+        routing: Routing,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            mailboxes: mailboxes.into(),
+            deleted,
+            subscriptions,
+            routing: Some(Arc::new(routing)),
+        }
+    }
+
+    /// How many partitions the entity has (1 when it is not partitioned).
+    pub fn partitions(&self) -> usize {
+        self.mailboxes.len()
+    }
+
+    /// Whether the entity is partitioned.
+    pub fn is_partitioned(&self) -> bool {
+        self.routing.is_some()
+    }
+
+    /// The partition a batch of messages goes to (see [`Routing::partition_of`]).
+    ///
+    /// # Errors
+    /// Why the batch cannot go to one partition.
+    pub fn routing_partition_of(&self, messages: &[Arrival]) -> Result<usize, EntityError> {
+        match &self.routing {
+            None => Ok(0),
+            Some(routing) => routing.partition_of(messages, self.partitions()),
+        }
+    }
+
+    /// Gives the router an updated entity's settings.
+    pub fn routing_set(&self, settings: &Settings) {
+        if let Some(routing) = &self.routing {
+            let auto_delete_ms = settings.auto_delete_on_idle.map(crate::clock::millis);
+            routing.set(settings.duplicate_window_ms.is_some(), auto_delete_ms);
+        }
+    }
+
+    /// The entity's `auto_delete_on_idle` as its router knows it (a partitioned entity's).
+    pub fn routing_auto_delete_ms(&self) -> Option<i64> {
+        self.routing.as_ref().and_then(|routing| routing.auto_delete_ms())
     }
 
     /// Whether the entity is a topic (sent to; received from through its subscriptions).
@@ -502,21 +572,44 @@ impl EntityHandle {
     /// # Cancel safety
     /// Not cancel safe: a cancelled call may or may not have posted the command.
     pub async fn post(&self, command: Command) -> Result<(), Box<Command>> {
-        self.mailbox
-            .send(command)
-            .await
-            .map_err(|error| Box::new(error.0))
+        match self.routing {
+            None => self.post_to(0, command).await,
+            Some(_) => router::post(self, command).await,
+        }
     }
 
-    /// Posts a command if the mailbox has room; a background tick that finds it full skips
-    /// this entity until the next tick.
+    /// Posts a command to one partition's actor, waiting for mailbox room.
+    ///
+    /// # Errors
+    /// The command back when that actor has stopped, or the entity has no such partition.
+    pub async fn post_to(&self, partition: usize, command: Command) -> Result<(), Box<Command>> {
+        let Some(mailbox) = self.mailboxes.get(partition) else {
+            return Err(Box::new(command));
+        };
+        mailbox.send(command).await.map_err(|error| Box::new(error.0))
+    }
+
+    /// Posts a background tick's command if the mailbox has room; a tick that finds it full
+    /// skips this entity until the next tick. A partitioned entity's router takes it (and
+    /// waits for its partitions' mailboxes) on a task of its own.
     ///
     /// # Errors
     /// The command back when the mailbox is full or the actor has stopped.
     pub fn try_post(&self, command: Command) -> Result<(), Box<Command>> {
-        self.mailbox.try_send(command).map_err(|error| match error {
-            mpsc::error::TrySendError::Full(command)
-            | mpsc::error::TrySendError::Closed(command) => Box::new(command),
-        })
+        if self.routing.is_some() {
+            let handle = self.clone();
+            tokio::spawn(async move {
+                if let Err(command) = router::post(&handle, command).await {
+                    command.refuse(&handle.refusal());
+                }
+            });
+            return Ok(());
+        }
+        self.mailboxes[0]
+            .try_send(command)
+            .map_err(|error| match error {
+                mpsc::error::TrySendError::Full(command)
+                | mpsc::error::TrySendError::Closed(command) => Box::new(command),
+            })
     }
 }

@@ -392,6 +392,11 @@ impl QueueCore {
             .is_some_and(|entry| entry.lock.is_none())
     }
 
+    /// The sequence number of the oldest stored message, if any.
+    pub fn oldest(&self) -> Option<i64> {
+        self.messages.keys().next().copied()
+    }
+
     /// Number of stored messages (locked or not).
     pub fn len(&self) -> usize {
         self.messages.len()
@@ -908,7 +913,7 @@ impl QueueCore {
                 // A session's messages are locked as long as the session is.
                 let session_lock = self.session_lock_of(seq);
                 let lock = Lock {
-                    token: Uuid::new_v4(),
+                    token: lock_token(),
                     consumer,
                     until_ms: session_lock.map_or_else(
                         || now_ms.saturating_add(self.rules.lock_duration_ms),
@@ -1102,6 +1107,14 @@ impl QueueCore {
         self.settle(holder, LockRef { seq, token }, settlement)?;
         Ok(seq)
     }
+}
+
+/// A fresh lock token: random, but for its last two bytes, left zero for the entity's
+/// actor to write its partition into (see [`crate::entity::partition::Partition::mark`]).
+fn lock_token() -> Uuid {
+    let mut bytes = *Uuid::new_v4().as_bytes();
+    bytes[14..].fill(0);
+    Uuid::from_bytes(bytes)
 }
 
 /// The consumer id of locks taken through the management node (no link holds them).

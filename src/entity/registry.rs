@@ -18,6 +18,7 @@
 //! it is deleted. In `memory` mode nothing is stored: they are this process's.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
 
 use tokio::sync::oneshot;
@@ -31,7 +32,11 @@ use crate::config::{
 };
 use crate::entity::actor::{self, Commit};
 use crate::entity::forward::Resolver;
-use crate::entity::handle::{Command, EntityError, EntityEvent, EntityHandle, LaneId, Ticket};
+use crate::entity::handle::{
+    Command, EntityError, EntityEvent, EntityHandle, LaneId, Subscriptions, Ticket,
+};
+use crate::entity::partition::Partition;
+use crate::entity::router::Routing;
 use crate::entity::operation::{Answer, Operation};
 use crate::entity::setup;
 use crate::entity::setup::Parts;
@@ -79,19 +84,79 @@ impl std::fmt::Debug for Launcher {
 }
 
 impl Launcher {
-    /// Recovers the entity's log and starts its actor.
+    /// Recovers the entity's log and starts its actor; a partitioned entity's, one per
+    /// partition (design.md D9).
+    ///
+    /// # Errors
+    /// A [`StoreError`] when a log cannot be read back, or holds messages of another number
+    /// of partitions than the entity has.
     fn launch(&self, declaration: &Declaration) -> Result<EntityHandle, StoreError> {
-        let parts: Parts = match declaration {
-            Declaration::Queue(queue) => setup::queue(queue, self.store.log(&queue.name)?)?,
-            Declaration::Topic(topic) => setup::topic(topic, self.store.log(&topic.name)?)?,
+        let name = declaration.name();
+        let partitions = declaration.partitions();
+        let stray = self.store.stray_logs(name, partitions)?;
+        if !stray.is_empty() {
+            return Err(StoreError::Partitioning {
+                entity: name.to_owned(),
+                stray,
+            });
+        }
+        let Some(count) = partitions else {
+            let parts = self.parts(declaration, self.store.log(name)?, None)?;
+            return Ok(actor::spawn(
+                parts,
+                self.commit.clone(),
+                self.shutdown.child_token(),
+                &self.tracker,
+                self.resolve.clone(),
+            ));
         };
-        Ok(actor::spawn(
-            parts,
-            self.commit.clone(),
-            self.shutdown.child_token(),
-            &self.tracker,
-            self.resolve.clone(),
+        let deleted = Arc::new(AtomicBool::new(false));
+        let mut mailboxes = Vec::with_capacity(usize::from(count));
+        let mut first: Option<(Option<Subscriptions>, _)> = None;
+        for partition in 0..count {
+            let log = self.store.partition_log(name, partition)?;
+            let numbers = first.as_ref().and_then(|(numbers, _)| numbers.as_ref());
+            let mut parts = self.parts(declaration, log, numbers)?;
+            parts.partition = Partition::numbered(partition);
+            let numbers = parts.subscriptions.clone();
+            let (mailbox, subscriptions) = actor::start(
+                parts,
+                self.commit.clone(),
+                self.shutdown.child_token(),
+                &self.tracker,
+                self.resolve.clone(),
+                deleted.clone(),
+            );
+            mailboxes.push(mailbox);
+            first.get_or_insert((numbers, subscriptions));
+        }
+        let subscriptions = first.and_then(|(_, subscriptions)| subscriptions);
+        let settings = setup::settings(declaration);
+        let routing = Routing::new(
+            settings.duplicate_window_ms.is_some(),
+            settings.auto_delete_on_idle.map(crate::clock::millis),
+        );
+        Ok(EntityHandle::partitioned(
+            name.to_owned(),
+            mailboxes,
+            deleted,
+            subscriptions,
+            routing,
         ))
+    }
+
+    /// The parts of the entity (or partition) `declaration` declares, recovered from `log`;
+    /// a topic's partition takes the subscription numbers of its first partition (`imposed`).
+    fn parts(
+        &self,
+        declaration: &Declaration,
+        log: crate::store::EntityLog,
+        imposed: Option<&Subscriptions>,
+    ) -> Result<Parts, StoreError> {
+        match declaration {
+            Declaration::Queue(queue) => setup::queue(queue, log),
+            Declaration::Topic(topic) => setup::topic(topic, log, imposed),
+        }
     }
 }
 
@@ -506,6 +571,7 @@ impl Registry {
         let (reply, added) = oneshot::channel();
         let subscription_name = subscription.name.clone();
         let command = Command::AddSubscription {
+            number: None,
             config: Box::new(subscription),
             reply,
         };

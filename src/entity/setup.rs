@@ -11,6 +11,7 @@ use crate::config::{
 use crate::entity::core::{EntityCore, SubscriptionLanes};
 use crate::entity::duplicates::Duplicates;
 use crate::entity::handle::Subscriptions;
+use crate::entity::partition::Partition;
 use crate::entity::queue::Rules;
 use crate::entity::settings::{Forward, Settings, SubscriptionSettings};
 use crate::entity::terms::LaneId;
@@ -43,7 +44,7 @@ fn lane_rules(
 pub fn settings(declaration: &Declaration) -> Settings {
     match declaration {
         Declaration::Queue(queue) => Settings {
-            max_size_bytes: queue.max_size_in_megabytes.saturating_mul(1024 * 1024),
+            max_size_bytes: partition_size(queue.max_size_in_megabytes, queue.partitions),
             default_ttl_ms: NEVER,
             rules: Some(lane_rules(
                 queue.lock_duration,
@@ -63,7 +64,7 @@ pub fn settings(declaration: &Declaration) -> Settings {
             express: queue.enable_express,
         },
         Declaration::Topic(topic) => Settings {
-            max_size_bytes: topic.max_size_in_megabytes.saturating_mul(1024 * 1024),
+            max_size_bytes: partition_size(topic.max_size_in_megabytes, topic.partitions),
             default_ttl_ms: topic.default_message_time_to_live.map_or(NEVER, millis),
             rules: None,
             auto_delete_on_idle: topic.auto_delete_on_idle,
@@ -97,6 +98,13 @@ pub fn settings(declaration: &Declaration) -> Settings {
             express: topic.enable_express,
         },
     }
+}
+
+/// The bytes each actor of an entity of `megabytes` may hold: all of them, or a partitioned
+/// entity's share (Service Bus applies a partitioned entity's size per partition).
+fn partition_size(megabytes: u64, partitions: Option<u16>) -> u64 {
+    let bytes = megabytes.saturating_mul(1024 * 1024);
+    bytes / u64::from(partitions.unwrap_or(1).max(1))
 }
 
 /// The duplicate-detection window in ms, when the entity requires duplicate detection.
@@ -162,7 +170,7 @@ pub fn queue(config: &QueueConfig, mut log: EntityLog) -> Result<Parts, StoreErr
     );
     let mut core = EntityCore::queue(
         rules,
-        config.max_size_in_megabytes.saturating_mul(1024 * 1024),
+        partition_size(config.max_size_in_megabytes, config.partitions),
         recover(&mut log, LaneId::MAIN, config.requires_session)?,
         log.recover(LaneId::DEAD_LETTER)?,
     );
@@ -187,21 +195,26 @@ pub fn queue(config: &QueueConfig, mut log: EntityLog) -> Result<Parts, StoreErr
             ),
         )],
         statuses: vec![(0, config.status)],
+        partition: Partition::ALONE,
     })
 }
 
 /// A topic's parts, recovered from its log; each subscription keeps the lane number it was
-/// first given.
+/// first given, or takes the one in `imposed` (a partitioned topic's first partition's).
 ///
 /// # Errors
 /// A [`StoreError`] when the log cannot be read back or the numbers cannot be stored.
-pub fn topic(config: &TopicConfig, mut log: EntityLog) -> Result<Parts, StoreError> {
+pub fn topic(
+    config: &TopicConfig,
+    mut log: EntityLog,
+    imposed: Option<&Subscriptions>,
+) -> Result<Parts, StoreError> {
     let names: Vec<String> = config
         .subscriptions
         .iter()
         .map(|subscription| subscription.name.to_lowercase())
         .collect();
-    let numbers = log.subscription_numbers(&names, 0)?;
+    let numbers = log.subscription_numbers(&names, 0, imposed)?;
     let mut subscriptions = Vec::with_capacity(config.subscriptions.len());
     let mut forwards = Vec::new();
     for (subscription, name) in config.subscriptions.iter().zip(&names) {
@@ -222,7 +235,7 @@ pub fn topic(config: &TopicConfig, mut log: EntityLog) -> Result<Parts, StoreErr
         ));
     }
     let mut core = EntityCore::topic(
-        config.max_size_in_megabytes.saturating_mul(1024 * 1024),
+        partition_size(config.max_size_in_megabytes, config.partitions),
         config.default_message_time_to_live.map_or(NEVER, millis),
         log.recover(LaneId::MAIN)?,
         subscriptions,
@@ -251,6 +264,7 @@ pub fn topic(config: &TopicConfig, mut log: EntityLog) -> Result<Parts, StoreErr
         subscriptions: Some(numbers),
         express: config.enable_express,
         forwards,
+        partition: Partition::ALONE,
     })
 }
 
@@ -396,4 +410,6 @@ pub struct Parts {
     pub statuses: Vec<(u32, EntityStatus)>,
     /// Whether it acknowledges sends without waiting for the flush (`EnableExpress`).
     pub express: bool,
+    /// Its place among its entity's partitions (set by whoever launches a partition).
+    pub partition: Partition,
 }

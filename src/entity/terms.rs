@@ -20,9 +20,31 @@ pub type TxnId = u64;
 /// A session id (`properties.group-id`), shared by the lane's indexes.
 pub type SessionId = Arc<str>;
 
-/// Identifies one consumer (a client receiver link) across the whole broker.
+/// Identifies one consumer (a client receiver link) across the whole broker: its link's id
+/// in the low 48 bits, the partition of its entity it consumes from above them (a receiver of
+/// a partitioned entity is one consumer per partition).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConsumerId(pub u64);
+
+/// Bits of a consumer id below its partition.
+const LINK_BITS: u32 = 48;
+
+impl ConsumerId {
+    /// The consumer of link `link` at partition `partition` of its entity.
+    pub fn at(link: u64, partition: usize) -> ConsumerId {
+        ConsumerId((link & ((1 << LINK_BITS) - 1)) | ((partition as u64) << LINK_BITS))
+    }
+
+    /// The id of its link.
+    pub fn link(self) -> u64 {
+        self.0 & ((1 << LINK_BITS) - 1)
+    }
+
+    /// The partition of its entity it consumes from (0 for an unpartitioned entity).
+    pub fn partition(self) -> usize {
+        usize::try_from(self.0 >> LINK_BITS).unwrap_or(usize::MAX)
+    }
+}
 
 /// An opaque reference the caller attaches to a request and gets back with its answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,6 +190,10 @@ pub enum EntityError {
     /// entity without sessions cannot.
     #[error("{0}")]
     SessionMismatch(String),
+    /// A send a partitioned entity cannot place: a partition key that is not the session id,
+    /// or a batch whose messages belong in different partitions (Service Bus's wording).
+    #[error("{0}")]
+    PartitionMismatch(String),
 }
 
 /// One message handed to a consumer.

@@ -27,7 +27,8 @@ pub fn status_of(error: &EntityError) -> (i32, &'static str) {
         EntityError::RuleNotFound(_) => (404, wire::condition::NOT_FOUND),
         EntityError::SessionIdMissing(_)
         | EntityError::SessionIdTooLong(_)
-        | EntityError::SessionMismatch(_) => (400, wire::condition::NOT_ALLOWED),
+        | EntityError::SessionMismatch(_)
+        | EntityError::PartitionMismatch(_) => (400, wire::condition::NOT_ALLOWED),
         EntityError::SessionCannotBeLocked(_) => (410, wire::condition::SESSION_CANNOT_BE_LOCKED),
         EntityError::SessionLockLost(_) => (410, wire::condition::SESSION_LOCK_LOST),
         EntityError::NoSessionAvailable => (408, wire::condition::TIMEOUT),

@@ -1057,13 +1057,16 @@ impl EntityLog {
     /// messages stay its own whatever the order of the declarations; new names are numbered
     /// after the highest stored one and after `in_use` (the highest number a running topic
     /// uses). In `memory` mode nothing is stored: they are numbered from `in_use` + 1.
+    /// Numbers in `imposed` (a partitioned topic's first partition's) win over stored ones,
+    /// and are stored.
     ///
     /// # Errors
     /// [`StoreError::Sled`] when the numbers cannot be read or stored.
-    pub fn subscription_numbers(
+    pub fn subscription_numbers<S: std::hash::BuildHasher>(
         &mut self,
         names: &[String],
         in_use: u32,
+        imposed: Option<&HashMap<String, u32, S>>,
     ) -> Result<HashMap<String, u32>, StoreError> {
         let mut known: HashMap<String, u32> = HashMap::new();
         if let Some(tree) = &self.tree {
@@ -1080,22 +1083,34 @@ impl EntityLog {
         let mut next = known.values().max().copied().unwrap_or(0).max(in_use) + 1;
         let mut numbers = HashMap::with_capacity(names.len());
         for name in names {
-            let number = match known.get(name) {
-                Some(number) => *number,
-                None => {
+            let imposed = imposed.and_then(|imposed| imposed.get(name)).copied();
+            let number = match (imposed, known.get(name)) {
+                (Some(number), Some(known)) if number == *known => number,
+                (Some(number), _) => {
+                    self.store_subscription_number(name, number)?;
+                    number
+                }
+                (None, Some(number)) => *number,
+                (None, None) => {
                     let number = next;
                     next += 1;
-                    if let Some(tree) = &self.tree {
-                        let mut key = vec![SUBSCRIPTION_PREFIX];
-                        key.extend_from_slice(name.as_bytes());
-                        tree.insert(key, &number.to_be_bytes()[..])?;
-                    }
+                    self.store_subscription_number(name, number)?;
                     number
                 }
             };
             numbers.insert(name.clone(), number);
         }
         Ok(numbers)
+    }
+
+    /// Stores the lane number of the subscription `name` (nothing in `memory` mode).
+    fn store_subscription_number(&self, name: &str, number: u32) -> Result<(), StoreError> {
+        if let Some(tree) = &self.tree {
+            let mut key = vec![SUBSCRIPTION_PREFIX];
+            key.extend_from_slice(name.as_bytes());
+            tree.insert(key, &number.to_be_bytes()[..])?;
+        }
+        Ok(())
     }
 
     /// The stored descriptions of the rules `lane`'s subscription was given at run time.

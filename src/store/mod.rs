@@ -30,6 +30,9 @@ const BODY_CACHE_BYTES: usize = 8 * 1024 * 1024;
 const SEGMENT_SIZE: usize = 2 * 1024 * 1024;
 /// Tree-name prefix of entity trees.
 const ENTITY_TREE_PREFIX: &str = "entity:";
+/// What separates an entity's name from its partition's number in the name of a partition's
+/// tree: `$` is in no queue or topic name.
+const PARTITION_SEPARATOR: &str = "$partition";
 /// Tree of the declarations of entities created at run time.
 const DECLARATIONS_TREE: &str = "declarations";
 /// Tree of the creation and update times of entities and subscriptions, by [`times_key`].
@@ -129,6 +132,15 @@ pub enum StoreError {
         entity: String,
         /// The message.
         seq: i64,
+    },
+    /// Messages of an entity are stored under another number of partitions than it has now
+    /// (its `partitions` changed while the broker was stopped): they would be lost.
+    #[error("entity {entity}: messages are stored in {stray:?}, which its `partitions` setting no longer reads (it was changed while the broker was stopped): restore the setting, or delete the entity to drop them")]
+    Partitioning {
+        /// The entity.
+        entity: String,
+        /// The logs that hold them.
+        stray: Vec<String>,
     },
 }
 
@@ -350,6 +362,61 @@ impl Store {
             usize::MAX
         };
         Ok(EntityLog::new(self.db.clone(), tree, name, budget))
+    }
+
+    /// The log of partition `partition` of a partitioned entity (created if absent).
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when the tree cannot be opened.
+    pub fn partition_log(&self, entity: &str, partition: u16) -> Result<EntityLog, StoreError> {
+        self.log(&format!("{entity}{PARTITION_SEPARATOR}{partition}"))
+    }
+
+    /// The logs holding messages of `entity` that it would not read with `partitions` (its
+    /// unpartitioned log for a partitioned entity, partitions beyond its count): left by a
+    /// config file whose `partitions` changed while the broker was stopped. Empty logs are
+    /// dropped.
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when the trees cannot be listed or read.
+    pub fn stray_logs(
+        &self,
+        entity: &str,
+        partitions: Option<u16>,
+    ) -> Result<Vec<String>, StoreError> {
+        let Some(db) = &self.db else {
+            return Ok(Vec::new());
+        };
+        let own = format!("{ENTITY_TREE_PREFIX}{}", entity.to_lowercase());
+        let mut stray = Vec::new();
+        for name in db.tree_names() {
+            let text = String::from_utf8_lossy(&name).into_owned();
+            let partition = match text.strip_prefix(&own) {
+                Some("") => None,
+                Some(rest) => match rest.strip_prefix(PARTITION_SEPARATOR) {
+                    Some(number) => match number.parse::<u16>() {
+                        Ok(number) => Some(number),
+                        Err(_) => continue,
+                    },
+                    None => continue,
+                },
+                None => continue,
+            };
+            let read = match (partition, partitions) {
+                (None, None) => true,
+                (Some(partition), Some(count)) => partition < count,
+                _ => false,
+            };
+            if read {
+                continue;
+            }
+            if db.open_tree(&name)?.is_empty() {
+                db.drop_tree(&name)?;
+            } else {
+                stray.push(text.trim_start_matches(ENTITY_TREE_PREFIX).to_owned());
+            }
+        }
+        Ok(stray)
     }
 
     /// The declarations of entities created at run time, by lower-cased name: each the TOML

@@ -343,6 +343,7 @@ pub(super) fn topic_config(data_dir: &std::path::Path) -> tidebus::config::Confi
         name: "t".into(),
         default_message_time_to_live: None,
         max_size_in_megabytes: 1024,
+        partitions: None,
         auto_delete_on_idle: None,
         enable_express: false,
         support_ordering: true,

@@ -23,6 +23,7 @@ fn with_id(id: &str, scheduled_ms: Option<i64>) -> Arrival {
         view: None,
         session_id: None,
         message_id: Some(Bytes::from(encoded)),
+        partition_key: None,
     }
 }
 

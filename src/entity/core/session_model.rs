@@ -142,6 +142,7 @@ impl World {
                 view: None,
                 session_id: Some(session),
                 message_id: None,
+                partition_key: None,
             });
         }
         let numbers = self.core.enqueue(self.now, arrivals).expect("no quota");

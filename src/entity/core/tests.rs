@@ -577,6 +577,7 @@ fn timed(ttl_ms: Option<u32>, scheduled_ms: Option<i64>) -> Arrival {
         view: None,
         session_id: None,
         message_id: None,
+        partition_key: None,
     }
 }
 

@@ -80,6 +80,7 @@ fn message(properties: &[(&str, Value)], ttl_ms: Option<u32>) -> Arrival {
         view: Some(Box::new(view)),
         session_id: None,
         message_id: None,
+        partition_key: None,
     }
 }
 

@@ -1,0 +1,222 @@
+//! Where one actor sits among its entity's partitions (design.md D9), and how its inner
+//! numbers and lock tokens look to clients.
+//!
+//! Inside an actor every message has a position: its lanes, its log and its store keys use
+//! nothing else. Positions start at 1 and only grow, so the store's big-endian keys keep
+//! their order for ever. What a client sees is the sequence number: an unpartitioned entity's
+//! is the position itself (its 63-bit range cannot run out: 2^63 messages at a million a
+//! second take 292,000 years); a partition's is its partition id in the top 16 bits above the
+//! position's low 48 bits, so it rolls over to 0 every 2^48 messages while positions go on.
+//! A number that comes back from a client is read as the most recent position it can mean.
+//!
+//! A partition's lock tokens carry its id in their last two bytes (the lanes leave them zero),
+//! so that a token alone says which partition holds the lock.
+
+use uuid::Uuid;
+
+use crate::message::DeliveryStamp;
+use crate::wire::annotation;
+
+/// Bits of a partition's sequence number below its partition id.
+pub const NUMBER_BITS: u32 = 48;
+/// The low bits of a partition's sequence number: the position's.
+const NUMBER_MASK: i64 = (1 << NUMBER_BITS) - 1;
+/// The most partitions an entity may have.
+pub const MAX_PARTITIONS: u16 = 16;
+/// The partitions Service Bus Standard gives an entity with `EnablePartitioning`.
+pub const SERVICE_BUS_PARTITIONS: u16 = 16;
+
+/// One actor's place: alone (an unpartitioned entity), or partition `id` of its entity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Partition(Option<u16>);
+
+impl Partition {
+    /// The actor of an unpartitioned entity.
+    pub const ALONE: Partition = Partition(None);
+
+    /// Partition `id` of a partitioned entity.
+    pub fn numbered(id: u16) -> Partition {
+        Partition(Some(id))
+    }
+
+    /// Its id (0 for an unpartitioned entity's actor).
+    pub fn id(self) -> u16 {
+        self.0.unwrap_or(0)
+    }
+
+    /// The sequence number clients see for the message at `position`.
+    pub fn visible(self, position: i64) -> i64 {
+        match self.0 {
+            None => position,
+            Some(id) => (i64::from(id) << NUMBER_BITS) | (position & NUMBER_MASK),
+        }
+    }
+
+    /// The position a sequence number a client sent stands for: the most recent position
+    /// below `next` (the next position to be given) that shows as `visible`; `None` when
+    /// the number is another partition's or no position shows as it.
+    pub fn position(self, visible: i64, next: i64) -> Option<i64> {
+        let Some(id) = self.0 else {
+            return (visible > 0 && visible < next).then_some(visible);
+        };
+        if visible >> NUMBER_BITS != i64::from(id) {
+            return None;
+        }
+        let last = next - 1;
+        let mut position = (last & !NUMBER_MASK) | (visible & NUMBER_MASK);
+        if position > last {
+            position -= 1 << NUMBER_BITS;
+        }
+        (position > 0).then_some(position)
+    }
+
+    /// The position a peek from sequence number `from` starts at, in a lane whose oldest
+    /// message is at `oldest`: the messages whose numbers are `from` or above in the oldest
+    /// epoch, then everything after them in log order. `None`: nothing of this partition
+    /// (`from` is a later partition's).
+    pub fn peek_start(self, from: i64, oldest: i64) -> Option<i64> {
+        let Some(id) = self.0 else {
+            return Some(from);
+        };
+        match (from >> NUMBER_BITS).cmp(&i64::from(id)) {
+            std::cmp::Ordering::Less => Some(0),
+            std::cmp::Ordering::Greater => None,
+            std::cmp::Ordering::Equal => Some((oldest & !NUMBER_MASK) | (from & NUMBER_MASK)),
+        }
+    }
+
+    /// A lock token as clients see it: with this partition's id in its last two bytes.
+    pub fn mark(self, token: Uuid) -> Uuid {
+        match self.0 {
+            None => token,
+            Some(id) => {
+                let mut bytes = *token.as_bytes();
+                bytes[14..].copy_from_slice(&id.to_be_bytes());
+                Uuid::from_bytes(bytes)
+            }
+        }
+    }
+
+    /// A lock token a client sent back, as the lanes know it.
+    pub fn unmark(self, token: Uuid) -> Uuid {
+        match self.0 {
+            None => token,
+            Some(_) => {
+                let mut bytes = *token.as_bytes();
+                bytes[14..].fill(0);
+                Uuid::from_bytes(bytes)
+            }
+        }
+    }
+
+    /// Writes what a client sees into a delivery's stamp: its sequence number and token.
+    pub fn restamp(self, stamp: &mut DeliveryStamp, position: i64) {
+        if self.0.is_none() {
+            return;
+        }
+        for (name, value) in &mut stamp.annotations {
+            if *name == annotation::SEQUENCE_NUMBER {
+                *value = fe2o3_amqp::types::primitives::Value::Long(self.visible(position));
+            }
+        }
+        stamp.lock_token = stamp.lock_token.map(|token| self.mark(token));
+    }
+}
+
+/// The partition a sequence number belongs to.
+pub fn of_number(visible: i64) -> usize {
+    usize::try_from(visible >> NUMBER_BITS).unwrap_or(usize::MAX)
+}
+
+/// The partition a lock token belongs to.
+pub fn of_token(token: Uuid) -> usize {
+    let bytes = token.as_bytes();
+    usize::from(u16::from_be_bytes([bytes[14], bytes[15]]))
+}
+
+/// The partition of `count` that a session id or partition key goes to: the same one for
+/// the same key, in every process and version (FNV-1a, not the standard library's hasher,
+/// whose output may change).
+pub fn of_key(key: &[u8], count: usize) -> usize {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &byte in key {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    usize::try_from(hash % count.max(1) as u64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMIT: i64 = 1 << NUMBER_BITS;
+
+    #[test]
+    fn an_unpartitioned_entity_shows_its_positions() {
+        let alone = Partition::ALONE;
+        assert_eq!(alone.visible(42), 42);
+        assert_eq!(alone.position(42, 43), Some(42));
+        assert_eq!(alone.position(43, 43), None, "not given yet");
+        assert_eq!(alone.position(0, 43), None);
+        assert_eq!(alone.peek_start(7, 1), Some(7));
+        let token = Uuid::new_v4();
+        assert_eq!(alone.mark(token), token);
+    }
+
+    #[test]
+    fn a_partition_number_carries_its_id_above_48_bits_and_rolls_over() {
+        let third = Partition::numbered(3);
+        assert_eq!(third.visible(5), (3 << 48) | 5);
+        assert_eq!(third.visible(LIMIT - 1), (3 << 48) | (LIMIT - 1));
+        assert_eq!(third.visible(LIMIT), 3 << 48, "rolled over to 0");
+        assert_eq!(third.visible(LIMIT + 2), (3 << 48) | 2);
+        assert_eq!(of_number(third.visible(LIMIT + 2)), 3);
+    }
+
+    #[test]
+    fn a_number_stands_for_the_most_recent_position_that_shows_as_it() {
+        let first = Partition::numbered(1);
+        let next = LIMIT + 3; // positions up to LIMIT + 2 were given
+        let before = first.visible(LIMIT - 2);
+        let after = first.visible(LIMIT + 1);
+        assert_eq!(first.position(before, next), Some(LIMIT - 2));
+        assert_eq!(first.position(after, next), Some(LIMIT + 1));
+        assert_eq!(first.position(first.visible(LIMIT + 5), next), Some(5));
+        assert_eq!(first.position(Partition::numbered(2).visible(1), next), None);
+        assert_eq!(first.position(first.visible(9), 5), None, "never given");
+    }
+
+    #[test]
+    fn a_peek_starts_in_the_oldest_epoch_and_skips_other_partitions() {
+        let first = Partition::numbered(1);
+        let oldest = LIMIT - 2;
+        assert_eq!(first.peek_start(0, oldest), Some(0), "an earlier partition's number");
+        assert_eq!(first.peek_start(2 << 48, oldest), None, "a later partition's");
+        assert_eq!(first.peek_start(1 << 48, oldest), Some(0), "from 0: everything");
+        assert_eq!(first.peek_start(first.visible(LIMIT - 1), oldest), Some(LIMIT - 1));
+    }
+
+    #[test]
+    fn tokens_carry_their_partition_and_come_back_as_the_lanes_made_them() {
+        let mut bytes = *Uuid::new_v4().as_bytes();
+        bytes[14..].fill(0);
+        let token = Uuid::from_bytes(bytes);
+        let marked = Partition::numbered(9).mark(token);
+        assert_eq!(of_token(marked), 9);
+        assert_eq!(Partition::numbered(9).unmark(marked), token);
+    }
+
+    #[test]
+    fn keys_spread_and_always_land_in_the_same_partition() {
+        assert_eq!(of_key(b"session-1", 16), of_key(b"session-1", 16));
+        assert_eq!(of_key(b"anything", 1), 0);
+        let used: std::collections::HashSet<usize> =
+            (0..200).map(|i| of_key(format!("key-{i}").as_bytes(), 4)).collect();
+        assert_eq!(used.len(), 4);
+        // Fixed for ever (FNV-1a): a session's messages are found in the same partition
+        // after an upgrade.
+        assert_eq!(of_key(b"", 16), 0xcbf2_9ce4_8422_2325 % 16);
+        assert_eq!(of_key(b"a", 1 << 20), 0xaf63_dc4c_8601_ec8c % (1 << 20));
+    }
+}

@@ -90,3 +90,13 @@ fn forwarding_suite() {
 fn azure_sdk_fidelity_suite() {
     pytest::run("tests/python/test_fidelity.py");
 }
+
+/// Partitioned queues and topics with the official `azure-servicebus` SDK (issue 34): sends
+/// spread over partitions and numbered gap-free in each, keys and sessions in one partition,
+/// a key unlike the session id refused, one-at-a-time receives, peek across partitions,
+/// schedule, cancel, deferral, dead-lettering and renewal by number and token, next-available
+/// sessions, a partitioned topic's rules, duplicate detection, and `kill -9` losing nothing.
+#[test]
+fn partitions_suite() {
+    pytest::run("tests/python/test_partitions.py");
+}

@@ -514,6 +514,7 @@ async fn update(
     let changed = match sent(request)
         .await
         .and_then(|sent| within_api_version(urls, sent))
+        .and_then(|sent| within_message_size(admin, sent))
     {
         Ok(sent) => apply(entry.declaration.clone(), &sent),
         Err(detail) => Err(detail),
@@ -565,6 +566,7 @@ async fn create(
     let declaration = match sent(request)
         .await
         .and_then(|sent| within_api_version(urls, sent))
+        .and_then(|sent| within_message_size(admin, sent))
         .and_then(|sent| declaration(name, &sent))
     {
         Ok(declaration) => declaration,
@@ -662,6 +664,26 @@ fn within_api_version(urls: &Urls, sent: atom::Sent) -> Result<atom::Sent, Strin
              {MAX_MESSAGE_SIZE_API_VERSION} or later",
             urls.api_version
         ));
+    }
+    Ok(sent)
+}
+
+/// A client's description, unless its `MaxMessageSizeInKilobytes` is more than the broker
+/// takes (`broker.max_message_size`): every entity has the broker's limit, read back as that
+/// property; a size at or under it is accepted and changes nothing.
+///
+/// # Errors
+/// The size asked for and the broker's, named.
+fn within_message_size(admin: &Admin, sent: atom::Sent) -> Result<atom::Sent, String> {
+    let limit = admin.max_message_size / 1024;
+    if let Some(asked) = sent.fields.get("MaxMessageSizeInKilobytes") {
+        let asked: u64 = number(asked)?;
+        if asked > limit {
+            return Err(format!(
+                "MaxMessageSizeInKilobytes = {asked} is more than this broker takes: its \
+                 entities hold messages up to {limit} KB (broker.max_message_size)"
+            ));
+        }
     }
     Ok(sent)
 }

@@ -408,12 +408,55 @@ def test_created_at_is_kept_across_a_restart_and_updated_at_moves_with_an_update
         after = client.get_topic_runtime_properties("events")
         assert after.updated_at_utc == topic.updated_at_utc, "a subscription's update is its own"
 
+def test_enable_partitioning_gives_sixteen_partitions_counted_together_and_cannot_change(secured):
+    with admin(secured) as client:
+        # As Service Bus Standard: the size asked for is each partition's.
+        created = client.create_queue("parted", enable_partitioning=True, max_size_in_megabytes=3072)
+        assert created.enable_partitioning
+        assert created.max_size_in_megabytes == 16 * 3072
+        topic = client.create_topic("parted-topic", enable_partitioning=True)
+        assert (topic.enable_partitioning, topic.max_size_in_megabytes) == (True, 16 * 1024)
+        assert not client.get_queue("declared").enable_partitioning
+        with open_client(secured) as data:
+            with data.get_queue_sender("parted") as sender:
+                for index in range(32):
+                    sender.send_messages(ServiceBusMessage(f"m{index}"))
+            with data.get_queue_receiver("parted", max_wait_time=RECEIVE_WAIT_S) as receiver:
+                received = receive_exactly(receiver, 32)
+                partitions = {message.sequence_number >> 48 for message in received}
+                assert partitions == set(range(16)), "spread over all sixteen"
+                receiver.dead_letter_message(received[0], reason="admin-test")
+        runtime = client.get_queue_runtime_properties("parted")
+        assert (runtime.active_message_count, runtime.dead_letter_message_count) == (31, 1)
+        # Read back and sent again unchanged, the size stays; a new size is per partition.
+        described = client.get_queue("parted")
+        described.max_delivery_count = 7
+        client.update_queue(described)
+        assert client.get_queue("parted").max_size_in_megabytes == 16 * 3072
+        described = client.get_queue("parted")
+        described.max_size_in_megabytes = 1024
+        client.update_queue(described)
+        assert client.get_queue("parted").max_size_in_megabytes == 16 * 1024
+        described.enable_partitioning = False
+        with pytest.raises(HttpResponseError) as refused:
+            client.update_queue(described)
+        assert refused.value.status_code == 400
+        assert "Partitioning cannot be changed for Queue" in str(refused.value)
+        declared = client.get_queue("declared")
+        declared.enable_partitioning = True
+        with pytest.raises(HttpResponseError, match="Partitioning cannot be changed"):
+            client.update_queue(declared)
+        client.delete_queue("parted")
+        with pytest.raises(ResourceNotFoundError):
+            client.get_queue_runtime_properties("parted")
+
+
 def test_what_tidebus_does_not_do_is_refused_naming_it(secured):
     with admin(secured) as client:
         with pytest.raises(HttpResponseError) as refused:
-            client.create_queue("dedup", enable_partitioning=True)
+            client.create_queue("dedup", user_metadata="notes")
         assert refused.value.status_code == 400
-        assert "EnablePartitioning" in str(refused.value), str(refused.value)
+        assert "UserMetadata" in str(refused.value), str(refused.value)
         with pytest.raises(HttpResponseError) as refused:
             client.create_queue("bad", lock_duration=timedelta(minutes=10))
         assert refused.value.status_code == 400

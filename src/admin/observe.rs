@@ -52,6 +52,8 @@ struct Gathered {
     /// A topic's subscriptions with their lane numbers; `None` for a queue.
     subscriptions: Option<Vec<(String, u32)>>,
     stats: EntityStats,
+    /// Each partition's, for a partitioned entity.
+    partitions: Vec<EntityStats>,
 }
 
 impl Gathered {
@@ -63,6 +65,7 @@ impl Gathered {
                 path: self.name.clone(),
                 stats: &self.stats,
                 lane: Some(LaneId::MAIN),
+                partitions: &self.partitions,
             }];
         };
         let topic = Described {
@@ -70,6 +73,7 @@ impl Gathered {
             path: self.name.clone(),
             stats: &self.stats,
             lane: None,
+            partitions: &self.partitions,
         };
         let each = subscriptions
             .iter()
@@ -81,6 +85,7 @@ impl Gathered {
                     subscription: *number,
                     dead_letter: false,
                 }),
+                partitions: &self.partitions,
             });
         std::iter::once(topic).chain(each).collect()
     }
@@ -102,10 +107,12 @@ pub async fn metrics(admin: &Admin) -> Response<Full<Bytes>> {
             ),
         };
         let name = entry.declaration.name().to_owned();
+        let partitions = entry.handle.partition_stats().await;
         gathered.push(Gathered {
             name,
             subscriptions,
             stats,
+            partitions,
         });
     }
     let described: Vec<Described> = gathered.iter().flat_map(Gathered::described).collect();

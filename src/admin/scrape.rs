@@ -25,6 +25,8 @@ pub struct Described<'a> {
     pub stats: &'a EntityStats,
     /// Its lanes in `stats` (none for a topic: its messages live in its subscriptions).
     pub lane: Option<LaneId>,
+    /// What each partition reported, for a partitioned entity's (none otherwise).
+    pub partitions: &'a [EntityStats],
 }
 
 type Labels = Vec<(&'static str, String)>;
@@ -42,6 +44,7 @@ struct EntityFamilies {
     dead_lettered: Family<Labels, Counter>,
     duplicates_dropped: Family<Labels, Counter>,
     duplicate_ids: Family<Labels, Gauge>,
+    partition_messages: Family<Labels, Gauge>,
 }
 
 impl EntityFamilies {
@@ -77,6 +80,12 @@ impl EntityFamilies {
                 .set(gauge(scheduled));
             return;
         };
+        for (partition, stats) in entity.partitions.iter().enumerate() {
+            let counts = stats.lane(main);
+            self.partition_messages
+                .get_or_create(&with("partition", &partition.to_string()))
+                .set(gauge(counts.active + counts.scheduled + counts.deferred));
+        }
         let dead = main.dead_letter_lane();
         let (counts, dead_counts) = (stats.lane(main), stats.lane(dead));
         for (state, value) in [
@@ -181,6 +190,12 @@ impl EntityFamilies {
             "tidebus_duplicate_ids",
             "Message ids in a queue's or topic's duplicate-detection window",
             self.duplicate_ids,
+        );
+        registry.register(
+            "tidebus_partition_messages",
+            "Messages one partition of a partitioned queue or subscription holds (active, \
+             scheduled and deferred; the entity's totals are in tidebus_messages)",
+            self.partition_messages,
         );
     }
 }

@@ -529,6 +529,22 @@ impl EntityHandle {
         }
     }
 
+    /// What each partition of a partitioned entity holds, in partition order (none for an
+    /// unpartitioned entity; a partition that stopped reports nothing).
+    pub async fn partition_stats(&self) -> Vec<EntityStats> {
+        if self.routing.is_none() {
+            return Vec::new();
+        }
+        let mut all = Vec::with_capacity(self.partitions());
+        for partition in 0..self.partitions() {
+            let (reply, answer) = oneshot::channel();
+            if self.post_to(partition, Command::Describe { reply }).await.is_ok() {
+                all.push(answer.await.unwrap_or_default());
+            }
+        }
+        all
+    }
+
     /// The entity's `auto_delete_on_idle` as its router knows it (a partitioned entity's).
     pub fn routing_auto_delete_ms(&self) -> Option<i64> {
         self.routing.as_ref().and_then(|routing| routing.auto_delete_ms())

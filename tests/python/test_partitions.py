@@ -8,6 +8,7 @@ the number or the lock token.
 """
 
 import threading
+import urllib.request
 from collections import defaultdict
 from datetime import timedelta
 
@@ -61,10 +62,26 @@ def drain(receiver, expected):
     return {message.sequence_number: body_of(message) for message in received}
 
 
+def partition_metrics(broker, entity):
+    """`tidebus_partition_messages` of `entity` from `/metrics`, by partition."""
+    url = f"http://127.0.0.1:{broker.admin_port}/metrics"
+    with urllib.request.urlopen(url, timeout=OPERATION_TIMEOUT_S) as response:
+        text = response.read().decode()
+    held = {}
+    for line in text.splitlines():
+        if line.startswith("tidebus_partition_messages{") and f'entity="{entity}"' in line:
+            labels, value = line.rsplit(" ", 1)
+            partition = labels.split('partition="')[1].split('"')[0]
+            held[partition] = int(value)
+    return held
+
+
 @pytest.mark.broker(queues=[QUEUE])
-def test_plain_sends_spread_over_the_partitions_numbered_gap_free_in_each(client):
+def test_plain_sends_spread_over_the_partitions_numbered_gap_free_in_each(broker, client):
     send_each(client, "pq", [[ServiceBusMessage("batch")]])
     send_each(client, "pq", [ServiceBusMessage(f"m{index}") for index in range(39)])
+    held = partition_metrics(broker, "pq")
+    assert sorted(held) == [str(p) for p in range(PARTITIONS)] and sum(held.values()) == 40
     with client.get_queue_receiver("pq", prefetch_count=20) as receiver:
         received = drain(receiver, 40)
     numbers = defaultdict(list)

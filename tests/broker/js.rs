@@ -61,6 +61,15 @@ fn azure_sdk_sessions_suite() {
     run("tests/js/sessions.test.js");
 }
 
+/// Partitioned queues and topics: sends spread over partitions, partition keys and sessions in
+/// one partition, next-available sessions in every partition, peek across partitions,
+/// schedule, deferral, renewal and dead-lettering by number and token, a rule added at run time
+/// filtering every partition.
+#[test]
+fn azure_sdk_partitions_suite() {
+    run("tests/js/partitions.test.js");
+}
+
 /// Security: the emulator's connection string with anonymous clients refused, a wrong key
 /// refused (`UnauthorizedAccess`), and the SDK over TLS trusting a `gen-cert` CA through
 /// `NODE_EXTRA_CA_CERTS`.

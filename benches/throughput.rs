@@ -3,7 +3,7 @@
 //!
 //! `cargo bench --bench throughput -- [--messages N] [--size BYTES] [--window N] [--credit N]
 //! [--durability sync|interval|memory] [--fill-first] [--receive-and-delete] [--topic N]
-//! [--tls] [--dedup] [--forward] [--child]`
+//! [--tls] [--dedup] [--forward] [--child] [--partitions N] [--producers N] [--consumers N]`
 //!
 //! The producer sends to the entity `bench`: a queue, or with `--topic N` a topic with N
 //! subscriptions `sub-1` .. `sub-N`, each with the default rule (`$Default`, the true filter),
@@ -17,6 +17,13 @@
 //!
 //! With `--forward` the queue forwards every message to a second queue, `bench-out`, which the
 //! consumer reads: the cost of one auto-forwarding hop.
+//!
+//! With `--partitions N` the queue or topic has N partitions (design.md D9). `--producers N`
+//! sends with N producers at once, each on its own connection and with its own window, each
+//! sending its share of the messages; `--consumers N` receives each queue or subscription with
+//! N consumers at once, each on its own connection, which together must get every message
+//! exactly once (a partitioned entity is how one hot queue uses more than one core; a load of
+//! one producer and one consumer cannot show it).
 //!
 //! With `--child` the broker is the real `tidebus` binary, started as a child process with the
 //! same entities, and the CPU figure is the child's own (`/proc/<pid>/stat`, all its threads),
@@ -109,6 +116,12 @@ struct Args {
     forward: bool,
     /// Whether the broker is the `tidebus` binary as a child process.
     child: bool,
+    /// Partitions of the queue or topic; `None`: not partitioned.
+    partitions: Option<u64>,
+    /// Producers sending at once.
+    producers: u64,
+    /// Consumers of each queue or subscription at once.
+    consumers: u64,
 }
 
 impl Args {
@@ -122,6 +135,11 @@ impl Args {
             }
             false => "",
         };
+        let partitions = self
+            .partitions
+            .map(|count| format!("partitions = {count}\n"))
+            .unwrap_or_default();
+        let dedup = format!("{dedup}{partitions}");
         let Some(subscriptions) = self.topic else {
             let queue = format!("{}{dedup}", support::queue_toml(ENTITY));
             return match self.forward {
@@ -165,6 +183,9 @@ fn parse_args() -> Result<Args, String> {
         dedup: false,
         forward: false,
         child: false,
+        partitions: None,
+        producers: 1,
+        consumers: 1,
     };
     let mut flags = Flags::from_env();
     while let Some(flag) = flags.next_flag() {
@@ -181,6 +202,9 @@ fn parse_args() -> Result<Args, String> {
             "--dedup" => args.dedup = true,
             "--forward" => args.forward = true,
             "--child" => args.child = true,
+            "--partitions" => args.partitions = Some(flags.number(&flag)?.clamp(1, 16)),
+            "--producers" => args.producers = flags.number(&flag)?.max(1),
+            "--consumers" => args.consumers = flags.number(&flag)?.max(1),
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -195,9 +219,31 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-/// Sends every message; returns how many were accepted, the elapsed time and each send's round
-/// trip (send to outcome) in µs.
+/// Sends every message with `args.producers` producers at once, each its share of the ids;
+/// returns how many were accepted, the elapsed time and each send's round trip in µs.
 async fn produce(dial: &Dial, args: &Args) -> Result<(u64, Duration, Vec<u64>), BoxError> {
+    let started = Instant::now();
+    let shares = (0..args.producers).map(|producer| {
+        let ids = producer * args.messages / args.producers
+            ..(producer + 1) * args.messages / args.producers;
+        produce_ids(dial, args, ids)
+    });
+    let mut accepted = 0;
+    let mut round_trips = Vec::with_capacity(args.messages as usize);
+    for (count, _, trips) in try_join_all(shares).await? {
+        accepted += count;
+        round_trips.extend(trips);
+    }
+    Ok((accepted, started.elapsed(), round_trips))
+}
+
+/// Sends the messages numbered `ids` on a connection of its own; returns how many were
+/// accepted, the elapsed time and each send's round trip (send to outcome) in µs.
+async fn produce_ids(
+    dial: &Dial,
+    args: &Args,
+    ids: std::ops::Range<u64>,
+) -> Result<(u64, Duration, Vec<u64>), BoxError> {
     let mut connection = dial.open("bench-producer").await?;
     let mut session = Session::begin(&mut connection).await?;
     let mut sender = Sender::attach(&mut session, "bench-sender", ENTITY).await?;
@@ -205,8 +251,8 @@ async fn produce(dial: &Dial, args: &Args) -> Result<(u64, Duration, Vec<u64>), 
     let started = Instant::now();
     let mut inflight = FuturesUnordered::new();
     let mut accepted = 0;
-    let mut round_trips = Vec::with_capacity(args.messages as usize);
-    for id in 0..args.messages {
+    let mut round_trips = Vec::with_capacity(ids.clone().count());
+    for id in ids {
         let properties = ApplicationProperties::builder()
             .insert("id", SimpleValue::Long(id as i64))
             .insert("ts", SimpleValue::Long(now_micros()))
@@ -285,8 +331,46 @@ struct Received {
     latencies_us: Vec<u64>,
 }
 
-/// Receives from `source` until every message came once; fails after 30 s without one.
+/// What the consumers of one source received between them.
+struct Tally {
+    seen: std::sync::Mutex<HashSet<i64>>,
+    /// Set once every message came.
+    done: tokio::sync::watch::Sender<bool>,
+}
+
+/// Receives from `source` with `args.consumers` consumers at once until every message came
+/// once; fails after 30 s without one.
 async fn consume(dial: &Dial, args: &Args, source: &str) -> Result<Received, BoxError> {
+    let tally = Tally {
+        seen: std::sync::Mutex::new(HashSet::with_capacity(args.messages as usize)),
+        done: tokio::sync::watch::channel(false).0,
+    };
+    let consumers = (0..args.consumers).map(|_| consume_one(dial, args, source, &tally));
+    let mut got = Received {
+        source: source.to_owned(),
+        unique: 0,
+        duplicates: 0,
+        first: None,
+        last: None,
+        latencies_us: Vec::with_capacity(args.messages as usize),
+    };
+    for one in try_join_all(consumers).await? {
+        got.unique += one.unique;
+        got.duplicates += one.duplicates;
+        got.first = got.first.into_iter().chain(one.first).min();
+        got.last = got.last.into_iter().chain(one.last).max();
+        got.latencies_us.extend(one.latencies_us);
+    }
+    Ok(got)
+}
+
+/// One consumer of `source`, on a connection of its own, until `tally` has every message.
+async fn consume_one(
+    dial: &Dial,
+    args: &Args,
+    source: &str,
+    tally: &Tally,
+) -> Result<Received, BoxError> {
     let mut connection = dial.open(&format!("bench-consumer {source}")).await?;
     let mut session = Session::begin(&mut connection).await?;
     let mut receiver = Receiver::builder()
@@ -300,25 +384,23 @@ async fn consume(dial: &Dial, args: &Args, source: &str) -> Result<Received, Box
         })
         .attach(&mut session)
         .await?;
-    let mut seen = HashSet::with_capacity(args.messages as usize);
     let mut got = Received {
         source: source.to_owned(),
         unique: 0,
         duplicates: 0,
         first: None,
         last: None,
-        latencies_us: Vec::with_capacity(args.messages as usize),
+        latencies_us: Vec::new(),
     };
-    while got.unique < args.messages {
-        let delivery =
-            tokio::time::timeout(Duration::from_secs(30), receiver.recv::<Body<Value>>())
-                .await
-                .map_err(|_| {
-                    format!(
-                        "{source}: no message for 30 s after {} received",
-                        got.unique
-                    )
-                })??;
+    let mut done = tally.done.subscribe();
+    loop {
+        let delivery = tokio::select! {
+            _ = done.wait_for(|done| *done) => break,
+            delivery = tokio::time::timeout(Duration::from_secs(30), receiver.recv::<Body<Value>>()) => delivery,
+        };
+        let delivery = delivery.map_err(|_| {
+            format!("{source}: no message for 30 s after {} received here", got.unique)
+        })??;
         let now = Instant::now();
         let properties = delivery.message().application_properties.as_ref();
         let field = |key: &str| match properties.and_then(|p| p.0.get(key)) {
@@ -329,15 +411,21 @@ async fn consume(dial: &Dial, args: &Args, source: &str) -> Result<Received, Box
         // For a pre-settled delivery this sends nothing, but fe2o3-amqp refreshes its credit
         // only when a delivery is disposed.
         receiver.accept(&delivery).await?;
-        if id.is_some_and(|id| seen.insert(id)) {
-            got.unique += 1;
-        } else {
-            got.duplicates += 1;
-        }
+        let total = {
+            let mut seen = tally.seen.lock().expect("tally");
+            match id.is_some_and(|id| seen.insert(id)) {
+                true => got.unique += 1,
+                false => got.duplicates += 1,
+            }
+            seen.len() as u64
+        };
         got.first.get_or_insert(now);
         got.last = Some(now);
         if let Some(ts) = ts {
             got.latencies_us.push((now_micros() - ts).max(0) as u64);
+        }
+        if total >= args.messages {
+            tally.done.send_replace(true);
         }
     }
     receiver.close().await?;
@@ -457,6 +545,13 @@ fn main() -> Result<(), BoxError> {
     if args.forward {
         println!("forward:    {ENTITY} forwards to {FORWARD_TARGET}, where the consumer reads");
     }
+    println!(
+        "load:       {} producer(s), {} consumer(s) per source, {}",
+        args.producers,
+        args.consumers,
+        args.partitions
+            .map_or_else(|| "not partitioned".to_owned(), |n| format!("{n} partitions"))
+    );
     println!(
         "send:       accepted={accepted} elapsed={send_elapsed:.3?} rate={:.0} msg/s",
         rate(accepted, send_elapsed)

@@ -240,19 +240,53 @@ impl Outgoing {
     }
 
     /// How much demand to add (or take back) at each consumer so that what they owe matches
-    /// the credit: all of it for one consumer; shared among several, each owed its share
-    /// rounded up, so that every partition with messages can deliver while credit is left
-    /// (deliveries past the credit go back to their partition). Updates each `owed` as if the
-    /// entity applied it; zero changes are left out.
+    /// the credit: all of it for one consumer. Several (a partitioned entity's) share it: each
+    /// consumer owing half its share or less (the credit over their number, rounded up) gets
+    /// it,
+    /// so that every partition with messages can deliver while credit is left and at most
+    /// `consumers - 1` deliveries past the credit go back to their partitions. Demand is taken
+    /// back from those owing more (down to their share) only when the others need the room: a
+    /// delivery already on its way makes a take-back miss, and sends one too many. Updates
+    /// each `owed` as if the entity applied it; zero changes are left out.
     pub fn credit_deltas(&mut self) -> Vec<(ConsumerId, i64)> {
-        let share = i64::from(self.credit.div_ceil(self.feeds.len().max(1) as u32));
+        let credit = i64::from(self.credit);
+        if let [feed] = &mut self.feeds[..] {
+            let delta = credit - feed.owed;
+            feed.owed = credit;
+            return (delta != 0)
+                .then_some((feed.consumer, delta))
+                .into_iter()
+                .collect();
+        }
+        let count = self.feeds.len() as i64;
+        let share = (credit + count - 1) / count;
+        let bound = credit + count - 1;
+        let owed = |feeds: &[Feed]| -> i64 { feeds.iter().map(|feed| feed.owed.max(0)).sum() };
+        let needed: i64 = self.feeds.iter().map(|feed| (share - feed.owed).max(0)).sum();
+        let mut deltas = vec![0; self.feeds.len()];
+        if owed(&self.feeds) + needed > bound {
+            for (feed, delta) in self.feeds.iter_mut().zip(&mut deltas) {
+                *delta = (share - feed.owed).min(0);
+                feed.owed += *delta;
+            }
+        }
+        let mut room = (bound - owed(&self.feeds)).max(0);
+        for (feed, delta) in self.feeds.iter_mut().zip(&mut deltas) {
+            // One that still owes over half its share waits: a top-up per delivery would cost
+            // a command per delivery.
+            if feed.owed > share / 2 {
+                continue;
+            }
+            let add = (share - feed.owed).clamp(0, room);
+            room -= add;
+            feed.owed += add;
+            *delta += add;
+        }
         self.feeds
-            .iter_mut()
-            .filter_map(|feed| {
-                let delta = share - feed.owed;
-                feed.owed += delta;
-                (delta != 0).then_some((feed.consumer, delta))
-            })
+            .iter()
+            .zip(deltas)
+            .filter(|(_, delta)| *delta != 0)
+            .map(|(feed, delta)| (feed.consumer, delta))
             .collect()
     }
 
@@ -404,19 +438,45 @@ mod tests {
             })
             .collect();
         link.apply_flow(None, 10, false);
+        let owed = |link: &super::Outgoing| -> Vec<i64> { link.feeds.iter().map(|f| f.owed).collect() };
         let deltas: Vec<i64> = link.credit_deltas().into_iter().map(|(_, d)| d).collect();
         assert_eq!(deltas, [3, 3, 3, 3], "10 over 4, rounded up");
-        // The first partition delivered its three; seven credits are left.
+        // The first partition delivered its three; seven credits are left: it gets its share
+        // (two), the others give back the room it needs.
         link.feeds[0].owed = 0;
         link.credit = 7;
-        let deltas: Vec<_> = link.credit_deltas();
-        let first = crate::entity::handle::ConsumerId::at(1, 0);
-        let rest: Vec<i64> = deltas.iter().skip(1).map(|(_, d)| *d).collect();
-        assert_eq!(deltas[0], (first, 2));
-        assert_eq!(rest, [-1, -1, -1]);
-        // One credit left: every partition may deliver one (the extras go back).
+        link.credit_deltas();
+        assert_eq!(owed(&link), [2, 2, 2, 2]);
+        // A flow that changes nothing the partitions need takes nothing back, and one owing
+        // over half its share waits for more.
+        link.credit = 9;
+        link.feeds[1].owed = 3;
+        assert_eq!(link.credit_deltas(), []);
+        // The client takes its credit back to one: each keeps one at most.
         link.credit = 1;
         link.credit_deltas();
-        assert!(link.feeds.iter().all(|feed| feed.owed == 1));
+        assert_eq!(owed(&link), [1, 1, 1, 1]);
+        // Credit 135 while three partitions, empty, owe 46 each: the fourth gets its share.
+        link.credit = 135;
+        for (feed, owed) in link.feeds.iter_mut().zip([0, 46, 46, 46]) {
+            feed.owed = owed;
+        }
+        link.credit_deltas();
+        assert_eq!(owed(&link), [34, 34, 34, 34]);
+        // Credit for one partition with messages while the others, empty, owe more than it:
+        // they give some back and it gets its share (no partition waits with credit left).
+        link.credit = 9;
+        for (feed, owed) in link.feeds.iter_mut().zip([0, 5, 5, 5]) {
+            feed.owed = owed;
+        }
+        link.credit_deltas();
+        assert_eq!(owed(&link), [3, 3, 3, 3]);
+        // All delivered, one credit: every partition may deliver one (the extras go back).
+        link.credit = 1;
+        for feed in &mut link.feeds {
+            feed.owed = 0;
+        }
+        link.credit_deltas();
+        assert_eq!(owed(&link), [1, 1, 1, 1]);
     }
 }

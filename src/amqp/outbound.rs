@@ -96,6 +96,10 @@ pub fn take(outgoing: &mut Outgoing, delivery: Box<Delivery>, out: &mut Outbox) 
         feed.owed
     });
     if outgoing.credit == 0 || owed.is_none() {
+        // The entity takes it back and stops delivering to that consumer until asked again.
+        if let Some(feed) = outgoing.feed_mut(delivery.consumer) {
+            feed.owed = 0;
+        }
         out.posts
             .push((outgoing.entity.clone(), Command::GiveBack { delivery }));
         return None;
@@ -285,8 +289,9 @@ mod tests {
             from_first.consumer = ConsumerId::at(1, 0);
             assert!(take(&mut link, from_first, &mut out).is_some());
         }
-        // Two credits left, the first partition owes none: each is owed one again.
-        assert_eq!(posted(&out), ["credit 2", "credit 2", "credit 1", "credit -1"]);
+        // Two credits left, the first partition owes none: it is owed one again (with the two
+        // the second owes, one past the credit at most).
+        assert_eq!(posted(&out), ["credit 2", "credit 2", "credit 1"]);
         let mut stray = delivery(b"\x00\x53\x75\xa0\x01x", true);
         stray.consumer = ConsumerId::at(1, 5);
         assert!(take(&mut link, stray, &mut out).is_none(), "not a consumer of the link");

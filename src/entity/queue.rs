@@ -752,11 +752,17 @@ impl QueueCore {
         }
     }
 
-    /// Takes back a delivery that never reached the client: unlocked without counting, or
-    /// (receive-and-delete) stored again under its own sequence number.
+    /// Takes back a delivery that never reached the client (its link had no credit left):
+    /// unlocked without counting, or (receive-and-delete) stored again under its own sequence
+    /// number; the consumer's demand is zero until its link asks again.
     /// Returns whether a drain of the consumer waits to go on.
     pub fn give_back(&mut self, delivery: Delivery) -> bool {
         let draining = self.forwarded(delivery.consumer, u64::from(delivery.record.size));
+        // Its link had no credit left: nothing more until the link asks again (its
+        // connection counts the consumer as owing nothing).
+        if let Some(state) = self.consumers.get_mut(&delivery.consumer) {
+            state.demand = 0;
+        }
         match delivery.lock_token {
             Some(token) => {
                 let held = self

@@ -184,7 +184,11 @@ pub fn open(
                         session: session.clone(),
                     },
                 ));
-                feeds.push(Feed { consumer, owed: 0 });
+                feeds.push(Feed {
+                    consumer,
+                    owed: 0,
+                    taken: 0,
+                });
             }
             LinkKind::Outgoing(Outgoing {
                 entity,

@@ -66,6 +66,7 @@ pub fn outgoing() -> Outgoing {
         feeds: vec![Feed {
             consumer: ConsumerId(1),
             owed: 0,
+            taken: 0,
         }],
         mode: ReceiveMode::PeekLock,
         settle_second: false,

@@ -169,6 +169,17 @@ pub struct Feed {
     pub consumer: ConsumerId,
     /// Deliveries it may still send: credit handed to it minus deliveries seen.
     pub owed: i64,
+    /// Deliveries seen from it in all (given back ones too): the entity counts them alike,
+    /// so a limit of `taken + owed` means the same at both ends.
+    pub taken: u64,
+}
+
+impl Feed {
+    /// The delivery limit that lets it send what it owes.
+    fn limit(&self) -> (ConsumerId, u64) {
+        let owed = u64::try_from(self.owed).unwrap_or(0);
+        (self.consumer, self.taken + owed)
+    }
 }
 
 /// A session receiver's attach while it waits for a session: only what its reply reads
@@ -239,30 +250,35 @@ impl Outgoing {
         self.drain = drain;
     }
 
-    /// How much demand to add (or take back) at each consumer so that what they owe matches
-    /// the credit: all of it for one consumer. Several (a partitioned entity's) share it: each
+    /// The delivery limits to give the consumers whose demand changes so that what they owe
+    /// matches the credit (each `taken + owed`, see [`Feed::taken`]): all of it for one consumer. Several (a partitioned entity's) share it: each
     /// consumer owing half its share or less (the credit over their number, rounded up) gets
     /// it,
     /// so that every partition with messages can deliver while credit is left and at most
     /// `consumers - 1` deliveries past the credit go back to their partitions. Demand is taken
     /// back from those owing more (down to their share) only when the others need the room: a
-    /// delivery already on its way makes a take-back miss, and sends one too many. Updates
-    /// each `owed` as if the entity applied it; zero changes are left out.
-    pub fn credit_deltas(&mut self) -> Vec<(ConsumerId, i64)> {
+    /// delivery already on its way when a limit falls goes back to its partition. Updates
+    /// each `owed`; unchanged ones are left out.
+    pub fn credit_limits(&mut self) -> Vec<(ConsumerId, u64)> {
         let credit = i64::from(self.credit);
         if let [feed] = &mut self.feeds[..] {
-            let delta = credit - feed.owed;
+            let changed = credit != feed.owed;
             feed.owed = credit;
-            return (delta != 0)
-                .then_some((feed.consumer, delta))
-                .into_iter()
-                .collect();
+            return changed.then(|| feed.limit()).into_iter().collect();
         }
         let count = self.feeds.len() as i64;
         let share = (credit + count - 1) / count;
         let bound = credit + count - 1;
         let owed = |feeds: &[Feed]| -> i64 { feeds.iter().map(|feed| feed.owed.max(0)).sum() };
-        let needed: i64 = self.feeds.iter().map(|feed| (share - feed.owed).max(0)).sum();
+        // One that still owes over half its share waits: a top-up per delivery would cost a
+        // command per delivery.
+        let hungry = |feed: &Feed| feed.owed <= share / 2;
+        let needed: i64 = self
+            .feeds
+            .iter()
+            .filter(|feed| hungry(feed))
+            .map(|feed| share - feed.owed)
+            .sum();
         let mut deltas = vec![0; self.feeds.len()];
         if owed(&self.feeds) + needed > bound {
             for (feed, delta) in self.feeds.iter_mut().zip(&mut deltas) {
@@ -272,9 +288,7 @@ impl Outgoing {
         }
         let mut room = (bound - owed(&self.feeds)).max(0);
         for (feed, delta) in self.feeds.iter_mut().zip(&mut deltas) {
-            // One that still owes over half its share waits: a top-up per delivery would cost
-            // a command per delivery.
-            if feed.owed > share / 2 {
+            if !hungry(feed) {
                 continue;
             }
             let add = (share - feed.owed).clamp(0, room);
@@ -286,7 +300,7 @@ impl Outgoing {
             .iter()
             .zip(deltas)
             .filter(|(_, delta)| *delta != 0)
-            .map(|(feed, delta)| (feed.consumer, delta))
+            .map(|(feed, _)| feed.limit())
             .collect()
     }
 
@@ -411,21 +425,21 @@ mod tests {
     #[test]
     fn flow_credit_follows_the_spec_formula() {
         let mut link = outgoing();
-        let deltas = |link: &mut super::Outgoing| -> Vec<i64> {
-            link.credit_deltas().into_iter().map(|(_, delta)| delta).collect()
+        let limits = |link: &mut super::Outgoing| -> Vec<u64> {
+            link.credit_limits().into_iter().map(|(_, limit)| limit).collect()
         };
         link.apply_flow(None, 10, false);
         assert_eq!(link.credit, 10);
-        assert_eq!(deltas(&mut link), [10]);
+        assert_eq!(limits(&mut link), [10]);
         // Five delivered; the client refreshes to 10 counting from what it has seen (3).
         link.delivery_count = 5;
         link.credit = 5;
-        link.feeds[0].owed = 5;
+        (link.feeds[0].owed, link.feeds[0].taken) = (5, 5);
         link.apply_flow(Some(3), 10, false);
         assert_eq!(link.credit, 8, "3 + 10 - 5");
-        assert_eq!(deltas(&mut link), [3]);
+        assert_eq!(limits(&mut link), [13], "five taken and eight more");
         link.apply_flow(Some(5), 0, false);
-        assert_eq!((link.credit, deltas(&mut link)), (0, vec![-8]));
+        assert_eq!((link.credit, limits(&mut link)), (0, vec![5]));
     }
 
     #[test]
@@ -435,33 +449,34 @@ mod tests {
             .map(|partition| super::Feed {
                 consumer: crate::entity::handle::ConsumerId::at(1, partition),
                 owed: 0,
+                taken: 0,
             })
             .collect();
         link.apply_flow(None, 10, false);
         let owed = |link: &super::Outgoing| -> Vec<i64> { link.feeds.iter().map(|f| f.owed).collect() };
-        let deltas: Vec<i64> = link.credit_deltas().into_iter().map(|(_, d)| d).collect();
-        assert_eq!(deltas, [3, 3, 3, 3], "10 over 4, rounded up");
+        let limits: Vec<u64> = link.credit_limits().into_iter().map(|(_, l)| l).collect();
+        assert_eq!(limits, [3, 3, 3, 3], "10 over 4, rounded up");
         // The first partition delivered its three; seven credits are left: it gets its share
         // (two), the others give back the room it needs.
         link.feeds[0].owed = 0;
         link.credit = 7;
-        link.credit_deltas();
+        link.credit_limits();
         assert_eq!(owed(&link), [2, 2, 2, 2]);
         // A flow that changes nothing the partitions need takes nothing back, and one owing
         // over half its share waits for more.
         link.credit = 9;
         link.feeds[1].owed = 3;
-        assert_eq!(link.credit_deltas(), []);
+        assert_eq!(link.credit_limits(), []);
         // The client takes its credit back to one: each keeps one at most.
         link.credit = 1;
-        link.credit_deltas();
+        link.credit_limits();
         assert_eq!(owed(&link), [1, 1, 1, 1]);
         // Credit 135 while three partitions, empty, owe 46 each: the fourth gets its share.
         link.credit = 135;
         for (feed, owed) in link.feeds.iter_mut().zip([0, 46, 46, 46]) {
             feed.owed = owed;
         }
-        link.credit_deltas();
+        link.credit_limits();
         assert_eq!(owed(&link), [34, 34, 34, 34]);
         // Credit for one partition with messages while the others, empty, owe more than it:
         // they give some back and it gets its share (no partition waits with credit left).
@@ -469,14 +484,14 @@ mod tests {
         for (feed, owed) in link.feeds.iter_mut().zip([0, 5, 5, 5]) {
             feed.owed = owed;
         }
-        link.credit_deltas();
+        link.credit_limits();
         assert_eq!(owed(&link), [3, 3, 3, 3]);
         // All delivered, one credit: every partition may deliver one (the extras go back).
         link.credit = 1;
         for feed in &mut link.feeds {
             feed.owed = 0;
         }
-        link.credit_deltas();
+        link.credit_limits();
         assert_eq!(owed(&link), [1, 1, 1, 1]);
     }
 }

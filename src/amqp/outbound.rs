@@ -45,10 +45,10 @@ pub fn on_flow(outgoing: &mut Outgoing, flow: &Flow, out: &mut Outbox) -> Option
 /// consumers); with `drain` set, each consumer is also asked to drain (it answers `Drained`,
 /// see [`on_drained`]).
 pub fn request_credit(outgoing: &mut Outgoing, out: &mut Outbox) {
-    for (consumer, delta) in outgoing.credit_deltas() {
+    for (consumer, limit) in outgoing.credit_limits() {
         out.posts.push((
             outgoing.entity.clone(),
-            Command::Credit { consumer, delta },
+            Command::Credit { consumer, limit },
         ));
     }
     if outgoing.drain {
@@ -92,6 +92,7 @@ pub fn on_drained(outgoing: &mut Outgoing, consumer: ConsumerId, out: &mut Outbo
 /// that the consumer's window does not shrink).
 pub fn take(outgoing: &mut Outgoing, delivery: Box<Delivery>, out: &mut Outbox) -> Option<Ready> {
     let owed = outgoing.feed_mut(delivery.consumer).map(|feed| {
+        feed.taken += 1;
         feed.owed -= 1;
         feed.owed
     });
@@ -213,7 +214,7 @@ mod tests {
         out.posts
             .iter()
             .map(|(_, command)| match command {
-                Command::Credit { delta, .. } => format!("credit {delta}"),
+                Command::Credit { limit, .. } => format!("limit {limit}"),
                 Command::Drain { .. } => "drain".to_owned(),
                 Command::GiveBack { .. } => "give back".to_owned(),
                 other => panic!("unexpected {other:?}"),
@@ -236,7 +237,7 @@ mod tests {
             on_flow(&mut link, &flow(0, 4, false, false), &mut out),
             None
         );
-        assert_eq!(posted(&out), ["credit 10", "credit -6"]);
+        assert_eq!(posted(&out), ["limit 10", "limit 4"]);
     }
 
     #[test]
@@ -244,7 +245,7 @@ mod tests {
         let (mut link, mut out) = (outgoing(), Outbox::default());
         assert_eq!(on_flow(&mut link, &flow(0, 5, true, true), &mut out), None);
         assert_eq!(link.draining, 1);
-        assert_eq!(posted(&out), ["credit 5", "drain"]);
+        assert_eq!(posted(&out), ["limit 5", "drain"]);
         // The client's next flow while the drain is under way posts nothing.
         on_flow(&mut link, &flow(0, 5, true, false), &mut out);
         assert_eq!(out.posts.len(), 2);
@@ -256,7 +257,7 @@ mod tests {
         // A drain that the client took back before it finished: the demand follows the credit.
         link.credit = 3;
         assert_eq!(on_drained(&mut link, ConsumerId(1), &mut out), None);
-        assert_eq!(posted(&out).last().map(String::as_str), Some("credit 3"));
+        assert_eq!(posted(&out).last().map(String::as_str), Some("limit 3"));
     }
 
     #[test]
@@ -280,10 +281,11 @@ mod tests {
             .map(|partition| Feed {
                 consumer: ConsumerId::at(1, partition),
                 owed: 0,
+                taken: 0,
             })
             .collect();
         on_flow(&mut link, &flow(0, 4, false, false), &mut out);
-        assert_eq!(posted(&out), ["credit 2", "credit 2"]);
+        assert_eq!(posted(&out), ["limit 2", "limit 2"]);
         for _ in 0..2 {
             let mut from_first = delivery(b"\x00\x53\x75\xa0\x01x", true);
             from_first.consumer = ConsumerId::at(1, 0);
@@ -291,7 +293,7 @@ mod tests {
         }
         // Two credits left, the first partition owes none: it is owed one again (with the two
         // the second owes, one past the credit at most).
-        assert_eq!(posted(&out), ["credit 2", "credit 2", "credit 1"]);
+        assert_eq!(posted(&out), ["limit 2", "limit 2", "limit 3"]);
         let mut stray = delivery(b"\x00\x53\x75\xa0\x01x", true);
         stray.consumer = ConsumerId::at(1, 5);
         assert!(take(&mut link, stray, &mut out).is_none(), "not a consumer of the link");

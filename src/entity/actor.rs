@@ -355,9 +355,9 @@ impl Actor {
                     }
                 }
             }
-            Command::Credit { consumer, delta } => {
+            Command::Credit { consumer, limit } => {
                 if let Some(queue) = self.core.lane_of(consumer) {
-                    queue.add_credit(consumer, delta);
+                    queue.set_limit(consumer, limit);
                 }
             }
             Command::Drain { consumer } => self.drain(consumer, now),

@@ -61,12 +61,13 @@ pub enum Command {
         /// [`EntityEvent::SessionAccepted`], or [`EntityEvent::Gone`]).
         session: Option<SessionRequest>,
     },
-    /// Change a consumer's demand by `delta` (never below zero).
+    /// Let a consumer be handed messages until it has been handed `limit` in all (its link
+    /// counts the deliveries it took, so the demand is exact whatever is on its way).
     Credit {
         /// The consumer.
         consumer: ConsumerId,
-        /// Credit to add (negative: take back).
-        delta: i64,
+        /// Messages it may have been handed in all.
+        limit: u64,
     },
     /// Deliver what is available up to the consumer's demand, then zero it and answer with
     /// [`EntityEvent::Drained`].
@@ -234,8 +235,8 @@ impl Command {
             | Command::Settle { .. }
             | Command::Stage { .. }
             | Command::Discharge { .. }
+            | Command::Credit { .. }
             | Command::Manage { .. } => true,
-            Command::Credit { delta, .. } => *delta > 0,
             Command::AddConsumer { .. }
             | Command::Forwarded { .. }
             | Command::GiveBack { .. }

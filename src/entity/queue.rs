@@ -46,7 +46,11 @@ struct Lock {
 #[derive(Debug)]
 struct Consumer {
     mode: ReceiveMode,
-    demand: u32,
+    /// Messages it may have been handed in all (its link's count; see
+    /// [`QueueCore::set_limit`]).
+    limit: u64,
+    /// Messages it has been handed in all.
+    delivered: u64,
     /// Whether the consumer sits in the round-robin queue.
     ready: bool,
     /// Message bytes handed out that its connection has not yet reported forwarded to the
@@ -61,8 +65,18 @@ struct Consumer {
 }
 
 impl Consumer {
+    /// Messages it may still be handed.
+    fn demand(&self) -> u64 {
+        self.limit.saturating_sub(self.delivered)
+    }
+
+    /// Asks for nothing more until its link asks again.
+    fn stop(&mut self) {
+        self.limit = self.delivered;
+    }
+
     fn can_take(&self) -> bool {
-        self.demand > 0 && self.in_flight < self.window
+        self.demand() > 0 && self.in_flight < self.window
     }
 }
 
@@ -409,7 +423,7 @@ impl QueueCore {
 
     /// Whether a consumer waits for messages (holds credit): auto-delete counts it as activity.
     pub fn has_waiting_consumer(&self) -> bool {
-        self.consumers.values().any(|consumer| consumer.demand > 0)
+        self.consumers.values().any(|consumer| consumer.demand() > 0)
     }
 
     /// Removes (or dead-letters) every unlocked message whose time to live ran out by
@@ -539,7 +553,8 @@ impl QueueCore {
             consumer,
             Consumer {
                 mode,
-                demand: 0,
+                limit: 0,
+                delivered: 0,
                 ready: false,
                 in_flight: 0,
                 window,
@@ -560,14 +575,27 @@ impl QueueCore {
         }
     }
 
-    /// Adds (or with a negative delta takes back) demand of a consumer.
-    pub fn add_credit(&mut self, consumer: ConsumerId, delta: i64) {
+    /// Lets a consumer be handed messages until it has been handed `limit` in all. Its link
+    /// counts what it took the same way, so what it asks for is exact whatever deliveries
+    /// are on their way (a demand it raised or lowered by a difference would miss them).
+    pub fn set_limit(&mut self, consumer: ConsumerId, limit: u64) {
         let Some(state) = self.consumers.get_mut(&consumer) else {
             return;
         };
-        let demand = (i64::from(state.demand) + delta).clamp(0, i64::from(u32::MAX));
-        state.demand = u32::try_from(demand).unwrap_or(u32::MAX);
+        state.limit = limit;
         self.make_ready(consumer);
+    }
+
+    /// Adds (or with a negative delta takes back) demand of a consumer, as a link raising or
+    /// lowering its credit asks.
+    #[cfg(test)]
+    pub fn add_credit(&mut self, consumer: ConsumerId, delta: i64) {
+        let Some(state) = self.consumers.get(&consumer) else {
+            return;
+        };
+        let demand = i64::try_from(state.demand()).unwrap_or(i64::MAX);
+        let limit = state.delivered + u64::try_from((demand + delta).max(0)).unwrap_or(0);
+        self.set_limit(consumer, limit);
     }
 
     /// The consumer's connection forwarded `bytes` of its deliveries to the socket: its
@@ -611,9 +639,11 @@ impl QueueCore {
                 state.ready = false;
                 continue;
             }
-            state.demand -= 1;
             let mode = state.mode;
             if let Some(delivery) = self.deliver_next(consumer, mode, now_ms) {
+                if let Some(state) = self.consumers.get_mut(&consumer) {
+                    state.delivered += 1;
+                }
                 out.push(delivery);
             }
             let Some(state) = self.consumers.get_mut(&consumer) else {
@@ -641,8 +671,8 @@ impl QueueCore {
             let Some(state) = self.consumers.get_mut(&consumer) else {
                 return (out, true);
             };
-            if state.demand == 0 || !deliverable {
-                state.demand = 0;
+            if state.demand() == 0 || !deliverable {
+                state.stop();
                 state.draining = false;
                 return (out, true);
             }
@@ -650,14 +680,18 @@ impl QueueCore {
                 state.draining = true;
                 return (out, false);
             }
-            state.demand -= 1;
-            match self.deliver_next(consumer, mode, now_ms) {
-                Some(delivery) => out.push(delivery),
+            let delivered = self.deliver_next(consumer, mode, now_ms);
+            let Some(state) = self.consumers.get_mut(&consumer) else {
+                return (out, true);
+            };
+            match delivered {
+                Some(delivery) => {
+                    state.delivered += 1;
+                    out.push(delivery);
+                }
                 None => {
-                    if let Some(state) = self.consumers.get_mut(&consumer) {
-                        state.demand = 0;
-                        state.draining = false;
-                    }
+                    state.stop();
+                    state.draining = false;
                     return (out, true);
                 }
             }
@@ -761,7 +795,7 @@ impl QueueCore {
         // Its link had no credit left: nothing more until the link asks again (its
         // connection counts the consumer as owing nothing).
         if let Some(state) = self.consumers.get_mut(&delivery.consumer) {
-            state.demand = 0;
+            state.stop();
         }
         match delivery.lock_token {
             Some(token) => {

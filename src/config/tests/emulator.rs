@@ -111,7 +111,7 @@ fn unknown_properties_are_refused_naming_them_and_their_place() {
         refusal(&text),
         "UserConfig.Namespaces[0].Queues[0].Properties.Colour (F:18:22): unknown field \
          `Colour`, expected one of `DeadLetteringOnMessageExpiration`, \
-         `DefaultMessageTimeToLive`, `DuplicateDetectionHistoryTimeWindow`, \
+         `DefaultMessageTimeToLive`, `DuplicateDetectionHistoryTimeWindow`, `EnablePartitioning`, \
          `ForwardDeadLetteredMessagesTo`, `ForwardTo`, `LockDuration`, `MaxDeliveryCount`, \
          `RequiresDuplicateDetection`, `RequiresSession`, `Status`"
     );

@@ -180,7 +180,7 @@ impl QueueCore {
                 let mode = state.mode;
                 if let Some(delivery) = self.deliver_next(consumer, mode, now_ms) {
                     if let Some(state) = self.consumers.get_mut(&consumer) {
-                        state.demand -= 1;
+                        state.delivered += 1;
                     }
                     out.push(delivery);
                 }

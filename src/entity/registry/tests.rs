@@ -430,7 +430,7 @@ async fn a_partition_numbers_across_its_48_bit_rollover_and_keeps_order_lookup_a
             };
             handle.post(add).await.expect("added");
             handle
-                .post(Command::Credit { consumer, delta: 4 })
+                .post(Command::Credit { consumer, limit: 4 })
                 .await
                 .expect("credit");
             let mut received = Vec::new();

@@ -399,7 +399,10 @@ async fn consume_one(
             delivery = tokio::time::timeout(Duration::from_secs(30), receiver.recv::<Body<Value>>()) => delivery,
         };
         let delivery = delivery.map_err(|_| {
-            format!("{source}: no message for 30 s after {} received here", got.unique)
+            format!(
+                "{source}: no message for 30 s after {} received here",
+                got.unique
+            )
         })??;
         let now = Instant::now();
         let properties = delivery.message().application_properties.as_ref();
@@ -549,8 +552,10 @@ fn main() -> Result<(), BoxError> {
         "load:       {} producer(s), {} consumer(s) per source, {}",
         args.producers,
         args.consumers,
-        args.partitions
-            .map_or_else(|| "not partitioned".to_owned(), |n| format!("{n} partitions"))
+        args.partitions.map_or_else(
+            || "not partitioned".to_owned(),
+            |n| format!("{n} partitions")
+        )
     );
     println!(
         "send:       accepted={accepted} elapsed={send_elapsed:.3?} rate={:.0} msg/s",

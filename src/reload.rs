@@ -159,7 +159,9 @@ fn queue(before: &QueueConfig, after: &QueueConfig, report: &mut Report) -> Opti
         ));
     }
     if before.partitions != after.partitions {
-        report.kept.push(partitions_kept(&before.name, before.partitions));
+        report
+            .kept
+            .push(partitions_kept(&before.name, before.partitions));
     }
     let updated = QueueConfig {
         requires_session: before.requires_session,
@@ -217,7 +219,9 @@ async fn topic(
         }
     }
     if before.partitions != after.partitions {
-        report.kept.push(partitions_kept(&before.name, before.partitions));
+        report
+            .kept
+            .push(partitions_kept(&before.name, before.partitions));
     }
     let updated = TopicConfig {
         subscriptions,

@@ -19,7 +19,6 @@ use tokio::sync::oneshot;
 use super::atom::{self, Counts, Times};
 use super::rules;
 use super::{body, respond as xml, Admin};
-use crate::entity::partition::SERVICE_BUS_PARTITIONS;
 use crate::auth::sas::Token;
 use crate::auth::{path_covers, resource_path};
 use crate::clock::now_ms;
@@ -30,6 +29,7 @@ use crate::config::{
 };
 use crate::entity::handle::{Command, EntityError, EntityStats, LaneId};
 use crate::entity::operation::{Answer, Operation};
+use crate::entity::partition::SERVICE_BUS_PARTITIONS;
 use crate::entity::registry::{Entry, RegistryError};
 use crate::entity::topic::Rule;
 use crate::store::EntityTimes;

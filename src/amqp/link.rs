@@ -256,9 +256,9 @@ impl Outgoing {
     /// it,
     /// so that every partition with messages can deliver while credit is left and at most
     /// `consumers - 1` deliveries past the credit go back to their partitions. Demand is taken
-    /// back from those owing more (down to their share) only when the others need the room: a
-    /// delivery already on its way when a limit falls goes back to its partition. Updates
-    /// each `owed`; unchanged ones are left out.
+    /// back from those owing the most (never below their share) only as far as the others need
+    /// the room: a delivery already on its way when a limit falls goes back to its partition.
+    /// Updates each `owed`; unchanged ones are left out.
     pub fn credit_limits(&mut self) -> Vec<(ConsumerId, u64)> {
         let credit = i64::from(self.credit);
         if let [feed] = &mut self.feeds[..] {
@@ -280,11 +280,23 @@ impl Outgoing {
             .map(|feed| share - feed.owed)
             .sum();
         let mut deltas = vec![0; self.feeds.len()];
-        if owed(&self.feeds) + needed > bound {
-            for (feed, delta) in self.feeds.iter_mut().zip(&mut deltas) {
-                *delta = (share - feed.owed).min(0);
-                feed.owed += *delta;
-            }
+        // Room the hungry need is taken from those owing the most, just as much as needed
+        // and never below their share.
+        let mut short = owed(&self.feeds) + needed - bound;
+        while short > 0 {
+            let Some((index, feed)) = self
+                .feeds
+                .iter_mut()
+                .enumerate()
+                .filter(|(_, feed)| feed.owed > share)
+                .max_by_key(|(_, feed)| feed.owed)
+            else {
+                break;
+            };
+            let taken = (feed.owed - share).min(short);
+            feed.owed -= taken;
+            deltas[index] -= taken;
+            short -= taken;
         }
         let mut room = (bound - owed(&self.feeds)).max(0);
         for (feed, delta) in self.feeds.iter_mut().zip(&mut deltas) {
@@ -306,14 +318,14 @@ impl Outgoing {
 
     /// The consumer of this link whose id is `consumer`.
     pub fn feed_mut(&mut self, consumer: ConsumerId) -> Option<&mut Feed> {
-        self.feeds
-            .iter_mut()
-            .find(|feed| feed.consumer == consumer)
+        self.feeds.iter_mut().find(|feed| feed.consumer == consumer)
     }
 
     /// The link's consumer id (its first consumer's: every one has the link's id).
     pub fn consumer(&self) -> ConsumerId {
-        self.feeds.first().map_or(ConsumerId(0), |feed| feed.consumer)
+        self.feeds
+            .first()
+            .map_or(ConsumerId(0), |feed| feed.consumer)
     }
 }
 
@@ -426,7 +438,10 @@ mod tests {
     fn flow_credit_follows_the_spec_formula() {
         let mut link = outgoing();
         let limits = |link: &mut super::Outgoing| -> Vec<u64> {
-            link.credit_limits().into_iter().map(|(_, limit)| limit).collect()
+            link.credit_limits()
+                .into_iter()
+                .map(|(_, limit)| limit)
+                .collect()
         };
         link.apply_flow(None, 10, false);
         assert_eq!(link.credit, 10);
@@ -453,19 +468,19 @@ mod tests {
             })
             .collect();
         link.apply_flow(None, 10, false);
-        let owed = |link: &super::Outgoing| -> Vec<i64> { link.feeds.iter().map(|f| f.owed).collect() };
+        let owed =
+            |link: &super::Outgoing| -> Vec<i64> { link.feeds.iter().map(|f| f.owed).collect() };
         let limits: Vec<u64> = link.credit_limits().into_iter().map(|(_, l)| l).collect();
         assert_eq!(limits, [3, 3, 3, 3], "10 over 4, rounded up");
         // The first partition delivered its three; seven credits are left: it gets its share
-        // (two), the others give back the room it needs.
+        // (two), one of those owing the most gives back the room it needs.
         link.feeds[0].owed = 0;
         link.credit = 7;
         link.credit_limits();
-        assert_eq!(owed(&link), [2, 2, 2, 2]);
+        assert_eq!(owed(&link), [2, 3, 3, 2]);
         // A flow that changes nothing the partitions need takes nothing back, and one owing
         // over half its share waits for more.
         link.credit = 9;
-        link.feeds[1].owed = 3;
         assert_eq!(link.credit_limits(), []);
         // The client takes its credit back to one: each keeps one at most.
         link.credit = 1;
@@ -477,7 +492,7 @@ mod tests {
             feed.owed = owed;
         }
         link.credit_limits();
-        assert_eq!(owed(&link), [34, 34, 34, 34]);
+        assert_eq!(owed(&link), [34, 36, 34, 34], "just the room it needs");
         // Credit for one partition with messages while the others, empty, owe more than it:
         // they give some back and it gets its share (no partition waits with credit left).
         link.credit = 9;

@@ -46,10 +46,8 @@ pub fn on_flow(outgoing: &mut Outgoing, flow: &Flow, out: &mut Outbox) -> Option
 /// see [`on_drained`]).
 pub fn request_credit(outgoing: &mut Outgoing, out: &mut Outbox) {
     for (consumer, limit) in outgoing.credit_limits() {
-        out.posts.push((
-            outgoing.entity.clone(),
-            Command::Credit { consumer, limit },
-        ));
+        out.posts
+            .push((outgoing.entity.clone(), Command::Credit { consumer, limit }));
     }
     if outgoing.drain {
         outgoing.draining = outgoing.feeds.len();
@@ -250,10 +248,7 @@ mod tests {
         on_flow(&mut link, &flow(0, 5, true, false), &mut out);
         assert_eq!(out.posts.len(), 2);
         assert_eq!(on_drained(&mut link, ConsumerId(1), &mut out), Some(5));
-        assert_eq!(
-            (link.credit, link.delivery_count, link.draining),
-            (0, 5, 0)
-        );
+        assert_eq!((link.credit, link.delivery_count, link.draining), (0, 5, 0));
         // A drain that the client took back before it finished: the demand follows the credit.
         link.credit = 3;
         assert_eq!(on_drained(&mut link, ConsumerId(1), &mut out), None);
@@ -296,7 +291,10 @@ mod tests {
         assert_eq!(posted(&out), ["limit 2", "limit 2", "limit 3"]);
         let mut stray = delivery(b"\x00\x53\x75\xa0\x01x", true);
         stray.consumer = ConsumerId::at(1, 5);
-        assert!(take(&mut link, stray, &mut out).is_none(), "not a consumer of the link");
+        assert!(
+            take(&mut link, stray, &mut out).is_none(),
+            "not a consumer of the link"
+        );
     }
 
     #[test]

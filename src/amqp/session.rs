@@ -514,10 +514,16 @@ impl Session {
                 // Another partition bound it first: this one was let go meanwhile.
                 return;
             }
-            for other in outgoing.feeds.iter().filter(|feed| feed.consumer != consumer) {
+            for other in outgoing
+                .feeds
+                .iter()
+                .filter(|feed| feed.consumer != consumer)
+            {
                 let consumer = other.consumer;
-                out.posts
-                    .push((outgoing.entity.clone(), Command::RemoveConsumer { consumer }));
+                out.posts.push((
+                    outgoing.entity.clone(),
+                    Command::RemoveConsumer { consumer },
+                ));
             }
             outgoing.feeds.retain(|feed| feed.consumer == consumer);
             if let Some(waiting) = outgoing.pending_attach.take() {
@@ -571,7 +577,8 @@ impl Session {
             ..
         }) = self.links.get_mut(&remote_handle)
         {
-            let waits = outgoing.pending_attach.is_some() && *error == EntityError::NoSessionAvailable;
+            let waits =
+                outgoing.pending_attach.is_some() && *error == EntityError::NoSessionAvailable;
             outgoing.feeds.retain(|feed| feed.consumer != consumer);
             if waits && !outgoing.feeds.is_empty() {
                 return;
@@ -663,8 +670,10 @@ impl Session {
                 self.ledger.forget_link(link_id);
                 for feed in &outgoing.feeds {
                     let consumer = feed.consumer;
-                    out.posts
-                        .push((outgoing.entity.clone(), Command::RemoveConsumer { consumer }));
+                    out.posts.push((
+                        outgoing.entity.clone(),
+                        Command::RemoveConsumer { consumer },
+                    ));
                 }
             }
             LinkKind::Incoming(_) | LinkKind::Refused => {}

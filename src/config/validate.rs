@@ -487,7 +487,11 @@ impl Source<'_> {
     }
 
     /// `max_size_in_megabytes` of the queue or topic at `path`.
-    fn partitions(&self, path: &str, raw: Option<Spanned<u64>>) -> Result<Option<u16>, ConfigError> {
+    fn partitions(
+        &self,
+        path: &str,
+        raw: Option<Spanned<u64>>,
+    ) -> Result<Option<u16>, ConfigError> {
         let key = format!("{path}.partitions");
         raw.map(|raw| self.bounded(&key, Some(raw), &PARTITIONS))
             .transpose()

@@ -73,14 +73,8 @@ pub fn spawn(
 ) -> EntityHandle {
     let name = parts.name.clone();
     let deleted = Arc::new(AtomicBool::new(false));
-    let (mailbox, subscriptions) = start(
-        parts,
-        commit,
-        shutdown,
-        tracker,
-        resolve,
-        deleted.clone(),
-    );
+    let (mailbox, subscriptions) =
+        start(parts, commit, shutdown, tracker, resolve, deleted.clone());
     EntityHandle::new(name, mailbox, deleted, subscriptions)
 }
 
@@ -792,7 +786,12 @@ impl Actor {
                     true => (transfer::destination(&bytes), transfer::delivered(bytes)),
                     false => (
                         None,
-                        forwarded(bytes, self.partition.visible(delivery.seq), hops, source.as_deref()),
+                        forwarded(
+                            bytes,
+                            self.partition.visible(delivery.seq),
+                            hops,
+                            source.as_deref(),
+                        ),
                     ),
                 };
                 match batches.last_mut() {
@@ -1214,9 +1213,9 @@ impl Actor {
                     .map(|(token, bytes)| (partition.mark(token), bytes))
                     .collect(),
             ),
-            Answer::Scheduled(numbers) => Answer::Scheduled(
-                numbers.into_iter().map(|n| partition.visible(n)).collect(),
-            ),
+            Answer::Scheduled(numbers) => {
+                Answer::Scheduled(numbers.into_iter().map(|n| partition.visible(n)).collect())
+            }
             Answer::Moved(seq) => Answer::Moved(partition.visible(seq)),
             answer => answer,
         })
@@ -1523,8 +1522,7 @@ impl Actor {
                 Ok(bytes) => delivery.bytes = bytes,
                 Err(error) => return self.poison(&error),
             }
-            self.partition
-                .restamp(&mut delivery.stamp, delivery.seq);
+            self.partition.restamp(&mut delivery.stamp, delivery.seq);
             delivery.lock_token = delivery.stamp.lock_token;
             if events
                 .send(EntityEvent::Delivered(Box::new(delivery)))

@@ -539,7 +539,11 @@ impl EntityHandle {
         let mut all = Vec::with_capacity(self.partitions());
         for partition in 0..self.partitions() {
             let (reply, answer) = oneshot::channel();
-            if self.post_to(partition, Command::Describe { reply }).await.is_ok() {
+            if self
+                .post_to(partition, Command::Describe { reply })
+                .await
+                .is_ok()
+            {
                 all.push(answer.await.unwrap_or_default());
             }
         }
@@ -548,7 +552,9 @@ impl EntityHandle {
 
     /// The entity's `auto_delete_on_idle` as its router knows it (a partitioned entity's).
     pub fn routing_auto_delete_ms(&self) -> Option<i64> {
-        self.routing.as_ref().and_then(|routing| routing.auto_delete_ms())
+        self.routing
+            .as_ref()
+            .and_then(|routing| routing.auto_delete_ms())
     }
 
     /// Whether the entity is a topic (sent to; received from through its subscriptions).
@@ -603,7 +609,10 @@ impl EntityHandle {
         let Some(mailbox) = self.mailboxes.get(partition) else {
             return Err(Box::new(command));
         };
-        mailbox.send(command).await.map_err(|error| Box::new(error.0))
+        mailbox
+            .send(command)
+            .await
+            .map_err(|error| Box::new(error.0))
     }
 
     /// Posts a background tick's command if the mailbox has room; a tick that finds it full

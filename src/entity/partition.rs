@@ -183,7 +183,10 @@ mod tests {
         assert_eq!(first.position(before, next), Some(LIMIT - 2));
         assert_eq!(first.position(after, next), Some(LIMIT + 1));
         assert_eq!(first.position(first.visible(LIMIT + 5), next), Some(5));
-        assert_eq!(first.position(Partition::numbered(2).visible(1), next), None);
+        assert_eq!(
+            first.position(Partition::numbered(2).visible(1), next),
+            None
+        );
         assert_eq!(first.position(first.visible(9), 5), None, "never given");
     }
 
@@ -191,10 +194,25 @@ mod tests {
     fn a_peek_starts_in_the_oldest_epoch_and_skips_other_partitions() {
         let first = Partition::numbered(1);
         let oldest = LIMIT - 2;
-        assert_eq!(first.peek_start(0, oldest), Some(0), "an earlier partition's number");
-        assert_eq!(first.peek_start(2 << 48, oldest), None, "a later partition's");
-        assert_eq!(first.peek_start(1 << 48, oldest), Some(0), "from 0: everything");
-        assert_eq!(first.peek_start(first.visible(LIMIT - 1), oldest), Some(LIMIT - 1));
+        assert_eq!(
+            first.peek_start(0, oldest),
+            Some(0),
+            "an earlier partition's number"
+        );
+        assert_eq!(
+            first.peek_start(2 << 48, oldest),
+            None,
+            "a later partition's"
+        );
+        assert_eq!(
+            first.peek_start(1 << 48, oldest),
+            Some(0),
+            "from 0: everything"
+        );
+        assert_eq!(
+            first.peek_start(first.visible(LIMIT - 1), oldest),
+            Some(LIMIT - 1)
+        );
     }
 
     #[test]
@@ -211,8 +229,9 @@ mod tests {
     fn keys_spread_and_always_land_in_the_same_partition() {
         assert_eq!(of_key(b"session-1", 16), of_key(b"session-1", 16));
         assert_eq!(of_key(b"anything", 1), 0);
-        let used: std::collections::HashSet<usize> =
-            (0..200).map(|i| of_key(format!("key-{i}").as_bytes(), 4)).collect();
+        let used: std::collections::HashSet<usize> = (0..200)
+            .map(|i| of_key(format!("key-{i}").as_bytes(), 4))
+            .collect();
         assert_eq!(used.len(), 4);
         // Fixed for ever (FNV-1a): a session's messages are found in the same partition
         // after an upgrade.

@@ -423,7 +423,9 @@ impl QueueCore {
 
     /// Whether a consumer waits for messages (holds credit): auto-delete counts it as activity.
     pub fn has_waiting_consumer(&self) -> bool {
-        self.consumers.values().any(|consumer| consumer.demand() > 0)
+        self.consumers
+            .values()
+            .any(|consumer| consumer.demand() > 0)
     }
 
     /// Removes (or dead-letters) every unlocked message whose time to live ran out by

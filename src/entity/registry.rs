@@ -35,9 +35,9 @@ use crate::entity::forward::Resolver;
 use crate::entity::handle::{
     Command, EntityError, EntityEvent, EntityHandle, LaneId, Subscriptions, Ticket,
 };
+use crate::entity::operation::{Answer, Operation};
 use crate::entity::partition::Partition;
 use crate::entity::router::Routing;
-use crate::entity::operation::{Answer, Operation};
 use crate::entity::setup;
 use crate::entity::setup::Parts;
 use crate::store::{times_key, times_of_entity, EntityTimes, Flusher, Store, StoreError};

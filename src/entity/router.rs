@@ -66,7 +66,11 @@ impl Routing {
                     )));
                 }
             }
-            let key = match (&message.session_id, &message.partition_key, &message.message_id) {
+            let key = match (
+                &message.session_id,
+                &message.partition_key,
+                &message.message_id,
+            ) {
                 (Some(session), _, _) => Some(session.as_bytes()),
                 (None, Some(key), _) => Some(key.as_bytes()),
                 (None, None, Some(id)) if by_message_id => Some(&id[..]),
@@ -165,7 +169,9 @@ pub async fn post(handle: &EntityHandle, command: Command) -> Result<(), Box<Com
         }
         Command::ExpireDue { now_ms } => {
             for partition in 0..count {
-                let _ = handle.post_to(partition, Command::ExpireDue { now_ms }).await;
+                let _ = handle
+                    .post_to(partition, Command::ExpireDue { now_ms })
+                    .await;
             }
             Ok(())
         }
@@ -292,11 +298,12 @@ async fn add_subscription(
         reply,
     };
     let unavailable = || "the topic is not available".to_owned();
-    handle.post_to(0, command).await.map_err(|_| unavailable())?;
+    handle
+        .post_to(0, command)
+        .await
+        .map_err(|_| unavailable())?;
     first.await.map_err(|_| unavailable())??;
-    let number = handle
-        .subscription(&config.name)
-        .ok_or_else(unavailable)?;
+    let number = handle.subscription(&config.name).ok_or_else(unavailable)?;
     let mut answers = Vec::new();
     for partition in 1..handle.partitions() {
         let (reply, answer) = oneshot::channel();
@@ -396,13 +403,9 @@ async fn settle(
             (partition, (consumer, items))
         })
         .collect();
-    scatter_indexed(
-        handle,
-        parts,
-        strays,
-        reply,
-        |(consumer, items), reply| make(consumer, items, reply),
-    )
+    scatter_indexed(handle, parts, strays, reply, |(consumer, items), reply| {
+        make(consumer, items, reply)
+    })
     .await;
 }
 
@@ -544,7 +547,9 @@ async fn manage(
             let parts = to_operations(parts, |seqs| Operation::CancelScheduled { seqs });
             scatter_indexed(handle, parts, Vec::new(), Some(reply), manage).await;
         }
-        Operation::Peek { from, count: most, .. } => {
+        Operation::Peek {
+            from, count: most, ..
+        } => {
             let handle = handle.clone();
             tokio::spawn(async move {
                 let result = peek(&handle, lane, from, most).await;
@@ -880,20 +885,18 @@ fn merge_indexed(
                     settled[*index] = Some(result);
                 }
             }
-            EntityEvent::Managed { result, .. } => {
-                match result {
-                    Ok(Answer::Renewed(expiries)) => {
-                        renewed.extend(indexes.iter().copied().zip(expiries));
-                    }
-                    Ok(Answer::Received(messages)) => {
-                        received.extend(indexes.iter().copied().zip(messages));
-                    }
-                    Ok(_) => {}
-                    Err(error) => {
-                        managed_error.get_or_insert(error);
-                    }
+            EntityEvent::Managed { result, .. } => match result {
+                Ok(Answer::Renewed(expiries)) => {
+                    renewed.extend(indexes.iter().copied().zip(expiries));
                 }
-            }
+                Ok(Answer::Received(messages)) => {
+                    received.extend(indexes.iter().copied().zip(messages));
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    managed_error.get_or_insert(error);
+                }
+            },
             _ => {}
         }
     }
@@ -909,11 +912,15 @@ fn merge_indexed(
         None if !strays.is_empty() => Err(EntityError::LockLost),
         None if !renewed.is_empty() => {
             renewed.sort_by_key(|(index, _)| *index);
-            Ok(Answer::Renewed(renewed.into_iter().map(|(_, at)| at).collect()))
+            Ok(Answer::Renewed(
+                renewed.into_iter().map(|(_, at)| at).collect(),
+            ))
         }
         None if !received.is_empty() => {
             received.sort_by_key(|(index, _)| *index);
-            Ok(Answer::Received(received.into_iter().map(|(_, m)| m).collect()))
+            Ok(Answer::Received(
+                received.into_iter().map(|(_, m)| m).collect(),
+            ))
         }
         None => Ok(Answer::Done),
     };
@@ -963,6 +970,9 @@ fn merge_whole(answers: Vec<EntityEvent>, ticket: Ticket) -> EntityEvent {
 fn merged_failed(merged: Option<&EntityEvent>) -> bool {
     matches!(
         merged,
-        Some(EntityEvent::Managed { result: Err(_), .. } | EntityEvent::Discharged { result: Err(_), .. })
+        Some(
+            EntityEvent::Managed { result: Err(_), .. }
+                | EntityEvent::Discharged { result: Err(_), .. }
+        )
     )
 }

@@ -36,11 +36,10 @@ where
     // The next run opens the database again: wait until it is closed.
     drop(store);
     if let Some(thread) = flusher_thread {
-        let closed = tokio::task::spawn_blocking(move || {
-            thread.wait(std::time::Duration::from_secs(30))
-        })
-        .await
-        .expect("wait task");
+        let closed =
+            tokio::task::spawn_blocking(move || thread.wait(std::time::Duration::from_secs(30)))
+                .await
+                .expect("wait task");
         assert!(closed, "the flusher thread let go of the database");
     }
     out
@@ -320,9 +319,8 @@ fn partitioned(name: &str, partitions: u16) -> Declaration {
 
 /// A message with a partition key (and a body naming it `n`).
 fn keyed(key: &str, n: u8) -> crate::message::Arrival {
-    let mut arrival = crate::message::Arrival::bare(bytes::Bytes::from(vec![
-        0x00, 0x53, 0x75, 0xa0, 0x01, n,
-    ]));
+    let mut arrival =
+        crate::message::Arrival::bare(bytes::Bytes::from(vec![0x00, 0x53, 0x75, 0xa0, 0x01, n]));
     arrival.partition_key = Some(key.to_owned());
     arrival
 }
@@ -387,8 +385,11 @@ async fn a_partition_numbers_across_its_48_bit_rollover_and_keeps_order_lookup_a
         config.broker.durability = Durability::Sync;
         let store = Store::open(&config.broker).expect("store");
         let mut log = store.partition_log("p", 1).expect("log");
-        log.write(vec![(LaneId::MAIN, crate::store::Change::NextSeq(LIMIT - 2))])
-            .expect("written");
+        log.write(vec![(
+            LaneId::MAIN,
+            crate::store::Change::NextSeq(LIMIT - 2),
+        )])
+        .expect("written");
         store.flush_blocking().expect("flushed");
     }
     let number = |n: i64| (1 << 48) | n;
@@ -399,7 +400,11 @@ async fn a_partition_numbers_across_its_48_bit_rollover_and_keeps_order_lookup_a
             let messages = (1..=4).map(|n| keyed(&key, n)).collect();
             send_all(&handle, messages).await;
             let sent = [number(LIMIT - 2), number(LIMIT - 1), number(0), number(1)];
-            assert_eq!(peeked_numbers(&registry, "p", 0).await, sent, "in send order");
+            assert_eq!(
+                peeked_numbers(&registry, "p", 0).await,
+                sent,
+                "in send order"
+            );
             assert_eq!(
                 peeked_numbers(&registry, "p", number(LIMIT - 1)).await,
                 sent[1..],
@@ -416,7 +421,10 @@ async fn a_partition_numbers_across_its_48_bit_rollover_and_keeps_order_lookup_a
             let cancel = Operation::CancelScheduled {
                 seqs: vec![number(2)],
             };
-            assert_eq!(registry.operate("p", cancel).await.expect("cancelled"), Answer::Done);
+            assert_eq!(
+                registry.operate("p", cancel).await.expect("cancelled"),
+                Answer::Done
+            );
             // Deferred on both sides of the rollover, then received by their numbers.
             let (events, mut deliveries) = tokio::sync::mpsc::unbounded_channel();
             let consumer = crate::entity::handle::ConsumerId::at(7, 1);
@@ -479,8 +487,11 @@ async fn a_partition_numbers_across_its_48_bit_rollover_and_keeps_order_lookup_a
             let numbers: Vec<i64> = taken
                 .iter()
                 .map(|(_, bytes)| {
-                    crate::message::annotation_number(bytes, crate::wire::annotation::SEQUENCE_NUMBER)
-                        .expect("numbered")
+                    crate::message::annotation_number(
+                        bytes,
+                        crate::wire::annotation::SEQUENCE_NUMBER,
+                    )
+                    .expect("numbered")
                 })
                 .collect();
             assert_eq!(numbers, [number(0), number(LIMIT - 1)]);

@@ -294,3 +294,12 @@ def test_duplicate_detection_finds_an_id_in_the_partition_it_picks(client):
         assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
     assert sorted(received.values()) == sorted(ids)
     assert len({partition_of(n) for n in received}) > 1
+
+
+@pytest.mark.broker(queues=[QUEUE, {"name": "inbox", "forward_to": "pq"}])
+def test_messages_forwarded_to_a_partitioned_queue_spread_over_its_partitions(client):
+    send_each(client, "inbox", [ServiceBusMessage(f"f{index}") for index in range(12)])
+    with client.get_queue_receiver("pq") as receiver:
+        received = drain(receiver, 12)
+    assert sorted(received.values()) == sorted(f"f{index}" for index in range(12))
+    assert len({partition_of(n) for n in received}) > 1

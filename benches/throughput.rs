@@ -331,6 +331,20 @@ struct Received {
     latencies_us: Vec<u64>,
 }
 
+impl Received {
+    /// Nothing received from `source` yet, with room for `expected` latencies.
+    fn new(source: &str, expected: usize) -> Self {
+        Received {
+            source: source.to_owned(),
+            unique: 0,
+            duplicates: 0,
+            first: None,
+            last: None,
+            latencies_us: Vec::with_capacity(expected),
+        }
+    }
+}
+
 /// What the consumers of one source received between them.
 struct Tally {
     seen: std::sync::Mutex<HashSet<i64>>,
@@ -346,14 +360,7 @@ async fn consume(dial: &Dial, args: &Args, source: &str) -> Result<Received, Box
         done: tokio::sync::watch::channel(false).0,
     };
     let consumers = (0..args.consumers).map(|_| consume_one(dial, args, source, &tally));
-    let mut got = Received {
-        source: source.to_owned(),
-        unique: 0,
-        duplicates: 0,
-        first: None,
-        last: None,
-        latencies_us: Vec::with_capacity(args.messages as usize),
-    };
+    let mut got = Received::new(source, args.messages as usize);
     for one in try_join_all(consumers).await? {
         got.unique += one.unique;
         got.duplicates += one.duplicates;
@@ -384,14 +391,7 @@ async fn consume_one(
         })
         .attach(&mut session)
         .await?;
-    let mut got = Received {
-        source: source.to_owned(),
-        unique: 0,
-        duplicates: 0,
-        first: None,
-        last: None,
-        latencies_us: Vec::new(),
-    };
+    let mut got = Received::new(source, 0);
     let mut done = tally.done.subscribe();
     loop {
         let delivery = tokio::select! {

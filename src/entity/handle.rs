@@ -448,6 +448,38 @@ impl Work {
     }
 }
 
+/// A management command on `lane` answered on a channel of its own, and that channel (see
+/// [`managed`]).
+pub fn management(
+    lane: LaneId,
+    operation: Operation,
+) -> (Command, mpsc::UnboundedReceiver<EntityEvent>) {
+    let (sink, events) = mpsc::unbounded_channel();
+    let ticket = Ticket {
+        link: 0,
+        request: 0,
+    };
+    let command = Command::Manage {
+        lane,
+        operation: Box::new(operation),
+        reply: (ticket, sink),
+    };
+    (command, events)
+}
+
+/// The answer the channel of a posted [`management`] command brings.
+///
+/// # Errors
+/// `Err(())` when none comes: the entity stopped.
+pub async fn managed(
+    mut events: mpsc::UnboundedReceiver<EntityEvent>,
+) -> Result<Result<Answer, EntityError>, ()> {
+    match events.recv().await {
+        Some(EntityEvent::Managed { result, .. }) => Ok(result),
+        _ => Err(()),
+    }
+}
+
 /// A topic's subscriptions by lower-cased name, with the number of each one's lane.
 pub type Subscriptions = HashMap<String, u32>;
 

@@ -33,7 +33,7 @@ use crate::config::{
 use crate::entity::actor::{self, Commit};
 use crate::entity::forward::Resolver;
 use crate::entity::handle::{
-    Command, EntityError, EntityEvent, EntityHandle, LaneId, Subscriptions, Ticket,
+    managed, management, Command, EntityError, EntityHandle, LaneId, Subscriptions,
 };
 use crate::entity::operation::{Answer, Operation};
 use crate::entity::partition::Partition;
@@ -784,20 +784,11 @@ impl Registry {
     pub async fn operate(&self, path: &str, operation: Operation) -> Result<Answer, RegistryError> {
         let missing = || RegistryError::NotFound(path.to_owned());
         let (handle, lane) = self.lane(path).ok_or_else(missing)?;
-        let (sink, mut events) = tokio::sync::mpsc::unbounded_channel();
-        let ticket = Ticket {
-            link: 0,
-            request: 0,
-        };
-        let command = Command::Manage {
-            lane,
-            operation: Box::new(operation),
-            reply: (ticket, sink),
-        };
+        let (command, events) = management(lane, operation);
         handle.post(command).await.map_err(|_| missing())?;
-        match events.recv().await {
-            Some(EntityEvent::Managed { result, .. }) => result.map_err(RegistryError::Refused),
-            _ => Err(missing()),
+        match managed(events).await {
+            Ok(result) => result.map_err(RegistryError::Refused),
+            Err(()) => Err(missing()),
         }
     }
 

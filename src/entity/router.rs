@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::entity::handle::{
-    Command, ConsumerId, EntityError, EntityEvent, EntityHandle, EntityStats, EventSink, LockRef,
-    Settlement, Ticket, Work,
+    managed, management, Command, ConsumerId, EntityError, EntityEvent, EntityHandle, EntityStats,
+    EventSink, LockRef, Settlement, Ticket, Work,
 };
 use crate::entity::operation::{Answer, Operation, MAX_PEEK_BYTES};
 use crate::entity::partition;
@@ -183,14 +183,7 @@ pub async fn post(handle: &EntityHandle, command: Command) -> Result<(), Box<Com
             Ok(())
         }
         Command::Delete { reply } => {
-            let answers = ask_all(handle, |reply| Command::Delete { reply }).await;
-            tokio::spawn(async move {
-                let mut deleted = true;
-                for answer in answers {
-                    deleted &= answer.await.unwrap_or(false);
-                }
-                let _ = reply.send(deleted);
-            });
+            reply_every(handle, |reply| Command::Delete { reply }, reply).await;
             Ok(())
         }
         Command::AddSubscription {
@@ -231,14 +224,7 @@ pub async fn post(handle: &EntityHandle, command: Command) -> Result<(), Box<Com
             Ok(())
         }
         Command::IsIdle { reply } => {
-            let answers = ask_all(handle, |reply| Command::IsIdle { reply }).await;
-            tokio::spawn(async move {
-                let mut idle = true;
-                for answer in answers {
-                    idle &= answer.await.unwrap_or(false);
-                }
-                let _ = reply.send(idle);
-            });
+            reply_every(handle, |reply| Command::IsIdle { reply }, reply).await;
             Ok(())
         }
         Command::Describe { reply } => {
@@ -324,16 +310,29 @@ async fn reap_if_idle(handle: &EntityHandle) -> bool {
     if handle.routing_auto_delete_ms().is_none() {
         return false;
     }
-    for idle in ask_all(handle, |reply| Command::IsIdle { reply }).await {
-        if !idle.await.unwrap_or(false) {
-            return false;
-        }
+    every(ask_all(handle, |reply| Command::IsIdle { reply }).await).await
+        && every(ask_all(handle, |reply| Command::Delete { reply }).await).await
+}
+
+/// Whether every partition answered `true` (one that stopped answers `false`).
+async fn every(answers: Vec<oneshot::Receiver<bool>>) -> bool {
+    let mut all = true;
+    for answer in answers {
+        all &= answer.await.unwrap_or(false);
     }
-    let mut deleted = true;
-    for answer in ask_all(handle, |reply| Command::Delete { reply }).await {
-        deleted &= answer.await.unwrap_or(false);
-    }
-    deleted
+    all
+}
+
+/// Asks every partition what `make` asks and answers `reply` whether all said yes.
+async fn reply_every(
+    handle: &EntityHandle,
+    make: impl Fn(oneshot::Sender<bool>) -> Command,
+    reply: oneshot::Sender<bool>,
+) {
+    let answers = ask_all(handle, make).await;
+    tokio::spawn(async move {
+        let _ = reply.send(every(answers).await);
+    });
 }
 
 /// The counts of every partition added up; the activity, too; when it was last used, the
@@ -685,24 +684,13 @@ async fn ask(
     lane: crate::entity::handle::LaneId,
     operation: Operation,
 ) -> Result<Answer, EntityError> {
-    let (sink, mut events) = mpsc::unbounded_channel();
-    let ticket = Ticket {
-        link: 0,
-        request: 0,
-    };
-    let command = Command::Manage {
-        lane,
-        operation: Box::new(operation),
-        reply: (ticket, sink),
-    };
-    if let Err(command) = handle.post_to(partition, command).await {
-        drop(command);
+    let (command, events) = management(lane, operation);
+    if handle.post_to(partition, command).await.is_err() {
         return Err(handle.refusal());
     }
-    match events.recv().await {
-        Some(EntityEvent::Managed { result, .. }) => result,
-        _ => Err(handle.refusal()),
-    }
+    managed(events)
+        .await
+        .unwrap_or_else(|()| Err(handle.refusal()))
 }
 
 /// Items by the partition `of` names (below `count`), each with its index among all; and the

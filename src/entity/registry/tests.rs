@@ -2,6 +2,7 @@
 //! brings back, and partitioned entities.
 
 use super::*;
+use crate::entity::handle::{EntityEvent, Ticket};
 
 /// A registry on `dir` in `sync` mode whose config file declares `declared`; run `body`
 /// with it, then stop its actors; what `body` returns.

@@ -14,8 +14,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::config::SubscriptionConfig;
 use crate::entity::operation::{Answer, Operation};
+use crate::entity::partition::Routing;
 use crate::entity::queue::{LaneActivity, LaneCounts};
-use crate::entity::router::{self, Routing};
 use crate::entity::settings::Settings;
 pub use crate::entity::terms::{
     ConsumerId, Delivery, EntityError, LaneId, LockRef, Properties, ReceiveMode, SessionRequest,
@@ -618,19 +618,19 @@ impl EntityHandle {
         &self.name
     }
 
-    /// Posts a command, waiting for mailbox room (backpressure).
+    /// Posts a command to one partition's actor if its mailbox has room.
     ///
     /// # Errors
-    /// The command back when the actor has stopped (the entity was deleted, or the broker is
-    /// stopping).
-    ///
-    /// # Cancel safety
-    /// Not cancel safe: a cancelled call may or may not have posted the command.
-    pub async fn post(&self, command: Command) -> Result<(), Box<Command>> {
-        match self.routing {
-            None => self.post_to(0, command).await,
-            Some(_) => router::post(self, command).await,
-        }
+    /// The command back when the mailbox is full, the actor has stopped or the entity has no
+    /// such partition.
+    pub fn try_post_to(&self, partition: usize, command: Command) -> Result<(), Box<Command>> {
+        let Some(mailbox) = self.mailboxes.get(partition) else {
+            return Err(Box::new(command));
+        };
+        mailbox.try_send(command).map_err(|error| match error {
+            mpsc::error::TrySendError::Full(command)
+            | mpsc::error::TrySendError::Closed(command) => Box::new(command),
+        })
     }
 
     /// Posts a command to one partition's actor, waiting for mailbox room.
@@ -645,29 +645,5 @@ impl EntityHandle {
             .send(command)
             .await
             .map_err(|error| Box::new(error.0))
-    }
-
-    /// Posts a background tick's command if the mailbox has room; a tick that finds it full
-    /// skips this entity until the next tick. A partitioned entity's router takes it (and
-    /// waits for its partitions' mailboxes) on a task of its own.
-    ///
-    /// # Errors
-    /// The command back when the mailbox is full or the actor has stopped.
-    pub fn try_post(&self, command: Command) -> Result<(), Box<Command>> {
-        if self.routing.is_some() {
-            let handle = self.clone();
-            tokio::spawn(async move {
-                if let Err(command) = router::post(&handle, command).await {
-                    command.refuse(&handle.refusal());
-                }
-            });
-            return Ok(());
-        }
-        self.mailboxes[0]
-            .try_send(command)
-            .map_err(|error| match error {
-                mpsc::error::TrySendError::Full(command)
-                | mpsc::error::TrySendError::Closed(command) => Box::new(command),
-            })
     }
 }

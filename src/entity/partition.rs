@@ -10,9 +10,15 @@
 //! A number that comes back from a client is read as the most recent position it can mean.
 //!
 //! A partition's lock tokens carry its id in their last two bytes (the lanes leave them zero),
-//! so that a token alone says which partition holds the lock.
+//! so that a token alone says which partition holds the lock. [`Routing`] picks the partition
+//! a send goes to.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 
 use uuid::Uuid;
+
+use crate::entity::terms::EntityError;
+use crate::message::Arrival;
 
 use crate::message::DeliveryStamp;
 use crate::wire::annotation;
@@ -144,6 +150,83 @@ pub fn of_key(key: &[u8], count: usize) -> usize {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     usize::try_from(hash % count.max(1) as u64).unwrap_or(0)
+}
+
+/// What a partitioned entity's handles share to route its sends.
+#[derive(Debug, Default)]
+pub struct Routing {
+    /// The partition the next send without a key goes to (modulo their number).
+    turn: AtomicUsize,
+    /// Whether a message id picks the partition (the entity detects duplicates, which each
+    /// partition does for the ids it holds).
+    by_message_id: AtomicBool,
+    /// The entity's `auto_delete_on_idle` in ms; 0: none.
+    auto_delete_ms: AtomicI64,
+}
+
+impl Routing {
+    /// Routing for an entity that detects duplicates (or not) and deletes itself after
+    /// `auto_delete_ms` idle (or never).
+    pub fn new(by_message_id: bool, auto_delete_ms: Option<i64>) -> Routing {
+        let routing = Routing::default();
+        routing.set(by_message_id, auto_delete_ms);
+        routing
+    }
+
+    /// Takes changed settings (the entity was updated).
+    pub fn set(&self, by_message_id: bool, auto_delete_ms: Option<i64>) {
+        self.by_message_id.store(by_message_id, Ordering::Relaxed);
+        self.auto_delete_ms
+            .store(auto_delete_ms.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// The partition (of `count`) a batch of messages goes to.
+    ///
+    /// # Errors
+    /// [`EntityError::PartitionMismatch`] when a message's partition key is not its session
+    /// id, or the batch's messages belong in different partitions.
+    pub fn partition_of(&self, messages: &[Arrival], count: usize) -> Result<usize, EntityError> {
+        let by_message_id = self.by_message_id.load(Ordering::Relaxed);
+        let mut chosen = None;
+        for message in messages {
+            if let (Some(session), Some(key)) = (&message.session_id, &message.partition_key) {
+                if session != key {
+                    return Err(EntityError::PartitionMismatch(format!(
+                        "The PartitionKey '{key}' of the message is not its SessionId \
+                         '{session}': when both are set, they must be identical."
+                    )));
+                }
+            }
+            let key = match (
+                &message.session_id,
+                &message.partition_key,
+                &message.message_id,
+            ) {
+                (Some(session), _, _) => Some(session.as_bytes()),
+                (None, Some(key), _) => Some(key.as_bytes()),
+                (None, None, Some(id)) if by_message_id => Some(&id[..]),
+                _ => None,
+            };
+            let Some(key) = key else { continue };
+            let partition = of_key(key, count);
+            if chosen.is_some_and(|chosen| chosen != partition) {
+                let what = match by_message_id {
+                    true => "SessionId, PartitionKey, or MessageId is not supported for an entity with partitioning and duplicate detection enabled.",
+                    false => "SessionId or PartitionKey is not supported for an entity with partitioning enabled.",
+                };
+                return Err(EntityError::PartitionMismatch(format!(
+                    "Batching brokered messages with distinct {what}"
+                )));
+            }
+            chosen = Some(partition);
+        }
+        Ok(chosen.unwrap_or_else(|| self.turn.fetch_add(1, Ordering::Relaxed) % count))
+    }
+
+    /// The entity's `auto_delete_on_idle` in ms, if it has one.
+    pub fn auto_delete_ms(&self) -> Option<i64> {
+        Some(self.auto_delete_ms.load(Ordering::Relaxed)).filter(|ms| *ms > 0)
+    }
 }
 
 #[cfg(test)]

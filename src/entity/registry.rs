@@ -37,7 +37,7 @@ use crate::entity::handle::{
 };
 use crate::entity::operation::{Answer, Operation};
 use crate::entity::partition::Partition;
-use crate::entity::router::Routing;
+use crate::entity::partition::Routing;
 use crate::entity::setup;
 use crate::entity::setup::Parts;
 use crate::store::{times_key, times_of_entity, EntityTimes, Flusher, Store, StoreError};

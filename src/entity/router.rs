@@ -1,5 +1,6 @@
-//! A partitioned entity's router (design.md D9): which partition takes a command, and how the
-//! answers of several partitions become the one answer the caller waits for.
+//! A partitioned entity's router (design.md D9), behind [`EntityHandle::post`]: which partition
+//! takes a command, and how the answers of several partitions become the one answer the caller
+//! waits for.
 //!
 //! A partition is an actor like any unpartitioned entity's; nothing below this module knows
 //! partitions exist. A send goes to the partition its session id hashes to, else its partition
@@ -7,8 +8,6 @@
 //! command about a consumer goes to the partition the consumer id names, one about a message
 //! to the partition its sequence number or lock token names, one about a session to its
 //! session's; the rest go to every partition and their answers are merged.
-
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -19,82 +18,40 @@ use crate::entity::handle::{
 use crate::entity::operation::{Answer, Operation, MAX_PEEK_BYTES};
 use crate::entity::partition;
 use crate::entity::queue::LaneActivity;
-use crate::message::Arrival;
 
-/// What a partitioned entity's handles share to route its sends.
-#[derive(Debug, Default)]
-pub struct Routing {
-    /// The partition the next send without a key goes to (modulo their number).
-    turn: AtomicUsize,
-    /// Whether a message id picks the partition (the entity detects duplicates, which each
-    /// partition does for the ids it holds).
-    by_message_id: AtomicBool,
-    /// The entity's `auto_delete_on_idle` in ms; 0: none.
-    auto_delete_ms: AtomicI64,
-}
-
-impl Routing {
-    /// Routing for an entity that detects duplicates (or not) and deletes itself after
-    /// `auto_delete_ms` idle (or never).
-    pub fn new(by_message_id: bool, auto_delete_ms: Option<i64>) -> Routing {
-        let routing = Routing::default();
-        routing.set(by_message_id, auto_delete_ms);
-        routing
-    }
-
-    /// Takes changed settings (the entity was updated).
-    pub fn set(&self, by_message_id: bool, auto_delete_ms: Option<i64>) {
-        self.by_message_id.store(by_message_id, Ordering::Relaxed);
-        self.auto_delete_ms
-            .store(auto_delete_ms.unwrap_or(0), Ordering::Relaxed);
-    }
-
-    /// The partition (of `count`) a batch of messages goes to.
+impl EntityHandle {
+    /// Posts a command, waiting for mailbox room (backpressure).
     ///
     /// # Errors
-    /// [`EntityError::PartitionMismatch`] when a message's partition key is not its session
-    /// id, or the batch's messages belong in different partitions.
-    pub fn partition_of(&self, messages: &[Arrival], count: usize) -> Result<usize, EntityError> {
-        let by_message_id = self.by_message_id.load(Ordering::Relaxed);
-        let mut chosen = None;
-        for message in messages {
-            if let (Some(session), Some(key)) = (&message.session_id, &message.partition_key) {
-                if session != key {
-                    return Err(EntityError::PartitionMismatch(format!(
-                        "The PartitionKey '{key}' of the message is not its SessionId \
-                         '{session}': when both are set, they must be identical."
-                    )));
-                }
-            }
-            let key = match (
-                &message.session_id,
-                &message.partition_key,
-                &message.message_id,
-            ) {
-                (Some(session), _, _) => Some(session.as_bytes()),
-                (None, Some(key), _) => Some(key.as_bytes()),
-                (None, None, Some(id)) if by_message_id => Some(&id[..]),
-                _ => None,
-            };
-            let Some(key) = key else { continue };
-            let partition = partition::of_key(key, count);
-            if chosen.is_some_and(|chosen| chosen != partition) {
-                let what = match by_message_id {
-                    true => "SessionId, PartitionKey, or MessageId is not supported for an entity with partitioning and duplicate detection enabled.",
-                    false => "SessionId or PartitionKey is not supported for an entity with partitioning enabled.",
-                };
-                return Err(EntityError::PartitionMismatch(format!(
-                    "Batching brokered messages with distinct {what}"
-                )));
-            }
-            chosen = Some(partition);
+    /// The command back when the actor has stopped (the entity was deleted, or the broker is
+    /// stopping).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: a cancelled call may or may not have posted the command.
+    pub async fn post(&self, command: Command) -> Result<(), Box<Command>> {
+        match self.is_partitioned() {
+            false => self.post_to(0, command).await,
+            true => post(self, command).await,
         }
-        Ok(chosen.unwrap_or_else(|| self.turn.fetch_add(1, Ordering::Relaxed) % count))
     }
 
-    /// The entity's `auto_delete_on_idle` in ms, if it has one.
-    pub fn auto_delete_ms(&self) -> Option<i64> {
-        Some(self.auto_delete_ms.load(Ordering::Relaxed)).filter(|ms| *ms > 0)
+    /// Posts a background tick's command if the mailbox has room; a tick that finds it full
+    /// skips this entity until the next tick. A partitioned entity's router takes it (and
+    /// waits for its partitions' mailboxes) on a task of its own.
+    ///
+    /// # Errors
+    /// The command back when the mailbox is full or the actor has stopped.
+    pub fn try_post(&self, command: Command) -> Result<(), Box<Command>> {
+        if self.is_partitioned() {
+            let handle = self.clone();
+            tokio::spawn(async move {
+                if let Err(command) = post(&handle, command).await {
+                    command.refuse(&handle.refusal());
+                }
+            });
+            return Ok(());
+        }
+        self.try_post_to(0, command)
     }
 }
 

@@ -157,8 +157,23 @@ async fn a_rolled_back_transaction_leaves_no_trace_and_no_gap() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn receive_complete_and_send_commit_together_or_not_at_all() {
+    receive_complete_and_send(None).await;
+}
+
+/// The same on a partitioned queue: the work and the reply are in different partitions
+/// (sends without a key go to the partitions in turn), each of which applies its part at the
+/// commit, or drops it at the rollback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receive_complete_and_send_commit_together_or_not_at_all_across_partitions() {
+    receive_complete_and_send(Some(4)).await;
+}
+
+/// Completes a received message and sends a reply in one transaction, rolled back then
+/// committed, on a queue of `partitions` (or an unpartitioned one).
+async fn receive_complete_and_send(partitions: Option<u16>) {
     let mut config = config_with_queues(&["q"]);
     config.queues[0].lock_duration = Duration::from_secs(1);
+    config.queues[0].partitions = partitions;
     let broker = TestBroker::start(config).await;
     let mut client = Client::open(broker.addr, "q").await;
     client.sender.send("work").await.expect("send");

@@ -46,6 +46,7 @@ pub mod store;
 pub mod sweeper;
 pub mod tls;
 pub mod trimmer;
+pub mod websocket;
 pub mod wire;
 
 use std::future::Future;
@@ -75,12 +76,16 @@ pub enum RunError {
     Store(#[from] StoreError),
 }
 
-/// The bound sockets the broker serves: plain AMQP, AMQP over TLS, or both.
+/// The bound sockets the broker serves. The plain and WebSocket listeners serve AMQP and AMQP
+/// over WebSockets, each also inside TLS when there is a TLS acceptor; the TLS listener serves
+/// both inside TLS only. Without a plain listener every listener requires TLS.
 pub struct Listeners {
-    /// The plain AMQP listener.
+    /// The plain AMQP listener (`broker.listen`).
     pub plain: Option<TcpListener>,
     /// The TLS listener and its acceptor.
     pub tls: Option<(TcpListener, TlsAcceptor)>,
+    /// The listeners of `broker.websocket_listen`: the ports the SDKs dial for WebSockets.
+    pub websocket: Vec<TcpListener>,
     /// The administration endpoint's listener (HTTPS with the TLS listener's acceptor, when
     /// there is one).
     pub admin: Option<TcpListener>,
@@ -91,18 +96,21 @@ impl From<TcpListener> for Listeners {
         Listeners {
             plain: Some(plain),
             tls: None,
+            websocket: Vec::new(),
             admin: None,
         }
     }
 }
 
 /// Where the listeners are bound, as `on_ready` learns it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bound {
     /// The plain listener's address.
     pub plain: Option<SocketAddr>,
     /// The TLS listener's address.
     pub tls: Option<SocketAddr>,
+    /// The WebSocket listeners' addresses.
+    pub websocket: Vec<SocketAddr>,
     /// The administration endpoint's address.
     pub admin: Option<SocketAddr>,
 }
@@ -211,6 +219,11 @@ pub async fn run_with_reloads(
             .as_ref()
             .map(|(listener, _)| listener.local_addr())
             .transpose()?,
+        websocket: listeners
+            .websocket
+            .iter()
+            .map(TcpListener::local_addr)
+            .collect::<Result<_, _>>()?,
         admin: listeners
             .admin
             .as_ref()
@@ -296,17 +309,36 @@ pub async fn run_with_reloads(
             acceptance.clone(),
         ))
     });
-    let plain = listeners.plain.map(|listener| (listener, None));
-    let tls = listeners
-        .tls
-        .map(|(listener, acceptor)| (listener, Some(acceptor)));
-    let accepts: Vec<_> = plain
+    // The TLS listener stays TLS only, so a plain listener kept on loopback does not open
+    // plaintext on the TLS port; the WebSocket ones serve plaintext when the plain one does.
+    let acceptor = listeners.tls.as_ref().map(|(_, acceptor)| acceptor.clone());
+    let transports = |plaintext| server::Transports {
+        tls: acceptor.clone(),
+        plaintext,
+    };
+    let plaintext = listeners.plain.is_some();
+    let accepts: Vec<_> = listeners
+        .plain
+        .map(|listener| (listener, transports(true)))
         .into_iter()
-        .chain(tls)
-        .map(|(listener, tls)| tokio::spawn(server::accept_loop(listener, tls, acceptance.clone())))
+        .chain(
+            listeners
+                .tls
+                .map(|(listener, _)| (listener, transports(false))),
+        )
+        .chain(
+            listeners
+                .websocket
+                .into_iter()
+                .map(|listener| (listener, transports(plaintext))),
+        )
+        .map(|(listener, transports)| {
+            let accept = server::accept_loop(listener, transports, acceptance.clone());
+            tokio::spawn(accept)
+        })
         .chain(admin)
         .collect();
-    tracing::info!(plain = ?bound.plain, tls = ?bound.tls, admin = ?bound.admin, entities, allow_anonymous = config.broker.allow_anonymous, "listening");
+    tracing::info!(plain = ?bound.plain, tls = ?bound.tls, websocket = ?bound.websocket, admin = ?bound.admin, entities, allow_anonymous = config.broker.allow_anonymous, "listening");
     tasks.tracker.spawn(apply_reloads(
         acceptance.shared.registry.clone(),
         config.clone(),

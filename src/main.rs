@@ -161,6 +161,10 @@ async fn serve(config: Config, args: RunArgs) -> Result<(), String> {
         }
         None => None,
     };
+    let mut websocket = Vec::with_capacity(config.broker.websocket_listen.len());
+    for &listen in &config.broker.websocket_listen {
+        websocket.push(bind(listen).await?);
+    }
     let admin = match config.admin.listen {
         Some(listen) => Some(bind(listen).await?),
         None => None,
@@ -169,7 +173,12 @@ async fn serve(config: Config, args: RunArgs) -> Result<(), String> {
     let shutdown = shutdown_signal().map_err(installed)?;
     let ready_file = args.ready_file.clone();
     let reloads = reload_signal(args).map_err(installed)?;
-    let listeners = Listeners { plain, tls, admin };
+    let listeners = Listeners {
+        plain,
+        tls,
+        websocket,
+        admin,
+    };
     tidebus::run_with_reloads(config, listeners, shutdown, reloads, move |bound| {
         if let Some(path) = ready_file {
             if let Err(error) = write_ready_file(&path, bound) {
@@ -226,15 +235,25 @@ fn reload_signal(args: RunArgs) -> io::Result<tokio::sync::mpsc::Receiver<Config
     Ok(received)
 }
 
-/// Writes the bound addresses to `path` (the plain one on the first line, then `tls ADDR`)
-/// through a temporary file renamed over it, so a reader never sees a partial address.
+/// Writes the bound addresses to `path` (the plain one on the first line, then `tls ADDR`,
+/// `websocket ADDR` for each WebSocket listener and `admin ADDR`) through a temporary file
+/// renamed over it, so a reader never sees a partial address.
 fn write_ready_file(path: &Path, bound: Bound) -> io::Result<()> {
     let mut temporary = path.as_os_str().to_owned();
     temporary.push(".tmp");
     let plain = bound.plain.map(|addr| format!("{addr}\n"));
     let tls = bound.tls.map(|addr| format!("tls {addr}\n"));
+    let websocket = bound
+        .websocket
+        .iter()
+        .map(|addr| format!("websocket {addr}\n"));
     let admin = bound.admin.map(|addr| format!("admin {addr}\n"));
-    let lines: String = plain.into_iter().chain(tls).chain(admin).collect();
+    let lines: String = plain
+        .into_iter()
+        .chain(tls)
+        .chain(websocket)
+        .chain(admin)
+        .collect();
     std::fs::write(&temporary, lines)?;
     std::fs::rename(&temporary, path)
 }

@@ -1,10 +1,17 @@
-//! The accept loops: `TCP_NODELAY` on every socket, one connection limit shared by the plain
-//! and the TLS listener, one task per connection. A TLS connection's handshake counts toward
-//! its `handshake_timeout`, as the AMQP header, SASL and `open` do.
+//! The accept loops: `TCP_NODELAY` on every socket, one connection limit shared by every
+//! listener, one task per connection. Every listener serves every transport (design D11): the
+//! first byte tells an AMQP header from a TLS ClientHello (`0x16`, when `[broker.tls]` is set)
+//! and an HTTP `GET` (a WebSocket upgrade, see [`crate::websocket`]), and inside TLS the
+//! first byte tells AMQP from a WebSocket again. A TLS handshake and a WebSocket upgrade count
+//! toward the connection's `handshake_timeout`, as the AMQP header, SASL and `open` do.
 
 use std::sync::Arc;
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use fe2o3_amqp::types::definitions::AmqpError;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -15,6 +22,7 @@ use crate::amqp::connection::{self, Shared};
 use crate::amqp::link::amqp_error;
 use crate::metrics::{self, Held};
 use crate::shutdown::Shutdown;
+use crate::websocket;
 
 /// What every accept loop shares.
 #[derive(Clone)]
@@ -29,10 +37,40 @@ pub struct Acceptance {
     pub shutdown: Shutdown,
 }
 
-/// Accepts connections on `listener` until shutdown; with `tls`, each socket's TLS handshake
-/// comes first. Connections over `max_connections` are answered with a `close` carrying
+/// The transports a listener serves besides WebSockets, which every listener serves.
+#[derive(Clone)]
+pub struct Transports {
+    /// TLS, when `[broker.tls]` is set.
+    pub tls: Option<TlsAcceptor>,
+    /// Whether clients may connect without TLS (the broker has a plain listener).
+    pub plaintext: bool,
+}
+
+/// How a connection's first byte says it speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opening {
+    /// A TLS record (a ClientHello).
+    Tls,
+    /// An HTTP request: a WebSocket upgrade.
+    Http,
+    /// Anything else goes to the AMQP engine, which wants a protocol header.
+    Amqp,
+}
+
+impl Opening {
+    fn of(first: u8) -> Self {
+        match first {
+            0x16 => Opening::Tls,
+            b'G' => Opening::Http,
+            _ => Opening::Amqp,
+        }
+    }
+}
+
+/// Accepts connections on `listener` until shutdown, serving what `transports` allow.
+/// Connections over `max_connections` are answered with a `close` carrying
 /// `amqp:resource-limit-exceeded`.
-pub async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, acceptance: Acceptance) {
+pub async fn accept_loop(listener: TcpListener, transports: Transports, acceptance: Acceptance) {
     let shutdown = acceptance.shutdown.clone();
     loop {
         let accepted = tokio::select! {
@@ -56,19 +94,20 @@ pub async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, accept
         let span = tracing::info_span!(
             "connection",
             %peer,
-            tls = tls.is_some(),
+            tls = tracing::field::Empty,
+            websocket = tracing::field::Empty,
             container = tracing::field::Empty
         );
-        let task = serve(stream, tls.clone(), permit, acceptance.clone());
+        let task = serve(stream, transports.clone(), permit, acceptance.clone());
         shutdown.tracker.spawn(task.instrument(span));
     }
 }
 
-/// Serves one accepted socket, through TLS when `tls` is set, holding its `permit` (none: the
-/// client is refused).
+/// Serves one accepted socket in whichever transport its first bytes open, holding its
+/// `permit` (none: the client is refused).
 async fn serve(
     stream: TcpStream,
-    tls: Option<TlsAcceptor>,
+    transports: Transports,
     permit: Option<OwnedSemaphorePermit>,
     acceptance: Acceptance,
 ) {
@@ -76,22 +115,38 @@ async fn serve(
     let broker = metrics::broker();
     broker.connections_accepted.inc();
     let _open = Held::one(&broker.connections);
-    let refuse = permit.is_none().then(|| {
-        amqp_error(
-            AmqpError::ResourceLimitExceeded,
-            format!(
-                "the broker accepts at most {} connections",
-                acceptance.max_connections
-            ),
-        )
-    });
-    let (shared, token) = (acceptance.shared, acceptance.shutdown.token.child_token());
-    match tls {
-        None => {
-            connection::serve(stream.into_split(), shared, refuse, deadline, token).await;
+    let engine = Engine {
+        refuse: permit.is_none().then(|| {
+            amqp_error(
+                AmqpError::ResourceLimitExceeded,
+                format!(
+                    "the broker accepts at most {} connections",
+                    acceptance.max_connections
+                ),
+            )
+        }),
+        deadline,
+        acceptance,
+    };
+    let mut first = [0u8; 1];
+    let opening = match tokio::time::timeout_at(deadline, stream.peek(&mut first)).await {
+        Ok(Ok(1)) => Opening::of(first[0]),
+        Ok(Ok(_)) => return,
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "read failed before the first byte");
+            return;
         }
-        Some(acceptor) => {
-            let stream = match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+        Err(_) => {
+            tracing::info!("nothing received within the handshake timeout");
+            return;
+        }
+    };
+    match (opening, transports.tls) {
+        // Without plaintext the TLS acceptor answers whatever came (with an alert).
+        (opening, Some(acceptor)) if opening == Opening::Tls || !transports.plaintext => {
+            tracing::Span::current().record("tls", true);
+            let accepted = tokio::time::timeout_at(deadline, acceptor.accept(stream)).await;
+            let stream = match accepted {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(error)) => {
                     tracing::info!(%error, "TLS handshake failed");
@@ -102,8 +157,123 @@ async fn serve(
                     return;
                 }
             };
-            connection::serve(tokio::io::split(stream), shared, refuse, deadline, token).await;
+            engine.serve_inside_tls(stream).await;
         }
+        _ if !transports.plaintext => tracing::info!("refused: not TLS, and TLS is not set up"),
+        (Opening::Http, _) => engine.serve_websocket(stream).await,
+        _ => engine.serve_amqp(stream.into_split()).await,
     }
     drop(permit);
+}
+
+/// What the connection engine needs once the transport is set up.
+struct Engine {
+    /// Set when the client is over the connection limit: the error its `close` carries.
+    refuse: Option<fe2o3_amqp::types::definitions::Error>,
+    /// When the handshake (transport, AMQP header, SASL and `open`) must be done.
+    deadline: Instant,
+    /// What every connection shares.
+    acceptance: Acceptance,
+}
+
+impl Engine {
+    /// Serves AMQP over the two halves of a stream.
+    async fn serve_amqp<R, W>(self, halves: (R, W))
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let token = self.acceptance.shutdown.token.child_token();
+        connection::serve(
+            halves,
+            self.acceptance.shared,
+            self.refuse,
+            self.deadline,
+            token,
+        )
+        .await;
+    }
+
+    /// Serves a TLS stream: AMQP, or a WebSocket when its first byte opens an HTTP request.
+    async fn serve_inside_tls<S>(self, mut stream: S)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let mut first = [0u8; 1];
+        let read = tokio::time::timeout_at(self.deadline, stream.read(&mut first)).await;
+        match read {
+            Ok(Ok(1)) => {}
+            Ok(Ok(_)) | Ok(Err(_)) => return,
+            Err(_) => {
+                tracing::info!("nothing received inside TLS within the handshake timeout");
+                return;
+            }
+        }
+        let stream = Prefixed {
+            first: Some(first[0]),
+            stream,
+        };
+        match Opening::of(first[0]) {
+            Opening::Http => self.serve_websocket(stream).await,
+            _ => self.serve_amqp(tokio::io::split(stream)).await,
+        }
+    }
+
+    /// Upgrades an HTTP request to a WebSocket and serves AMQP inside it.
+    async fn serve_websocket<S>(self, stream: S)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        tracing::Span::current().record("websocket", true);
+        let max_message = self.acceptance.shared.max_frame_size as usize;
+        let upgraded =
+            tokio::time::timeout_at(self.deadline, websocket::upgrade(stream, max_message)).await;
+        match upgraded {
+            Ok(Ok(socket)) => self.serve_amqp(tokio::io::split(socket)).await,
+            Ok(Err(error)) => tracing::info!(%error, "WebSocket upgrade refused"),
+            Err(_) => tracing::info!("WebSocket upgrade not finished within the handshake timeout"),
+        }
+    }
+}
+
+/// A stream whose first byte was read to learn what it speaks, and is read again first.
+struct Prefixed<S> {
+    /// The byte read ahead, until it is read again.
+    first: Option<u8>,
+    /// The stream after it.
+    stream: S,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if buf.remaining() > 0 {
+            if let Some(first) = self.first.take() {
+                buf.put_slice(&[first]);
+                return Poll::Ready(Ok(()));
+            }
+        }
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
 }

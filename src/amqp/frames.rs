@@ -411,7 +411,12 @@ async fn write_chunks<W: AsyncWrite + Unpin>(
     room: Arc<Semaphore>,
 ) {
     while let Some((chunk, permits)) = chunks.recv().await {
-        if let Err(error) = io.write_all(&chunk).await {
+        // The flush makes a buffering transport (a WebSocket's frames) send the chunk now.
+        let written = match io.write_all(&chunk).await {
+            Ok(()) => io.flush().await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = written {
             tracing::debug!(%error, "write failed");
             room.close();
             return;

@@ -118,6 +118,9 @@ pub struct BrokerConfig {
     pub listen: Option<SocketAddr>,
     /// The TLS listener, if any (`[broker.tls]`).
     pub tls: Option<TlsConfig>,
+    /// More listeners, for the ports the SDKs dial for AMQP over WebSockets without being
+    /// told one (80 and 443); each serves what the plain and TLS listeners serve. Default none.
+    pub websocket_listen: Vec<SocketAddr>,
     /// Whether a client that presents no credential (SASL ANONYMOUS, or no SASL) may use
     /// entities without a CBS token. Default `false`; the embedded default sets it.
     pub allow_anonymous: bool,

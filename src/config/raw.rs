@@ -30,6 +30,7 @@ pub(super) struct RawConfig {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawBroker {
     pub(super) listen: Option<Spanned<String>>,
+    pub(super) websocket_listen: Option<Vec<Spanned<String>>>,
     pub(super) data_dir: Option<Spanned<PathBuf>>,
     pub(super) durability: Option<Durability>,
     pub(super) flush_interval: Option<Spanned<HumanDuration>>,

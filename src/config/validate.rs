@@ -147,9 +147,16 @@ impl Source<'_> {
                 .to_owned();
             return Err(self.invalid("broker.listen", written.span(), message));
         }
+        let websocket_listen = raw
+            .websocket_listen
+            .unwrap_or_default()
+            .iter()
+            .map(|written| self.socket_address("broker.websocket_listen", written, "443"))
+            .collect::<Result<_, _>>()?;
         Ok(BrokerConfig {
             listen,
             tls,
+            websocket_listen,
             allow_anonymous: raw.allow_anonymous.is_some_and(Spanned::into_inner),
             data_dir: self.data_dir(raw.data_dir)?,
             durability: raw.durability.unwrap_or(Durability::Sync),

@@ -100,3 +100,12 @@ fn azure_sdk_fidelity_suite() {
 fn partitions_suite() {
     pytest::run("tests/python/test_partitions.py");
 }
+
+/// AMQP over WebSockets with the azure-servicebus SDK, sync and async: the emulator string with
+/// a custom endpoint on the plain port, the bare emulator string on ports 80 and 443
+/// (`websocket_listen`), wss to the TLS port and to the plain port with the `gen-cert` CA, and
+/// AMQPS on the plain port; CBS, send, receive, settle, peek, schedule, sessions on each.
+#[test]
+fn websockets_suite() {
+    pytest::run("tests/python/test_websockets.py");
+}

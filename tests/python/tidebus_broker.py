@@ -100,7 +100,8 @@ def broker_binary():
 
 class Broker:
     """One running broker. `host`, `port` and `url` say where it listens; `tls_port` where its
-    TLS listener does, if it has one."""
+    TLS listener does, if it has one; `websocket_addresses` the `(host, port)` of each listener
+    of `websocket_listen`."""
 
     def __init__(self, workdir: Path, settings=None, queues=None, topics=None, policies=None):
         self.workdir = Path(workdir)
@@ -109,6 +110,7 @@ class Broker:
         self.topics = list(topics or [])
         self.policies = list(DEFAULT_POLICIES if policies is None else policies)
         self.tls_port = None
+        self.websocket_addresses = []
         self.admin_port = None
         self.config_path = self.workdir / "tidebus.toml"
         self.ready_path = self.workdir / "ready"
@@ -163,6 +165,7 @@ class Broker:
             )
         try:
             (self.host, self.port), self.tls_port, self.admin_port = self._wait_ready()
+            self.websocket_addresses = websocket_addresses(self.ready_path)
         except BaseException:
             self._kill()
             raise
@@ -261,3 +264,13 @@ def parse_ready_file(path):
         return found[1] if found else None
 
     return plain, port_of("tls "), port_of("admin ")
+
+
+def websocket_addresses(path):
+    """The `(host, port)` of each `websocket host:port` line of a ready file."""
+    found = []
+    for line in Path(path).read_text().splitlines():
+        if line.startswith("websocket "):
+            host, _, port = line[len("websocket "):].rpartition(":")
+            found.append((host.strip("[]"), int(port)))
+    return found

@@ -34,6 +34,7 @@ mod hostile;
 mod hostile_links;
 mod hostile_requests;
 mod transactions;
+mod websocket;
 
 /// The session window the test client grants: far more transfer frames than any test sends.
 const WINDOW: u32 = 1 << 20;

@@ -78,6 +78,15 @@ fn security_suite() {
     run("tests/js/security.test.js");
 }
 
+/// AMQP over WebSockets (`webSocketOptions` with the `ws` package; the SDK then always dials
+/// wss): to the TLS port, and to a `websocket_listen` listener on 443 with no port in the
+/// connection string; CBS, settlement, peek, schedule and cancel, a session and its state over
+/// each.
+#[test]
+fn azure_sdk_websockets_suite() {
+    run("tests/js/websockets.test.js");
+}
+
 /// The administration client over HTTPS: create, describe, runtime counts, list, conflicts,
 /// missing entities, delete.
 #[test]

@@ -77,9 +77,10 @@ function brokerBinary() {
 }
 
 /**
- * `{ host, port, tlsPort, adminPort }` once the ready file holds `host:port` on its first line
- * (then `tls host:port` when TLS is on and `admin host:port` for the administration endpoint;
- * a port is null when its line is absent), else null.
+ * `{ host, port, tlsPort, websocketAddresses, adminPort }` once the ready file holds `host:port`
+ * on its first line (then `tls host:port` when TLS is on, `websocket host:port` for each
+ * listener of `websocket_listen`, listed as `{ host, port }`, and `admin host:port` for the
+ * administration endpoint; a port is null when its line is absent), else null.
  */
 function parseReadyFile(file) {
   let lines;
@@ -91,13 +92,18 @@ function parseReadyFile(file) {
   const address = (text) => /^\[?(.+?)\]?:(\d+)$/.exec(text);
   const plain = address(lines[0]);
   if (!plain) return null;
-  const portOf = (prefix) => {
-    const found = lines.slice(1)
-      .map((line) => line.startsWith(prefix) && address(line.slice(prefix.length)))
-      .find(Boolean);
-    return found ? Number(found[2]) : null;
+  const addressesOf = (prefix) => lines.slice(1)
+    .map((line) => line.startsWith(prefix) && address(line.slice(prefix.length)))
+    .filter(Boolean)
+    .map((found) => ({ host: found[1], port: Number(found[2]) }));
+  const portOf = (prefix) => addressesOf(prefix)[0]?.port ?? null;
+  return {
+    host: plain[1],
+    port: Number(plain[2]),
+    tlsPort: portOf("tls "),
+    websocketAddresses: addressesOf("websocket "),
+    adminPort: portOf("admin "),
   };
-  return { host: plain[1], port: Number(plain[2]), tlsPort: portOf("tls "), adminPort: portOf("admin ") };
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -133,6 +139,7 @@ class Broker {
     this.host = null;
     this.port = null;
     this.tlsPort = null;
+    this.websocketAddresses = [];
     this.adminPort = null;
   }
 

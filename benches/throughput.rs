@@ -3,7 +3,7 @@
 //!
 //! `cargo bench --bench throughput -- [--messages N] [--size BYTES] [--window N] [--credit N]
 //! [--durability sync|interval|memory] [--fill-first] [--receive-and-delete] [--topic N]
-//! [--tls] [--dedup] [--forward] [--child] [--partitions N] [--producers N] [--consumers N]`
+//! [--tls] [--websocket] [--dedup] [--forward] [--child] [--partitions N] [--producers N] [--consumers N]`
 //!
 //! The producer sends to the entity `bench`: a queue, or with `--topic N` a topic with N
 //! subscriptions `sub-1` .. `sub-N`, each with the default rule (`$Default`, the true filter),
@@ -31,7 +31,9 @@
 //! with `--tls`.
 //!
 //! With `--tls` every client connects over TLS (a `gen-cert` certificate for `localhost`,
-//! verified), to the broker's TLS listener.
+//! verified), to the broker's TLS listener. With `--websocket` every client connects over a
+//! WebSocket to the plain listener (fe2o3-amqp-ws, subprotocol `amqp`); with `--child` its CPU
+//! figure is the one to hold against plain TCP's.
 //!
 //! The consumers are peek-lock and complete every message (the SDK default), or with
 //! `--receive-and-delete` take pre-settled deliveries.
@@ -73,8 +75,8 @@ use tidebus::entity::duplicates::{digest, Duplicates};
 #[allow(dead_code)]
 mod support;
 use support::{
-    connect, connect_tls, now_micros, percentile, BenchBroker, BoxError, ChildBroker, Flags,
-    TlsEndpoint, Usage,
+    connect, connect_tls, connect_websocket, now_micros, percentile, BenchBroker, BoxError,
+    ChildBroker, Flags, TlsEndpoint, Usage,
 };
 
 /// Where the clients connect.
@@ -82,6 +84,7 @@ use support::{
 enum Dial {
     Plain(std::net::SocketAddr),
     Tls(TlsEndpoint),
+    WebSocket(std::net::SocketAddr),
 }
 
 impl Dial {
@@ -89,6 +92,7 @@ impl Dial {
         match self {
             Dial::Plain(addr) => connect(*addr, name).await,
             Dial::Tls(endpoint) => connect_tls(endpoint, name).await,
+            Dial::WebSocket(addr) => connect_websocket(*addr, name).await,
         }
     }
 }
@@ -110,6 +114,8 @@ struct Args {
     topic: Option<u64>,
     /// Whether the clients connect over TLS.
     tls: bool,
+    /// Whether the clients connect over WebSockets (to the plain listener).
+    websocket: bool,
     /// Whether the queue or topic detects duplicates.
     dedup: bool,
     /// Whether the queue forwards to [`FORWARD_TARGET`], where the consumer reads.
@@ -180,6 +186,7 @@ fn parse_args() -> Result<Args, String> {
         credit: 200,
         topic: None,
         tls: false,
+        websocket: false,
         dedup: false,
         forward: false,
         child: false,
@@ -199,6 +206,7 @@ fn parse_args() -> Result<Args, String> {
             "--receive-and-delete" => args.receive_and_delete = true,
             "--topic" => args.topic = Some(flags.number(&flag)?.max(1)),
             "--tls" => args.tls = true,
+            "--websocket" => args.websocket = true,
             "--dedup" => args.dedup = true,
             "--forward" => args.forward = true,
             "--child" => args.child = true,
@@ -211,6 +219,11 @@ fn parse_args() -> Result<Args, String> {
     if args.child && args.tls {
         return Err(
             "--child runs the binary's plain listener; it does not combine with --tls".into(),
+        );
+    }
+    if args.websocket && args.tls {
+        return Err(
+            "--websocket runs over the plain listener; it does not combine with --tls".into(),
         );
     }
     if args.forward && args.topic.is_some() {
@@ -493,7 +506,10 @@ impl Broker {
 fn main() -> Result<(), BoxError> {
     let args = parse_args()?;
     let broker = Broker::start(&args)?;
-    let dial = broker.dial();
+    let dial = match broker.dial() {
+        Dial::Plain(addr) if args.websocket => Dial::WebSocket(addr),
+        dial => dial,
+    };
     let sources = args.sources();
     let client_runtime = support::runtime(support::CLIENT_THREADS)?;
     let before = Usage::now()?;
@@ -537,7 +553,11 @@ fn main() -> Result<(), BoxError> {
             None => "queue".to_owned(),
             Some(n) => format!("topic with {n} subscriptions"),
         },
-        if args.tls { " over TLS" } else { "" }
+        match (args.tls, args.websocket) {
+            (true, _) => " over TLS",
+            (_, true) => " over WebSockets",
+            _ => "",
+        }
     );
     if args.child {
         println!("broker:     the tidebus binary as a child process");

@@ -70,6 +70,22 @@ pub async fn connect(addr: SocketAddr, name: &str) -> Result<ConnectionHandle<()
         .await?)
 }
 
+/// Opens an AMQP connection to the bench broker over a WebSocket (`ws://ADDR/$servicebus/websocket`,
+/// the OASIS subprotocol `amqp`) on a `TCP_NODELAY` stream.
+pub async fn connect_websocket(
+    addr: SocketAddr,
+    name: &str,
+) -> Result<ConnectionHandle<()>, BoxError> {
+    let stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let url = format!("ws://{addr}/$servicebus/websocket");
+    let socket = fe2o3_amqp_ws::WebSocketStream::connect_with_stream(url, stream).await?;
+    Ok(Connection::builder()
+        .container_id(name)
+        .open_with_stream(socket)
+        .await?)
+}
+
 /// The broker's TLS listener and a connector that trusts the CA its certificate came from.
 #[derive(Clone)]
 pub struct TlsEndpoint {

@@ -387,6 +387,25 @@ fn listen_must_be_a_socket_address() {
 }
 
 #[test]
+fn websocket_listeners_are_socket_addresses_and_none_by_default() {
+    assert!(parse("[broker]\n").broker.websocket_listen.is_empty());
+    let both = parse("[broker]\nwebsocket_listen = [\"0.0.0.0:80\", \"[::]:443\"]\n");
+    let ports: Vec<u16> = both
+        .broker
+        .websocket_listen
+        .iter()
+        .map(|a| a.port())
+        .collect();
+    assert_eq!(ports, [80, 443]);
+    let error = refuse("[broker]\nwebsocket_listen = [\"127.0.0.1:80\", \"localhost:443\"]\n");
+    assert_eq!(
+        error.to_string(),
+        "broker.websocket_listen (t.toml:2:37): \"localhost:443\" is not a socket address; \
+         expected IP:port such as \"127.0.0.1:443\" or \"[::]:443\" (host names are not resolved)"
+    );
+}
+
+#[test]
 fn empty_data_dir_is_refused() {
     let error = refuse("[broker]\ndata_dir = \"\"\n");
     assert_eq!(

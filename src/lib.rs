@@ -31,6 +31,7 @@ pub mod amqp;
 pub mod auth;
 pub mod clock;
 pub mod config;
+pub mod container;
 pub mod encoding;
 pub mod entity;
 pub mod filter;

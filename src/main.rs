@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use tidebus::config::{Config, ConfigError, LogFormat, DEFAULT_CONFIG_TOML};
+use tidebus::container;
 use tidebus::{Bound, Listeners};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -46,9 +47,16 @@ struct RunArgs {
     data_dir: Option<PathBuf>,
     /// File that receives the bound addresses once the broker accepts connections, written
     /// atomically: the plain listener's (e.g. 127.0.0.1:5672) on the first line, then
-    /// "tls ADDR" for the TLS listener and "admin ADDR" for the administration endpoint.
+    /// "tls ADDR" for the TLS listener, "websocket ADDR" for each WebSocket listener and
+    /// "admin ADDR" for the administration endpoint.
     #[arg(long, value_name = "PATH")]
     ready_file: Option<PathBuf>,
+    /// Run as the container image does, in place of Microsoft's emulator: without --config the
+    /// emulator's /ServiceBus_Emulator/ConfigFiles/Config.json when it exists; loopback
+    /// listeners on all interfaces, WebSockets on 80 and 443, the store in /data; the
+    /// emulator's SQL Server variables ignored; its ready line logged.
+    #[arg(long)]
+    container: bool,
 }
 
 #[derive(Subcommand)]
@@ -61,6 +69,13 @@ enum Command {
     },
     /// Print the embedded default config, every key commented.
     PrintDefaultConfig,
+    /// Ask the administration endpoint for /health over plain HTTP: exits 0 when it answers
+    /// 200, else prints why and exits 1 (the container image's health check).
+    Health {
+        /// The administration endpoint's address.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:5300")]
+        admin: SocketAddr,
+    },
     /// Write a development CA and a server certificate it signs, for `[broker.tls]`:
     /// DIR/ca.pem (trust it in clients), DIR/server.pem and DIR/server-key.pem (the broker's).
     GenCert {
@@ -80,6 +95,13 @@ async fn main() -> ExitCode {
         Some(Command::CheckConfig { path }) => check_config(&path),
         Some(Command::PrintDefaultConfig) => write_stdout(DEFAULT_CONFIG_TOML),
         Some(Command::GenCert { hosts, out }) => gen_cert(&hosts, &out),
+        Some(Command::Health { admin }) => match container::health(admin).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(why) => {
+                eprintln!("unhealthy: {why}");
+                ExitCode::FAILURE
+            }
+        },
         None => run_broker(cli.run).await,
     }
 }
@@ -119,6 +141,15 @@ async fn run_broker(args: RunArgs) -> ExitCode {
         Err(error) => return config_error(&error),
     };
     init_tracing(config.broker.log_format);
+    if args.container {
+        let ignored = container::ignored_environment();
+        if !ignored.is_empty() {
+            tracing::info!(
+                variables = %ignored.join(", "),
+                "ignoring the emulator's SQL Server settings: Tidebus keeps its own store"
+            );
+        }
+    }
     match serve(config, args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -128,12 +159,20 @@ async fn run_broker(args: RunArgs) -> ExitCode {
     }
 }
 
-/// The config file (or the embedded default) with the command-line overrides applied.
+/// The config file (or the embedded default), adapted to a container with `--container`,
+/// with the command-line overrides applied.
 fn load_config(args: &RunArgs) -> Result<Config, ConfigError> {
-    let mut config = match &args.config {
+    let path = match args.container {
+        true => container::config_path(args.config.clone()),
+        false => args.config.clone(),
+    };
+    let mut config = match &path {
         Some(path) => Config::load(path)?,
         None => Config::embedded_default(),
     };
+    if args.container {
+        container::adapt(&mut config);
+    }
     if let Some(listen) = args.listen {
         config.broker.listen = Some(listen);
     }
@@ -172,6 +211,7 @@ async fn serve(config: Config, args: RunArgs) -> Result<(), String> {
     let installed = |e: io::Error| format!("cannot install the signal handlers: {e}");
     let shutdown = shutdown_signal().map_err(installed)?;
     let ready_file = args.ready_file.clone();
+    let container = args.container;
     let reloads = reload_signal(args).map_err(installed)?;
     let listeners = Listeners {
         plain,
@@ -180,6 +220,9 @@ async fn serve(config: Config, args: RunArgs) -> Result<(), String> {
         admin,
     };
     tidebus::run_with_reloads(config, listeners, shutdown, reloads, move |bound| {
+        if container {
+            tracing::info!("{}", container::READY_LINE);
+        }
         if let Some(path) = ready_file {
             if let Err(error) = write_ready_file(&path, bound) {
                 tracing::error!(path = %path.display(), %error, "cannot write the ready file");

@@ -109,3 +109,13 @@ fn partitions_suite() {
 fn websockets_suite() {
     pytest::run("tests/python/test_websockets.py");
 }
+
+/// The container image (`config/container/build.sh` from the binary under test, run with
+/// podman): the emulator's `Config.json` at its path, published loopback ports, the
+/// emulator's environment ignored and never logged, the ready line, `/health` and the
+/// `HEALTHCHECK`, the SDK over AMQP and over a WebSocket on 443 as user 10001, exit 0 on
+/// SIGTERM; and testcontainers-python through podman's Docker-compatible socket.
+#[test]
+fn container_suite() {
+    pytest::run("tests/python/test_container.py");
+}

@@ -12,6 +12,10 @@
 // node_modules by the pinned lock file), so they are the instances the SDK logs through.
 
 const assert = require("node:assert/strict");
+const { execFileSync } = require("node:child_process");
+const fs = require("node:fs");
+const os = require("node:os");
+const path = require("node:path");
 const { test } = require("node:test");
 const util = require("node:util");
 
@@ -222,8 +226,20 @@ async function rejection(promise, what) {
   }
 }
 
+/** `tidebus gen-cert` for localhost into a new temporary directory; the paths of its three files. */
+function generateCertificates() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tidebus-js-certs-"));
+  execFileSync(process.env.TIDEBUS_BIN, ["gen-cert", "--host", "localhost", "--out", dir]);
+  return {
+    ca: path.join(dir, "ca.pem"),
+    cert: path.join(dir, "server.pem"),
+    key: path.join(dir, "server-key.pem"),
+  };
+}
+
 module.exports = {
   CLOCK_SLACK_MS,
+  generateCertificates,
   assertOnlyMarkerLeft,
   brokerTest,
   expectedSummary,

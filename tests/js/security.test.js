@@ -5,15 +5,19 @@
 // tests/python/test_security.py.
 
 const assert = require("node:assert/strict");
-const { execFile, execFileSync } = require("node:child_process");
-const fs = require("node:fs");
-const os = require("node:os");
-const path = require("node:path");
+const { execFile } = require("node:child_process");
 const util = require("node:util");
 
 const { ServiceBusClient } = require("@azure/service-bus");
 
-const { brokerTest, numbered, receiveExactly, rejection, send } = require("./common");
+const {
+  brokerTest,
+  generateCertificates,
+  numbered,
+  receiveExactly,
+  rejection,
+  send,
+} = require("./common");
 
 const SECURED = { settings: { allow_anonymous: false } };
 const CHILD_DEADLINE_MS = 60_000;
@@ -55,17 +59,6 @@ brokerTest("a wrong key is refused with UnauthorizedAccess", SECURED, async ({ b
     await receiver.close();
   }
 });
-
-/** `tidebus gen-cert` into a new temporary directory; the paths of its three files. */
-function generateCertificates() {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tidebus-js-certs-"));
-  execFileSync(process.env.TIDEBUS_BIN, ["gen-cert", "--host", "localhost", "--out", dir]);
-  return {
-    ca: path.join(dir, "ca.pem"),
-    cert: path.join(dir, "server.pem"),
-    key: path.join(dir, "server-key.pem"),
-  };
-}
 
 // What the child process runs: a client on `Endpoint=sb://localhost:<TLS port>` without the
 // emulator flag (so amqps), sending three messages, receiving, settling and peeking.

@@ -17,30 +17,22 @@
 //   port, so the SDK picks 443 itself (tests run as root on the project's machines).
 
 const assert = require("node:assert/strict");
-const { execFileSync } = require("node:child_process");
 const fs = require("node:fs");
-const os = require("node:os");
-const path = require("node:path");
 
 const { ServiceBusClient } = require("@azure/service-bus");
 const WebSocket = require("ws");
 
-const { brokerTest, receiveExactly, receiveOne, withReceiver } = require("./common");
+const {
+  brokerTest,
+  generateCertificates,
+  receiveExactly,
+  receiveOne,
+  withReceiver,
+} = require("./common");
 
 const QUEUES = ["q1", { name: "sq", requires_session: true }];
 const OPERATION_TIMEOUT_MS = 20_000;
 const AN_HOUR_MS = 60 * 60 * 1000;
-
-/** `tidebus gen-cert` into a new temporary directory; the paths of its three files. */
-function generateCertificates() {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tidebus-js-ws-certs-"));
-  execFileSync(process.env.TIDEBUS_BIN, ["gen-cert", "--host", "localhost", "--out", dir]);
-  return {
-    ca: path.join(dir, "ca.pem"),
-    cert: path.join(dir, "server.pem"),
-    key: path.join(dir, "server-key.pem"),
-  };
-}
 
 const certificates = generateCertificates();
 

@@ -5,7 +5,6 @@ Brokers here refuse anonymous clients (`allow_anonymous = false`) unless a test 
 so everything that works went through a verified credential.
 """
 
-import subprocess
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from proton.utils import LinkDetached
 
 from proton_client import DEADLINE_S, assert_round_trip, connect
 from sb_common import OPERATION_TIMEOUT_S, RECEIVE_WAIT_S, body_of, open_client
-from tidebus_broker import EMULATOR_POLICY, Broker, broker_binary
+from tidebus_broker import EMULATOR_POLICY, Broker, generate_certificates
 
 ROOT_KEY = EMULATOR_POLICY["key"]
 WRITER_KEY = "orders-writer-key-0123456789"
@@ -265,17 +264,6 @@ def test_a_link_is_detached_when_its_token_expires_unrenewed_and_no_secret_is_lo
 
 
 # --- TLS ---------------------------------------------------------------------------------------
-
-
-def generate_certificates(directory):
-    """`tidebus gen-cert` into `directory`: ca.pem, server.pem, server-key.pem."""
-    subprocess.run(
-        [broker_binary(), "gen-cert", "--host", "localhost", "--out", str(directory)],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return {name: directory / name for name in ("ca.pem", "server.pem", "server-key.pem")}
 
 
 def test_the_sdk_over_tls_verifies_the_generated_certificate(tmp_path):

@@ -14,7 +14,6 @@ schedules and cancels, and uses a session (its state included).
 """
 
 import asyncio
-import subprocess
 import time
 import uuid
 from datetime import timedelta
@@ -29,7 +28,7 @@ from azure.servicebus import (
 from azure.servicebus.aio import ServiceBusClient as AsyncServiceBusClient
 
 from sb_common import DEADLINE_S, OPERATION_TIMEOUT_S, RECEIVE_WAIT_S, body_of, now_utc
-from tidebus_broker import EMULATOR_POLICY, Broker, broker_binary
+from tidebus_broker import EMULATOR_POLICY, Broker, generate_certificates
 
 QUEUES = ["q1", {"name": "sq", "requires_session": True}]
 SECURED = {"allow_anonymous": False}
@@ -191,16 +190,6 @@ def test_the_bare_emulator_string_dials_80_and_443(tmp_path):
         assert websocket_lines(broker), "the connections were WebSockets"
     finally:
         broker.stop()
-
-
-def generate_certificates(directory):
-    subprocess.run(
-        [broker_binary(), "gen-cert", "--host", "localhost", "--out", str(directory)],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return {name: directory / name for name in ("ca.pem", "server.pem", "server-key.pem")}
 
 
 def test_wss_to_the_tls_port_and_to_the_plain_port_with_the_generated_ca(tmp_path):

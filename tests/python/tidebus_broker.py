@@ -274,3 +274,15 @@ def websocket_addresses(path):
             host, _, port = line[len("websocket "):].rpartition(":")
             found.append((host.strip("[]"), int(port)))
     return found
+
+
+def generate_certificates(directory):
+    """`tidebus gen-cert` for localhost into `directory`: the paths of ca.pem, server.pem and
+    server-key.pem by name."""
+    subprocess.run(
+        [broker_binary(), "gen-cert", "--host", "localhost", "--out", str(directory)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return {name: directory / name for name in ("ca.pem", "server.pem", "server-key.pem")}

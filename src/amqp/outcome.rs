@@ -40,6 +40,8 @@ pub struct Settling {
     pub request: u64,
     /// The transaction the disposition named, if any: the settlements are staged in it.
     pub txn: Option<Binary>,
+    /// Whether the client waits for the broker's disposition (it left these unsettled).
+    pub awaited: bool,
 }
 
 /// The deliveries of one session still owed an outcome, both ways.
@@ -110,6 +112,7 @@ impl Ledger {
                     items,
                     request,
                     txn: txn.clone(),
+                    awaited: !disposition.settled,
                 }
             })
             .collect()

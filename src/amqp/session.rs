@@ -362,6 +362,7 @@ impl Session {
                     consumer,
                     items,
                     reply,
+                    awaited: settling.awaited,
                 },
                 Some(txn) => {
                     match transactions.enlist(txn, &entity, (items.len(), 0), clock::now_ms()) {

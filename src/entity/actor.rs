@@ -52,6 +52,11 @@ const FORWARDING_RECEIVER: &str =
 /// Scheduled messages activated per turn, so a burst of due messages does not stall the
 /// mailbox; the rest follow on the next turns.
 const ACTIVATIONS_PER_TURN: usize = 1024;
+/// How long a `sync` entity lets changes that no answer waits for (a settlement the client
+/// settled itself, an expired lock or message) wait for a flush another change asks for,
+/// before it asks for one of its own. A window-1 sender's next message then needs one flush,
+/// not one behind its receiver's completion.
+const QUIET_FLUSH_MS: i64 = 5;
 
 /// When an entity's answers may leave.
 #[derive(Debug, Clone)]
@@ -96,6 +101,7 @@ pub fn start(
     let mut actor = Actor {
         forwarder: Forwarder::new(resolve, answers),
         flush_asked_below: parts.core.next_seq(),
+        quiet_since_ms: None,
         name: parts.name.clone(),
         subscriptions: subscriptions.clone(),
         core: parts.core,
@@ -104,6 +110,8 @@ pub fn start(
         consumers: HashMap::new(),
         poisoned: None,
         answers: Vec::new(),
+        quiet_answers: Vec::new(),
+        unflushed_awaited: false,
         unflushed: Vec::new(),
         auto_delete_ms: parts.auto_delete_on_idle.map(millis),
         deleted: deleted.clone(),
@@ -169,11 +177,20 @@ struct Actor {
     poisoned: Option<String>,
     /// Answers of the batch being applied.
     answers: Vec<HeldReply>,
+    /// Answers of the batch that no client waits for (settlements the client settled
+    /// itself: only a later detach's barrier counts them), so they ask for no flush of
+    /// their own (see [`QUIET_FLUSH_MS`]).
+    quiet_answers: Vec<HeldReply>,
+    /// Whether `unflushed` holds an answer a client waits for.
+    unflushed_awaited: bool,
     /// Answers whose changes are written but not yet covered by a requested flush.
     unflushed: Vec<HeldReply>,
     /// Messages numbered below this are covered by a requested flush (the flush metrics
     /// count the others).
     flush_asked_below: i64,
+    /// Since when changes that no answer waits for are staged without a flush asked for them
+    /// (see [`QUIET_FLUSH_MS`]).
+    quiet_since_ms: Option<i64>,
     /// `auto_delete_on_idle` in ms, if the entity has it.
     auto_delete_ms: Option<i64>,
     /// Shared with every handle: set once the entity is deleted, so that commands it can no
@@ -209,7 +226,12 @@ impl Actor {
         let mut batch = Vec::with_capacity(BATCH);
         let mut flushing: Option<Flushing> = None;
         loop {
-            let deadline = [self.core.next_deadline_ms(), self.forwarder.next_retry_ms()];
+            let quiet_flush_ms = self.quiet_since_ms.map(|since| since + QUIET_FLUSH_MS);
+            let deadline = [
+                self.core.next_deadline_ms(),
+                self.forwarder.next_retry_ms(),
+                quiet_flush_ms,
+            ];
             let deadline = deadline.into_iter().flatten().min().map(|at| {
                 let wait = u64::try_from(at.saturating_sub(now_ms())).unwrap_or(0);
                 Instant::now() + Duration::from_millis(wait)
@@ -266,9 +288,7 @@ impl Actor {
                 self.persist();
             }
             self.release_answers();
-            let waiting =
-                !self.unflushed.is_empty() || self.core.has_unrevealed() || self.log.has_staged();
-            if flushing.is_none() && waiting && matches!(self.commit, Commit::AfterFlush(_)) {
+            if flushing.is_none() && self.flush_due(now_ms()) {
                 self.commit_log();
                 flushing = self.request_flush();
             }
@@ -368,6 +388,7 @@ impl Actor {
                 consumer,
                 items,
                 reply,
+                awaited,
             } => {
                 let results = items
                     .iter()
@@ -375,8 +396,11 @@ impl Actor {
                     .collect();
                 self.move_dead_letters();
                 if let Some((ticket, events)) = reply {
-                    self.answers
-                        .push((events, EntityEvent::Settled { ticket, results }));
+                    let answers = match awaited {
+                        true => &mut self.answers,
+                        false => &mut self.quiet_answers,
+                    };
+                    answers.push((events, EntityEvent::Settled { ticket, results }));
                 }
             }
             Command::Stage { txn, work, reply } => self.stage(txn, work, reply),
@@ -1562,7 +1586,10 @@ impl Actor {
                 self.flush_asked_below = covers_next_seq;
                 Some(Flushing {
                     done: flusher.request(u64::try_from(messages).unwrap_or(0)),
-                    answers: std::mem::take(&mut self.unflushed),
+                    answers: {
+                        self.unflushed_awaited = false;
+                        std::mem::take(&mut self.unflushed)
+                    },
                     covers_next_seq,
                     covers_next_transfer: self.core.next_transfer(),
                 })
@@ -1572,6 +1599,29 @@ impl Actor {
                 None
             }
         }
+    }
+
+    /// Whether a `sync` entity with no flush in flight asks for one now: an answer or a
+    /// message waits for it, or changes nobody waits for have waited [`QUIET_FLUSH_MS`] (until
+    /// then they go with the next flush another change asks for).
+    fn flush_due(&mut self, now: i64) -> bool {
+        if !matches!(self.commit, Commit::AfterFlush(_)) {
+            return false;
+        }
+        let waited_for = self.unflushed_awaited || self.core.has_unrevealed();
+        let quiet = self.log.has_staged() || !self.unflushed.is_empty();
+        let since = match (waited_for, quiet) {
+            (true, _) | (false, false) => {
+                self.quiet_since_ms = None;
+                return waited_for;
+            }
+            (false, true) => *self.quiet_since_ms.get_or_insert(now),
+        };
+        let due = now >= since + QUIET_FLUSH_MS;
+        if due {
+            self.quiet_since_ms = None;
+        }
+        due
     }
 
     /// Writes what the log has staged. A failure poisons the entity.
@@ -1601,12 +1651,18 @@ impl Actor {
             }
         }
         let answers = std::mem::take(&mut self.answers);
+        let quiet = std::mem::take(&mut self.quiet_answers);
         match (&self.commit, &self.poisoned) {
             // An express entity answers now; its write and flush follow all the same.
-            (Commit::AfterFlush(_), None) if !self.express => self.unflushed.extend(answers),
+            (Commit::AfterFlush(_), None) if !self.express => {
+                self.unflushed_awaited |= !answers.is_empty();
+                self.unflushed.extend(answers);
+                self.unflushed.extend(quiet);
+            }
             _ => {
                 let unflushed = std::mem::take(&mut self.unflushed);
-                for (sink, event) in unflushed.into_iter().chain(answers) {
+                self.unflushed_awaited = false;
+                for (sink, event) in unflushed.into_iter().chain(answers).chain(quiet) {
                     self.send_answer(sink, event);
                 }
             }
@@ -1710,9 +1766,12 @@ mod tests {
     use crate::message::Arrival;
     use crate::store::Store;
 
-    /// Sends one message to a `sync`-mode queue whose flushes never complete; whether its
-    /// answer came (it is never refused).
-    async fn answered_before_the_flush(express: bool) -> bool {
+    /// A `sync`-mode queue (express or not) whose flushes `commit` performs; its handle, the
+    /// shutdown that stops it and its data directory.
+    fn sync_queue(
+        express: bool,
+        commit: Commit,
+    ) -> (EntityHandle, CancellationToken, tempfile::TempDir) {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut config = Config::embedded_default();
         config.broker.data_dir = dir.path().to_path_buf();
@@ -1723,21 +1782,18 @@ mod tests {
         let parts = setup::queue(&queue, store.log(&queue.name).expect("log")).expect("parts");
         let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
         let resolve: Resolver = Arc::new(|_| None);
-        let commit = Commit::AfterFlush(Flusher::stalled());
         let handle = spawn(parts, commit, shutdown.clone(), &tracker, resolve);
-        let (events, mut answers) = mpsc::unbounded_channel();
-        let ticket = Ticket {
-            link: 1,
-            request: 1,
-        };
-        let data = Bytes::from_static(&[0x00, 0x53, 0x75, 0xa0, 0x01, b'x']);
-        let send = Command::Send {
-            messages: vec![Arrival::bare(data)],
-            reply: Some((ticket, events)),
-        };
-        handle.post(send).await.expect("posted");
-        // Two markers through the same mailbox, the second posted once the first is answered,
-        // so in a later turn: once it is answered, the turn of the send has ended.
+        (handle, shutdown, dir)
+    }
+
+    /// A one-byte message, as a client sends it.
+    fn arrival() -> Arrival {
+        Arrival::bare(Bytes::from_static(&[0x00, 0x53, 0x75, 0xa0, 0x01, b'x']))
+    }
+
+    /// Returns once every turn that began before the call has ended: two markers through the
+    /// mailbox, the second posted once the first is answered, so in a later turn.
+    async fn turns_ended(handle: &EntityHandle) {
         for _ in 0..2 {
             let (reply, described) = oneshot::channel();
             handle
@@ -1746,6 +1802,23 @@ mod tests {
                 .expect("posted");
             described.await.expect("described");
         }
+    }
+
+    /// Sends one message to a `sync`-mode queue whose flushes never complete; whether its
+    /// answer came (it is never refused).
+    async fn answered_before_the_flush(express: bool) -> bool {
+        let (handle, shutdown, _dir) = sync_queue(express, Commit::AfterFlush(Flusher::stalled()));
+        let (events, mut answers) = mpsc::unbounded_channel();
+        let ticket = Ticket {
+            link: 1,
+            request: 1,
+        };
+        let send = Command::Send {
+            messages: vec![arrival()],
+            reply: Some((ticket, events)),
+        };
+        handle.post(send).await.expect("posted");
+        turns_ended(&handle).await;
         let answered = matches!(
             answers.try_recv(),
             Ok(EntityEvent::Sent { result: Ok(()), .. })
@@ -1761,5 +1834,81 @@ mod tests {
             !answered_before_the_flush(false).await,
             "not express: waits for the flush"
         );
+    }
+
+    /// A settlement the client settled itself asks for no flush of its own: it goes with the
+    /// next one another change asks for, or after [`QUIET_FLUSH_MS`]; one the client waits
+    /// for asks at once. Either is answered only once its flush completed.
+    #[tokio::test]
+    async fn only_a_settlement_a_client_waits_for_asks_for_a_flush_at_once() {
+        let (flusher, mut requests) = Flusher::answered_by_test();
+        let (handle, shutdown, _dir) = sync_queue(false, Commit::AfterFlush(flusher));
+        for _ in 0..2 {
+            let send = Command::Send {
+                messages: vec![arrival()],
+                reply: None,
+            };
+            handle.post(send).await.expect("posted");
+        }
+        let (done, _) = requests
+            .recv()
+            .await
+            .expect("a new message asks for a flush");
+        done.send(Ok(())).expect("the queue waits");
+        let (events, mut received) = mpsc::unbounded_channel();
+        let consumer = ConsumerId::at(7, 0);
+        let add = Command::AddConsumer {
+            consumer,
+            lane: LaneId::MAIN,
+            mode: crate::entity::handle::ReceiveMode::PeekLock,
+            window: u64::MAX,
+            events,
+            session: None,
+        };
+        handle.post(add).await.expect("added");
+        let credit = Command::Credit { consumer, limit: 2 };
+        handle.post(credit).await.expect("credit");
+        let mut locks = Vec::new();
+        while locks.len() < 2 {
+            if let Some(EntityEvent::Delivered(delivery)) = received.recv().await {
+                let token = delivery.lock_token.expect("locked");
+                locks.push(LockRef {
+                    seq: delivery.seq,
+                    token,
+                });
+            }
+        }
+        for (request, (lock, awaited)) in locks.into_iter().zip([false, true]).enumerate() {
+            let ticket = Ticket {
+                link: 7,
+                request: request as u64,
+            };
+            let (events, mut answers) = mpsc::unbounded_channel();
+            let settle = Command::Settle {
+                consumer,
+                items: vec![(lock, Settlement::Complete)],
+                reply: Some((ticket, events)),
+                awaited,
+            };
+            handle.post(settle).await.expect("posted");
+            turns_ended(&handle).await;
+            let asked = requests.try_recv();
+            assert_eq!(asked.is_ok(), awaited, "asked at once only when awaited");
+            let (done, _) = match asked {
+                Ok(request) => request,
+                Err(_) => tokio::time::timeout(Duration::from_secs(10), requests.recv())
+                    .await
+                    .expect("asked after a short while")
+                    .expect("the queue runs"),
+            };
+            assert!(answers.try_recv().is_err(), "answered only after its flush");
+            done.send(Ok(())).expect("the queue waits");
+            let answer = answers.recv().await.expect("answered");
+            assert!(
+                matches!(answer, EntityEvent::Settled { ref results, .. } if results == &[Ok(())]),
+                "{answer:?}"
+            );
+        }
+        shutdown.cancel();
     }
 }

@@ -91,6 +91,10 @@ pub enum Command {
         items: Vec<(LockRef, Settlement)>,
         /// Where to answer, if an answer is wanted.
         reply: Option<(Ticket, EventSink)>,
+        /// Whether the client waits for the answer (it left the deliveries unsettled). An
+        /// answer no client waits for only tells a later detach that the settlement is
+        /// applied: it waits for the next flush another change asks for, or a short while.
+        awaited: bool,
     },
     /// Stage work in a transaction whose via entity this is: checked now, applied at its
     /// commit, dropped at its rollback (design.md D10). A staged send is answered `Sent`, a

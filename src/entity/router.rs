@@ -89,12 +89,14 @@ pub async fn post(handle: &EntityHandle, command: Command) -> Result<(), Box<Com
             consumer,
             items,
             reply,
+            awaited,
         } => {
             settle(handle, consumer, items, reply, |consumer, items, reply| {
                 Command::Settle {
                     consumer,
                     items,
                     reply,
+                    awaited,
                 }
             })
             .await;

@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::store::StoreError;
 
 /// A flush request: where its result goes, and how many messages it makes durable.
-type Waiter = (oneshot::Sender<Result<(), StoreError>>, u64);
+pub type Waiter = (oneshot::Sender<Result<(), StoreError>>, u64);
 
 /// A handle to the database's flusher task.
 #[derive(Debug, Clone)]
@@ -53,12 +53,21 @@ impl Flusher {
     /// waits for a flush).
     #[cfg(test)]
     pub fn stalled() -> Flusher {
-        let (requests, never_served) = mpsc::unbounded_channel();
+        let (flusher, never_served) = Flusher::answered_by_test();
         std::mem::forget(never_served);
-        Flusher {
+        flusher
+    }
+
+    /// A flusher whose requests the test answers itself: each arrives on the returned
+    /// channel, as the result's sender and the messages it covers.
+    #[cfg(test)]
+    pub fn answered_by_test() -> (Flusher, mpsc::UnboundedReceiver<Waiter>) {
+        let (requests, received) = mpsc::unbounded_channel();
+        let flusher = Flusher {
             requests,
             poisoned: Arc::new(OnceLock::new()),
-        }
+        };
+        (flusher, received)
     }
 
     /// The failure that poisoned the database, if a flush ever failed.

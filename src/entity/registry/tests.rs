@@ -475,6 +475,7 @@ async fn a_partition_numbers_across_its_48_bit_rollover_and_keeps_order_lookup_a
                 consumer,
                 items,
                 reply: None,
+                awaited: false,
             };
             handle.post(settle).await.expect("deferred");
             let receive = Operation::ReceiveBySequence {

@@ -10,6 +10,7 @@
 
 pub mod chunk;
 pub mod commit;
+mod keys;
 pub mod log;
 pub mod record;
 

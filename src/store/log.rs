@@ -5,6 +5,8 @@
 //! A write is either single operations in a crash-safe order or one atomic sled batch (see
 //! `Ops`): no crash leaves a message without the counter that numbered it, or in two places.
 
+mod values;
+
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
@@ -17,13 +19,14 @@ use crate::store::keys::{
     accepted_key, be_i64, bodies_key, key, lane_of, prefix, rule_key, seq_of, session_state_prefix,
     Key, Kind, ACCEPTED_PREFIX, BODIES_PREFIX, NEXT_SEQ_KEY, RULE_PREFIX, SUBSCRIPTION_PREFIX,
 };
-use crate::store::record::{MessageState, Record, RECORD_LEN};
-use crate::store::{AcceptedIds, Change, LaneId, Recovered, StoreError, StoredState};
+use crate::store::log::values::{
+    decode_accepted, decode_state, encode_accepted, encode_state, own_value,
+};
+use crate::store::record::{MessageState, Record};
+use crate::store::{AcceptedIds, Change, LaneId, Recovered, StoreError};
 
 /// Most numbers without shared bytes between two with, in one value of shared bodies.
 const BODIES_MAX_GAP: i64 = 64;
-/// Bytes of one accepted id as stored: its digest and its sequence number.
-const ACCEPTED_ID_LEN: usize = 24;
 /// Most message bytes in one chunk: a write with more stores several. sled splits a leaf only
 /// past 16 keys and rewrites whole leaves, so big chunks make big leaves: 1 MiB chunks were
 /// 10% faster than 16 KiB ones but took the broker's RSS with a 100k backlog from 130 MB to
@@ -33,56 +36,6 @@ const CHUNK_MAX_BYTES: usize = 16 * 1024;
 /// the previous compaction, has them moved to their own keys so that it can go: a few
 /// long-lived messages (deferred ones, say) never pin many dead ones on disk.
 const COMPACT_BELOW_ONE_IN: u32 = 4;
-
-/// The stored value of accepted ids.
-fn encode_accepted(ids: &[([u8; 16], i64)]) -> Vec<u8> {
-    let mut value = Vec::with_capacity(ids.len() * ACCEPTED_ID_LEN);
-    for (digest, seq) in ids {
-        value.extend_from_slice(digest);
-        value.extend_from_slice(&seq.to_be_bytes());
-    }
-    value
-}
-
-/// Accepted ids back from [`encode_accepted`] (a torn tail is left out).
-fn decode_accepted(value: &[u8]) -> AcceptedIds {
-    value
-        .chunks_exact(ACCEPTED_ID_LEN)
-        .map(|id| {
-            let (digest, seq) = id.split_at(16);
-            (digest.try_into().unwrap_or_default(), be_i64(seq))
-        })
-        .collect()
-}
-
-/// A session state's stored value: when it was set (ms, big-endian), then the state.
-fn encode_state(stored: &StoredState) -> Vec<u8> {
-    let mut value = stored.updated_ms.to_be_bytes().to_vec();
-    value.extend_from_slice(&stored.state);
-    value
-}
-
-/// A stored session state back (a value too short for its time reads as set at 0).
-fn decode_state(value: &[u8]) -> StoredState {
-    match value.split_first_chunk::<8>() {
-        Some((time, state)) => StoredState {
-            state: Bytes::copy_from_slice(state),
-            updated_ms: i64::from_be_bytes(*time),
-        },
-        None => StoredState {
-            state: Bytes::copy_from_slice(value),
-            updated_ms: 0,
-        },
-    }
-}
-
-/// The stored value of a message under its own key.
-fn own_value(record: &Record, body: &[u8]) -> Vec<u8> {
-    let mut value = Vec::with_capacity(RECORD_LEN + body.len());
-    value.extend_from_slice(&record.encode());
-    value.extend_from_slice(body);
-    value
-}
 
 /// A chunk on disk, as the log tracks it.
 #[derive(Debug)]

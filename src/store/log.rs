@@ -5,6 +5,7 @@
 //! A write is either single operations in a crash-safe order or one atomic sled batch (see
 //! `Ops`): no crash leaves a message without the counter that numbered it, or in two places.
 
+mod cache;
 mod values;
 
 use std::collections::{BTreeMap, HashMap};
@@ -19,6 +20,7 @@ use crate::store::keys::{
     accepted_key, be_i64, bodies_key, key, lane_of, prefix, rule_key, seq_of, session_state_prefix,
     Key, Kind, ACCEPTED_PREFIX, BODIES_PREFIX, NEXT_SEQ_KEY, RULE_PREFIX, SUBSCRIPTION_PREFIX,
 };
+use crate::store::log::cache::BodyCache;
 use crate::store::log::values::{
     decode_accepted, decode_state, encode_accepted, encode_state, own_value,
 };
@@ -102,47 +104,6 @@ impl Default for LaneChunks {
             touched: Vec::new(),
             fresh_from: 1,
         }
-    }
-}
-
-/// Bytes of messages kept in memory: every message in `memory` mode, the most recent ones
-/// within a budget otherwise, so that a queue that keeps up never reads its own writes back.
-#[derive(Debug)]
-struct BodyCache {
-    bodies: FastMap<(LaneId, i64), Bytes>,
-    bytes: usize,
-    budget: usize,
-}
-
-impl BodyCache {
-    fn apply(&mut self, lane: LaneId, change: &Change) {
-        match change {
-            Change::Put { seq, body, .. } => {
-                self.remove(lane, *seq);
-                if self.bytes + body.len() <= self.budget {
-                    self.bytes += body.len();
-                    self.bodies.insert((lane, *seq), body.clone());
-                }
-            }
-            Change::Delete { seq } => self.remove(lane, *seq),
-            Change::Update { .. }
-            | Change::NextSeq(_)
-            | Change::Rule { .. }
-            | Change::SessionState { .. }
-            | Change::Accepted { .. }
-            | Change::Forgotten(_) => {}
-        }
-    }
-
-    fn remove(&mut self, lane: LaneId, seq: i64) {
-        if let Some(old) = self.bodies.remove(&(lane, seq)) {
-            self.bytes -= old.len();
-        }
-    }
-
-    fn clear(&mut self) {
-        self.bodies.clear();
-        self.bytes = 0;
     }
 }
 

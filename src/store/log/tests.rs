@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::store::record::NEVER;
+use crate::store::record::{MessageState, NEVER};
 
 fn open(dir: &std::path::Path) -> EntityLog {
     // sled's I/O threads can hold a dropped database's file lock for a moment: a reopen

@@ -1,14 +1,12 @@
 //! One entity's log: its sled tree (none in `memory` mode) and the bytes of recent messages.
 //!
 //! The keys of an entity's tree are laid out per lane in `store/keys.rs`.
-//!
-//! A write is either single operations in a crash-safe order or one atomic sled batch (see
-//! `Ops`): no crash leaves a message without the counter that numbered it, or in two places.
 
 mod cache;
 mod chunks;
 mod shared;
 mod values;
+mod write;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -19,15 +17,14 @@ use foldhash::HashMapExt;
 
 use crate::store::chunk::{self, ChunkError, Departures};
 use crate::store::keys::{
-    accepted_key, be_i64, bodies_key, key, lane_of, prefix, rule_key, seq_of, session_state_prefix,
-    Key, Kind, ACCEPTED_PREFIX, BODIES_PREFIX, NEXT_SEQ_KEY, RULE_PREFIX, SUBSCRIPTION_PREFIX,
+    be_i64, bodies_key, key, lane_of, prefix, seq_of, session_state_prefix, Key, Kind,
+    ACCEPTED_PREFIX, BODIES_PREFIX, NEXT_SEQ_KEY, RULE_PREFIX, SUBSCRIPTION_PREFIX,
 };
 use crate::store::log::cache::BodyCache;
-use crate::store::log::chunks::{add_fresh, FreshChunk, LaneChunks, StoredChunk};
+use crate::store::log::chunks::{LaneChunks, StoredChunk};
 use crate::store::log::shared::SharedBodies;
-use crate::store::log::values::{
-    decode_accepted, decode_state, encode_accepted, encode_state, own_value,
-};
+use crate::store::log::values::{decode_accepted, decode_state, own_value};
+use crate::store::log::write::Ops;
 use crate::store::record::Record;
 use crate::store::{AcceptedIds, Change, LaneId, Recovered, StoreError};
 
@@ -274,195 +271,6 @@ impl EntityLog {
         Ok(())
     }
 
-    /// Applies changes atomically (one sled batch): [`EntityLog::stage`], then
-    /// [`EntityLog::commit`].
-    ///
-    /// # Errors
-    /// A [`StoreError`] when the write fails (or a message to rewrite cannot be read).
-    pub fn write(&mut self, changes: Vec<(LaneId, Change)>) -> Result<(), StoreError> {
-        self.stage(changes, true);
-        self.commit()
-    }
-
-    /// Takes changes to write at the next [`EntityLog::commit`]; reads see them at once.
-    /// `moves` says that they delete a message and store it again under another number
-    /// (a scheduled message's activation), which only an atomic write may do.
-    ///
-    /// Every sled batch costs two writes of its own to the log file (sled 0.34 seals its
-    /// buffer before and after a batch's manifest), so a `sync` entity stages the changes of
-    /// all its turns and commits them once, just before it asks for a flush.
-    pub fn stage(&mut self, changes: Vec<(LaneId, Change)>, moves: bool) {
-        for (sub, change) in &changes {
-            self.cache.apply(*sub, change);
-        }
-        if self.tree.is_none() {
-            return;
-        }
-        for (sub, change) in &changes {
-            match change {
-                Change::Put { seq, body, .. } => {
-                    self.staged_bodies.insert((*sub, *seq), body.clone());
-                }
-                Change::Delete { seq } => {
-                    self.staged_bodies.remove(&(*sub, *seq));
-                }
-                Change::Update { .. }
-                | Change::NextSeq(_)
-                | Change::Rule { .. }
-                | Change::SessionState { .. }
-                | Change::Accepted { .. }
-                | Change::Forgotten(_) => {}
-            }
-        }
-        self.staged_moves |= moves;
-        self.staged.extend(changes);
-    }
-
-    /// Whether changes wait for [`EntityLog::commit`].
-    pub fn has_staged(&self) -> bool {
-        !self.staged.is_empty()
-    }
-
-    /// Writes the staged changes so that a crash keeps all of them or a prefix that loses no
-    /// earlier write: single operations in a crash-safe order, or one atomic batch when they
-    /// move a message.
-    ///
-    /// # Errors
-    /// A [`StoreError`] when the write fails (or a message to rewrite cannot be read).
-    pub fn commit(&mut self) -> Result<(), StoreError> {
-        let changes = std::mem::take(&mut self.staged);
-        let moves = std::mem::take(&mut self.staged_moves);
-        let written = self.write_staged(changes, moves);
-        self.staged_bodies.clear();
-        written
-    }
-
-    fn write_staged(
-        &mut self,
-        changes: Vec<(LaneId, Change)>,
-        moves: bool,
-    ) -> Result<(), StoreError> {
-        let Some(tree) = self.tree.clone() else {
-            return Ok(());
-        };
-        if changes.is_empty() {
-            return Ok(());
-        }
-        self.plan(changes, moves)?.apply(&tree)
-    }
-
-    /// The sled operations that write `changes`; the log's own bookkeeping (chunks and their
-    /// departures) is updated as if they were applied.
-    fn plan(&mut self, changes: Vec<(LaneId, Change)>, moves: bool) -> Result<Ops, StoreError> {
-        let mut batch = Ops {
-            atomic: moves,
-            ..Ops::default()
-        };
-        let mut next_seq = None;
-        // Accepted message ids, written after the messages that brought them.
-        let mut accepted = Vec::new();
-        let mut fresh: BTreeMap<LaneId, Vec<FreshChunk>> = BTreeMap::new();
-        // Messages given their own key in this batch, which a later update must start from.
-        let mut own: FastMap<(LaneId, i64), Bytes> = FastMap::new();
-        for (lane, change) in changes {
-            let chunked = !lane.dead_letter;
-            let lane_fresh = fresh.entry(lane).or_default();
-            match change {
-                Change::Put { seq, record, body } if chunked && self.is_fresh(lane, seq) => {
-                    self.chunks.entry(lane).or_default().fresh_from = seq + 1;
-                    add_fresh(lane_fresh, seq, record, body);
-                }
-                Change::Put { seq, record, body } => {
-                    if chunked {
-                        if let Some(slot) = FreshChunk::slot(lane_fresh, seq) {
-                            *slot = Some((record, body));
-                            continue;
-                        }
-                        self.leave_chunk(lane, seq);
-                    }
-                    let value = own_value(&record, &body);
-                    batch.insert_moved(&key(Kind::Own, lane, seq), value);
-                    own.insert((lane, seq), body);
-                }
-                Change::Update { seq, record } => {
-                    if chunked {
-                        if let Some(slot) = FreshChunk::slot(lane_fresh, seq) {
-                            if let Some((stored, _)) = slot {
-                                *stored = record;
-                            }
-                            continue;
-                        }
-                    }
-                    let body = match own.get(&(lane, seq)) {
-                        Some(body) => Some(body.clone()),
-                        None => self.stored_body(lane, seq)?,
-                    };
-                    if let Some(body) = body {
-                        if chunked {
-                            self.leave_chunk(lane, seq);
-                        }
-                        let value = own_value(&record, &body);
-                        batch.insert_moved(&key(Kind::Own, lane, seq), value);
-                        own.insert((lane, seq), body);
-                    }
-                }
-                Change::Delete { seq } => {
-                    if chunked {
-                        if let Some(slot) = FreshChunk::slot(lane_fresh, seq) {
-                            *slot = None;
-                            continue;
-                        }
-                        if self.leave_chunk(lane, seq) {
-                            continue;
-                        }
-                    }
-                    own.remove(&(lane, seq));
-                    batch.remove(&key(Kind::Own, lane, seq));
-                }
-                Change::NextSeq(next) => next_seq = Some(next),
-                Change::Rule { name, stored } => {
-                    let key = rule_key(lane, &name);
-                    match stored {
-                        Some(stored) => batch.insert(&key, stored.to_vec()),
-                        None => batch.remove(&key),
-                    }
-                }
-                Change::Accepted { accepted_ms, ids } => {
-                    accepted.push((accepted_key(accepted_ms), encode_accepted(&ids)));
-                }
-                Change::Forgotten(accepted_ms) => batch.remove(&accepted_key(accepted_ms)),
-                Change::SessionState { session, state } => {
-                    let mut key = session_state_prefix(lane);
-                    key.extend_from_slice(session.as_bytes());
-                    match state {
-                        Some(state) => batch.insert(&key, encode_state(&state)),
-                        None => batch.remove(&key),
-                    }
-                }
-            }
-        }
-        if let Some(next) = next_seq {
-            // First: a prefix that deletes the newest message still knows its number was used.
-            let value = sled::IVec::from(&next.to_be_bytes()[..]);
-            batch.list.insert(0, (NEXT_SEQ_KEY.into(), Some(value)));
-        }
-        // Shared bodies before the chunks that refer to them.
-        let shared = self.store_shared(&fresh, &mut batch);
-        for (lane, chunks) in fresh {
-            for chunk in chunks {
-                self.store_fresh(lane, chunk, &shared, &mut batch);
-            }
-        }
-        self.store_departures(&mut batch);
-        // Last: a prefix that keeps an id keeps its message, so a retry is never dropped for a
-        // message that was lost. A prefix may keep a message without its id; its sender was
-        // not acknowledged (that waits for the whole write), and its retry is stored again.
-        for (key, value) in accepted {
-            batch.insert(&key, value);
-        }
-        Ok(batch)
-    }
-
     /// Moves the messages of nearly empty, quiet chunks to their own keys and drops those
     /// chunks (one atomic batch), and gives back the body cache's spare capacity. Run now and
     /// then; cheap when there is nothing to do.
@@ -691,59 +499,6 @@ impl EntityLog {
             entity: self.entity.clone(),
             seq: first,
         }
-    }
-}
-
-/// The sled operations of one write, in the order they are applied.
-///
-/// A sled batch is atomic but costs two writes of its own to the log file, so a write that
-/// only adds messages, marks them gone and raises the sequence counter goes as single
-/// operations instead, ordered so that every prefix of them is a state to recover from:
-/// the counter first, then new chunks, then departures, each chunk's key before its
-/// departures key. sled recovers its log up to the first tear, so a crash keeps such a
-/// prefix, and loses only changes that nobody was told about yet. A write that moves a message
-/// (stores it under a key of its own, in the dead-letter queue, or under a new number) would
-/// hold two copies in some prefix, so it goes as one batch.
-#[derive(Debug, Default)]
-struct Ops {
-    list: Vec<(sled::IVec, Option<sled::IVec>)>,
-    /// Some operation moves a message: apply them as one atomic batch.
-    atomic: bool,
-}
-
-impl Ops {
-    fn insert(&mut self, key: &[u8], value: impl Into<sled::IVec>) {
-        self.list.push((key.into(), Some(value.into())));
-    }
-
-    /// Stores a message that is still somewhere else until this write lands.
-    fn insert_moved(&mut self, key: &[u8], value: impl Into<sled::IVec>) {
-        self.atomic = true;
-        self.insert(key, value);
-    }
-
-    fn remove(&mut self, key: &[u8]) {
-        self.list.push((key.into(), None));
-    }
-
-    fn apply(self, tree: &sled::Tree) -> Result<(), StoreError> {
-        if self.atomic {
-            let mut batch = sled::Batch::default();
-            for (key, value) in self.list {
-                match value {
-                    Some(value) => batch.insert(key, value),
-                    None => batch.remove(key),
-                }
-            }
-            return Ok(tree.apply_batch(batch)?);
-        }
-        for (key, value) in self.list {
-            match value {
-                Some(value) => tree.insert(key, value)?,
-                None => tree.remove(key)?,
-            };
-        }
-        Ok(())
     }
 }
 

@@ -2,8 +2,10 @@
 //! bodies and compaction, held against a model.
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use super::*;
+use crate::store::keys::{prefix, seq_of, Kind, ACCEPTED_PREFIX, BODIES_PREFIX};
 use crate::store::record::{MessageState, NEVER};
 
 fn open(dir: &std::path::Path) -> EntityLog {

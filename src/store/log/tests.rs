@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use super::*;
 use crate::store::keys::{prefix, seq_of, Kind, ACCEPTED_PREFIX, BODIES_PREFIX};
+use crate::store::log::compaction::COMPACT_BELOW_ONE_IN;
 use crate::store::record::{MessageState, NEVER};
 
 fn open(dir: &std::path::Path) -> EntityLog {

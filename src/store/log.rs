@@ -7,6 +7,7 @@ mod chunks;
 mod compaction;
 mod recovery;
 mod shared;
+mod subscriptions;
 mod values;
 mod write;
 
@@ -17,7 +18,7 @@ use foldhash::HashMap as FastMap;
 use foldhash::HashMapExt;
 
 use crate::store::chunk::{self, ChunkError};
-use crate::store::keys::{key, seq_of, Key, Kind, RULE_PREFIX, SUBSCRIPTION_PREFIX};
+use crate::store::keys::{key, seq_of, Key, Kind};
 use crate::store::log::cache::BodyCache;
 use crate::store::log::chunks::LaneChunks;
 use crate::store::log::shared::SharedBodies;
@@ -84,85 +85,6 @@ impl EntityLog {
             staged_bodies: FastMap::new(),
             staged_moves: false,
         }
-    }
-
-    /// The lane numbers of a topic's subscriptions, by (lower-cased) name: the number each
-    /// got when it first appeared, kept in the tree under `s` + name, so that a subscription's
-    /// messages stay its own whatever the order of the declarations; new names are numbered
-    /// after the highest stored one and after `in_use` (the highest number a running topic
-    /// uses). In `memory` mode nothing is stored: they are numbered from `in_use` + 1.
-    /// Numbers in `imposed` (a partitioned topic's first partition's) win over stored ones,
-    /// and are stored.
-    ///
-    /// # Errors
-    /// [`StoreError::Sled`] when the numbers cannot be read or stored.
-    pub fn subscription_numbers<S: std::hash::BuildHasher>(
-        &mut self,
-        names: &[String],
-        in_use: u32,
-        imposed: Option<&HashMap<String, u32, S>>,
-    ) -> Result<HashMap<String, u32>, StoreError> {
-        let mut known: HashMap<String, u32> = HashMap::new();
-        if let Some(tree) = &self.tree {
-            for item in tree.scan_prefix([SUBSCRIPTION_PREFIX]) {
-                let (key, value) = item?;
-                if let (Ok(name), Ok(number)) = (
-                    std::str::from_utf8(&key[1..]),
-                    <[u8; 4]>::try_from(&value[..]),
-                ) {
-                    known.insert(name.to_string(), u32::from_be_bytes(number));
-                }
-            }
-        }
-        let mut next = known.values().max().copied().unwrap_or(0).max(in_use) + 1;
-        let mut numbers = HashMap::with_capacity(names.len());
-        for name in names {
-            let imposed = imposed.and_then(|imposed| imposed.get(name)).copied();
-            let number = match (imposed, known.get(name)) {
-                (Some(number), Some(known)) if number == *known => number,
-                (Some(number), _) => {
-                    self.store_subscription_number(name, number)?;
-                    number
-                }
-                (None, Some(number)) => *number,
-                (None, None) => {
-                    let number = next;
-                    next += 1;
-                    self.store_subscription_number(name, number)?;
-                    number
-                }
-            };
-            numbers.insert(name.clone(), number);
-        }
-        Ok(numbers)
-    }
-
-    /// Stores the lane number of the subscription `name` (nothing in `memory` mode).
-    fn store_subscription_number(&self, name: &str, number: u32) -> Result<(), StoreError> {
-        if let Some(tree) = &self.tree {
-            let mut key = vec![SUBSCRIPTION_PREFIX];
-            key.extend_from_slice(name.as_bytes());
-            tree.insert(key, &number.to_be_bytes()[..])?;
-        }
-        Ok(())
-    }
-
-    /// The stored descriptions of the rules `lane`'s subscription was given at run time.
-    ///
-    /// # Errors
-    /// [`StoreError::Sled`] when they cannot be read.
-    pub fn rules(&self, lane: LaneId) -> Result<Vec<Bytes>, StoreError> {
-        let Some(tree) = &self.tree else {
-            return Ok(Vec::new());
-        };
-        let mut prefix = vec![RULE_PREFIX];
-        prefix.extend_from_slice(&lane.subscription.to_be_bytes());
-        let mut rules = Vec::new();
-        for item in tree.scan_prefix(prefix) {
-            let (_, value) = item?;
-            rules.push(Bytes::copy_from_slice(&value));
-        }
-        Ok(rules)
     }
 
     /// Deletes the entity's tree, every message of both its queues and its sequence counter

@@ -1,0 +1,91 @@
+//! A topic's subscriptions in its tree: the lane number each subscription got, and the rules
+//! it was given at run time.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+use crate::store::keys::{RULE_PREFIX, SUBSCRIPTION_PREFIX};
+use crate::store::log::EntityLog;
+use crate::store::{LaneId, StoreError};
+
+impl EntityLog {
+    /// The lane numbers of a topic's subscriptions, by (lower-cased) name: the number each
+    /// got when it first appeared, kept in the tree under `s` + name, so that a subscription's
+    /// messages stay its own whatever the order of the declarations; new names are numbered
+    /// after the highest stored one and after `in_use` (the highest number a running topic
+    /// uses). In `memory` mode nothing is stored: they are numbered from `in_use` + 1.
+    /// Numbers in `imposed` (a partitioned topic's first partition's) win over stored ones,
+    /// and are stored.
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when the numbers cannot be read or stored.
+    pub fn subscription_numbers<S: std::hash::BuildHasher>(
+        &mut self,
+        names: &[String],
+        in_use: u32,
+        imposed: Option<&HashMap<String, u32, S>>,
+    ) -> Result<HashMap<String, u32>, StoreError> {
+        let mut known: HashMap<String, u32> = HashMap::new();
+        if let Some(tree) = &self.tree {
+            for item in tree.scan_prefix([SUBSCRIPTION_PREFIX]) {
+                let (key, value) = item?;
+                if let (Ok(name), Ok(number)) = (
+                    std::str::from_utf8(&key[1..]),
+                    <[u8; 4]>::try_from(&value[..]),
+                ) {
+                    known.insert(name.to_string(), u32::from_be_bytes(number));
+                }
+            }
+        }
+        let mut next = known.values().max().copied().unwrap_or(0).max(in_use) + 1;
+        let mut numbers = HashMap::with_capacity(names.len());
+        for name in names {
+            let imposed = imposed.and_then(|imposed| imposed.get(name)).copied();
+            let number = match (imposed, known.get(name)) {
+                (Some(number), Some(known)) if number == *known => number,
+                (Some(number), _) => {
+                    self.store_subscription_number(name, number)?;
+                    number
+                }
+                (None, Some(number)) => *number,
+                (None, None) => {
+                    let number = next;
+                    next += 1;
+                    self.store_subscription_number(name, number)?;
+                    number
+                }
+            };
+            numbers.insert(name.clone(), number);
+        }
+        Ok(numbers)
+    }
+
+    /// Stores the lane number of the subscription `name` (nothing in `memory` mode).
+    fn store_subscription_number(&self, name: &str, number: u32) -> Result<(), StoreError> {
+        if let Some(tree) = &self.tree {
+            let mut key = vec![SUBSCRIPTION_PREFIX];
+            key.extend_from_slice(name.as_bytes());
+            tree.insert(key, &number.to_be_bytes()[..])?;
+        }
+        Ok(())
+    }
+
+    /// The stored descriptions of the rules `lane`'s subscription was given at run time.
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when they cannot be read.
+    pub fn rules(&self, lane: LaneId) -> Result<Vec<Bytes>, StoreError> {
+        let Some(tree) = &self.tree else {
+            return Ok(Vec::new());
+        };
+        let mut prefix = vec![RULE_PREFIX];
+        prefix.extend_from_slice(&lane.subscription.to_be_bytes());
+        let mut rules = Vec::new();
+        for item in tree.scan_prefix(prefix) {
+            let (_, value) = item?;
+            rules.push(Bytes::copy_from_slice(&value));
+        }
+        Ok(rules)
+    }
+}

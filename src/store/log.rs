@@ -5,6 +5,7 @@
 mod cache;
 mod chunks;
 mod compaction;
+mod read;
 mod recovery;
 mod shared;
 mod subscriptions;
@@ -17,12 +18,11 @@ use bytes::Bytes;
 use foldhash::HashMap as FastMap;
 use foldhash::HashMapExt;
 
-use crate::store::chunk::{self, ChunkError};
-use crate::store::keys::{key, seq_of, Key, Kind};
+use crate::store::chunk::ChunkError;
+use crate::store::keys::Key;
 use crate::store::log::cache::BodyCache;
 use crate::store::log::chunks::LaneChunks;
 use crate::store::log::shared::SharedBodies;
-use crate::store::log::write::Ops;
 use crate::store::record::Record;
 use crate::store::{Change, LaneId, StoreError};
 
@@ -107,72 +107,6 @@ impl EntityLog {
         Ok(())
     }
 
-    /// The bytes of a stored message.
-    ///
-    /// # Errors
-    /// [`StoreError::MissingBody`] when the message has no bytes, or a sled error.
-    pub fn body(&mut self, lane: LaneId, seq: i64) -> Result<Bytes, StoreError> {
-        if let Some(body) = self
-            .cache
-            .bodies
-            .get(&(lane, seq))
-            .or_else(|| self.staged_bodies.get(&(lane, seq)))
-        {
-            return Ok(body.clone());
-        }
-        self.stored_body(lane, seq)?
-            .ok_or_else(|| StoreError::MissingBody {
-                entity: self.entity.clone(),
-                seq,
-            })
-    }
-
-    /// The bytes of a message on disk, in its chunk (or the shared bodies it refers to) or
-    /// under its own key.
-    fn stored_body(&mut self, lane: LaneId, seq: i64) -> Result<Option<Bytes>, StoreError> {
-        if !lane.dead_letter {
-            if let Some((first, index)) = self.chunk_of(lane, seq) {
-                let value = self.value(key(Kind::Chunk, lane, first))?;
-                let entries = self.decode(first, chunk::decode(&value))?;
-                return match entries.get(index) {
-                    Some((_, Some(range))) => {
-                        Ok(Some(Bytes::copy_from_slice(&value[range.clone()])))
-                    }
-                    Some((_, None)) => self.shared_body(seq).map(Some),
-                    None => Ok(None),
-                };
-            }
-        }
-        let Some(tree) = &self.tree else {
-            return Ok(None);
-        };
-        match tree.get(key(Kind::Own, lane, seq))? {
-            Some(value) => {
-                let (_, at) = Record::decode(&value).map_err(|error| StoreError::Record {
-                    entity: self.entity.clone(),
-                    seq,
-                    error,
-                })?;
-                Ok(Some(Bytes::copy_from_slice(&value[at..])))
-            }
-            None => Ok(None),
-        }
-    }
-
-    /// The stored value of a chunk or of shared bodies (the last one read is kept).
-    fn value(&mut self, key: Key) -> Result<sled::IVec, StoreError> {
-        if let Some((read, value)) = &self.last_read {
-            if read[..] == key[..] {
-                return Ok(value.clone());
-            }
-        }
-        let first = seq_of(&key);
-        let tree = self.tree.as_ref().ok_or_else(|| self.missing(first))?;
-        let value = tree.get(key)?.ok_or_else(|| self.missing(first))?;
-        self.last_read = Some((key, value.clone()));
-        Ok(value)
-    }
-
     /// A decoded chunk or shared bodies, or the error naming the entity and `first`.
     fn decode<T>(&self, first: i64, decoded: Result<T, ChunkError>) -> Result<T, StoreError> {
         decoded.map_err(|error| StoreError::Chunk {
@@ -187,16 +121,6 @@ impl EntityLog {
             entity: self.entity.clone(),
             seq: first,
         }
-    }
-}
-
-/// Forgets the value read last if it was `key`'s.
-fn forget_read(last_read: &mut Option<(Key, sled::IVec)>, key: &Key) {
-    if last_read
-        .as_ref()
-        .is_some_and(|(read, _)| read[..] == key[..])
-    {
-        *last_read = None;
     }
 }
 

@@ -1,6 +1,16 @@
 //! One entity's log: its sled tree (none in `memory` mode) and the bytes of recent messages.
 //!
-//! The keys of an entity's tree are laid out per lane in `store/keys.rs`.
+//! The keys of an entity's tree are laid out per lane in `store/keys.rs`. The log's jobs have
+//! a file each under `store/log/`, so that the store's cost reads file by file:
+//! - `write.rs`: changes staged, planned into sled operations in a crash-safe order, committed;
+//! - `chunks.rs`: each lane's chunks and their departures, and the chunks a write builds;
+//! - `shared.rs`: a topic's shared bodies, kept once for its subscriptions;
+//! - `read.rs`: a message's bytes, and the value read last;
+//! - `recovery.rs`: what the tree holds, read back at start;
+//! - `compaction.rs`: nearly empty chunks emptied into their messages' own keys;
+//! - `subscriptions.rs`: a topic's subscription numbers and run-time rules;
+//! - `values.rs`: the values stored besides chunks (own keys, accepted ids, session states);
+//! - `cache.rs`: the bytes of recent messages kept in memory.
 
 mod cache;
 mod chunks;

@@ -1,12 +1,12 @@
 //! The message store (design.md D3): one `sled::Db` under `data_dir`, one tree per entity.
 //!
 //! A stored message is the broker [`Record`] followed by the message bytes as the client sent
-//! them; [`log`] says how an entity's messages are laid out in its tree (chunks of messages
-//! written together, so that sled's per-operation cost, not fsync, is paid per batch rather
-//! than per message). In `memory` mode there is no database at all: bodies live in a map and
-//! nothing touches the disk. Beside the entity trees, the database keeps the declarations of
-//! entities created at run time and every entity's and subscription's creation and update
-//! times.
+//! them; `keys.rs` says how an entity's messages are laid out in its tree, and [`log`] keeps
+//! them there (chunks of messages written together, so that sled's per-operation cost, not
+//! fsync, is paid per batch rather than per message). In `memory` mode there is no database
+//! at all: bodies live in a map and nothing touches the disk. Beside the entity trees, the
+//! database keeps the declarations of entities created at run time and every entity's and
+//! subscription's creation and update times.
 
 pub mod chunk;
 pub mod commit;

@@ -1857,14 +1857,7 @@ mod tests {
         done.send(Ok(())).expect("the queue waits");
         let (events, mut received) = mpsc::unbounded_channel();
         let consumer = ConsumerId::at(7, 0);
-        let add = Command::AddConsumer {
-            consumer,
-            lane: LaneId::MAIN,
-            mode: crate::entity::handle::ReceiveMode::PeekLock,
-            window: u64::MAX,
-            events,
-            session: None,
-        };
+        let add = Command::peek_lock_consumer(consumer, events);
         handle.post(add).await.expect("added");
         let credit = Command::Credit { consumer, limit: 2 };
         handle.post(credit).await.expect("credit");

@@ -228,6 +228,21 @@ impl EntityStats {
     }
 }
 
+#[cfg(test)]
+impl Command {
+    /// Adds a peek-lock consumer of the main lane with no limit on its window (for tests).
+    pub fn peek_lock_consumer(consumer: ConsumerId, events: EventSink) -> Command {
+        Command::AddConsumer {
+            consumer,
+            lane: LaneId::MAIN,
+            mode: ReceiveMode::PeekLock,
+            window: u64::MAX,
+            events,
+            session: None,
+        }
+    }
+}
+
 impl Command {
     /// Whether the command is a client using the entity, for auto-delete on idle: a send, a
     /// receive (credit, drain), a settlement or a management operation. Attaching and

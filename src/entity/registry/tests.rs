@@ -429,14 +429,7 @@ async fn a_partition_numbers_across_its_48_bit_rollover_and_keeps_order_lookup_a
             // Deferred on both sides of the rollover, then received by their numbers.
             let (events, mut deliveries) = tokio::sync::mpsc::unbounded_channel();
             let consumer = crate::entity::handle::ConsumerId::at(7, 1);
-            let add = Command::AddConsumer {
-                consumer,
-                lane: LaneId::MAIN,
-                mode: crate::entity::handle::ReceiveMode::PeekLock,
-                window: u64::MAX,
-                events,
-                session: None,
-            };
+            let add = Command::peek_lock_consumer(consumer, events);
             handle.post(add).await.expect("added");
             handle
                 .post(Command::Credit { consumer, limit: 4 })

@@ -2,7 +2,8 @@
 //!
 //! The keys of an entity's tree are laid out per lane in `store/keys.rs`. The log's jobs have
 //! a file each under `store/log/`, so that the store's cost reads file by file:
-//! - `write.rs`: changes staged, planned into sled operations in a crash-safe order, committed;
+//! - `write.rs`: changes staged, planned into sled operations, committed;
+//! - `ops.rs`: those operations, applied in a crash-safe order or as one atomic batch;
 //! - `chunks.rs`: each lane's chunks and their departures, and the chunks a write builds;
 //! - `shared.rs`: a topic's shared bodies, kept once for its subscriptions;
 //! - `read.rs`: a message's bytes, and the value read last;
@@ -15,6 +16,7 @@
 mod cache;
 mod chunks;
 mod compaction;
+mod ops;
 mod read;
 mod recovery;
 mod shared;

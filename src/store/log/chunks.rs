@@ -8,8 +8,8 @@ use bytes::Bytes;
 
 use crate::store::chunk::{self, Departures};
 use crate::store::keys::{bodies_key, key, Kind};
+use crate::store::log::ops::Ops;
 use crate::store::log::read::forget_read;
-use crate::store::log::write::Ops;
 use crate::store::log::EntityLog;
 use crate::store::record::{MessageState, Record};
 use crate::store::LaneId;

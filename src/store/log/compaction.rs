@@ -5,8 +5,8 @@ use bytes::Bytes;
 
 use crate::store::chunk;
 use crate::store::keys::{key, Kind};
+use crate::store::log::ops::Ops;
 use crate::store::log::values::own_value;
-use crate::store::log::write::Ops;
 use crate::store::log::EntityLog;
 use crate::store::StoreError;
 

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use crate::store::chunk;
 use crate::store::keys::bodies_key;
 use crate::store::log::chunks::{FreshChunk, CHUNK_MAX_BYTES};
-use crate::store::log::write::Ops;
+use crate::store::log::ops::Ops;
 use crate::store::log::EntityLog;
 use crate::store::{LaneId, StoreError};
 

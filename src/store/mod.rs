@@ -270,6 +270,19 @@ pub enum Change {
     },
 }
 
+impl Change {
+    /// What the change does to the bytes kept under a sequence number: `Some(Some(bytes))`
+    /// stores them, `Some(None)` drops them, `None` leaves them (the change is about something
+    /// else).
+    pub fn bytes(&self) -> Option<(i64, Option<&Bytes>)> {
+        match self {
+            Change::Put { seq, body, .. } => Some((*seq, Some(body))),
+            Change::Delete { seq } => Some((*seq, None)),
+            _ => None,
+        }
+    }
+}
+
 /// A session's state as stored, with when it was set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredState {

@@ -16,21 +16,16 @@ pub(super) struct BodyCache {
 
 impl BodyCache {
     pub(super) fn apply(&mut self, lane: LaneId, change: &Change) {
-        match change {
-            Change::Put { seq, body, .. } => {
-                self.remove(lane, *seq);
+        match change.bytes() {
+            Some((seq, Some(body))) => {
+                self.remove(lane, seq);
                 if self.bytes + body.len() <= self.budget {
                     self.bytes += body.len();
-                    self.bodies.insert((lane, *seq), body.clone());
+                    self.bodies.insert((lane, seq), body.clone());
                 }
             }
-            Change::Delete { seq } => self.remove(lane, *seq),
-            Change::Update { .. }
-            | Change::NextSeq(_)
-            | Change::Rule { .. }
-            | Change::SessionState { .. }
-            | Change::Accepted { .. }
-            | Change::Forgotten(_) => {}
+            Some((seq, None)) => self.remove(lane, seq),
+            None => {}
         }
     }
 

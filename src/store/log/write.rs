@@ -42,19 +42,14 @@ impl EntityLog {
             return;
         }
         for (sub, change) in &changes {
-            match change {
-                Change::Put { seq, body, .. } => {
-                    self.staged_bodies.insert((*sub, *seq), body.clone());
+            match change.bytes() {
+                Some((seq, Some(body))) => {
+                    self.staged_bodies.insert((*sub, seq), body.clone());
                 }
-                Change::Delete { seq } => {
-                    self.staged_bodies.remove(&(*sub, *seq));
+                Some((seq, None)) => {
+                    self.staged_bodies.remove(&(*sub, seq));
                 }
-                Change::Update { .. }
-                | Change::NextSeq(_)
-                | Change::Rule { .. }
-                | Change::SessionState { .. }
-                | Change::Accepted { .. }
-                | Change::Forgotten(_) => {}
+                None => {}
             }
         }
         self.staged_moves |= moves;

@@ -1584,12 +1584,10 @@ impl Actor {
                 let covers_next_seq = self.core.next_seq();
                 let messages = covers_next_seq.saturating_sub(self.flush_asked_below);
                 self.flush_asked_below = covers_next_seq;
+                self.unflushed_awaited = false;
                 Some(Flushing {
                     done: flusher.request(u64::try_from(messages).unwrap_or(0)),
-                    answers: {
-                        self.unflushed_awaited = false;
-                        std::mem::take(&mut self.unflushed)
-                    },
+                    answers: std::mem::take(&mut self.unflushed),
                     covers_next_seq,
                     covers_next_transfer: self.core.next_transfer(),
                 })
@@ -1610,13 +1608,11 @@ impl Actor {
         }
         let waited_for = self.unflushed_awaited || self.core.has_unrevealed();
         let quiet = self.log.has_staged() || !self.unflushed.is_empty();
-        let since = match (waited_for, quiet) {
-            (true, _) | (false, false) => {
-                self.quiet_since_ms = None;
-                return waited_for;
-            }
-            (false, true) => *self.quiet_since_ms.get_or_insert(now),
-        };
+        if waited_for || !quiet {
+            self.quiet_since_ms = None;
+            return waited_for;
+        }
+        let since = *self.quiet_since_ms.get_or_insert(now);
         let due = now >= since + QUIET_FLUSH_MS;
         if due {
             self.quiet_since_ms = None;
@@ -1883,16 +1879,23 @@ mod tests {
                 reply: Some((ticket, events)),
                 awaited,
             };
+            let posted = Instant::now();
             handle.post(settle).await.expect("posted");
-            turns_ended(&handle).await;
-            let asked = requests.try_recv();
-            assert_eq!(asked.is_ok(), awaited, "asked at once only when awaited");
-            let (done, _) = match asked {
-                Ok(request) => request,
-                Err(_) => tokio::time::timeout(Duration::from_secs(10), requests.recv())
+            let (done, _) = if awaited {
+                turns_ended(&handle).await;
+                requests
+                    .try_recv()
+                    .expect("asked within the settlement's turn")
+            } else {
+                let asked = tokio::time::timeout(Duration::from_secs(10), requests.recv())
                     .await
                     .expect("asked after a short while")
-                    .expect("the queue runs"),
+                    .expect("the queue runs");
+                // A lower bound only, so a slow machine cannot fail it (the clock counts whole
+                // milliseconds, hence one less).
+                let quiet = Duration::from_millis(QUIET_FLUSH_MS.unsigned_abs() - 1);
+                assert!(posted.elapsed() >= quiet, "asked only after the quiet wait");
+                asked
             };
             assert!(answers.try_recv().is_err(), "answered only after its flush");
             done.send(Ok(())).expect("the queue waits");

@@ -26,9 +26,6 @@ struct Unsettled {
     lock: LockRef,
 }
 
-/// Per link: what to tell the entity, and the delivery ids with the outcomes to echo.
-type LinkSettlements = (Vec<(LockRef, Settlement)>, Vec<(u32, DeliveryState)>);
-
 /// What one link's entity is asked to apply for one client disposition.
 #[derive(Debug)]
 pub struct Settling {
@@ -56,6 +53,8 @@ pub struct Ledger {
     accepted: Vec<u32>,
     /// Sends staged in a transaction, by delivery id: their answer carries its id.
     staged: HashMap<u32, Binary>,
+    /// Room for the ids one disposition names, kept between dispositions.
+    ids: Vec<u32>,
 }
 
 impl Ledger {
@@ -86,53 +85,68 @@ impl Ledger {
             DeliveryState::TransactionalState(state) => Some(state.txn_id.clone()),
             _ => None,
         };
-        let ids = self.ids_between(first, last);
-        let mut by_link: BTreeMap<u64, LinkSettlements> = BTreeMap::new();
-        for id in ids {
+        let awaited = !disposition.settled;
+        let mut ids = std::mem::take(&mut self.ids);
+        self.ids_between(first, last, &mut ids);
+        // Per link, in the order the links first appear; almost always one link.
+        let mut settlings: Vec<Settling> = Vec::new();
+        let mut echoes: Vec<Vec<(u32, DeliveryState)>> = Vec::new();
+        for &id in &ids {
             let Some(unsettled) = self.unsettled.get(&id).copied() else {
                 continue;
             };
             if disposition.settled {
                 self.unsettled.remove(&id);
             }
-            let (items, echoes) = by_link.entry(unsettled.link_id).or_default();
-            items.push((unsettled.lock, settlement.clone()));
-            echoes.push((id, state.clone()));
+            let at = match settlings
+                .iter()
+                .position(|s| s.link_id == unsettled.link_id)
+            {
+                Some(at) => at,
+                None => {
+                    settlings.push(Settling {
+                        link_id: unsettled.link_id,
+                        items: Vec::new(),
+                        request: self.next_request,
+                        txn: txn.clone(),
+                        awaited,
+                    });
+                    self.next_request += 1;
+                    if awaited {
+                        echoes.push(Vec::new());
+                    }
+                    settlings.len() - 1
+                }
+            };
+            settlings[at]
+                .items
+                .push((unsettled.lock, settlement.clone()));
+            if awaited {
+                echoes[at].push((id, state.clone()));
+            }
         }
-        by_link
-            .into_iter()
-            .map(|(link_id, (items, echoes))| {
-                let request = self.next_request;
-                self.next_request += 1;
-                if !disposition.settled {
-                    self.settling.insert(request, echoes);
-                }
-                Settling {
-                    link_id,
-                    items,
-                    request,
-                    txn: txn.clone(),
-                    awaited: !disposition.settled,
-                }
-            })
-            .collect()
+        ids.clear();
+        self.ids = ids;
+        for (settling, echoes) in settlings.iter().zip(echoes) {
+            self.settling.insert(settling.request, echoes);
+        }
+        settlings
     }
 
-    /// The ids from `first` to `last` (wrapping past `u32::MAX`); most dispositions name one.
-    fn ids_between(&self, first: u32, last: u32) -> Vec<u32> {
+    /// Fills `ids` with the ids from `first` to `last` (wrapping past `u32::MAX`) the client
+    /// still owes; most dispositions name one.
+    fn ids_between(&self, first: u32, last: u32, ids: &mut Vec<u32>) {
+        let owed = |(id, _): (&u32, _)| *id;
         if first == last {
-            vec![first]
+            ids.push(first);
         } else if first < last {
-            self.unsettled
-                .range(first..=last)
-                .map(|(id, _)| *id)
-                .collect()
+            ids.extend(self.unsettled.range(first..=last).map(owed));
         } else {
-            self.unsettled
+            let wrapped = self
+                .unsettled
                 .range(first..)
-                .chain(self.unsettled.range(..=last))
-                .map(|(id, _)| *id)
-                .collect()
+                .chain(self.unsettled.range(..=last));
+            ids.extend(wrapped.map(owed));
         }
     }
 

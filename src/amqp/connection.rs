@@ -30,7 +30,9 @@ use crate::amqp::transactions::Transactions;
 use crate::auth::access::Access;
 use crate::auth::Policies;
 use crate::clock;
-use crate::entity::handle::{Command, ConsumerId, EntityEvent, EntityHandle, EventSink, Work};
+use crate::entity::handle::{
+    Command, ConsumerId, EntityEvent, EntityHandle, EventSink, LockRef, Settlement, Ticket, Work,
+};
 use crate::entity::registry::Registry;
 
 /// Highest channel number a client may use.
@@ -159,6 +161,7 @@ pub async fn serve<R, W>(
         held: None,
         spare: Outbox::default(),
         transactions,
+        gathered: None,
     };
     connection
         .run(reader, events_rx, remote_idle, shutdown)
@@ -232,6 +235,14 @@ async fn write_frame<W: AsyncWrite + Unpin>(writer: &mut W, frame: Frame) -> std
     let mut out = BytesMut::new();
     frames::encode_amqp(frame, &mut out).map_err(std::io::Error::other)?;
     writer.write_all(&out).await
+}
+
+/// Posts `command` to `entity`; refused (and answered so) when the entity is gone.
+async fn post(entity: &EntityHandle, command: Command) {
+    if let Err(command) = entity.post(command).await {
+        tracing::debug!(entity = entity.name(), "entity is gone; command refused");
+        command.refuse(&entity.refusal());
+    }
 }
 
 fn close_frame(error: Option<definitions::Error>) -> Frame {
@@ -335,6 +346,18 @@ struct Connection {
     spare: Outbox,
     /// The transactions declared on this connection's coordinator links.
     transactions: Transactions,
+    /// Settlements the client settled itself, gathered in this turn for one consumer and
+    /// posted as one command when the turn ends or another command is posted.
+    gathered: Option<Gathered>,
+}
+
+/// Settlements of one consumer that nobody waits for, gathered from a turn's dispositions.
+struct Gathered {
+    entity: EntityHandle,
+    consumer: ConsumerId,
+    items: Vec<(LockRef, Settlement)>,
+    /// The first disposition's: the one answer comes back with it.
+    reply: (Ticket, EventSink),
 }
 
 impl Connection {
@@ -418,6 +441,7 @@ impl Connection {
                 Running::Continue => self.answer_deferred().await,
                 Running::Stop => Running::Stop,
             };
+            self.post_gathered().await;
             let sent = self.send_pending(&shutdown).await;
             if let (Running::Continue, Running::Continue) = (running, sent) {
                 continue;
@@ -771,6 +795,19 @@ impl Connection {
             }
         }
         for (entity, command) in out.posts.drain(..) {
+            let command = match command {
+                Command::Settle {
+                    consumer,
+                    items,
+                    reply: Some(reply),
+                    awaited: false,
+                } => {
+                    self.gather(entity, consumer, items, reply).await;
+                    continue;
+                }
+                command => command,
+            };
+            self.post_gathered().await;
             if let Command::Settle { reply: Some(_), .. }
             | Command::Stage {
                 work: Work::Settle { .. },
@@ -780,10 +817,7 @@ impl Connection {
             {
                 self.unanswered_settlements += 1;
             }
-            if let Err(command) = entity.post(command).await {
-                tracing::debug!(entity = entity.name(), "entity is gone; command refused");
-                command.refuse(&entity.refusal());
-            }
+            post(&entity, command).await;
         }
         // A turn that made many frames (a large message cut into small ones) leaves no more
         // room behind than an everyday turn, so an idle connection stays small.
@@ -791,6 +825,47 @@ impl Connection {
             self.spare = out;
         }
         running
+    }
+
+    /// Adds a settlement the client settled itself to those gathered for its consumer this
+    /// turn (posting those of another consumer first): one command and one answer for all the
+    /// dispositions of a turn. It counts as unanswered from now, so a `detach` held behind it
+    /// waits for its answer.
+    async fn gather(
+        &mut self,
+        entity: EntityHandle,
+        consumer: ConsumerId,
+        items: Vec<(LockRef, Settlement)>,
+        reply: (Ticket, EventSink),
+    ) {
+        if let Some(gathered) = &mut self.gathered {
+            if gathered.consumer == consumer && gathered.entity.name() == entity.name() {
+                gathered.items.extend(items);
+                return;
+            }
+        }
+        self.post_gathered().await;
+        self.unanswered_settlements += 1;
+        self.gathered = Some(Gathered {
+            entity,
+            consumer,
+            items,
+            reply,
+        });
+    }
+
+    /// Posts the settlements gathered this turn, if any.
+    async fn post_gathered(&mut self) {
+        let Some(gathered) = self.gathered.take() else {
+            return;
+        };
+        let command = Command::Settle {
+            consumer: gathered.consumer,
+            items: gathered.items,
+            reply: Some(gathered.reply),
+            awaited: false,
+        };
+        post(&gathered.entity, command).await;
     }
 
     async fn end_session(&mut self, channel: u16, error: Option<definitions::Error>) -> Running {
@@ -813,6 +888,7 @@ impl Connection {
 
     /// Releases every link (the entities unlock their messages) after the connection ended.
     async fn teardown(&mut self) {
+        self.post_gathered().await;
         let channels: Vec<u16> = self.sessions.keys().copied().collect();
         for channel in channels {
             if let Some(mut session) = self.sessions.remove(&channel) {

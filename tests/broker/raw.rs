@@ -20,7 +20,7 @@ use fe2o3_amqp::types::messaging::{
     Properties, Rejected, Released, Source, Target, TargetArchetype,
 };
 use fe2o3_amqp::types::performatives::{
-    Attach, Begin, ChannelMax, Disposition, Flow, MaxFrameSize, Open, Transfer,
+    Attach, Begin, ChannelMax, Detach, Disposition, Flow, MaxFrameSize, Open, Transfer,
 };
 use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Symbol, Value};
 use futures_util::{SinkExt, StreamExt};
@@ -151,6 +151,21 @@ impl RawClient {
             .await
             .expect("frame written in time")
             .expect("frame written");
+    }
+
+    /// Writes `bodies` in one write, so that the broker reads them all at once (no transfers).
+    async fn send_together(&mut self, bodies: Vec<FrameBody>) {
+        for body in bodies {
+            let fed = self.transport.feed(Frame::new(0u16, body));
+            timeout(DEADLINE, fed)
+                .await
+                .expect("frame buffered in time")
+                .expect("frame buffered");
+        }
+        timeout(DEADLINE, self.transport.flush())
+            .await
+            .expect("frames written in time")
+            .expect("frames written");
     }
 
     /// Reads frames until `pick` accepts one, and returns it. Empty frames and flows that
@@ -508,6 +523,59 @@ async fn receive_one(
     let (transfer, payload) = client.delivery(link).await;
     *delivered += 1;
     (peek_locked(&transfer), id_and_count(&payload))
+}
+
+/// The completions a client settles itself are gathered over the connection's turn and reach
+/// the entity as one command when the turn ends. A detach read in the same turn waits for
+/// their answer (so that its reply says they are applied): it is answered at once, not at the
+/// barrier's deadline, and none of the messages comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_read_with_a_detach_are_applied_before_it() {
+    let broker = broker(&["q"], |_| {}).await;
+    let mut client = RawClient::connect(broker.addr, 65536).await;
+    let to_q = client.attach_sender(0, "q").await;
+    for id in 0..20 {
+        let sent = client
+            .send_message(to_q, message(&id.to_string(), 100))
+            .await;
+        client.send_outcome(sent).await;
+    }
+    let from_q = client
+        .attach_receiver(1, "q", ReceiverSettleMode::First)
+        .await;
+    client.flow(1, 0, 20, false).await;
+    let mut together = Vec::new();
+    for _ in 0..20 {
+        let (transfer, _) = client.delivery(from_q).await;
+        together.push(FrameBody::Disposition(Disposition {
+            role: Role::Receiver,
+            first: peek_locked(&transfer),
+            last: None,
+            settled: true,
+            state: Some(DeliveryState::Accepted(Accepted {})),
+            batchable: false,
+        }));
+    }
+    together.push(FrameBody::Detach(Detach {
+        handle: Handle(1),
+        closed: true,
+        error: None,
+    }));
+    client.send_together(together).await;
+    client
+        .expect("the detach reply", |body| {
+            matches!(body, FrameBody::Detach(_))
+        })
+        .await;
+    let sent = client.send_message(to_q, message("sentinel", 100)).await;
+    client.send_outcome(sent).await;
+    let again = client
+        .attach_receiver(2, "q", ReceiverSettleMode::First)
+        .await;
+    let mut delivered = 0;
+    let (_, (id, _)) = receive_one(&mut client, 2, again, &mut delivered).await;
+    assert_eq!(id, "sentinel", "a completed message came back");
+    broker.stop().await;
 }
 
 /// Settle mode second (amqp-dialect.md §6.1): every outcome the client proposes with an

@@ -393,10 +393,16 @@ pub struct DeliveryStamp {
 
 /// Builds the outgoing message: a fresh header and message-annotations, then every section
 /// after them untouched, in one buffer (a delivery is spliced for every message sent).
+/// `prefix` is room for the sections written anew, kept by the caller between deliveries:
+/// the message is then one allocation of its exact size.
 ///
 /// # Errors
 /// Fails only on bytes that [`inspect`] would have refused.
-pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<Bytes, MessageError> {
+pub fn splice(
+    stored: &Bytes,
+    stamp: &DeliveryStamp,
+    prefix: &mut Vec<u8>,
+) -> Result<Bytes, MessageError> {
     let mut header = HeaderFields::default();
     let mut delivery_annotations: Vec<Entry> = Vec::new();
     let mut annotations: Vec<Entry> = Vec::new();
@@ -427,8 +433,9 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<Bytes, MessageErr
     if let Some(ttl) = stamp.ttl_ms {
         header.ttl = Some(ttl);
     }
-    let mut out = Vec::with_capacity(SPLICED_PREFIX_ROOM + stored.len() - tail_start);
-    write_header(&mut out, &header, stamp.delivery_count);
+    prefix.clear();
+    let out = prefix;
+    write_header(out, &header, stamp.delivery_count);
     // The sender's delivery annotations reach the receiver, as in Service Bus; a lock token
     // is only ever the broker's.
     delivery_annotations.retain(|(key, _)| symbol_name(key) != Some(LOCK_TOKEN_KEY.as_bytes()));
@@ -437,18 +444,13 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<Bytes, MessageErr
         value[1..].copy_from_slice(token.as_bytes());
         let entry = [(LOCK_TOKEN_KEY, AnnotationValue::Encoded(&value))];
         write_annotations(
-            &mut out,
+            out,
             code::DELIVERY_ANNOTATIONS,
             entry,
             &delivery_annotations,
         )?;
     } else if stamp.presettled || !delivery_annotations.is_empty() {
-        write_annotations(
-            &mut out,
-            code::DELIVERY_ANNOTATIONS,
-            [],
-            &delivery_annotations,
-        )?;
+        write_annotations(out, code::DELIVERY_ANNOTATIONS, [], &delivery_annotations)?;
     }
     // The client's own entries follow the broker's, but for the keys the broker sets, and
     // those that describe one delivery only (a received message sent again carries them).
@@ -458,20 +460,24 @@ pub fn splice(stored: &Bytes, stamp: &DeliveryStamp) -> Result<Bytes, MessageErr
         !ours.into_iter().any(|ours| name == Some(ours.as_bytes()))
     });
     let ours = (stamp.annotations.iter()).map(|(key, value)| (*key, AnnotationValue::Value(value)));
-    write_annotations(&mut out, code::MESSAGE_ANNOTATIONS, ours, &annotations)?;
+    write_annotations(out, code::MESSAGE_ANNOTATIONS, ours, &annotations)?;
     if let Some(expires_ms) = stamp.expires_ms {
         let raw = properties.as_ref().map(|range| &stored[range.clone()]);
-        write_properties_with_expiry(&mut out, raw, expires_ms)?;
+        write_properties_with_expiry(out, raw, expires_ms)?;
         if let Some(range) = properties {
             tail_start = range.end;
         }
     }
-    out.extend_from_slice(&stored[tail_start..]);
-    Ok(Bytes::from(out))
+    let tail = &stored[tail_start..];
+    let mut whole = Vec::with_capacity(out.len() + tail.len());
+    whole.extend_from_slice(out);
+    whole.extend_from_slice(tail);
+    // Exactly full, so it becomes `Bytes` without another allocation.
+    Ok(Bytes::from(whole))
 }
 
-/// What the header and annotations the splice writes usually take: a delivery's buffer is
-/// made this much larger than the sections it passes on.
+/// What the annotations written anew usually take: a restamped message's buffer is made this
+/// much larger than the sections it keeps.
 const SPLICED_PREFIX_ROOM: usize = 256;
 
 /// The fields of an encoded list section (header, properties), each as its encoded bytes.
@@ -1204,7 +1210,7 @@ mod tests {
             ttl_ms: None,
             expires_ms: None,
         };
-        let whole = splice(&stored, &stamp).expect("splice");
+        let whole = splice(&stored, &stamp, &mut Vec::new()).expect("splice");
         let sections = scan_sections(&whole).expect("scan");
         assert_eq!(
             sections.iter().map(|s| s.code).collect::<Vec<_>>(),
@@ -1239,7 +1245,7 @@ mod tests {
             (bare, vec![0x70, 0x72, 0x73, 0x75]),
         ] {
             let had_id = stored.windows(2).any(|w| w == b"m1");
-            let whole = splice(&Bytes::from(stored), &stamp).expect("splice");
+            let whole = splice(&Bytes::from(stored), &stamp, &mut Vec::new()).expect("splice");
             let sections = scan_sections(&whole).expect("scan");
             assert_eq!(sections.iter().map(|s| s.code).collect::<Vec<_>>(), codes);
             let header: Header =
@@ -1374,7 +1380,7 @@ mod tests {
             ttl_ms: None,
             expires_ms: None,
         };
-        let prefix = splice(&stored, &stamp).expect("splice");
+        let prefix = splice(&stored, &stamp, &mut Vec::new()).expect("splice");
         let sections = scan_sections(&prefix).expect("scan");
         let annotations = sections
             .iter()
@@ -1459,7 +1465,7 @@ mod tests {
             ttl_ms: None,
             expires_ms: None,
         };
-        let whole = splice(&Bytes::from(stored), &stamp).expect("splice");
+        let whole = splice(&Bytes::from(stored), &stamp, &mut Vec::new()).expect("splice");
         let sections = scan_sections(&whole).expect("scan");
         let delivery: DeliveryAnnotations =
             serde_amqp::from_slice(&whole[sections[1].range.clone()]).expect("da");
@@ -1741,7 +1747,7 @@ mod tests {
         for bytes in findings {
             let bytes = Bytes::from(bytes);
             if inspect(bytes.clone()).is_ok() {
-                splice(&bytes, &stamp).expect("what inspect accepts splices");
+                splice(&bytes, &stamp, &mut Vec::new()).expect("what inspect accepts splices");
                 set_application_properties(&bytes, &[("k".into(), SimpleValue::Int(1))])
                     .expect("what inspect accepts takes properties");
             }

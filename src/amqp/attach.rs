@@ -201,6 +201,7 @@ pub fn open(
                 drain: false,
                 draining: 0,
                 pending_attach: waiting,
+                splice_room: Vec::new(),
             })
         }
     };

@@ -76,6 +76,7 @@ pub fn outgoing() -> Outgoing {
         draining: 0,
         registering: 0,
         pending_attach: None,
+        splice_room: Vec::new(),
     }
 }
 

@@ -160,6 +160,9 @@ pub struct Outgoing {
     pub registering: usize,
     /// A receiver's attach, answered once the entity registered it (or bound it to a session).
     pub pending_attach: Option<WaitingAttach>,
+    /// Room for the header and annotations of the next delivery's splice, kept between
+    /// deliveries.
+    pub splice_room: Vec<u8>,
 }
 
 /// One consumer of a receiver link at its entity (or at one partition of it).

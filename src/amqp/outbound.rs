@@ -112,7 +112,8 @@ pub fn take(outgoing: &mut Outgoing, delivery: Box<Delivery>, out: &mut Outbox) 
         request_credit(outgoing, out);
     }
     let size = u64::from(delivery.record.size);
-    let payload = match message::splice(&delivery.bytes, &delivery.stamp) {
+    let payload = match message::splice(&delivery.bytes, &delivery.stamp, &mut outgoing.splice_room)
+    {
         Ok(payload) => payload,
         Err(error) => {
             tracing::error!(seq = delivery.seq, %error, "stored message does not splice");
@@ -158,9 +159,14 @@ pub fn delivery_tag(lock: Option<&LockRef>) -> Vec<u8> {
     lock.map_or_else(Vec::new, |lock| lock.token.to_bytes_le().to_vec())
 }
 
-/// Splits one delivery into transfer frames that each fit `max_frame` (wire-layer.md §6).
-pub fn split_transfer(first: Transfer, mut rest: Bytes, max_frame: usize) -> Vec<FrameBody> {
-    let mut frames = Vec::new();
+/// Splits one delivery into transfer frames that each fit `max_frame` (wire-layer.md §6),
+/// handing each to `emit` in order, with whether it is the last.
+pub fn split_transfer(
+    first: Transfer,
+    mut rest: Bytes,
+    max_frame: usize,
+    mut emit: impl FnMut(FrameBody, bool),
+) {
     let mut performative = first;
     loop {
         performative.more = true;
@@ -174,12 +180,13 @@ pub fn split_transfer(first: Transfer, mut rest: Bytes, max_frame: usize) -> Vec
         performative.more = !rest.is_empty();
         let more = performative.more;
         let handle = performative.handle.clone();
-        frames.push(FrameBody::Transfer {
+        let frame = FrameBody::Transfer {
             performative,
             payload: chunk,
-        });
+        };
+        emit(frame, !more);
         if !more {
-            return frames;
+            return;
         }
         performative = Transfer {
             handle,
@@ -332,11 +339,21 @@ mod tests {
 
     #[test]
     fn a_delivery_is_split_into_frames_that_fit_and_only_the_first_names_it() {
-        let payload = Bytes::from(vec![7u8; 1000]);
-        let frames = split_transfer(transfer(3, 11, vec![1; 16], false), payload, 256);
+        let split = |transfer, payload, max| {
+            let mut frames = Vec::new();
+            split_transfer(transfer, payload, max, |frame, last| {
+                frames.push((frame, last))
+            });
+            frames
+        };
+        let frames = split(
+            transfer(3, 11, vec![1; 16], false),
+            Bytes::from(vec![7u8; 1000]),
+            256,
+        );
         assert!(frames.len() > 4);
         let mut total = 0;
-        for (index, frame) in frames.iter().enumerate() {
+        for (index, (frame, last)) in frames.iter().enumerate() {
             let FrameBody::Transfer {
                 performative,
                 payload,
@@ -346,11 +363,13 @@ mod tests {
             };
             assert!(8 + hot::transfer_len(performative) + payload.len() <= 256);
             assert_eq!(performative.more, index + 1 < frames.len());
+            assert_eq!(*last, index + 1 == frames.len());
             assert_eq!(performative.delivery_id.is_some(), index == 0);
             total += payload.len();
         }
         assert_eq!(total, 1000);
-        let one = split_transfer(transfer(3, 12, Vec::new(), true), Bytes::new(), 256);
+        let one = split(transfer(3, 12, Vec::new(), true), Bytes::new(), 256);
         assert_eq!(one.len(), 1, "an empty delivery is one frame");
+        assert!(one[0].1, "and its last");
     }
 }

@@ -326,13 +326,14 @@ impl Session {
             let delivery_id = self.take_delivery_id();
             let tag = delivery_id.to_be_bytes().to_vec();
             let first = outbound::transfer(local_handle, delivery_id, tag, true);
-            for frame in outbound::split_transfer(first, encoded, self.remote_max_frame) {
+            let pending = &mut self.pending;
+            outbound::split_transfer(first, encoded, self.remote_max_frame, |frame, _| {
                 let carried = match &frame {
                     FrameBody::Transfer { payload, .. } => payload.len() as u64,
                     _ => 0,
                 };
-                self.pending.push_back((frame, Leaving::Answer(carried)));
-            }
+                pending.push_back((frame, Leaving::Answer(carried)));
+            });
             self.flush_pending(out);
         }
     }
@@ -442,15 +443,19 @@ impl Session {
         }
         let tag = outbound::delivery_tag(ready.lock.as_ref());
         let first = outbound::transfer(local_handle, delivery_id, tag, ready.lock.is_none());
-        let frames = outbound::split_transfer(first, ready.payload, self.remote_max_frame);
-        let last = frames.len().saturating_sub(1);
-        for (index, frame) in frames.into_iter().enumerate() {
-            let leaving = match index == last {
-                true => Leaving::Delivery(ready.consumer, ready.size),
-                false => Leaving::Nothing,
-            };
-            self.pending.push_back((frame, leaving));
-        }
+        let pending = &mut self.pending;
+        outbound::split_transfer(
+            first,
+            ready.payload,
+            self.remote_max_frame,
+            |frame, last| {
+                let leaving = match last {
+                    true => Leaving::Delivery(ready.consumer, ready.size),
+                    false => Leaving::Nothing,
+                };
+                pending.push_back((frame, leaving));
+            },
+        );
         self.flush_pending(out);
     }
 

@@ -1429,7 +1429,8 @@ impl Actor {
                 &restamped
             }
         };
-        message::splice(&body, stamp).map_err(|e| EntityError::Storage(e.to_string()))
+        message::splice(&body, stamp, &mut Vec::new())
+            .map_err(|e| EntityError::Storage(e.to_string()))
     }
 
     /// Delivers what the consumer's drain may take now; answers [`EntityEvent::Drained`]

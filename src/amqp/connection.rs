@@ -721,7 +721,10 @@ impl Connection {
             self.unanswered_settlements = self.unanswered_settlements.saturating_sub(1);
         }
         let link_id = match &event {
-            EntityEvent::Delivered(delivery) => delivery.consumer.link(),
+            EntityEvent::Delivered(run) => match run.first() {
+                Some(delivery) => delivery.consumer.link(),
+                None => return,
+            },
             EntityEvent::Drained { consumer }
             | EntityEvent::Gone { consumer, .. }
             | EntityEvent::ConsumerAdded { consumer }
@@ -748,7 +751,11 @@ impl Connection {
             (&mut self.access, &mut self.transactions),
         );
         match event {
-            EntityEvent::Delivered(delivery) => session.on_delivery(delivery, &mut out),
+            EntityEvent::Delivered(run) => {
+                for delivery in run {
+                    session.on_delivery(delivery, &mut out);
+                }
+            }
             EntityEvent::Drained { consumer } => session.on_drained(consumer, &mut out),
             EntityEvent::Gone { consumer, error } => {
                 session.on_entity_gone(consumer, &error, &mut out)

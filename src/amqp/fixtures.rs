@@ -119,9 +119,9 @@ pub fn link_flow(delivery_count: u32, credit: u32, drain: bool, echo: bool) -> F
 }
 
 /// A delivery of `bytes` (stored as they are) to consumer 1, locked or pre-settled.
-pub fn delivery(seq: i64, bytes: Vec<u8>, locked: bool) -> Box<Delivery> {
+pub fn delivery(seq: i64, bytes: Vec<u8>, locked: bool) -> Delivery {
     let token = locked.then(|| uuid::Uuid::from_u128(seq as u128));
-    Box::new(Delivery {
+    Delivery {
         consumer: ConsumerId(1),
         seq,
         lock_token: token,
@@ -143,5 +143,5 @@ pub fn delivery(seq: i64, bytes: Vec<u8>, locked: bool) -> Box<Delivery> {
             ttl_ms: None,
             expires_ms: None,
         },
-    })
+    }
 }

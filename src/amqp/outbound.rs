@@ -88,7 +88,7 @@ pub fn on_drained(outgoing: &mut Outgoing, consumer: ConsumerId, out: &mut Outbo
 /// when it went back to the entity untouched (the credit was taken back while it was on its
 /// way), or cannot be sent (its stored bytes do not splice: logged, and reported forwarded so
 /// that the consumer's window does not shrink).
-pub fn take(outgoing: &mut Outgoing, delivery: Box<Delivery>, out: &mut Outbox) -> Option<Ready> {
+pub fn take(outgoing: &mut Outgoing, delivery: Delivery, out: &mut Outbox) -> Option<Ready> {
     let owed = outgoing.feed_mut(delivery.consumer).map(|feed| {
         feed.taken += 1;
         feed.owed -= 1;
@@ -99,8 +99,12 @@ pub fn take(outgoing: &mut Outgoing, delivery: Box<Delivery>, out: &mut Outbox) 
         if let Some(feed) = outgoing.feed_mut(delivery.consumer) {
             feed.owed = 0;
         }
-        out.posts
-            .push((outgoing.entity.clone(), Command::GiveBack { delivery }));
+        out.posts.push((
+            outgoing.entity.clone(),
+            Command::GiveBack {
+                delivery: Box::new(delivery),
+            },
+        ));
         return None;
     }
     outgoing.credit -= 1;
@@ -210,7 +214,7 @@ mod tests {
     use crate::amqp::fixtures::{self, link_flow as flow, outgoing};
     use crate::amqp::link::Feed;
 
-    fn delivery(bytes: &'static [u8], locked: bool) -> Box<Delivery> {
+    fn delivery(bytes: &'static [u8], locked: bool) -> Delivery {
         fixtures::delivery(42, bytes.to_vec(), locked)
     }
 

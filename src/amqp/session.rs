@@ -429,7 +429,7 @@ impl Session {
     }
 
     /// Sends one message from the entity to its consumer, framed to the client's frame size.
-    pub fn on_delivery(&mut self, delivery: Box<Delivery>, out: &mut Outbox) {
+    pub fn on_delivery(&mut self, delivery: Delivery, out: &mut Outbox) {
         let link_id = delivery.consumer.link();
         let Some((local_handle, outgoing)) = self.outgoing_mut(link_id) else {
             return;

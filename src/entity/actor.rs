@@ -1524,8 +1524,9 @@ impl Actor {
         }
     }
 
-    /// Reads each delivery's bytes from the log and sends it to its consumer. A consumer whose
-    /// connection is gone is unsubscribed at once (its locks are released).
+    /// Reads each delivery's bytes from the log and sends it to its consumer, each run of
+    /// deliveries to one consumer as one event. A consumer whose connection is gone is
+    /// unsubscribed at once (its locks are released).
     fn hand_out(&mut self, deliveries: Vec<Delivery>) {
         if !deliveries.is_empty() {
             self.last_active_ms = now_ms();
@@ -1535,26 +1536,46 @@ impl Actor {
                 self.core.touch(lane, self.last_active_ms);
             }
         }
+        let mut left = deliveries.len();
+        let mut run: Vec<Delivery> = Vec::new();
         for mut delivery in deliveries {
+            left -= 1;
             let consumer = delivery.consumer;
-            let (Some(lane), Some(events)) = (
-                self.core.lane_id_of(consumer),
-                self.consumers.get(&consumer),
-            ) else {
+            let Some(lane) =
+                (self.core.lane_id_of(consumer)).filter(|_| self.consumers.contains_key(&consumer))
+            else {
                 continue;
             };
             match self.log.body(lane, delivery.seq) {
                 Ok(bytes) => delivery.bytes = bytes,
-                Err(error) => return self.poison(&error),
+                Err(error) => {
+                    self.send_run(run);
+                    return self.poison(&error);
+                }
             }
             self.partition.restamp(&mut delivery.stamp, delivery.seq);
             delivery.lock_token = delivery.stamp.lock_token;
-            if events
-                .send(EntityEvent::Delivered(Box::new(delivery)))
-                .is_err()
-            {
-                self.unsubscribe(consumer);
+            if run.first().is_some_and(|first| first.consumer != consumer) {
+                self.send_run(std::mem::take(&mut run));
             }
+            if run.is_empty() {
+                run.reserve_exact(left + 1);
+            }
+            run.push(delivery);
+        }
+        self.send_run(run);
+    }
+
+    /// Sends one consumer a run of its deliveries; unsubscribes it if its connection is gone.
+    fn send_run(&mut self, run: Vec<Delivery>) {
+        let Some(consumer) = run.first().map(|delivery| delivery.consumer) else {
+            return;
+        };
+        let Some(events) = self.consumers.get(&consumer) else {
+            return;
+        };
+        if events.send(EntityEvent::Delivered(run)).is_err() {
+            self.unsubscribe(consumer);
         }
     }
 
@@ -1860,12 +1881,14 @@ mod tests {
         handle.post(credit).await.expect("credit");
         let mut locks = Vec::new();
         while locks.len() < 2 {
-            if let Some(EntityEvent::Delivered(delivery)) = received.recv().await {
-                let token = delivery.lock_token.expect("locked");
-                locks.push(LockRef {
-                    seq: delivery.seq,
-                    token,
-                });
+            if let Some(EntityEvent::Delivered(run)) = received.recv().await {
+                for delivery in run {
+                    let token = delivery.lock_token.expect("locked");
+                    locks.push(LockRef {
+                        seq: delivery.seq,
+                        token,
+                    });
+                }
             }
         }
         for (request, (lock, awaited)) in locks.into_iter().zip([false, true]).enumerate() {

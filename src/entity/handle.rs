@@ -357,7 +357,7 @@ pub enum EntityEvent {
         result: Result<(), EntityError>,
     },
     /// A message for a consumer.
-    Delivered(Box<Delivery>),
+    Delivered(Vec<Delivery>),
     /// A drain finished: every delivery sent before this event was all there was.
     Drained {
         /// The consumer.

@@ -38,7 +38,7 @@ fn flow(handle: Option<u32>, window: u32, credit: u32) -> Flow {
 }
 
 /// A locked delivery to the receiver of a message with a body of `size` bytes.
-fn delivery(seq: i64, size: usize) -> Box<Delivery> {
+fn delivery(seq: i64, size: usize) -> Delivery {
     fixtures::delivery(seq, message(&vec![b'x'; size]), true)
 }
 

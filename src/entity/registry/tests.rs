@@ -437,8 +437,8 @@ async fn a_partition_numbers_across_its_48_bit_rollover_and_keeps_order_lookup_a
                 .expect("credit");
             let mut received = Vec::new();
             while received.len() < 4 {
-                if let Some(EntityEvent::Delivered(delivery)) = deliveries.recv().await {
-                    received.push(delivery);
+                if let Some(EntityEvent::Delivered(run)) = deliveries.recv().await {
+                    received.extend(run);
                 }
             }
             let shown: Vec<i64> = received

@@ -356,7 +356,7 @@ pub enum EntityEvent {
         /// The result.
         result: Result<(), EntityError>,
     },
-    /// A message for a consumer.
+    /// Messages for one consumer, in the order they are to go out (one run of a turn).
     Delivered(Vec<Delivery>),
     /// A drain finished: every delivery sent before this event was all there was.
     Drained {

@@ -1527,7 +1527,7 @@ impl Actor {
     /// Reads each delivery's bytes from the log and sends it to its consumer, each run of
     /// deliveries to one consumer as one event. A consumer whose connection is gone is
     /// unsubscribed at once (its locks are released).
-    fn hand_out(&mut self, deliveries: Vec<Delivery>) {
+    fn hand_out(&mut self, mut deliveries: Vec<Delivery>) {
         if !deliveries.is_empty() {
             self.last_active_ms = now_ms();
         }
@@ -1536,34 +1536,41 @@ impl Actor {
                 self.core.touch(lane, self.last_active_ms);
             }
         }
-        let mut left = deliveries.len();
-        let mut run: Vec<Delivery> = Vec::new();
-        for mut delivery in deliveries {
-            left -= 1;
+        let mut failure = None;
+        deliveries.retain_mut(|delivery| {
             let consumer = delivery.consumer;
-            let Some(lane) =
-                (self.core.lane_id_of(consumer)).filter(|_| self.consumers.contains_key(&consumer))
-            else {
-                continue;
+            let lane = (self.core.lane_id_of(consumer))
+                .filter(|_| failure.is_none() && self.consumers.contains_key(&consumer));
+            let Some(lane) = lane else {
+                return false;
             };
             match self.log.body(lane, delivery.seq) {
                 Ok(bytes) => delivery.bytes = bytes,
                 Err(error) => {
-                    self.send_run(run);
-                    return self.poison(&error);
+                    failure = Some(error);
+                    return false;
                 }
             }
             self.partition.restamp(&mut delivery.stamp, delivery.seq);
             delivery.lock_token = delivery.stamp.lock_token;
-            if run.first().is_some_and(|first| first.consumer != consumer) {
-                self.send_run(std::mem::take(&mut run));
-            }
-            if run.is_empty() {
-                run.reserve_exact(left + 1);
-            }
-            run.push(delivery);
+            true
+        });
+        // Each run of one consumer's deliveries in a vector of its exact size; a lone run
+        // keeps the vector it came in.
+        let mut rest = deliveries.into_iter();
+        while let Some(consumer) = rest.as_slice().first().map(|first| first.consumer) {
+            let run = (rest.as_slice().iter())
+                .take_while(|delivery| delivery.consumer == consumer)
+                .count();
+            let run: Vec<Delivery> = match run == rest.len() {
+                true => std::mem::take(&mut rest).collect(),
+                false => rest.by_ref().take(run).collect(),
+            };
+            self.send_run(run);
         }
-        self.send_run(run);
+        if let Some(error) = failure {
+            self.poison(&error);
+        }
     }
 
     /// Sends one consumer a run of its deliveries; unsubscribes it if its connection is gone.

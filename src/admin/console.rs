@@ -440,10 +440,7 @@ async fn send(admin: &Admin, entity: &str, sent: &Json) -> Result<Json, Failure>
         link: 0,
         request: 0,
     };
-    let command = Command::Send {
-        messages: vec![arrival],
-        reply: Some((ticket, sink)),
-    };
+    let command = Command::send(vec![arrival], Some(ticket), sink);
     let gone = || {
         (
             StatusCode::NOT_FOUND,
@@ -451,12 +448,9 @@ async fn send(admin: &Admin, entity: &str, sent: &Json) -> Result<Json, Failure>
         )
     };
     entry.handle.post(command).await.map_err(|_| gone())?;
-    match events.recv().await {
-        Some(EntityEvent::Sent { result: Ok(()), .. }) => Ok(json!({ "sent": true })),
-        Some(EntityEvent::Sent {
-            result: Err(refused),
-            ..
-        }) => Err(bad(&refused.to_string())),
-        _ => Err(gone()),
+    match events.recv().await.and_then(EntityEvent::into_sent) {
+        Some((_, Ok(()))) => Ok(json!({ "sent": true })),
+        Some((_, Err(refused))) => Err(bad(&refused.to_string())),
+        None => Err(gone()),
     }
 }

@@ -31,7 +31,7 @@ use crate::auth::access::Access;
 use crate::auth::Policies;
 use crate::clock;
 use crate::entity::handle::{
-    Command, ConsumerId, EntityEvent, EntityHandle, EventSink, LockRef, Settlement, Ticket, Work,
+    Command, ConsumerId, EntityError, EntityEvent, EntityHandle, EventSink, Ticket, Work,
 };
 use crate::entity::registry::Registry;
 
@@ -245,6 +245,50 @@ async fn post(entity: &EntityHandle, command: Command) {
     }
 }
 
+/// Whether a command may be gathered with others of its turn: a send, or a settlement the
+/// client settled itself (one it waits for, or one in a transaction, is posted at once).
+fn gathers(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Send { .. }
+            | Command::Settle {
+                reply: Some(_),
+                awaited: false,
+                ..
+            }
+    )
+}
+
+/// Joins `command` to the `gathered` command of the same entity when both are sends, or both
+/// settlements of one consumer; else gives it back.
+fn join(gathered: &mut Command, command: Command) -> Option<Command> {
+    match (gathered, command) {
+        (
+            Command::Send { transfers, .. },
+            Command::Send {
+                transfers: more, ..
+            },
+        ) => {
+            transfers.extend(more);
+            None
+        }
+        (
+            Command::Settle {
+                consumer, items, ..
+            },
+            Command::Settle {
+                consumer: other,
+                items: more,
+                ..
+            },
+        ) if *consumer == other => {
+            items.extend(more);
+            None
+        }
+        (_, command) => Some(command),
+    }
+}
+
 fn close_frame(error: Option<definitions::Error>) -> Frame {
     Frame::new(0u16, FrameBody::Close(Close { error }))
 }
@@ -346,18 +390,9 @@ struct Connection {
     spare: Outbox,
     /// The transactions declared on this connection's coordinator links.
     transactions: Transactions,
-    /// Settlements the client settled itself, gathered in this turn for one consumer and
-    /// posted as one command when the turn ends or another command is posted.
-    gathered: Option<Gathered>,
-}
-
-/// Settlements of one consumer that nobody waits for, gathered from a turn's dispositions.
-struct Gathered {
-    entity: EntityHandle,
-    consumer: ConsumerId,
-    items: Vec<(LockRef, Settlement)>,
-    /// The first disposition's: the one answer comes back with it.
-    reply: (Ticket, EventSink),
+    /// Commands of this turn gathered into one, posted when the turn ends or a command that
+    /// does not join them is posted ([`Connection::gather`]).
+    gathered: Option<(EntityHandle, Command)>,
 }
 
 impl Connection {
@@ -717,9 +752,14 @@ impl Connection {
     }
 
     async fn on_event(&mut self, event: EntityEvent) {
-        if let EntityEvent::Settled { .. } = event {
-            self.unanswered_settlements = self.unanswered_settlements.saturating_sub(1);
-        }
+        let event = match event {
+            EntityEvent::Sent { results } => return self.on_sent(results).await,
+            EntityEvent::Settled { .. } => {
+                self.unanswered_settlements = self.unanswered_settlements.saturating_sub(1);
+                event
+            }
+            event => event,
+        };
         let link_id = match &event {
             EntityEvent::Delivered(run) => match run.first() {
                 Some(delivery) => delivery.consumer.link(),
@@ -729,8 +769,9 @@ impl Connection {
             | EntityEvent::Gone { consumer, .. }
             | EntityEvent::ConsumerAdded { consumer }
             | EntityEvent::SessionAccepted { consumer, .. } => consumer.link(),
-            EntityEvent::Sent { ticket, .. }
-            | EntityEvent::Settled { ticket, .. }
+            // Answers to sends may name several links: taken above.
+            EntityEvent::Sent { .. } => return,
+            EntityEvent::Settled { ticket, .. }
             | EntityEvent::Managed { ticket, .. }
             | EntityEvent::Discharged { ticket, .. } => ticket.link,
         };
@@ -768,7 +809,7 @@ impl Connection {
                 session: id,
                 locked_until_ms,
             } => session.on_session_accepted(consumer, &id, locked_until_ms, &ctx, &mut out),
-            EntityEvent::Sent { ticket, result } => session.on_sent(ticket, result, &mut out),
+            EntityEvent::Sent { .. } => {} // taken above
             EntityEvent::Managed { ticket, result } => session.on_managed(ticket, result, &mut out),
             EntityEvent::Settled { ticket, results } => {
                 session.on_settled(ticket, results, &mut out)
@@ -779,6 +820,23 @@ impl Connection {
         }
         let local = session.local_channel;
         self.perform(local, out).await;
+    }
+
+    /// Takes an entity's answers to sends, each to the session of its link.
+    async fn on_sent(&mut self, results: Vec<(Ticket, Result<(), EntityError>)>) {
+        for (ticket, result) in results {
+            let Some(session) = self
+                .link_sessions
+                .get(&ticket.link)
+                .and_then(|channel| self.sessions.get_mut(channel))
+            else {
+                continue;
+            };
+            let mut out = std::mem::take(&mut self.spare);
+            session.on_sent(ticket, result, &mut out);
+            let local = session.local_channel;
+            self.perform(local, out).await;
+        }
     }
 
     fn flush_accepted(&mut self) {
@@ -802,18 +860,10 @@ impl Connection {
             }
         }
         for (entity, command) in out.posts.drain(..) {
-            let command = match command {
-                Command::Settle {
-                    consumer,
-                    items,
-                    reply: Some(reply),
-                    awaited: false,
-                } => {
-                    self.gather(entity, consumer, items, reply).await;
-                    continue;
-                }
-                command => command,
-            };
+            if gathers(&command) {
+                self.gather(entity, command).await;
+                continue;
+            }
             self.post_gathered().await;
             if let Command::Settle { reply: Some(_), .. }
             | Command::Stage {
@@ -834,45 +884,32 @@ impl Connection {
         running
     }
 
-    /// Adds a settlement the client settled itself to those gathered for its consumer this
-    /// turn (posting those of another consumer first): one command and one answer for all the
-    /// dispositions of a turn. It counts as unanswered from now, so a `detach` held behind it
-    /// waits for its answer.
-    async fn gather(
-        &mut self,
-        entity: EntityHandle,
-        consumer: ConsumerId,
-        items: Vec<(LockRef, Settlement)>,
-        reply: (Ticket, EventSink),
-    ) {
-        if let Some(gathered) = &mut self.gathered {
-            if gathered.consumer == consumer && gathered.entity.name() == entity.name() {
-                gathered.items.extend(items);
-                return;
+    /// Adds a command to those gathered this turn (posting the gathered ones first when it
+    /// does not join them): one command and one answer for all the sends to an entity, or all
+    /// the settlements of a consumer, that come one after another in a turn. A settlement
+    /// counts as unanswered from now, so a `detach` held behind it waits for its answer.
+    async fn gather(&mut self, entity: EntityHandle, command: Command) {
+        let command = match &mut self.gathered {
+            Some((gathered_at, gathered)) if gathered_at.name() == entity.name() => {
+                match join(gathered, command) {
+                    None => return,
+                    Some(command) => command,
+                }
             }
-        }
+            _ => command,
+        };
         self.post_gathered().await;
-        self.unanswered_settlements += 1;
-        self.gathered = Some(Gathered {
-            entity,
-            consumer,
-            items,
-            reply,
-        });
+        if let Command::Settle { .. } = command {
+            self.unanswered_settlements += 1;
+        }
+        self.gathered = Some((entity, command));
     }
 
-    /// Posts the settlements gathered this turn, if any.
+    /// Posts the command gathered this turn, if any.
     async fn post_gathered(&mut self) {
-        let Some(gathered) = self.gathered.take() else {
-            return;
-        };
-        let command = Command::Settle {
-            consumer: gathered.consumer,
-            items: gathered.items,
-            reply: Some(gathered.reply),
-            awaited: false,
-        };
-        post(&gathered.entity, command).await;
+        if let Some((entity, command)) = self.gathered.take() {
+            post(&entity, command).await;
+        }
     }
 
     async fn end_session(&mut self, channel: u16, error: Option<definitions::Error>) -> Running {

@@ -214,28 +214,28 @@ pub fn send(
             return Ok(None);
         }
     };
-    let reply = (!whole.settled).then(|| {
-        let ticket = Ticket {
-            link: link_id,
-            request: u64::from(whole.delivery_id),
-        };
-        (ticket, events.clone())
+    let ticket = (!whole.settled).then_some(Ticket {
+        link: link_id,
+        request: u64::from(whole.delivery_id),
     });
-    let (to, command) = match (txn, via) {
-        (None, _) => (entity, Command::Send { messages, reply }),
-        (Some(txn), None) => {
-            let work = Work::Send(messages);
-            (entity, Command::Stage { txn, work, reply })
-        }
-        (Some(txn), Some(via)) => {
+    let Some(txn) = txn else {
+        let command = Command::send(messages, ticket, events.clone());
+        out.posts.push((entity, command));
+        return Ok(None);
+    };
+    let reply = ticket.map(|ticket| (ticket, events.clone()));
+    let (to, work) = match via {
+        None => (entity, Work::Send(messages)),
+        Some(via) => {
             let destination = entity.name().to_owned();
             let work = Work::Transfer {
                 destination,
                 messages,
             };
-            (via, Command::Stage { txn, work, reply })
+            (via, work)
         }
     };
+    let command = Command::Stage { txn, work, reply };
     out.posts.push((to, command));
     Ok(whole.txn.filter(|_| !whole.settled))
 }
@@ -265,6 +265,7 @@ mod tests {
     use crate::amqp::fixtures::{self, entity};
     use crate::amqp::outbound;
     use crate::amqp::transactions;
+    use crate::entity::handle::Sending;
     use crate::node::Node;
 
     fn incoming(max_message_size: u64) -> Incoming {
@@ -453,9 +454,12 @@ mod tests {
             .posts
             .iter()
             .map(|(_, command)| match command {
-                Command::Send { messages, reply } => {
+                Command::Send { transfers, .. } => {
+                    let [Sending { messages, ticket }] = &transfers[..] else {
+                        panic!("not one transfer: {transfers:?}");
+                    };
                     assert_eq!(messages.len(), 1);
-                    reply.as_ref().map(|(ticket, _)| *ticket)
+                    *ticket
                 }
                 other => panic!("not a send: {other:?}"),
             })

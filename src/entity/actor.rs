@@ -26,7 +26,7 @@ use crate::entity::core::EntityCore;
 use crate::entity::forward::{self, Forwarder, Resolver};
 use crate::entity::handle::{
     Command, ConsumerId, Delivery, EntityError, EntityEvent, EntityHandle, EntityStats, EventSink,
-    LaneId, LockRef, Properties, Settlement, Subscriptions, Ticket, TxnId, Work,
+    LaneId, LockRef, Properties, Sending, Settlement, Subscriptions, Ticket, TxnId, Work,
 };
 use crate::entity::operation::{Answer, Operation, MAX_PEEK_BYTES};
 use crate::entity::partition::Partition;
@@ -320,11 +320,16 @@ impl Actor {
             }
         }
         match command {
-            Command::Send { messages, reply } => {
-                let result = self.enqueue(now, messages).map(|_| ());
-                if let Some((ticket, events)) = reply {
-                    self.answers
-                        .push((events, EntityEvent::Sent { ticket, result }));
+            Command::Send { transfers, events } => {
+                let mut results = Vec::new();
+                for Sending { messages, ticket } in transfers {
+                    let result = self.enqueue(now, messages).map(|_| ());
+                    if let Some(ticket) = ticket {
+                        results.push((ticket, result));
+                    }
+                }
+                if !results.is_empty() {
+                    self.answers.push((events, EntityEvent::Sent { results }));
                 }
             }
             Command::AddConsumer {
@@ -580,7 +585,7 @@ impl Actor {
                 if result.is_ok() {
                     self.staging.send(txn, messages);
                 }
-                reply.map(|(ticket, events)| (events, EntityEvent::Sent { ticket, result }))
+                reply.map(|(ticket, events)| (events, EntityEvent::sent(ticket, result)))
             }
             Work::Transfer {
                 destination,
@@ -588,8 +593,7 @@ impl Actor {
             } => {
                 // The destination's own rules are met when the transfer reaches it.
                 self.staging.transfer(txn, destination, messages);
-                let result = Ok(());
-                reply.map(|(ticket, events)| (events, EntityEvent::Sent { ticket, result }))
+                reply.map(|(ticket, events)| (events, EntityEvent::sent(ticket, Ok(()))))
             }
             Work::Schedule { lane, messages } => {
                 let result = self.stage_schedule(txn, lane, messages);
@@ -1712,9 +1716,11 @@ impl Actor {
     /// is unknown).
     fn send_answer(&self, sink: EventSink, event: EntityEvent) {
         let event = match (&self.poisoned, event) {
-            (Some(error), EntityEvent::Sent { ticket, .. }) => EntityEvent::Sent {
-                ticket,
-                result: Err(EntityError::Storage(error.clone())),
+            (Some(error), EntityEvent::Sent { results }) => EntityEvent::Sent {
+                results: results
+                    .into_iter()
+                    .map(|(ticket, _)| (ticket, Err(EntityError::Storage(error.clone()))))
+                    .collect(),
             },
             (Some(error), EntityEvent::Settled { ticket, results }) => EntityEvent::Settled {
                 ticket,
@@ -1838,15 +1844,12 @@ mod tests {
             link: 1,
             request: 1,
         };
-        let send = Command::Send {
-            messages: vec![arrival()],
-            reply: Some((ticket, events)),
-        };
+        let send = Command::send(vec![arrival()], Some(ticket), events);
         handle.post(send).await.expect("posted");
         turns_ended(&handle).await;
         let answered = matches!(
             answers.try_recv(),
-            Ok(EntityEvent::Sent { result: Ok(()), .. })
+            Ok(EntityEvent::Sent { results }) if results == [(ticket, Ok(()))]
         );
         shutdown.cancel();
         answered
@@ -1869,10 +1872,8 @@ mod tests {
         let (flusher, mut requests) = Flusher::answered_by_test();
         let (handle, shutdown, _dir) = sync_queue(false, Commit::AfterFlush(flusher));
         for _ in 0..2 {
-            let send = Command::Send {
-                messages: vec![arrival()],
-                reply: None,
-            };
+            let unanswered = mpsc::unbounded_channel().0;
+            let send = Command::send(vec![arrival()], None, unanswered);
             handle.post(send).await.expect("posted");
         }
         let (done, _) = requests

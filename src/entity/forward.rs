@@ -211,15 +211,12 @@ impl Forwarder {
         self.next_batch += 1;
         let Some(handle) = resolved else {
             let result = Err(EntityError::Deleted);
-            let _ = self.answers.send(EntityEvent::Sent { ticket, result });
+            let _ = self.answers.send(EntityEvent::sent(ticket, result));
             return;
         };
         let topic = handle.is_topic();
         let messages = bodies.into_iter().map(|b| arrival(b, topic)).collect();
-        let command = Command::Send {
-            messages,
-            reply: Some((ticket, self.answers.clone())),
-        };
+        let command = Command::send(messages, Some(ticket), self.answers.clone());
         // Posting waits for room in the target's mailbox: never in the actor's turn.
         tokio::spawn(async move {
             if let Err(command) = handle.post(command).await {
@@ -231,9 +228,7 @@ impl Forwarder {
     /// Takes a target's answer to a batch. A refusal holds the lane back, and is logged when
     /// it starts; a transfer refused for good does not.
     pub fn answered(&mut self, event: EntityEvent, now_ms: i64) -> Option<Answered> {
-        let EntityEvent::Sent { ticket, result } = event else {
-            return None;
-        };
+        let (ticket, result) = event.into_sent()?;
         let Batch {
             lane,
             target: name,

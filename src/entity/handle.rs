@@ -36,13 +36,14 @@ pub type EventSink = mpsc::UnboundedSender<EntityEvent>;
 /// Commands an entity actor accepts.
 #[derive(Debug)]
 pub enum Command {
-    /// Store messages (one transfer; a batch is all or nothing); answer with
-    /// [`EntityEvent::Sent`] when `ticket` is set.
+    /// Store the messages of one or more transfers (a connection's turn gathers its sends to
+    /// one entity), each transfer all or nothing; answer those with a ticket in one
+    /// [`EntityEvent::Sent`], on `events`.
     Send {
-        /// The messages, as the client sent them.
-        messages: Vec<Arrival>,
-        /// Where to answer, if an answer is wanted.
-        reply: Option<(Ticket, EventSink)>,
+        /// The transfers, in the order they came.
+        transfers: Vec<Sending>,
+        /// Where the answers go.
+        events: EventSink,
     },
     /// Register a consumer with no credit.
     AddConsumer {
@@ -244,6 +245,14 @@ impl Command {
 }
 
 impl Command {
+    /// A send of one transfer, answered on `events` when it has a ticket.
+    pub fn send(messages: Vec<Arrival>, ticket: Option<Ticket>, events: EventSink) -> Command {
+        Command::Send {
+            transfers: vec![Sending { messages, ticket }],
+            events,
+        }
+    }
+
     /// Whether the command is a client using the entity, for auto-delete on idle: a send, a
     /// receive (credit, drain), a settlement or a management operation. Attaching and
     /// detaching links and the broker's own ticks are not.
@@ -276,14 +285,11 @@ impl Command {
     /// subscription ends at once (its link is detached, so credit and drains need no answer).
     pub fn refuse(self, error: &EntityError) {
         match self {
-            Command::Send {
-                reply: Some((ticket, events)),
-                ..
-            } => {
-                let _ = events.send(EntityEvent::Sent {
-                    ticket,
-                    result: Err(error.clone()),
-                });
+            Command::Send { transfers, events } => {
+                let results = Sending::refused(transfers, error);
+                if !results.is_empty() {
+                    let _ = events.send(EntityEvent::Sent { results });
+                }
             }
             Command::Settle {
                 items,
@@ -323,7 +329,6 @@ impl Command {
                 });
             }
             Command::Drain { .. }
-            | Command::Send { reply: None, .. }
             | Command::Settle { reply: None, .. }
             | Command::Discharge { reply: None, .. }
             | Command::Stage { reply: None, .. }
@@ -346,15 +351,36 @@ impl Command {
     }
 }
 
+/// One transfer's messages (a batch message's sections are one transfer): stored all or none.
+#[derive(Debug)]
+pub struct Sending {
+    /// The messages, as the client sent them.
+    pub messages: Vec<Arrival>,
+    /// The transfer's ticket, when its sender waits for an answer.
+    pub ticket: Option<Ticket>,
+}
+
+impl Sending {
+    /// The answers to transfers refused with `error`: one for each that has a ticket.
+    pub fn refused(
+        transfers: Vec<Sending>,
+        error: &EntityError,
+    ) -> Vec<(Ticket, Result<(), EntityError>)> {
+        transfers
+            .into_iter()
+            .filter_map(|sending| sending.ticket)
+            .map(|ticket| (ticket, Err(error.clone())))
+            .collect()
+    }
+}
+
 /// Answers and deliveries from an entity to a connection.
 #[derive(Debug)]
 pub enum EntityEvent {
-    /// A send was stored (or refused).
+    /// Sends were stored (or refused): each transfer's result, with its ticket.
     Sent {
-        /// The ticket of the send.
-        ticket: Ticket,
-        /// The result.
-        result: Result<(), EntityError>,
+        /// The results, in the order the transfers came.
+        results: Vec<(Ticket, Result<(), EntityError>)>,
     },
     /// Messages for one consumer, in the order they are to go out (one run of a turn).
     Delivered(Vec<Delivery>),
@@ -407,6 +433,23 @@ pub enum EntityEvent {
     },
 }
 
+impl EntityEvent {
+    /// The answer to one transfer.
+    pub fn sent(ticket: Ticket, result: Result<(), EntityError>) -> EntityEvent {
+        EntityEvent::Sent {
+            results: vec![(ticket, result)],
+        }
+    }
+
+    /// The answer to a send of one transfer ([`Command::send`]), if this is one.
+    pub fn into_sent(self) -> Option<(Ticket, Result<(), EntityError>)> {
+        match self {
+            EntityEvent::Sent { results } => results.into_iter().next(),
+            _ => None,
+        }
+    }
+}
+
 /// What a transaction does at its via entity.
 #[derive(Debug)]
 pub enum Work {
@@ -451,10 +494,7 @@ impl Work {
     /// The answer to this work when it is refused with `error`, as its plain command's.
     pub fn refused(&self, ticket: Ticket, error: &EntityError) -> EntityEvent {
         match self {
-            Work::Send(_) | Work::Transfer { .. } => EntityEvent::Sent {
-                ticket,
-                result: Err(error.clone()),
-            },
+            Work::Send(_) | Work::Transfer { .. } => EntityEvent::sent(ticket, Err(error.clone())),
             Work::Settle { items, .. } => EntityEvent::Settled {
                 ticket,
                 results: items.iter().map(|_| Err(error.clone())).collect(),

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::entity::handle::{
     managed, management, Command, ConsumerId, EntityError, EntityEvent, EntityHandle, EntityStats,
-    EventSink, LockRef, Settlement, Ticket, Work,
+    EventSink, LockRef, Sending, Settlement, Ticket, Work,
 };
 use crate::entity::operation::{Answer, Operation, MAX_PEEK_BYTES};
 use crate::entity::partition;
@@ -63,16 +63,9 @@ impl EntityHandle {
 pub async fn post(handle: &EntityHandle, command: Command) -> Result<(), Box<Command>> {
     let count = handle.partitions();
     match command {
-        Command::Send { messages, reply } => {
-            let partition = handle.routing_partition_of(&messages);
-            let command = Command::Send { messages, reply };
-            match partition {
-                Ok(partition) => handle.post_to(partition, command).await,
-                Err(error) => {
-                    command.refuse(&error);
-                    Ok(())
-                }
-            }
+        Command::Send { transfers, events } => {
+            send(handle, transfers, events).await;
+            Ok(())
         }
         Command::AddConsumer { consumer, .. }
         | Command::Credit { consumer, .. }
@@ -365,6 +358,35 @@ async fn settle(
         make(consumer, items, reply)
     })
     .await;
+}
+
+/// Routes each transfer of a send to its partition: one command per partition, the transfers
+/// in the order they came; a transfer no partition takes is refused on the spot. Each
+/// partition answers its own transfers (an answer names their tickets).
+async fn send(handle: &EntityHandle, transfers: Vec<Sending>, events: EventSink) {
+    let mut parts: Vec<(usize, Vec<Sending>)> = Vec::new();
+    let mut refused = Vec::new();
+    for sending in transfers {
+        match handle.routing_partition_of(&sending.messages) {
+            Ok(partition) => match parts.iter_mut().find(|(p, _)| *p == partition) {
+                Some((_, part)) => part.push(sending),
+                None => parts.push((partition, vec![sending])),
+            },
+            Err(error) => refused.extend(Sending::refused(vec![sending], &error)),
+        }
+    }
+    if !refused.is_empty() {
+        let _ = events.send(EntityEvent::Sent { results: refused });
+    }
+    for (partition, transfers) in parts {
+        let command = Command::Send {
+            transfers,
+            events: events.clone(),
+        };
+        if let Err(command) = handle.post_to(partition, command).await {
+            command.refuse(&handle.refusal());
+        }
+    }
 }
 
 /// Routes a transaction's work to the partition it concerns.
@@ -800,8 +822,8 @@ async fn scatter_with<T>(
 /// The request number of an answer's ticket.
 fn ticket_of(event: &EntityEvent) -> u64 {
     match event {
-        EntityEvent::Sent { ticket, .. }
-        | EntityEvent::Managed { ticket, .. }
+        EntityEvent::Sent { results } => results.first().map_or(u64::MAX, |(t, _)| t.request),
+        EntityEvent::Managed { ticket, .. }
         | EntityEvent::Settled { ticket, .. }
         | EntityEvent::Discharged { ticket, .. } => ticket.request,
         _ => u64::MAX,

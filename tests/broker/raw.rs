@@ -153,9 +153,12 @@ impl RawClient {
             .expect("frame written");
     }
 
-    /// Writes `bodies` in one write, so that the broker reads them all at once (no transfers).
+    /// Writes `bodies` in one write, so that the broker reads them all at once.
     async fn send_together(&mut self, bodies: Vec<FrameBody>) {
         for body in bodies {
+            if let FrameBody::Transfer { .. } = body {
+                self.next_outgoing_id = self.next_outgoing_id.wrapping_add(1);
+            }
             let fed = self.transport.feed(Frame::new(0u16, body));
             timeout(DEADLINE, fed)
                 .await
@@ -321,6 +324,21 @@ impl RawClient {
         message: Bytes,
         state: Option<DeliveryState>,
     ) -> u32 {
+        let (delivery_id, frames) = self.transfer_frames(handle, message, state);
+        for frame in frames {
+            self.send(frame).await;
+        }
+        delivery_id
+    }
+
+    /// The transfer frames of one unsettled message on our sender link `handle`, each fitting
+    /// the broker's max-frame-size, and its delivery id.
+    fn transfer_frames(
+        &mut self,
+        handle: u32,
+        message: Bytes,
+        state: Option<DeliveryState>,
+    ) -> (u32, Vec<FrameBody>) {
         let delivery_id = self.next_delivery_id;
         self.next_delivery_id = self.next_delivery_id.wrapping_add(1);
         let mut performative = Transfer {
@@ -336,6 +354,7 @@ impl RawClient {
             aborted: false,
             batchable: false,
         };
+        let mut frames = Vec::new();
         let mut rest = message;
         loop {
             performative.more = true;
@@ -344,13 +363,12 @@ impl RawClient {
             let chunk = rest.split_to(room.min(rest.len()));
             performative.more = !rest.is_empty();
             let more = performative.more;
-            self.send(FrameBody::Transfer {
+            frames.push(FrameBody::Transfer {
                 performative,
                 payload: chunk,
-            })
-            .await;
+            });
             if !more {
-                return delivery_id;
+                return (delivery_id, frames);
             }
             performative = Transfer {
                 handle: Handle(handle),
@@ -888,6 +906,64 @@ async fn a_full_queue_rejects_with_resource_limit_exceeded_until_room_is_made() 
         matches!(outcome, DeliveryState::Accepted(_)),
         "room again after a complete: {outcome:?}"
     );
+    broker.stop().await;
+}
+
+/// Sends read in one turn reach their queue as one command, yet each transfer keeps its own
+/// outcome: of four written at once to a queue of 1 MiB, the one the quota cannot take is
+/// rejected and the others, the one after it too, are stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_written_together_are_each_answered_one_refused_by_the_quota() {
+    let broker = broker(&["q"], |config| {
+        config.queues[0].max_size_in_megabytes = 1;
+    })
+    .await;
+    let mut client = RawClient::connect(broker.addr, 65536).await;
+    let to_q = client.attach_sender(0, "q").await;
+    let mut frames = Vec::new();
+    let mut sent = Vec::new();
+    for (id, size) in [
+        ("m1", 300_000),
+        ("m2", 300_000),
+        ("m3", 600_000),
+        ("m4", 300_000),
+    ] {
+        let (delivery_id, more) = client.transfer_frames(to_q, message_of_size(id, size), None);
+        frames.extend(more);
+        sent.push(delivery_id);
+    }
+    client.send_together(frames).await;
+    // A rejection leaves at once, acceptances in ranges after it: taken in any order.
+    let mut outcomes = std::collections::BTreeMap::new();
+    while outcomes.len() < sent.len() {
+        let body = client
+            .expect(
+                "the sends' outcomes",
+                |body| matches!(body, FrameBody::Disposition(d) if d.role == Role::Receiver),
+            )
+            .await;
+        let FrameBody::Disposition(disposition) = body else {
+            unreachable!()
+        };
+        let state = disposition.state.expect("the disposition carries a state");
+        for id in disposition.first..=disposition.last.unwrap_or(disposition.first) {
+            outcomes.insert(id, condition_of(&state).cloned());
+        }
+    }
+    let full = Some(ErrorCondition::AmqpError(AmqpError::ResourceLimitExceeded));
+    let expected = sent.iter().copied().zip([None, None, full, None]);
+    assert_eq!(outcomes, expected.collect(), "m3 alone exceeds 1 MiB");
+
+    let from_q = client
+        .attach_receiver(1, "q", ReceiverSettleMode::First)
+        .await;
+    client.flow(1, 0, 3, false).await;
+    let mut received = Vec::new();
+    for _ in 0..3 {
+        let (_, payload) = client.delivery(from_q).await;
+        received.push(id_and_count(&payload).0);
+    }
+    assert_eq!(received, ["m1", "m2", "m4"]);
     broker.stop().await;
 }
 

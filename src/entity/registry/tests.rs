@@ -2,7 +2,7 @@
 //! brings back, and partitioned entities.
 
 use super::*;
-use crate::entity::handle::{EntityEvent, Ticket};
+use crate::entity::handle::{EntityEvent, Sending, Ticket};
 
 /// A registry on `dir` in `sync` mode whose config file declares `declared`; run `body`
 /// with it, then stop its actors; what `body` returns.
@@ -342,16 +342,59 @@ async fn send_all(handle: &EntityHandle, messages: Vec<crate::message::Arrival>)
             link: 1,
             request: 1,
         };
-        let command = Command::Send {
-            messages: vec![message],
-            reply: Some((ticket, events)),
-        };
+        let command = Command::send(vec![message], Some(ticket), events);
         handle.post(command).await.expect("posted");
         match answers.recv().await {
-            Some(EntityEvent::Sent { result: Ok(()), .. }) => {}
+            Some(EntityEvent::Sent { results }) if results == [(ticket, Ok(()))] => {}
             other => panic!("not stored: {other:?}"),
         }
     }
+}
+
+/// One send command's transfers (a connection's turn) go each to its partition and are each
+/// answered; a batch whose messages belong in different partitions is refused alone.
+#[tokio::test]
+async fn a_turns_sends_go_each_to_its_partition_and_are_answered_each() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let declared = [partitioned("p", 2)];
+    with_registry(dir.path(), &declared, |registry| async move {
+        let handle = registry.lookup("p").expect("live");
+        let (first, second) = (key_of(0, 2), key_of(1, 2));
+        let ticket = |request| Ticket { link: 1, request };
+        let sending = |messages, request| Sending {
+            messages,
+            ticket: Some(ticket(request)),
+        };
+        let (events, mut answers) = tokio::sync::mpsc::unbounded_channel();
+        let transfers = vec![
+            sending(vec![keyed(&second, 1)], 1),
+            sending(vec![keyed(&first, 2), keyed(&second, 3)], 2),
+            sending(vec![keyed(&first, 4)], 3),
+        ];
+        let command = Command::Send { transfers, events };
+        handle.post(command).await.expect("posted");
+        let mut results = std::collections::BTreeMap::new();
+        while results.len() < 3 {
+            match answers.recv().await {
+                Some(EntityEvent::Sent { results: some }) => results.extend(
+                    some.into_iter()
+                        .map(|(ticket, result)| (ticket.request, result.is_ok())),
+                ),
+                other => panic!("not a send's answer: {other:?}"),
+            }
+        }
+        assert_eq!(
+            results,
+            [(1, true), (2, false), (3, true)].into(),
+            "the mixed batch alone is refused"
+        );
+        let partition_of = |seq: i64| seq >> 48;
+        let peeked = peeked_numbers(&registry, "p", 0).await;
+        let mut partitions: Vec<i64> = peeked.into_iter().map(partition_of).collect();
+        partitions.sort_unstable();
+        assert_eq!(partitions, [0, 1], "one message in each partition");
+    })
+    .await;
 }
 
 /// The sequence numbers `peek-message` shows from `from`, in its order.

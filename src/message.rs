@@ -757,6 +757,18 @@ fn write_properties_with(
     index: usize,
     value: &[u8],
 ) -> Result<(), MessageError> {
+    let fields = properties_with(section, index, value)?;
+    write_properties(out, &fields);
+    Ok(())
+}
+
+/// The fields of a properties section (the stored one, or an empty one) with field `index`
+/// set to the encoded `value`.
+fn properties_with<'a>(
+    section: Option<&'a [u8]>,
+    index: usize,
+    value: &'a [u8],
+) -> Result<Vec<&'a [u8]>, MessageError> {
     let mut fields = match section {
         Some(raw) => list_fields(raw, "properties")?,
         None => Vec::new(),
@@ -765,10 +777,21 @@ fn write_properties_with(
         fields.resize(index + 1, &[0x40]);
     }
     fields[index] = value;
-    let length: usize = fields.iter().map(|field| field.len()).sum();
-    out.reserve(length + 12);
+    Ok(fields)
+}
+
+/// Bytes of the properties section [`write_properties`] writes: descriptor, list32 header
+/// (size and count), fields.
+fn properties_len(fields: &[&[u8]]) -> usize {
+    12 + fields.iter().map(|field| field.len()).sum::<usize>()
+}
+
+/// Writes a properties section of these encoded fields (as a list32).
+fn write_properties(out: &mut Vec<u8>, fields: &[&[u8]]) {
+    let length = properties_len(fields) - 8;
+    out.reserve(length + 8);
     out.extend_from_slice(&[0x00, 0x53, code::PROPERTIES, 0xd0]);
-    out.extend_from_slice(&u32::try_from(length + 4).unwrap_or(u32::MAX).to_be_bytes());
+    out.extend_from_slice(&u32::try_from(length).unwrap_or(u32::MAX).to_be_bytes());
     out.extend_from_slice(
         &u32::try_from(fields.len())
             .unwrap_or(u32::MAX)
@@ -777,7 +800,6 @@ fn write_properties_with(
     for field in fields {
         out.extend_from_slice(field);
     }
-    Ok(())
 }
 
 /// The message with a `message-id`, for one whose sender set none, as Service Bus assigns one
@@ -799,10 +821,13 @@ fn with_property_field(
 ) -> Result<Bytes, MessageError> {
     let (properties, replaced) = slot(sections, code::PROPERTIES, bytes.len());
     let raw = properties.map(|section| &bytes[section.range.clone()]);
-    let mut out = Vec::with_capacity(bytes.len() + value.len() + 16);
+    let fields = properties_with(raw, index, value)?;
+    let length = bytes.len() - replaced.len() + properties_len(&fields);
+    let mut out = Vec::with_capacity(length);
     out.extend_from_slice(&bytes[..replaced.start]);
-    write_properties_with(&mut out, raw, index, value)?;
+    write_properties(&mut out, &fields);
     out.extend_from_slice(&bytes[replaced.end..]);
+    // Exactly full, so it becomes `Bytes` without another allocation.
     Ok(Bytes::from(out))
 }
 

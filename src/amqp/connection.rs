@@ -793,6 +793,9 @@ impl Connection {
         );
         match event {
             EntityEvent::Delivered(run) => {
+                // Room for a frame each at once: growing a vector of frames step by step
+                // copies them again at every step.
+                out.frames.reserve(run.len());
                 for delivery in run {
                     session.on_delivery(delivery, &mut out);
                 }

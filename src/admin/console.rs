@@ -430,7 +430,7 @@ async fn send(admin: &Admin, entity: &str, sent: &Json) -> Result<Json, Failure>
         )
     })?;
     let mut arrival = message::inspect(Bytes::from(bytes)).map_err(|e| bad(&e.to_string()))?;
-    if entry.handle.is_topic() {
+    if entry.handle.rules_read_messages() {
         arrival.view = Some(Box::new(
             message::view(&arrival.bytes).map_err(|e| bad(&e.to_string()))?,
         ));

@@ -170,7 +170,7 @@ pub fn send(
     } else {
         message::inspect(whole.bytes).map(|arrival| vec![arrival])
     };
-    if entity.is_topic() {
+    if entity.rules_read_messages() {
         // A topic's rules read the message's properties: decoded here, not in its actor.
         inspected = inspected.and_then(|mut arrivals| {
             for arrival in &mut arrivals {

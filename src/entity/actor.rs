@@ -9,7 +9,7 @@
 
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -26,7 +26,7 @@ use crate::entity::core::EntityCore;
 use crate::entity::forward::{self, Forwarder, Resolver};
 use crate::entity::handle::{
     Command, ConsumerId, Delivery, EntityError, EntityEvent, EntityHandle, EntityStats, EventSink,
-    LaneId, LockRef, Properties, Sending, Settlement, Subscriptions, Ticket, TxnId, Work,
+    LaneId, LockRef, Properties, Sending, Settlement, Ticket, TopicState, TxnId, Work,
 };
 use crate::entity::operation::{Answer, Operation, MAX_PEEK_BYTES};
 use crate::entity::partition::Partition;
@@ -78,13 +78,13 @@ pub fn spawn(
 ) -> EntityHandle {
     let name = parts.name.clone();
     let deleted = Arc::new(AtomicBool::new(false));
-    let (mailbox, subscriptions) =
-        start(parts, commit, shutdown, tracker, resolve, deleted.clone());
-    EntityHandle::new(name, mailbox, deleted, subscriptions)
+    let (mailbox, topic) = start(parts, commit, shutdown, tracker, resolve, deleted.clone());
+    EntityHandle::new(name, mailbox, deleted, topic)
 }
 
 /// Starts the actor of an entity or of one partition of it; returns its mailbox and, for a
-/// topic, its subscriptions by name. The actor sets `deleted` once the entity is deleted.
+/// topic, the state it shares with its handles (its subscriptions by name, whether its rules
+/// read messages). The actor sets `deleted` once the entity is deleted.
 pub fn start(
     parts: Parts,
     commit: Commit,
@@ -92,18 +92,18 @@ pub fn start(
     tracker: &TaskTracker,
     resolve: Resolver,
     deleted: Arc<AtomicBool>,
-) -> (mpsc::Sender<Command>, Option<Arc<RwLock<Subscriptions>>>) {
+) -> (mpsc::Sender<Command>, Option<Arc<TopicState>>) {
     let (tx, rx) = mpsc::channel(MAILBOX);
     // Targets' answers to forwarded batches: one per batch, and a lane has at most
     // `forward::IN_FLIGHT` messages in flight, so this channel holds that many at most.
     let (answers, forward_answers) = mpsc::unbounded_channel();
-    let subscriptions = parts.subscriptions.map(|s| Arc::new(RwLock::new(s)));
+    let topic = parts.subscriptions.map(|s| Arc::new(TopicState::new(s)));
     let mut actor = Actor {
         forwarder: Forwarder::new(resolve, answers),
         flush_asked_below: parts.core.next_seq(),
         quiet_since_ms: None,
         name: parts.name.clone(),
-        subscriptions: subscriptions.clone(),
+        topic: topic.clone(),
         core: parts.core,
         log: parts.log,
         commit,
@@ -125,6 +125,7 @@ pub fn start(
     for (lane, forward) in &parts.forwards {
         actor.set_forward(*lane, forward);
     }
+    actor.publish_rules_read();
     if actor.core.next_transfer() > 0 {
         actor.forwarder.set_per_message(LaneId::TRANSFER);
     }
@@ -133,7 +134,7 @@ pub fn start(
         partition => tracing::info_span!("entity", name = %parts.name, partition = partition.id()),
     };
     tracker.spawn(actor.run(rx, forward_answers, shutdown).instrument(span));
-    (tx, subscriptions)
+    (tx, topic)
 }
 
 /// Why an entity deletes itself.
@@ -171,8 +172,9 @@ struct Actor {
     commit: Commit,
     /// Where each consumer's deliveries go (the core knows its lane).
     consumers: HashMap<ConsumerId, EventSink>,
-    /// A topic's subscriptions by name, shared with its handles (the router reads them).
-    subscriptions: Option<Arc<RwLock<Subscriptions>>>,
+    /// A topic's subscriptions by name and whether its rules read messages, shared with its
+    /// handles (the router and the connections read them).
+    topic: Option<Arc<TopicState>>,
     /// Set by the first storage failure; from then on nothing is acknowledged.
     poisoned: Option<String>,
     /// Answers of the batch being applied.
@@ -306,6 +308,13 @@ impl Actor {
 
     fn apply(&mut self, mut command: Command, now: i64) {
         self.unmark_tokens(&mut command);
+        let rules_may_change = matches!(
+            command,
+            Command::Manage { .. }
+                | Command::AddSubscription { .. }
+                | Command::RemoveSubscription { .. }
+                | Command::Reconfigure { .. }
+        );
         if command.is_activity() {
             self.last_active_ms = now;
             let lane = match &command {
@@ -479,13 +488,8 @@ impl Actor {
                 let _ = reply.send(self.add_subscription(&config, number));
             }
             Command::RemoveSubscription { name, reply } => {
-                let number = self.subscriptions.as_ref().and_then(|names| {
-                    names
-                        .read()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .get(&name.to_lowercase())
-                        .copied()
-                });
+                let number = (self.topic.as_ref())
+                    .and_then(|topic| topic.names().get(&name.to_lowercase()).copied());
                 let removed = match number {
                     Some(subscription) => {
                         let lane = LaneId {
@@ -510,17 +514,12 @@ impl Actor {
                 self.express = settings.express;
                 self.core
                     .detect_duplicates(settings.duplicate_window_ms, now);
-                if self.subscriptions.is_none() {
+                if self.topic.is_none() {
                     self.set_forward(LaneId::MAIN, &settings.forward);
                 }
                 for (name, subscription) in &settings.subscriptions {
-                    let number = self.subscriptions.as_ref().and_then(|names| {
-                        names
-                            .read()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .get(name)
-                            .copied()
-                    });
+                    let number =
+                        (self.topic.as_ref()).and_then(|topic| topic.names().get(name).copied());
                     if let Some(number) = number {
                         let lane = LaneId {
                             subscription: number,
@@ -545,6 +544,17 @@ impl Actor {
                     accessed_ms: self.last_active_ms,
                 });
             }
+        }
+        if rules_may_change {
+            self.publish_rules_read();
+        }
+    }
+
+    /// Tells the topic's handles whether its rules read the messages sent to it, so that its
+    /// connections decode what they read only then (rules that read none need no view).
+    fn publish_rules_read(&self) {
+        if let Some(topic) = &self.topic {
+            topic.set_rules_read(self.core.rules_read_messages());
         }
     }
 
@@ -751,10 +761,10 @@ impl Actor {
     /// The entity path of a lane: the queue's or topic's name, or a subscription's
     /// `<topic>/subscriptions/<name>`.
     fn lane_path(&self, lane: LaneId) -> String {
-        let subscription = (self.subscriptions.as_ref())
+        let subscription = (self.topic.as_ref())
             .filter(|_| lane.subscription != 0)
-            .and_then(|names| {
-                let names = names.read().ok()?;
+            .and_then(|topic| {
+                let names = topic.names();
                 let (name, _) = names.iter().find(|(_, id)| **id == lane.subscription)?;
                 Some(name.clone())
             });
@@ -961,11 +971,8 @@ impl Actor {
                 let _ = events.send(EntityEvent::Gone { consumer, error });
             }
         }
-        if let Some(subscriptions) = &self.subscriptions {
-            let mut names = subscriptions
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            names.retain(|name, number| {
+        if let Some(topic) = &self.topic {
+            topic.names_mut().retain(|name, number| {
                 let gone = *number == lane.subscription;
                 if gone {
                     tracing::info!(subscription = %name, "deleted {why}");
@@ -982,17 +989,14 @@ impl Actor {
         config: &SubscriptionConfig,
         number: Option<u32>,
     ) -> Result<(), String> {
-        let Some(subscriptions) = self.subscriptions.clone() else {
+        let Some(topic) = self.topic.clone() else {
             return Err(format!(
                 "'{}' is a queue: it has no subscriptions",
                 self.name
             ));
         };
         let name = config.name.to_lowercase();
-        let taken = subscriptions
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .contains_key(&name);
+        let taken = topic.names().contains_key(&name);
         if taken {
             return Err(format!("the subscription '{}' already exists", config.name));
         }
@@ -1016,10 +1020,7 @@ impl Actor {
         self.core.add_subscription(lanes);
         self.set_forward(lane, &setup::subscription_forward(config));
         self.statuses.insert(lane.subscription, config.status);
-        subscriptions
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(name, lane.subscription);
+        topic.names_mut().insert(name, lane.subscription);
         tracing::info!(subscription = %config.name, "created");
         Ok(())
     }

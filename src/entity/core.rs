@@ -24,7 +24,7 @@ use crate::entity::terms::{
 };
 use crate::entity::topic::{self, Copy, Route, Rule};
 use crate::entity::transfer::{self, Transfers};
-use crate::filter::Filter;
+use crate::filter::{Filter, MessageView};
 use crate::message::{self, Arrival};
 use crate::store::record::{MessageState, Record, NEVER};
 use crate::store::{Change, Recovered};
@@ -519,12 +519,16 @@ impl EntityCore {
             lane.insert(seq, record, arrival.bytes, arrival.session_id.as_deref());
             return;
         };
-        // Sends come with their view; scheduled messages, read back at activation, without.
+        // Sends come with their view when the rules read messages; scheduled messages, read
+        // back at activation, without. Rules that read none need none.
         let read;
         let view = match arrival.view.as_deref() {
             Some(view) => view,
             None => {
-                read = message::view(&arrival.bytes).unwrap_or_default();
+                read = match routes.iter().any(Route::reads_messages) {
+                    true => message::view(&arrival.bytes).unwrap_or_default(),
+                    false => MessageView::default(),
+                };
                 &read
             }
         };
@@ -857,6 +861,11 @@ impl EntityCore {
             .flat_map(|route| &route.rules)
             .filter(|kept| filter_kind(&kept.filter) == kind)
             .count()
+    }
+
+    /// Whether a topic's rules read the messages sent to it (false for a queue).
+    pub fn rules_read_messages(&self) -> bool {
+        (self.routes.iter().flatten()).any(Route::reads_messages)
     }
 
     /// A topic's SQL and correlation filters, across its subscriptions (0 and 0 for a queue).

@@ -214,8 +214,8 @@ impl Forwarder {
             let _ = self.answers.send(EntityEvent::sent(ticket, result));
             return;
         };
-        let topic = handle.is_topic();
-        let messages = bodies.into_iter().map(|b| arrival(b, topic)).collect();
+        let read = handle.rules_read_messages();
+        let messages = bodies.into_iter().map(|b| arrival(b, read)).collect();
         let command = Command::send(messages, Some(ticket), self.answers.clone());
         // Posting waits for room in the target's mailbox: never in the actor's turn.
         tokio::spawn(async move {
@@ -269,11 +269,11 @@ impl Forwarder {
 }
 
 /// A stored message as its target takes it: sent now (an activated scheduled message is not
-/// scheduled again), with the view a topic's rules read.
-fn arrival(bytes: Bytes, topic: bool) -> Arrival {
+/// scheduled again), with the view, when a topic's rules read it.
+fn arrival(bytes: Bytes, read: bool) -> Arrival {
     let mut arrival = message::stored_arrival(bytes);
     arrival.scheduled_ms = None;
-    if topic {
+    if read {
         arrival.view = message::view(&arrival.bytes).ok().map(Box::new);
     }
     arrival

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -542,6 +542,49 @@ pub async fn managed(
 /// A topic's subscriptions by lower-cased name, with the number of each one's lane.
 pub type Subscriptions = HashMap<String, u32>;
 
+/// What a topic's actor shares with its handles: its subscriptions by name (the router and
+/// the connections resolve subscription addresses with them), and whether its rules read the
+/// messages sent to it.
+#[derive(Debug, Default)]
+pub struct TopicState {
+    names: RwLock<Subscriptions>,
+    /// A SQL or correlation filter, or an action, somewhere in its subscriptions: a
+    /// connection then decodes what they read before it posts a send ([`Arrival::view`]),
+    /// which the actor would otherwise do itself.
+    rules_read: AtomicBool,
+}
+
+impl TopicState {
+    /// A topic's state with these subscriptions; its rules are not known yet.
+    pub fn new(names: Subscriptions) -> Self {
+        Self {
+            names: RwLock::new(names),
+            rules_read: AtomicBool::new(false),
+        }
+    }
+
+    /// The subscriptions by name (a panic while they were written does not hide them).
+    pub fn names(&self) -> RwLockReadGuard<'_, Subscriptions> {
+        self.names.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The subscriptions by name, to change.
+    pub fn names_mut(&self) -> RwLockWriteGuard<'_, Subscriptions> {
+        self.names.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the topic's rules read the messages sent to it.
+    pub fn rules_read(&self) -> bool {
+        self.rules_read.load(Ordering::Relaxed)
+    }
+
+    /// Notes whether the topic's rules read the messages sent to it (its actor, whenever its
+    /// rules or subscriptions change).
+    pub fn set_rules_read(&self, read: bool) {
+        self.rules_read.store(read, Ordering::Relaxed);
+    }
+}
+
 /// A cloneable handle to an entity: its actor, or a partitioned entity's actors.
 #[derive(Debug, Clone)]
 pub struct EntityHandle {
@@ -550,44 +593,45 @@ pub struct EntityHandle {
     /// Each partition's actor's mailbox (one for an unpartitioned entity).
     mailboxes: Arc<[mpsc::Sender<Command>]>,
     deleted: Arc<AtomicBool>,
-    /// A topic's subscriptions (its first partition's); `None` for a queue.
-    subscriptions: Option<Arc<RwLock<Subscriptions>>>,
+    /// A topic's subscriptions and rules (its first partition's); `None` for a queue.
+    topic: Option<Arc<TopicState>>,
     /// How a partitioned entity's commands find their partitions; `None` when it has one.
     routing: Option<Arc<Routing>>,
 }
 
 impl EntityHandle {
     /// Wraps an actor's mailbox; the actor sets `deleted` before it closes the mailbox for
-    /// good. `subscriptions` is set for a topic, shared with its actor.
+    /// good. `topic` is set for a topic, shared with its actor.
     pub fn new(
         name: String,
         mailbox: mpsc::Sender<Command>,
         deleted: Arc<AtomicBool>,
-        subscriptions: Option<Arc<RwLock<Subscriptions>>>,
+        topic: Option<Arc<TopicState>>,
     ) -> Self {
         Self {
             name: name.into(),
             mailboxes: Arc::new([mailbox]),
             deleted,
-            subscriptions,
+            topic,
             routing: None,
         }
     }
 
     /// Wraps the mailboxes of a partitioned entity's actors, in partition order (design.md
-    /// D9); `subscriptions` are the first partition's (every partition numbers them alike).
+    /// D9); `topic` is the first partition's (every partition numbers its subscriptions and
+    /// holds its rules alike).
     pub fn partitioned(
         name: String,
         mailboxes: Vec<mpsc::Sender<Command>>,
         deleted: Arc<AtomicBool>,
-        subscriptions: Option<Arc<RwLock<Subscriptions>>>,
+        topic: Option<Arc<TopicState>>,
         routing: Routing,
     ) -> Self {
         Self {
             name: name.into(),
             mailboxes: mailboxes.into(),
             deleted,
-            subscriptions,
+            topic,
             routing: Some(Arc::new(routing)),
         }
     }
@@ -650,16 +694,19 @@ impl EntityHandle {
 
     /// Whether the entity is a topic (sent to; received from through its subscriptions).
     pub fn is_topic(&self) -> bool {
-        self.subscriptions.is_some()
+        self.topic.is_some()
+    }
+
+    /// Whether the entity is a topic whose rules read the messages sent to it.
+    pub fn rules_read_messages(&self) -> bool {
+        self.topic.as_ref().is_some_and(|topic| topic.rules_read())
     }
 
     /// The lane number of a topic's subscription, by name compared case-insensitively.
     pub fn subscription(&self, name: &str) -> Option<u32> {
-        let subscriptions = self.subscriptions.as_ref()?;
-        let subscriptions = subscriptions
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        subscriptions.get(&name.to_lowercase()).copied()
+        let topic = self.topic.as_ref()?;
+        let number = topic.names().get(&name.to_lowercase()).copied();
+        number
     }
 
     /// Why a command the actor can no longer take is refused: the entity was deleted, or the

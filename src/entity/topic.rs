@@ -121,6 +121,12 @@ pub enum Copy {
 }
 
 impl Route {
+    /// Whether its rules read the messages they are given: a filter that looks at them, or
+    /// an action.
+    pub fn reads_messages(&self) -> bool {
+        (self.rules.iter()).any(|rule| rule.filter.reads_message() || rule.action.is_some())
+    }
+
     /// What this subscription does with a message, if it takes it.
     pub fn pick(&self, view: &MessageView) -> Option<Copy> {
         let mut matched = false;

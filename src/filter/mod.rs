@@ -103,6 +103,11 @@ impl Filter {
             Filter::Correlation(filter) => Ok(filter.matches(view)),
         }
     }
+
+    /// Whether the filter looks at the message at all (a true or false filter does not).
+    pub fn reads_message(&self) -> bool {
+        matches!(self, Filter::Sql(_) | Filter::Correlation(_))
+    }
 }
 
 #[cfg(test)]

@@ -397,6 +397,77 @@ async fn a_turns_sends_go_each_to_its_partition_and_are_answered_each() {
     .await;
 }
 
+/// A message whose application property `colour` is `colour`.
+fn coloured(colour: &str) -> crate::message::Arrival {
+    use fe2o3_amqp::types::messaging::{ApplicationProperties, Data};
+    let mut properties = ApplicationProperties::default();
+    properties.insert(
+        "colour".to_owned(),
+        fe2o3_amqp::types::primitives::SimpleValue::String(colour.to_owned()),
+    );
+    let mut bytes = serde_amqp::to_vec(&properties).expect("properties");
+    let body = Data(colour.as_bytes().to_vec().into());
+    bytes.extend(serde_amqp::to_vec(&body).expect("body"));
+    crate::message::inspect(bytes::Bytes::from(bytes)).expect("a valid message")
+}
+
+/// A topic tells its connections whether its rules read the messages sent to it: not with
+/// true filters alone (they decode nothing then), yes once a SQL rule is added, no again once
+/// it is gone. A message that comes without what they read (a connection that had not been
+/// told yet sends none) is read by the topic itself and filtered all the same.
+#[tokio::test]
+async fn a_topic_tells_whether_its_rules_read_messages_and_reads_one_sent_without() {
+    use crate::entity::topic::Rule;
+    use crate::filter::{Filter, SqlFilter};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = [topic("events", &["all", "red"])];
+    with_registry(dir.path(), &file, |registry| async move {
+        let handle = registry.lookup("events").expect("live");
+        let rule = |name: &str, filter| Rule {
+            name: name.to_owned(),
+            filter,
+            action: None,
+            created_ms: 0,
+        };
+        let add = |subscription, rule| {
+            let registry = &registry;
+            async move {
+                let add = Operation::AddRule { rule };
+                registry.manage("events", subscription, add).await
+            }
+        };
+        add("all", rule("everything", Filter::True))
+            .await
+            .expect("added");
+        assert!(!handle.rules_read_messages(), "a true filter reads nothing");
+        let sql = SqlFilter::parse("colour = 'red'").expect("parses");
+        add("red", rule("red", Filter::Sql(sql)))
+            .await
+            .expect("added");
+        assert!(handle.rules_read_messages(), "a SQL filter reads");
+        send_all(&handle, vec![coloured("red"), coloured("blue")]).await;
+        let count = |path| {
+            let registry = &registry;
+            async move { peeked_numbers(registry, path, 0).await.len() }
+        };
+        assert_eq!(count("events/Subscriptions/all").await, 2);
+        assert_eq!(
+            count("events/Subscriptions/red").await,
+            1,
+            "blue filtered out"
+        );
+        let remove = Operation::RemoveRule {
+            name: "red".to_owned(),
+        };
+        registry
+            .manage("events", "red", remove)
+            .await
+            .expect("removed");
+        assert!(!handle.rules_read_messages(), "no rule reads any more");
+    })
+    .await;
+}
+
 /// The sequence numbers `peek-message` shows from `from`, in its order.
 async fn peeked_numbers(registry: &Registry, path: &str, from: i64) -> Vec<i64> {
     let peek = Operation::Peek {

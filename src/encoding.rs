@@ -79,6 +79,16 @@ pub fn check_value(bytes: &[u8], at: usize) -> Result<usize, EncodingError> {
     Walker::deep().value(bytes, at, 0)
 }
 
+/// Checks an item of a described list or map (a message section's field or entry) to every
+/// depth, as [`check_value`] checks it as part of its section, and returns its length.
+///
+/// # Errors
+/// The first problem found.
+pub fn check_item(bytes: &[u8], at: usize) -> Result<usize, EncodingError> {
+    // The section is at depth 0, its descriptor and its items one level down.
+    Walker::deep().value(bytes, at, 1)
+}
+
 /// The length of the value at `at` (its constructor included), checked to fit in `bytes`;
 /// the elements of a compound value are not walked.
 ///

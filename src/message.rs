@@ -15,7 +15,9 @@ use uuid::Uuid;
 
 use crate::filter::{MessageView, SystemProperty, Value as FilterValue};
 
-use crate::encoding::{byte_at, check_value, read_u32, read_u64, value_len, EncodingError};
+use crate::encoding::{
+    byte_at, check_item, check_value, read_u32, read_u64, value_len, EncodingError,
+};
 use crate::wire::annotation;
 
 /// Message annotations that only the broker writes, per delivery: a sender's are never passed
@@ -247,25 +249,21 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
         None => bytes,
     };
     let mut arrival = Arrival::bare(bytes);
+    // Everything but the body is read again later (the splice, properties to modify, other
+    // clients): it must be well formed to every depth. The sections read here are, item by
+    // item, as they are read.
+    let checked = Items::Checked;
     for section in &sections {
         let raw = &arrival.bytes[section.range.clone()];
-        if !matches!(
-            section.code,
-            code::DATA | code::AMQP_SEQUENCE | code::AMQP_VALUE
-        ) {
-            // Everything but the body is read again later (the splice, properties to modify,
-            // other clients): it must be well formed to every depth.
-            check_value(raw, 0)?;
-        }
         match section.code {
-            code::HEADER => arrival.ttl_ms = read_header(raw)?.ttl,
+            code::HEADER => arrival.ttl_ms = read_header(raw, checked)?.ttl,
             // Passed on to the receiver, so a map it must be (its keys as they come: Service
             // Bus reads them so).
             code::DELIVERY_ANNOTATIONS => {
-                map_entries(raw, "delivery-annotations")?;
+                map_entries(raw, "delivery-annotations", checked)?;
             }
             code::MESSAGE_ANNOTATIONS => {
-                for (key, value) in annotation_entries(raw, "message-annotations")? {
+                for (key, value) in annotation_entries(raw, "message-annotations", checked)? {
                     match symbol_name(key) {
                         Some(name) if name == SCHEDULED_ENQUEUE_TIME_KEY.as_bytes() => {
                             arrival.scheduled_ms = read_time(value);
@@ -281,7 +279,7 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
                 }
             }
             code::PROPERTIES => {
-                let fields = list_fields(raw, "properties")?;
+                let fields = list_fields(raw, "properties", checked)?;
                 if let Some(id) = fields.get(MESSAGE_ID_FIELD) {
                     check_id_length("message-id", id)?;
                 }
@@ -293,7 +291,7 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
             }
             code::APPLICATION_PROPERTIES => {
                 // String keys and simple values only (AMQP 1.0 §3.2.5), as Service Bus takes.
-                for (index, (key, value)) in map_entries(raw, "application-properties")?
+                for (index, (key, value)) in map_entries(raw, "application-properties", checked)?
                     .into_iter()
                     .enumerate()
                 {
@@ -310,6 +308,9 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
                         return Err(MessageError::NotSimple(index));
                     }
                 }
+            }
+            code::FOOTER => {
+                check_value(raw, 0)?;
             }
             _ => {}
         }
@@ -336,7 +337,14 @@ fn check_id_length(what: &'static str, encoded: &[u8]) -> Result<(), MessageErro
 pub fn session_id(bytes: &[u8]) -> Option<String> {
     let sections = scan_sections(bytes).ok()?;
     let properties = sections.iter().find(|s| s.code == code::PROPERTIES)?;
-    group_id(&list_fields(&bytes[properties.range.clone()], "properties").ok()?)
+    group_id(
+        &list_fields(
+            &bytes[properties.range.clone()],
+            "properties",
+            Items::Measured,
+        )
+        .ok()?,
+    )
 }
 
 /// The `group-id` of a properties list's fields, when it is a string.
@@ -414,14 +422,15 @@ pub fn splice(
         let section = section?;
         let raw = &stored[section.range.clone()];
         match section.code {
-            code::HEADER => header = read_header(raw)?,
+            code::HEADER => header = read_header(raw, Items::Measured)?,
             // Checked on arrival only since they are passed on: older stored messages may hold
             // ones that do not read, which are dropped rather than the message.
             code::DELIVERY_ANNOTATIONS => {
-                delivery_annotations = map_entries(raw, "delivery-annotations").unwrap_or_default()
+                delivery_annotations =
+                    map_entries(raw, "delivery-annotations", Items::Measured).unwrap_or_default()
             }
             code::MESSAGE_ANNOTATIONS => {
-                annotations = annotation_entries(raw, "message-annotations")?
+                annotations = annotation_entries(raw, "message-annotations", Items::Measured)?
             }
             other => {
                 tail_start = section.range.start;
@@ -481,18 +490,35 @@ pub fn splice(
 const SPLICED_PREFIX_ROOM: usize = 256;
 
 /// The fields of an encoded list section (header, properties), each as its encoded bytes.
-fn list_fields<'a>(section: &'a [u8], what: &'static str) -> Result<Vec<&'a [u8]>, MessageError> {
+fn list_fields<'a>(
+    section: &'a [u8],
+    what: &'static str,
+    items: Items,
+) -> Result<Vec<&'a [u8]>, MessageError> {
     // list0, list8, list32.
-    compound_items(section, what, [0x45, 0xc0, 0xd0])
+    compound_items(section, what, [0x45, 0xc0, 0xd0], items)
+}
+
+/// How [`compound_items`] takes each item of a section: measured only (a stored message,
+/// checked when it arrived), or checked to every depth (a message arriving), which makes a
+/// walk of the whole section needless.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Items {
+    Measured,
+    Checked,
 }
 
 /// One map entry as the encodings of its key and its value.
 type Entry<'a> = (&'a [u8], &'a [u8]);
 
 /// The entries of an encoded map section as (key, value) encodings.
-fn map_entries<'a>(section: &'a [u8], what: &'static str) -> Result<Vec<Entry<'a>>, MessageError> {
+fn map_entries<'a>(
+    section: &'a [u8],
+    what: &'static str,
+    items: Items,
+) -> Result<Vec<Entry<'a>>, MessageError> {
     // null (no entries), map8, map32.
-    let items = compound_items(section, what, [0x40, 0xc1, 0xd1])?;
+    let items = compound_items(section, what, [0x40, 0xc1, 0xd1], items)?;
     if items.len() % 2 != 0 {
         return Err(MessageError::Malformed(what));
     }
@@ -507,8 +533,9 @@ fn map_entries<'a>(section: &'a [u8], what: &'static str) -> Result<Vec<Entry<'a
 fn annotation_entries<'a>(
     section: &'a [u8],
     what: &'static str,
+    items: Items,
 ) -> Result<Vec<Entry<'a>>, MessageError> {
-    let entries = map_entries(section, what)?;
+    let entries = map_entries(section, what, items)?;
     match entries
         .iter()
         .all(|(key, _)| matches!(key[0], 0xa3 | 0xb3 | 0x80 | 0x53 | 0x44))
@@ -519,33 +546,61 @@ fn annotation_entries<'a>(
 }
 
 /// The items of the list or map that follows a section's descriptor, each as its encoding.
-/// `codes` are the constructors allowed: the empty one, the 8-bit one and the 32-bit one.
+/// `codes` are the constructors allowed: the empty one, the 8-bit one and the 32-bit one. A
+/// count that does not fit the declared size, or items that do not fill it, are refused as
+/// [`check_value`] refuses them.
 fn compound_items<'a>(
     section: &'a [u8],
     what: &'static str,
     [empty, short, long]: [u8; 3],
+    items_are: Items,
 ) -> Result<Vec<&'a [u8]>, MessageError> {
-    let malformed = MessageError::Malformed(what);
     let value_at = 1 + value_len(section, 1)?;
-    let (count, mut at) = match section.get(value_at) {
-        Some(code) if *code == empty => (0, value_at + 1),
-        Some(code) if *code == short => {
-            (usize::from(byte_at(section, value_at + 2)?), value_at + 3)
-        }
-        Some(code) if *code == long => (read_u32(section, value_at + 5)? as usize, value_at + 9),
-        _ => return Err(malformed),
+    let code = byte_at(section, value_at)?;
+    let data_at = value_at + 1;
+    let width = match code {
+        _ if code == empty => return Ok(Vec::new()),
+        _ if code == short => 1,
+        _ if code == long => 4,
+        _ => return Err(MessageError::Malformed(what)),
     };
+    let (size, count) = match width {
+        1 => (
+            byte_at(section, data_at)?.into(),
+            byte_at(section, data_at + 1)?.into(),
+        ),
+        _ => (
+            read_u32(section, data_at)? as usize,
+            read_u32(section, data_at + 4)? as usize,
+        ),
+    };
+    let kind = if short == 0xc1 { "map" } else { "list" };
+    let mismatch = |count| {
+        MessageError::Encoding(EncodingError::CountMismatch {
+            kind,
+            at: data_at,
+            count,
+            size,
+        })
+    };
+    if count > size || (kind == "map" && count % 2 != 0) {
+        return Err(mismatch(count));
+    }
+    let mut at = data_at + 2 * width;
     let mut items = Vec::with_capacity(count.min(16));
     for _ in 0..count {
         if at >= section.len() {
-            return Err(malformed);
+            return Err(mismatch(count));
         }
-        let len = value_len(section, at)?;
+        let len = match items_are {
+            Items::Measured => value_len(section, at)?,
+            Items::Checked => check_item(section, at)?,
+        };
         items.push(&section[at..at + len]);
         at += len;
     }
     if at != section.len() {
-        return Err(malformed);
+        return Err(mismatch(count));
     }
     Ok(items)
 }
@@ -703,9 +758,9 @@ struct HeaderFields {
 }
 
 /// Reads a header section, field by field with the types AMQP gives them.
-fn read_header(section: &[u8]) -> Result<HeaderFields, MessageError> {
+fn read_header(section: &[u8], items: Items) -> Result<HeaderFields, MessageError> {
     let malformed = MessageError::Malformed("header");
-    let fields = list_fields(section, "header")?;
+    let fields = list_fields(section, "header", items)?;
     if fields.len() > 5 {
         return Err(malformed);
     }
@@ -770,7 +825,7 @@ fn properties_with<'a>(
     value: &'a [u8],
 ) -> Result<Vec<&'a [u8]>, MessageError> {
     let mut fields = match section {
-        Some(raw) => list_fields(raw, "properties")?,
+        Some(raw) => list_fields(raw, "properties", Items::Measured)?,
         None => Vec::new(),
     };
     if fields.len() <= index {
@@ -895,7 +950,12 @@ fn annotation_value<'a>(stored: &'a [u8], key: &str) -> Option<&'a [u8]> {
     let section = sections
         .iter()
         .find(|section| section.code == code::MESSAGE_ANNOTATIONS)?;
-    let entries = annotation_entries(&stored[section.range.clone()], "message-annotations").ok()?;
+    let entries = annotation_entries(
+        &stored[section.range.clone()],
+        "message-annotations",
+        Items::Measured,
+    )
+    .ok()?;
     let (_, value) =
         (entries.into_iter()).find(|(own_key, _)| symbol_name(own_key) == Some(key.as_bytes()))?;
     Some(value)
@@ -911,7 +971,11 @@ fn rewrite_annotations(
     let sections = scan_sections(stored)?;
     let (annotations, replaced) = slot(&sections, code::MESSAGE_ANNOTATIONS, stored.len());
     let mut own = match annotations {
-        Some(section) => annotation_entries(&stored[section.range.clone()], "message-annotations")?,
+        Some(section) => annotation_entries(
+            &stored[section.range.clone()],
+            "message-annotations",
+            Items::Measured,
+        )?,
         None => Vec::new(),
     };
     let has = |entries: &[Entry], key: &str| {
@@ -1042,7 +1106,11 @@ pub fn edit_application_properties(
     let (existing, replaced) = slot(&sections, code::APPLICATION_PROPERTIES, stored.len());
     // The client's entries are kept byte for byte (never decoded), but for the keys set here.
     let mut kept = match existing {
-        Some(section) => map_entries(&stored[section.range.clone()], "application-properties")?,
+        Some(section) => map_entries(
+            &stored[section.range.clone()],
+            "application-properties",
+            Items::Measured,
+        )?,
         None => Vec::new(),
     };
     kept.retain(|(key, _)| {
@@ -1360,7 +1428,11 @@ mod tests {
         };
         let stored = serde_amqp::to_vec(&header).expect("h");
         let mut encoded = Vec::new();
-        write_header(&mut encoded, &read_header(&stored).expect("reads"), 0);
+        write_header(
+            &mut encoded,
+            &read_header(&stored, Items::Measured).expect("reads"),
+            0,
+        );
         assert_eq!(
             serde_amqp::from_slice::<Header>(&encoded).expect("decodes"),
             header
@@ -1388,7 +1460,11 @@ mod tests {
         })
         .expect("h");
         let mut kept = Vec::new();
-        write_header(&mut kept, &read_header(&sent).expect("reads"), 0);
+        write_header(
+            &mut kept,
+            &read_header(&sent, Items::Measured).expect("reads"),
+            0,
+        );
         let header: Header = serde_amqp::from_slice(&kept).expect("decodes");
         assert!(!header.durable);
         assert_eq!(u8::from(header.priority), 4);
@@ -1433,7 +1509,8 @@ mod tests {
                 ..Header::default()
             },
         ] {
-            let read = read_header(&serde_amqp::to_vec(&header).expect("h")).expect("reads");
+            let read = read_header(&serde_amqp::to_vec(&header).expect("h"), Items::Checked)
+                .expect("reads");
             let mut encoded = Vec::new();
             write_header(&mut encoded, &read, header.delivery_count);
             let back: Header = serde_amqp::from_slice(&encoded).expect("decodes");
@@ -1441,7 +1518,7 @@ mod tests {
         }
         let wrong_type = [0x00, 0x53, 0x70, 0xc0, 0x03, 0x01, 0xa1, 0x00];
         assert_eq!(
-            read_header(&wrong_type),
+            read_header(&wrong_type, Items::Checked),
             Err(MessageError::Malformed("header"))
         );
     }

@@ -4,6 +4,7 @@
 //! and its `Sender` refuses an oversized message before the broker sees it. Here the test is
 //! the client, so every answer the broker owes is awaited (with a deadline) and checked.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use bytes::{Bytes, BytesMut};
@@ -384,6 +385,28 @@ impl RawClient {
                 batchable: false,
             };
         }
+    }
+
+    /// The outcomes of `count` of our sends, by delivery id, however the broker ranges and
+    /// orders their dispositions (a rejection leaves at once, acceptances in ranges after).
+    async fn send_outcomes(&mut self, count: usize) -> BTreeMap<u32, DeliveryState> {
+        let mut outcomes = BTreeMap::new();
+        while outcomes.len() < count {
+            let body = self
+                .expect(
+                    "the sends' outcomes",
+                    |body| matches!(body, FrameBody::Disposition(d) if d.role == Role::Receiver),
+                )
+                .await;
+            let FrameBody::Disposition(disposition) = body else {
+                unreachable!()
+            };
+            let state = disposition.state.expect("the disposition carries a state");
+            for id in disposition.first..=disposition.last.unwrap_or(disposition.first) {
+                outcomes.insert(id, state.clone());
+            }
+        }
+        outcomes
     }
 
     /// The broker's settled disposition for one of our sends; returns its outcome.
@@ -933,23 +956,10 @@ async fn sends_written_together_are_each_answered_one_refused_by_the_quota() {
         sent.push(delivery_id);
     }
     client.send_together(frames).await;
-    // A rejection leaves at once, acceptances in ranges after it: taken in any order.
-    let mut outcomes = std::collections::BTreeMap::new();
-    while outcomes.len() < sent.len() {
-        let body = client
-            .expect(
-                "the sends' outcomes",
-                |body| matches!(body, FrameBody::Disposition(d) if d.role == Role::Receiver),
-            )
-            .await;
-        let FrameBody::Disposition(disposition) = body else {
-            unreachable!()
-        };
-        let state = disposition.state.expect("the disposition carries a state");
-        for id in disposition.first..=disposition.last.unwrap_or(disposition.first) {
-            outcomes.insert(id, condition_of(&state).cloned());
-        }
-    }
+    let outcomes = client.send_outcomes(sent.len()).await;
+    let outcomes: BTreeMap<u32, Option<ErrorCondition>> = (outcomes.iter())
+        .map(|(id, state)| (*id, condition_of(state).cloned()))
+        .collect();
     let full = Some(ErrorCondition::AmqpError(AmqpError::ResourceLimitExceeded));
     let expected = sent.iter().copied().zip([None, None, full, None]);
     assert_eq!(outcomes, expected.collect(), "m3 alone exceeds 1 MiB");

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use fe2o3_amqp::frames::amqp::FrameBody;
+use fe2o3_amqp::types::definitions::ReceiverSettleMode;
 use fe2o3_amqp::types::definitions::{AmqpError, ConnectionError, ErrorCondition, Handle};
-use fe2o3_amqp::types::definitions::{ReceiverSettleMode, Role};
 use fe2o3_amqp::types::messaging::{Accepted, Body, DeliveryState};
 use fe2o3_amqp::types::performatives::Flow;
 use fe2o3_amqp::types::primitives::Value;
@@ -109,22 +109,12 @@ pub(super) async fn send_all(client: &mut RawClient, count: u32, size: usize) {
             .send_message(to_q, message(&format!("m{index}"), size))
             .await;
     }
-    let mut accepted = 0;
-    while accepted < count {
-        let body = client
-            .expect(
-                "dispositions of the sends",
-                |body| matches!(body, FrameBody::Disposition(d) if d.role == Role::Receiver),
-            )
-            .await;
-        let FrameBody::Disposition(disposition) = body else {
-            unreachable!()
-        };
+    let outcomes = client.send_outcomes(count as usize).await;
+    for (id, state) in outcomes {
         assert!(
-            matches!(disposition.state, Some(DeliveryState::Accepted(_))),
-            "{disposition:?}"
+            matches!(state, DeliveryState::Accepted(_)),
+            "{id}: {state:?}"
         );
-        accepted += disposition.last.unwrap_or(disposition.first) - disposition.first + 1;
     }
 }
 

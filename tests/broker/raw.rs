@@ -878,17 +878,24 @@ async fn an_oversized_message_is_rejected_and_the_link_stays() {
     broker.stop().await;
 }
 
-/// A queue of `max_size_in_megabytes = 1` takes three 300,000-byte messages and refuses the
-/// fourth with `rejected{amqp:resource-limit-exceeded}` (amqp-dialect.md §11.2); completing one
-/// makes room again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_queue_rejects_with_resource_limit_exceeded_until_room_is_made() {
+/// A broker whose queue `q` holds 1 MiB (`max_size_in_megabytes = 1`), a client and its
+/// sender link to `q`.
+async fn sender_to_one_mib_queue() -> (TestBroker, RawClient, u32) {
     let broker = broker(&["q"], |config| {
         config.queues[0].max_size_in_megabytes = 1;
     })
     .await;
     let mut client = RawClient::connect(broker.addr, 65536).await;
     let to_q = client.attach_sender(0, "q").await;
+    (broker, client, to_q)
+}
+
+/// A queue of `max_size_in_megabytes = 1` takes three 300,000-byte messages and refuses the
+/// fourth with `rejected{amqp:resource-limit-exceeded}` (amqp-dialect.md §11.2); completing one
+/// makes room again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_rejects_with_resource_limit_exceeded_until_room_is_made() {
+    let (broker, mut client, to_q) = sender_to_one_mib_queue().await;
     for i in 1..=3 {
         let sent = client
             .send_message(to_q, message_of_size(&format!("m{i}"), 300_000))
@@ -937,12 +944,7 @@ async fn a_full_queue_rejects_with_resource_limit_exceeded_until_room_is_made() 
 /// rejected and the others, the one after it too, are stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sends_written_together_are_each_answered_one_refused_by_the_quota() {
-    let broker = broker(&["q"], |config| {
-        config.queues[0].max_size_in_megabytes = 1;
-    })
-    .await;
-    let mut client = RawClient::connect(broker.addr, 65536).await;
-    let to_q = client.attach_sender(0, "q").await;
+    let (broker, mut client, to_q) = sender_to_one_mib_queue().await;
     let mut frames = Vec::new();
     let mut sent = Vec::new();
     for (id, size) in [

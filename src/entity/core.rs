@@ -525,7 +525,7 @@ impl EntityCore {
         let view = match arrival.view.as_deref() {
             Some(view) => view,
             None => {
-                read = match routes.iter().any(Route::reads_messages) {
+                read = match self.rules_read_messages() {
                     true => message::view(&arrival.bytes).unwrap_or_default(),
                     false => MessageView::default(),
                 };

@@ -251,7 +251,14 @@ pub async fn run_with_reloads(
         &tasks.token,
         &tasks.tracker,
     )?);
-    drop(flusher);
+    // What the start wrote (recovery, entity trees, declarations) is on disk before the broker
+    // says it is ready.
+    if let Some(flusher) = flusher {
+        flusher
+            .request(0)
+            .await
+            .map_err(|_| StoreError::Sled("the flusher has stopped".into()))??;
+    }
     tasks
         .tracker
         .spawn(sweeper::run(registry.clone(), tasks.token.clone()));

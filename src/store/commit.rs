@@ -1,5 +1,5 @@
-//! Group commit: one flusher per database turns many waiting writers into one `flush()` on its
-//! own thread. sled 0.34.7's `flush_async` can deadlock when called concurrently
+//! Group commit: one flusher per database turns many waiting writers into one flush (sled's
+//! `flush()` and the sync of its files, `Store::flush_blocking`) on its own thread. sled 0.34.7's `flush_async` can deadlock when called concurrently
 //! (spacejam/sled#1308), so this is the only place that flushes while the broker runs.
 //!
 //! A dedicated thread rather than a task that spawns a blocking job per flush: a request wakes
@@ -28,12 +28,15 @@ pub struct Flusher {
 }
 
 impl Flusher {
-    /// Starts the flusher thread of `db`. It ends when every handle is dropped; the returned
-    /// [`FlusherThread`] tells when it has let go of the database.
+    /// Starts the flusher thread, which makes writes durable by calling `flush` (which holds
+    /// the database). It ends when every handle is dropped; the returned [`FlusherThread`]
+    /// tells when it has let go of the database.
     ///
     /// # Errors
     /// [`StoreError::Sled`] when the thread cannot be started.
-    pub fn start(db: sled::Db) -> Result<(Flusher, FlusherThread), StoreError> {
+    pub fn start(
+        flush: impl Fn() -> Result<(), StoreError> + Send + 'static,
+    ) -> Result<(Flusher, FlusherThread), StoreError> {
         let (requests, rx) = mpsc::unbounded_channel();
         let poisoned = Arc::new(OnceLock::new());
         let for_thread = poisoned.clone();
@@ -41,8 +44,8 @@ impl Flusher {
         std::thread::Builder::new()
             .name("tidebus-flusher".into())
             .spawn(move || {
-                run(&db, rx, &for_thread);
-                drop(db);
+                run(&flush, rx, &for_thread);
+                drop(flush);
                 drop(ended);
             })
             .map_err(|e| StoreError::Sled(format!("cannot start the flusher thread: {e}")))?;
@@ -104,7 +107,7 @@ impl FlusherThread {
 }
 
 fn run(
-    db: &sled::Db,
+    flush: &dyn Fn() -> Result<(), StoreError>,
     mut requests: mpsc::UnboundedReceiver<Waiter>,
     poisoned: &OnceLock<StoreError>,
 ) {
@@ -119,7 +122,7 @@ fn run(
         let started = Instant::now();
         let result = match poisoned.get() {
             Some(error) => Err(error.clone()),
-            None => db.flush().map(|_| ()).map_err(StoreError::from),
+            None => flush(),
         };
         let metrics = crate::metrics::broker();
         metrics

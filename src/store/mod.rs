@@ -10,16 +10,19 @@
 
 pub mod chunk;
 pub mod commit;
+mod disk;
 mod keys;
 pub mod log;
 pub mod record;
 
 use bytes::Bytes;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::config::{BrokerConfig, Durability};
 use crate::store::chunk::ChunkError;
 pub use crate::store::commit::{Flusher, FlusherThread};
+use crate::store::disk::DiskSync;
 pub use crate::store::log::EntityLog;
 use crate::store::record::{Record, RecordError};
 
@@ -149,6 +152,11 @@ impl From<sled::Error> for StoreError {
     fn from(error: sled::Error) -> Self {
         StoreError::Sled(error.to_string())
     }
+}
+
+/// The error of a failed sync of the database in `dir`.
+fn sync_failed(dir: &std::path::Path, error: &std::io::Error) -> StoreError {
+    StoreError::Sled(format!("{}: cannot sync to disk: {error}", dir.display()))
 }
 
 /// The segment size to open `data_dir` with: the one it was created with (sled refuses any
@@ -310,6 +318,8 @@ pub struct Recovered {
 #[derive(Debug, Clone)]
 pub struct Store {
     db: Option<sled::Db>,
+    /// What makes `db`'s writes durable: every flush goes through it.
+    disk: Option<Arc<DiskSync>>,
     durability: Durability,
 }
 
@@ -322,26 +332,32 @@ impl Store {
             .unwrap_or(0)
     }
 
-    /// Opens (or creates) the database under `data_dir`; in `memory` mode opens nothing.
+    /// Opens (or creates) the database under `data_dir`, its files and directory synced; in
+    /// `memory` mode opens nothing.
     ///
     /// # Errors
-    /// [`StoreError::Sled`] when the directory cannot be created or the database is corrupt.
+    /// [`StoreError::Sled`] when the directory cannot be created or synced, or the database is
+    /// corrupt.
     pub fn open(config: &BrokerConfig) -> Result<Store, StoreError> {
-        let db = match config.durability {
-            Durability::Memory => None,
-            Durability::Sync | Durability::Interval => Some(
-                sled::Config::new()
-                    .path(&config.data_dir)
+        let dir = &config.data_dir;
+        let (db, disk) = match config.durability {
+            Durability::Memory => (None, None),
+            Durability::Sync | Durability::Interval => {
+                let db = sled::Config::new()
+                    .path(dir)
                     .cache_capacity(config.cache_capacity)
-                    .segment_size(segment_size(&config.data_dir))
+                    .segment_size(segment_size(dir))
                     .flush_every_ms(None)
                     .mode(sled::Mode::HighThroughput)
                     .open()
-                    .map_err(|e| StoreError::Sled(format!("{}: {e}", config.data_dir.display())))?,
-            ),
+                    .map_err(|e| StoreError::Sled(format!("{}: {e}", dir.display())))?;
+                let disk = DiskSync::open(dir).map_err(|e| sync_failed(dir, &e))?;
+                (Some(db), Some(Arc::new(disk)))
+            }
         };
         Ok(Store {
             db,
+            disk,
             durability: config.durability,
         })
     }
@@ -357,7 +373,11 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sled`] when its thread cannot be started.
     pub fn flusher(&self) -> Result<Option<(Flusher, FlusherThread)>, StoreError> {
-        self.db.clone().map(Flusher::start).transpose()
+        let store = self.clone();
+        self.db
+            .is_some()
+            .then(|| Flusher::start(move || store.flush_blocking()))
+            .transpose()
     }
 
     /// The log of one entity (created if absent).
@@ -468,8 +488,7 @@ impl Store {
             Some(text) => tree.insert(key, text.as_bytes())?,
             None => tree.remove(key)?,
         };
-        tree.flush()?;
-        Ok(())
+        self.flush_blocking()
     }
 
     /// The times of every entity and subscription, by [`times_key`]; none in `memory` mode.
@@ -513,7 +532,7 @@ impl Store {
             }
         }
         tree.apply_batch(batch)?;
-        self.flush_times(&tree)
+        self.flush_times()
     }
 
     /// Forgets the times of a queue or topic and of all its subscriptions, stored as
@@ -533,7 +552,7 @@ impl Store {
             }
         }
         tree.apply_batch(batch)?;
-        self.flush_times(&tree)
+        self.flush_times()
     }
 
     fn times_tree(&self) -> Result<Option<sled::Tree>, StoreError> {
@@ -543,21 +562,24 @@ impl Store {
         })
     }
 
-    /// Flushes written times in `sync` mode; `interval` mode's periodic flush takes them.
-    fn flush_times(&self, tree: &sled::Tree) -> Result<(), StoreError> {
+    /// Makes written times durable in `sync` mode; `interval` mode's periodic flush takes them.
+    fn flush_times(&self) -> Result<(), StoreError> {
         if self.durability == Durability::Sync {
-            tree.flush()?;
+            self.flush_blocking()?;
         }
         Ok(())
     }
 
-    /// Flushes everything written so far (used once at shutdown).
+    /// Makes everything written so far durable: sled's flush, then the sync of the files it
+    /// wrote (see `disk.rs`: sled's flush alone does not survive a power cut). Blocks; while
+    /// the broker runs, the flusher thread calls it for every waiting writer at once.
     ///
     /// # Errors
-    /// [`StoreError::Sled`] when the flush fails.
+    /// [`StoreError::Sled`] when the flush or the sync fails.
     pub fn flush_blocking(&self) -> Result<(), StoreError> {
-        if let Some(db) = &self.db {
+        if let (Some(db), Some(disk)) = (&self.db, &self.disk) {
             db.flush()?;
+            disk.sync().map_err(|e| sync_failed(disk.dir(), &e))?;
         }
         Ok(())
     }

@@ -6,6 +6,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::powercut_fs::{say_skipped, Cut, PowerCutFs};
 use crate::support::DEADLINE;
 
 /// A broker process on a free loopback port.
@@ -38,7 +39,22 @@ impl ChildBroker {
         Self::spawn(dir, config, Some(max_file_bytes), &[])
     }
 
+    /// Like [`ChildBroker::start`], with the database in `data` instead of `dir/data`.
+    pub fn start_with_data(dir: &Path, data: &Path, config: &str) -> Self {
+        Self::launch(dir, data, config, None, &[])
+    }
+
     fn spawn(dir: &Path, config: &str, max_file_bytes: Option<u64>, env: &[(&str, &Path)]) -> Self {
+        Self::launch(dir, &dir.join("data"), config, max_file_bytes, env)
+    }
+
+    fn launch(
+        dir: &Path,
+        data: &Path,
+        config: &str,
+        max_file_bytes: Option<u64>,
+        env: &[(&str, &Path)],
+    ) -> Self {
         let config_path = dir.join("tidebus.toml");
         std::fs::write(&config_path, config).expect("write config");
         let ready = dir.join("ready");
@@ -49,7 +65,10 @@ impl ChildBroker {
             STARTS.fetch_add(1, Ordering::Relaxed)
         ));
         let log_file = std::fs::File::create(&log).expect("log file");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_tidebus"));
+        // `TIDEBUS_BIN` runs another build (e.g. an older one, to see a test fail on it).
+        let binary = std::env::var_os("TIDEBUS_BIN")
+            .map_or_else(|| env!("CARGO_BIN_EXE_tidebus").into(), PathBuf::from);
+        let mut command = Command::new(binary);
         if let Some(limit) = max_file_bytes {
             use std::os::unix::process::CommandExt;
             // SAFETY: between fork and exec the closure only makes two async-signal-safe
@@ -77,7 +96,7 @@ impl ChildBroker {
             .arg("--admin-listen")
             .arg("127.0.0.1:0")
             .arg("--data-dir")
-            .arg(dir.join("data"))
+            .arg(data)
             .arg("--ready-file")
             .arg(&ready)
             .env("RUST_LOG", "tidebus=debug")
@@ -197,6 +216,64 @@ impl Drop for ChildBroker {
         }
         if std::thread::panicking() {
             eprintln!("--- tidebus log ---\n{}", self.log_text());
+        }
+    }
+}
+
+/// Where a crash test's broker keeps its data, and what a crash does to it: a test written
+/// against it runs as a `kill -9` test and as a power-cut test alike.
+pub struct Disk {
+    /// The config, logs and ready file; the data too, unless the power can be cut.
+    dir: tempfile::TempDir,
+    power: Option<(PowerCutFs, Cut)>,
+}
+
+impl Disk {
+    /// An ordinary directory: a crash is `kill -9`, and what the broker wrote stays in the page
+    /// cache.
+    pub fn plain() -> Disk {
+        Disk {
+            dir: tempfile::tempdir().expect("tempdir"),
+            power: None,
+        }
+    }
+
+    /// The data on a file system that forgets what was not synced ([`PowerCutFs`]): a crash is
+    /// `kill -9`, then `cut`. `None`, said loudly, where FUSE cannot be used: `test` is skipped.
+    pub fn cutting_power(test: &str, cut: Cut) -> Option<Disk> {
+        match PowerCutFs::mount() {
+            Ok(fs) => Some(Disk {
+                dir: tempfile::tempdir().expect("tempdir"),
+                power: Some((fs, cut)),
+            }),
+            Err(reason) => {
+                say_skipped(test, &reason);
+                None
+            }
+        }
+    }
+
+    /// The directory of the config, logs and ready file (never cut).
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Starts a broker with `config` on this disk.
+    pub fn start(&self, config: &str) -> ChildBroker {
+        match &self.power {
+            None => ChildBroker::start(self.dir.path(), config),
+            Some((fs, _)) => {
+                ChildBroker::start_with_data(self.dir.path(), &fs.path().join("data"), config)
+            }
+        }
+    }
+
+    /// `kill -9`, and then the power cut if this disk has one.
+    pub fn crash(&self, broker: ChildBroker) {
+        broker.kill9();
+        if let Some((fs, cut)) = &self.power {
+            let report = fs.cut_power(*cut);
+            println!("power cut ({cut:?}): {report:?}, {:?}", fs.sync_counts());
         }
     }
 }

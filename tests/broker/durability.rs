@@ -13,7 +13,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::watch;
 use tokio::time::timeout;
 
-use crate::child::ChildBroker;
+use crate::child::{ChildBroker, Disk};
 use crate::support::{connect_session, next_delivery, DEADLINE};
 
 /// How long an unanswered send may wait: fe2o3-amqp never resolves the outcome of a send cut
@@ -302,8 +302,13 @@ pub(super) async fn drain(
 /// later barrier comes back, and no sequence number is issued twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_load_keeps_acknowledged_sends_and_confirmed_completions() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = ChildBroker::start(dir.path(), &config("sync"));
+    crash_mid_load(Disk::plain()).await;
+}
+
+/// A crash on `disk` while sends and completions stream in: see
+/// [`kill_9_mid_load_keeps_acknowledged_sends_and_confirmed_completions`].
+pub(super) async fn crash_mid_load(disk: Disk) {
+    let broker = disk.start(&config("sync"));
     let addr = broker.addr;
     let load = tokio::spawn(send_ids(addr, 0..1_000_000));
     let (connection, mut session) = connect_session(addr).await;
@@ -333,7 +338,7 @@ async fn kill_9_mid_load_keeps_acknowledged_sends_and_confirmed_completions() {
             confirmed.extend(seen.iter().map(|(id, _)| *id));
         }
     }
-    broker.kill9();
+    disk.crash(broker);
     drop(receiver);
     drop(session);
     drop(connection);
@@ -346,7 +351,7 @@ async fn kill_9_mid_load_keeps_acknowledged_sends_and_confirmed_completions() {
         accepted.len()
     );
 
-    let broker = ChildBroker::start(dir.path(), &config("sync"));
+    let broker = disk.start(&config("sync"));
     let seen_ids: HashSet<i64> = seen.iter().map(|(id, _)| *id).collect();
     let required: HashSet<i64> = accepted
         .iter()
@@ -436,11 +441,16 @@ fn with_parity(id: i64) -> Message<AmqpValue<Value>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_topic_load_leaves_every_acknowledged_send_in_exactly_its_matching_subscriptions(
 ) {
+    crash_under_topic_load(Disk::plain()).await;
+}
+
+/// A crash on `disk` while several senders stream into a topic: see
+/// [`kill_9_under_topic_load_leaves_every_acknowledged_send_in_exactly_its_matching_subscriptions`].
+pub(super) async fn crash_under_topic_load(disk: Disk) {
     const SENDERS: i64 = 4;
     const PER_SENDER: i64 = 1_000_000;
     const KILL_AFTER: usize = 3000;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = ChildBroker::start(dir.path(), TOPIC_CONFIG);
+    let broker = disk.start(TOPIC_CONFIG);
     let (acknowledged, mut progress) = watch::channel(0);
     let acknowledged = Arc::new(acknowledged);
     let load: Vec<_> = (0..SENDERS)
@@ -457,9 +467,9 @@ async fn kill_9_under_topic_load_leaves_every_acknowledged_send_in_exactly_its_m
         .await
         .expect("sends acknowledged in time")
         .expect("progress");
-    broker.kill9();
+    disk.crash(broker);
 
-    let broker = ChildBroker::start(dir.path(), TOPIC_CONFIG);
+    let broker = disk.start(TOPIC_CONFIG);
     let mut accepted = HashSet::new();
     for (k, sender) in load.into_iter().enumerate() {
         let ids = sender.await.expect("load task");
@@ -700,10 +710,15 @@ async fn interval_mode_keeps_a_gap_free_prefix_after_kill_9_and_everything_after
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_keeps_deferred_dead_lettered_and_counted_messages_where_they_were() {
+    crash_after_settlements(Disk::plain()).await;
+}
+
+/// A message deferred, one dead-lettered and one abandoned, confirmed by a barrier, then a
+/// crash on `disk`: each is found where it was left.
+pub(super) async fn crash_after_settlements(disk: Disk) {
     use fe2o3_amqp::link::receiver::CreditMode;
     use fe2o3_amqp::types::messaging::Modified;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = ChildBroker::start(dir.path(), &config("sync"));
+    let broker = disk.start(&config("sync"));
     assert_eq!(send_ids(broker.addr, 0..3).await, vec![0, 1, 2]);
     {
         let (mut connection, mut session) = connect_session(broker.addr).await;
@@ -743,9 +758,9 @@ async fn a_restart_keeps_deferred_dead_lettered_and_counted_messages_where_they_
         assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
         let _ = connection.close().await;
     }
-    broker.kill9();
+    disk.crash(broker);
 
-    let broker = ChildBroker::start(dir.path(), &config("sync"));
+    let broker = disk.start(&config("sync"));
     let (mut connection, mut session) = connect_session(broker.addr).await;
     let mut receiver = Receiver::attach(&mut session, "after", "q")
         .await

@@ -9,6 +9,8 @@ mod fe2o3_client;
 mod js;
 mod lifetime;
 mod observe;
+mod powercut;
+mod powercut_fs;
 mod prepared;
 mod pyenv;
 mod pytest;

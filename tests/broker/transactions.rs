@@ -453,13 +453,13 @@ async fn work_in_transactions(
     let _ = timeout(Duration::from_secs(1), client.connection.close()).await;
 }
 
-/// Stores messages with ids `0..work` in `q` of a `sync` broker on `dir` (configured by
+/// Stores messages with ids `0..work` in `q` of a `sync` broker on `disk` (configured by
 /// `toml`), then three times lets `worker` (spawned on the broker's address) run
-/// transactions for a while and kills the broker (`kill -9`) at a random point among them, and
-/// starts it again. Returns the broker last started and the work whose commit the workers saw
+/// transactions for a while and crashes the broker (`kill -9`, and the power cut of a disk
+/// that has one) at a random point among them, and starts it again. Returns the broker last started and the work whose commit the workers saw
 /// confirmed.
 async fn kill_9_rounds(
-    dir: &std::path::Path,
+    disk: &crate::child::Disk,
     toml: &str,
     work: i64,
     worker: impl Fn(
@@ -467,10 +467,9 @@ async fn kill_9_rounds(
         tokio::sync::watch::Sender<Vec<i64>>,
     ) -> tokio::task::JoinHandle<()>,
 ) -> (crate::child::ChildBroker, Vec<i64>) {
-    use crate::child::ChildBroker;
     use crate::durability::send_ids;
 
-    let broker = ChildBroker::start(dir, toml);
+    let broker = disk.start(toml);
     assert_eq!(send_ids(broker.addr, 0..work).await.len(), work as usize);
     let mut broker = Some(broker);
     let mut confirmed = Vec::new();
@@ -491,13 +490,13 @@ async fn kill_9_rounds(
             .expect("worker alive");
         let jitter = u64::from(seed.rotate_left(round * 13) % 20);
         tokio::time::sleep(Duration::from_millis(jitter)).await;
-        running.kill9();
+        disk.crash(running);
         timeout(DEADLINE * 2, worker)
             .await
             .expect("worker ends")
             .expect("worker");
         confirmed.extend(watched.borrow().iter().copied());
-        broker = Some(ChildBroker::start(dir, toml));
+        broker = Some(disk.start(toml));
     }
     (broker.expect("a broker"), confirmed)
 }
@@ -508,17 +507,21 @@ async fn kill_9_rounds(
 /// the broker confirmed is there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_commits_leaves_every_transaction_whole_or_absent() {
+    crashes_during_commits(crate::child::Disk::plain()).await;
+}
+
+/// Crashes on `disk` at random points of a stream of transactions: see
+/// [`kill_9_during_commits_leaves_every_transaction_whole_or_absent`].
+pub(super) async fn crashes_during_commits(disk: crate::child::Disk) {
     use std::collections::HashSet;
 
     use crate::durability::{config, drain};
 
     const WORK: i64 = 3_000;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (broker, confirmed) =
-        kill_9_rounds(dir.path(), &config("sync"), WORK, |addr, committed| {
-            tokio::spawn(work_in_transactions(addr, committed, None))
-        })
-        .await;
+    let (broker, confirmed) = kill_9_rounds(&disk, &config("sync"), WORK, |addr, committed| {
+        tokio::spawn(work_in_transactions(addr, committed, None))
+    })
+    .await;
     let got = drain(broker.addr, "q", &replies_of(&confirmed)).await;
     let got: HashSet<i64> = got.into_iter().map(|(id, _)| id).collect();
     assert_whole_or_absent(WORK, &got, &got, &confirmed);

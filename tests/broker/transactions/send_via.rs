@@ -187,8 +187,8 @@ async fn kill_9_during_commits_that_send_via_loses_no_transfer() {
         "{}\n[[queues]]\nname = \"r\"\nrequires_duplicate_detection = true\n",
         config("sync")
     );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (broker, confirmed) = super::kill_9_rounds(dir.path(), &toml, WORK, |addr, committed| {
+    let disk = crate::child::Disk::plain();
+    let (broker, confirmed) = super::kill_9_rounds(&disk, &toml, WORK, |addr, committed| {
         tokio::spawn(work_in_transactions(addr, committed, Some("r")))
     })
     .await;

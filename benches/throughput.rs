@@ -609,6 +609,13 @@ fn main() -> Result<(), BoxError> {
         percentile(&round_trips, 0.50),
         percentile(&round_trips, 0.99)
     );
+    if args.durability != Durability::Memory {
+        let (floor_p50, floor_p99) = support::disk_floor()?;
+        println!(
+            "disk floor: p50={floor_p50:.3}ms p99={floor_p99:.3}ms (one 4 KiB O_DSYNC write); send rtt p50 = {:.2} x floor",
+            percentile(&round_trips, 0.50) / floor_p50.max(1e-6)
+        );
+    }
     let mut latencies: Vec<u64> = received
         .iter()
         .flat_map(|got| got.latencies_us.iter().copied())

@@ -38,6 +38,33 @@ pub fn percentile(sorted: &[u64], p: f64) -> f64 {
     sorted[index] as f64 / 1000.0
 }
 
+/// Synchronous 4 KiB writes the disk floor is measured over.
+const FLOOR_WRITES: usize = 200;
+
+/// The disk's floor for a durable acknowledgement: the p50 and p99, in ms, of one 4 KiB write
+/// appended with `O_DSYNC` to a new file in a temporary directory (as `dd bs=4k oflag=dsync`
+/// does), on the file system the benches' brokers keep their data on. No durable send can be
+/// acknowledged faster than its data reaches stable storage.
+pub fn disk_floor() -> Result<(f64, f64), BoxError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = tempfile::tempdir()?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_DSYNC)
+        .open(dir.path().join("floor"))?;
+    let block = [0x5a_u8; 4096];
+    let mut times: Vec<u64> = (0..FLOOR_WRITES)
+        .map(|_| {
+            let started = Instant::now();
+            std::io::Write::write_all(&mut file, &block)?;
+            Ok(started.elapsed().as_micros() as u64)
+        })
+        .collect::<Result<_, std::io::Error>>()?;
+    times.sort_unstable();
+    Ok((percentile(&times, 0.50), percentile(&times, 0.99)))
+}
+
 /// A two-thread runtime, for the broker or for the clients (each gets its own, as two
 /// processes would). Its threads, workers and blocking ones, are called `name`, and idle
 /// blocking threads stay an hour, so that a bench can tell the two apart by thread in

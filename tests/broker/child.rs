@@ -268,9 +268,27 @@ impl Disk {
         }
     }
 
+    /// SIGTERM, a clean exit, and then the power cut if this disk has one.
+    pub fn stop(&self, broker: ChildBroker) {
+        let status = broker.terminate();
+        assert!(status.success(), "exit status after SIGTERM: {status}");
+        self.cut();
+    }
+
+    /// Files synced on this disk so far (0 without a power cut: nothing counts them).
+    pub fn file_syncs(&self) -> u64 {
+        self.power
+            .as_ref()
+            .map_or(0, |(fs, _)| fs.sync_counts().file_syncs)
+    }
+
     /// `kill -9`, and then the power cut if this disk has one.
     pub fn crash(&self, broker: ChildBroker) {
         broker.kill9();
+        self.cut();
+    }
+
+    fn cut(&self) {
         if let Some((fs, cut)) = &self.power {
             let report = fs.cut_power(*cut);
             println!("power cut ({cut:?}): {report:?}, {:?}", fs.sync_counts());

@@ -71,6 +71,42 @@ async fn power_cuts_during_commits_leave_every_transaction_whole_or_absent() {
     }
 }
 
+/// `interval` mode may lose at most its interval, on a power cut too: once a periodic flush
+/// began after the last acknowledged send, a power cut loses none of them; and a clean stop
+/// syncs, so a power cut right after it loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interval_mode_loses_nothing_older_than_its_interval_or_a_clean_stop_to_a_power_cut() {
+    use crate::durability::{drain, send_ids};
+    let test = "interval_mode_loses_nothing_older_than_its_interval_or_a_clean_stop_to_a_power_cut";
+    let Some(disk) = Disk::cutting_power(test, Cut::DropUnsynced) else {
+        return;
+    };
+    let config = "[broker]\ndurability = \"interval\"\nflush_interval = \"100ms\"\n\
+                  allow_anonymous = true\n\n[[queues]]\nname = \"q\"\n";
+    let broker = disk.start(config);
+    assert_eq!(send_ids(broker.addr, 0..2000).await.len(), 2000);
+    // The sync after next belongs to a flush that began after the last acknowledgement.
+    let synced = disk.file_syncs();
+    let started = Instant::now();
+    while disk.file_syncs() < synced + 2 {
+        assert!(started.elapsed() < DEADLINE, "no periodic sync");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    disk.crash(broker);
+    let broker = disk.start(config);
+    assert_eq!(
+        drain(broker.addr, "q", &(0..2000).collect()).await.len(),
+        2000
+    );
+    assert_eq!(send_ids(broker.addr, 5000..5500).await.len(), 500);
+    disk.stop(broker);
+    let broker = disk.start(config);
+    assert_eq!(
+        drain(broker.addr, "q", &(5000..5500).collect()).await.len(),
+        500
+    );
+}
+
 /// The official Python SDK's work ([`WORKLOAD`]) through three power cuts, each after at least
 /// [`DONE_PER_ROUND`] more acknowledged operations, and checked after each restart.
 #[test]

@@ -27,15 +27,18 @@ pub struct Ready {
 }
 
 /// Applies a client `flow` to a receiver link: the credit (AMQP 1.0 §2.6.7), the drain flag,
-/// and the demand posted to the entity (unless a drain is under way). Returns the credit state
-/// to echo, when asked (a drain answers with its own flow once the entity drained).
+/// and the demand posted to the entity (unless a drain is under way, or the link's attach is
+/// not answered yet: no delivery may precede the attach that names its handle, and a
+/// partitioned entity's partitions register one by one; the attach's answer posts the demand).
+/// Returns the credit state to echo, when asked (a drain answers with its own flow once the
+/// entity drained).
 pub fn on_flow(outgoing: &mut Outgoing, flow: &Flow, out: &mut Outbox) -> Option<(u32, u32)> {
     outgoing.apply_flow(
         flow.delivery_count,
         flow.link_credit.unwrap_or(0),
         flow.drain,
     );
-    if outgoing.draining == 0 {
+    if outgoing.draining == 0 && outgoing.pending_attach.is_none() {
         request_credit(outgoing, out);
     }
     (flow.echo && !outgoing.drain).then_some((outgoing.delivery_count, outgoing.credit))

@@ -541,6 +541,7 @@ impl Session {
                     session,
                     locked_until_ms,
                 )));
+                outbound::request_credit(outgoing, out);
             }
         }
     }
@@ -567,6 +568,7 @@ impl Session {
                     local_handle,
                     ctx.max_message_size,
                 )));
+                outbound::request_credit(outgoing, out);
             }
         }
     }

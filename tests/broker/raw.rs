@@ -211,26 +211,9 @@ impl RawClient {
         address: &str,
         rcv_settle_mode: ReceiverSettleMode,
     ) -> u32 {
-        let name = format!("receiver-{handle}");
-        self.send(FrameBody::Attach(Attach {
-            name: name.clone(),
-            handle: Handle(handle),
-            role: Role::Receiver,
-            snd_settle_mode: SenderSettleMode::Unsettled,
-            rcv_settle_mode: rcv_settle_mode.clone(),
-            source: Some(Box::new(Source::builder().address(address).build())),
-            target: Some(Box::new(TargetArchetype::Target(
-                Target::builder().address(name.as_str()).build(),
-            ))),
-            unsettled: None,
-            incomplete_unsettled: false,
-            initial_delivery_count: None,
-            max_message_size: None,
-            offered_capabilities: None,
-            desired_capabilities: None,
-            properties: None,
-        }))
-        .await;
+        let attach = receiver_attach(handle, address, rcv_settle_mode.clone());
+        let name = attach.name.clone();
+        self.send(FrameBody::Attach(attach)).await;
         let reply = self.attach_reply(&name).await;
         assert_eq!(reply.role, Role::Sender, "the broker sends on {name}");
         assert!(reply.source.is_some(), "{name} refused: {reply:?}");
@@ -296,7 +279,13 @@ impl RawClient {
 
     /// A link flow for one of our receiver links.
     async fn flow(&mut self, handle: u32, delivery_count: u32, credit: u32, drain: bool) {
-        let flow = Flow {
+        let flow = self.link_flow(handle, delivery_count, credit, drain);
+        self.send(FrameBody::Flow(flow)).await;
+    }
+
+    /// The flow [`RawClient::flow`] sends.
+    fn link_flow(&self, handle: u32, delivery_count: u32, credit: u32, drain: bool) -> Flow {
+        Flow {
             next_incoming_id: Some(self.next_incoming_id),
             incoming_window: WINDOW,
             next_outgoing_id: self.next_outgoing_id,
@@ -308,8 +297,7 @@ impl RawClient {
             drain,
             echo: false,
             properties: None,
-        };
-        self.send(FrameBody::Flow(flow)).await;
+        }
     }
 
     /// Sends one unsettled message on our sender link `handle`, split into frames that fit
@@ -1003,6 +991,73 @@ async fn drain_on_an_empty_queue_is_echoed_with_the_credit_used_up() {
         (true, Some(0), Some(10)),
         "{flow:?}"
     );
+    broker.stop().await;
+}
+
+/// The attach of our receiver link `handle` (named `receiver-<handle>`) from `address`.
+fn receiver_attach(handle: u32, address: &str, rcv_settle_mode: ReceiverSettleMode) -> Attach {
+    let name = format!("receiver-{handle}");
+    Attach {
+        name: name.clone(),
+        handle: Handle(handle),
+        role: Role::Receiver,
+        snd_settle_mode: SenderSettleMode::Unsettled,
+        rcv_settle_mode,
+        source: Some(Box::new(Source::builder().address(address).build())),
+        target: Some(Box::new(TargetArchetype::Target(
+            Target::builder().address(name.as_str()).build(),
+        ))),
+        unsettled: None,
+        incomplete_unsettled: false,
+        initial_delivery_count: None,
+        max_message_size: None,
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    }
+}
+
+/// A receiver that grants credit in the same write as its attach (as python-qpid-proton's
+/// `create_receiver(address, credit=10)` does), on a queue of four partitions that all hold
+/// messages, eight times: the broker answers the attach before it sends a transfer on it
+/// (issue 51; the partitions register one by one, and one that had registered delivered at
+/// once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_queue_answers_an_attach_before_it_delivers_on_it() {
+    let broker = broker(&["p"], |config| config.queues[0].partitions = Some(4)).await;
+    let mut client = RawClient::connect(broker.addr, 65536).await;
+    let to_p = client.attach_sender(0, "p").await;
+    for id in 0..16 {
+        client
+            .send_message(to_p, message(&format!("m{id}"), 10))
+            .await;
+    }
+    assert_eq!(client.send_outcomes(16).await.len(), 16);
+    for round in 1..=8u32 {
+        let attach = receiver_attach(round, "p", ReceiverSettleMode::Second);
+        let name = attach.name.clone();
+        let flow = client.link_flow(round, 0, 1, false);
+        client
+            .send_together(vec![FrameBody::Attach(attach), FrameBody::Flow(flow)])
+            .await;
+        // `expect` fails on a transfer that comes before the attach reply.
+        let reply = client.attach_reply(&name).await;
+        let (transfer, _) = client.delivery(reply.handle.0).await;
+        assert_eq!(transfer.handle, reply.handle);
+        // Its message stays locked: each round takes another of the sixteen.
+        client
+            .send(FrameBody::Detach(Detach {
+                handle: Handle(round),
+                closed: true,
+                error: None,
+            }))
+            .await;
+        client
+            .expect("the detach reply", |body| {
+                matches!(body, FrameBody::Detach(_))
+            })
+            .await;
+    }
     broker.stop().await;
 }
 

@@ -5,7 +5,10 @@
 //!
 //! tungstenite does the framing, masking checks, ping/pong and the close handshake; it bounds
 //! the upgrade request (64 KiB, 124 headers) and, as configured here, every message and
-//! fragmented message to the broker's largest frame. A text message, an oversized message or
+//! fragmented message to the broker's largest frame, and what it holds to write to twice that:
+//! a peer that sends pings and never reads the pongs gets one pending pong, not a pile of them
+//! (tungstenite keeps the latest when its buffer is full), and the AMQP bytes wait until what
+//! is buffered has gone. A text message, an oversized message or
 //! a protocol error closes the WebSocket with its close code (1003, 1009, 1002) and ends the
 //! AMQP connection.
 
@@ -44,13 +47,14 @@ where
         .max_frame_size(Some(max_message))
         .read_buffer_size(64 * 1024)
         .write_buffer_size(0)
-        .max_write_buffer_size(usize::MAX);
+        .max_write_buffer_size(2 * max_message);
     let socket =
         tokio_tungstenite::accept_hdr_async_with_config(stream, answer, Some(config)).await?;
     Ok(Bytestream {
         socket,
         unread: Bytes::new(),
         ending: None,
+        max_message,
     })
 }
 
@@ -108,6 +112,8 @@ pub struct Bytestream<S> {
     /// Set once the peer closed or broke the protocol: the error reads report after the
     /// socket flushed its close frame (`None` inside: a clean end).
     ending: Option<Option<io::Error>>,
+    /// The largest message written: half of what the socket may hold to write.
+    max_message: usize,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Bytestream<S> {
@@ -189,12 +195,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Bytestream<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        // What is buffered (pongs among it) goes first, so a message always has room.
+        let take = buf.len().min(self.max_message);
         let mut socket = Pin::new(&mut self.socket);
+        ready!(socket.as_mut().poll_flush(cx)).map_err(io::Error::other)?;
         ready!(socket.as_mut().poll_ready(cx)).map_err(io::Error::other)?;
         socket
-            .start_send(Message::Binary(Bytes::copy_from_slice(buf)))
+            .start_send(Message::Binary(Bytes::copy_from_slice(&buf[..take])))
             .map_err(io::Error::other)?;
-        Poll::Ready(Ok(buf.len()))
+        Poll::Ready(Ok(take))
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -29,6 +29,10 @@ const LOCK_TOKEN_KEY: &str = "x-opt-lock-token";
 const SCHEDULED_ENQUEUE_TIME_KEY: &str = "x-opt-scheduled-enqueue-time";
 /// Message annotation with the partition key (a string).
 const PARTITION_KEY_KEY: &str = "x-opt-partition-key";
+/// How a refusal names the session id a message carries.
+const SESSION_ID_FIELD: &str = "properties.group-id (the SessionId)";
+/// How a refusal names the partition key a message carries.
+const PARTITION_KEY_FIELD: &str = "message annotation x-opt-partition-key (the PartitionKey)";
 /// The most characters of a message id or partition key (Service Bus's quota).
 pub const MAX_ID_CHARS: usize = 128;
 /// Index of `message-id` in the properties list (AMQP 1.0 §3.2.4).
@@ -82,6 +86,10 @@ pub enum MessageError {
     /// A body section of another kind than the body before it, or a second `amqp-value`.
     #[error("body section at byte {0} does not continue the body before it (AMQP 1.0 §3.2: a body is one or more data sections, one or more amqp-sequence sections, or one amqp-value section)")]
     MixedBody(usize),
+    /// A field Service Bus reads as text (the SessionId, the PartitionKey) that is neither
+    /// null nor a string of valid Unicode.
+    #[error("{0} must be a string of valid Unicode")]
+    NotText(&'static str),
     /// A message id or partition key longer than Service Bus allows.
     #[error("{0} has {1} characters; Service Bus allows at most {MAX_ID_CHARS}")]
     TooLong(&'static str, usize),
@@ -270,9 +278,7 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
                         }
                         Some(name) if name == PARTITION_KEY_KEY.as_bytes() => {
                             check_id_length(PARTITION_KEY_KEY, value)?;
-                            arrival.partition_key = string_text(value)
-                                .and_then(|text| std::str::from_utf8(text).ok())
-                                .map(str::to_owned);
+                            arrival.partition_key = text_field(PARTITION_KEY_FIELD, value)?;
                         }
                         _ => {}
                     }
@@ -283,7 +289,10 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
                 if let Some(id) = fields.get(MESSAGE_ID_FIELD) {
                     check_id_length("message-id", id)?;
                 }
-                arrival.session_id = group_id(&fields);
+                arrival.session_id = match fields.get(GROUP_ID_FIELD) {
+                    Some(group_id) => text_field(SESSION_ID_FIELD, group_id)?,
+                    None => None,
+                };
                 arrival.message_id = fields
                     .get(MESSAGE_ID_FIELD)
                     .filter(|id| **id != [0x40])
@@ -651,6 +660,21 @@ fn write_text(out: &mut Vec<u8>, (short, long): (u8, u8), name: &str) {
 }
 
 /// The text of an encoded string; `None` for anything else.
+/// An encoded field read as text: `None` for null, the text of a string.
+///
+/// # Errors
+/// [`MessageError::NotText`], naming the field as `what`, for any other value or text that is
+/// not valid Unicode.
+fn text_field(what: &'static str, encoded: &[u8]) -> Result<Option<String>, MessageError> {
+    if encoded == [0x40] {
+        return Ok(None);
+    }
+    string_text(encoded)
+        .and_then(|text| std::str::from_utf8(text).ok())
+        .map(|text| Some(text.to_owned()))
+        .ok_or(MessageError::NotText(what))
+}
+
 fn string_text(encoded: &[u8]) -> Option<&[u8]> {
     match encoded.first()? {
         0xa1 => encoded.get(2..),
@@ -1617,6 +1641,22 @@ mod tests {
             inspect(Bytes::from(bytes)).map(|a| a.bytes),
             Err(MessageError::TooLong(PARTITION_KEY_KEY, 129))
         );
+    }
+
+    #[test]
+    fn text_fields_are_null_or_strings_of_valid_unicode() {
+        assert_eq!(text_field(SESSION_ID_FIELD, &[0x40]), Ok(None));
+        assert_eq!(
+            text_field(SESSION_ID_FIELD, b"\xa1\x02id"),
+            Ok(Some("id".into()))
+        );
+        for encoded in [&b"\x53\x07"[..], b"\xa1\x02\xff\xfe", b"\xa3\x02id"] {
+            assert_eq!(
+                text_field(PARTITION_KEY_FIELD, encoded),
+                Err(MessageError::NotText(PARTITION_KEY_FIELD)),
+                "{encoded:?}"
+            );
+        }
     }
 
     #[test]

@@ -994,6 +994,76 @@ async fn drain_on_an_empty_queue_is_echoed_with_the_credit_used_up() {
     broker.stop().await;
 }
 
+/// A message whose properties carry `group_id` (encoded) as the group-id, and whose message
+/// annotations carry `partition_key` (encoded) as `x-opt-partition-key`, if given.
+fn with_session_fields(group_id: &[u8], partition_key: Option<&[u8]>) -> Bytes {
+    let mut bytes = Vec::new();
+    if let Some(key) = partition_key {
+        let name = b"x-opt-partition-key";
+        let mut map = vec![0xa3, name.len() as u8];
+        map.extend_from_slice(name);
+        map.extend_from_slice(key);
+        bytes.extend([0x00, 0x53, 0x72, 0xc1, map.len() as u8 + 1, 2]);
+        bytes.extend(map);
+    }
+    // properties: ten nulls, then the group-id.
+    let mut fields = vec![0x40; 10];
+    fields.extend_from_slice(group_id);
+    bytes.extend([0x00, 0x53, 0x73, 0xc0, fields.len() as u8 + 1, 11]);
+    bytes.extend(fields);
+    bytes.extend(serde_amqp::to_vec(&Data(Binary::from(vec![1, 2, 3]))).expect("data"));
+    Bytes::from(bytes)
+}
+
+/// A partitioned queue that requires sessions refuses a message whose session id or partition
+/// key is not text, saying which and what is wrong with it (issue 51: a group-id of another
+/// type was refused as if none were set, a partition key of another type taken silently);
+/// the link stays, and a message with a valid session id is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_id_or_partition_key_that_is_not_text_is_refused_naming_it() {
+    let broker = broker(&["ps"], |config| {
+        config.queues[0].partitions = Some(4);
+        config.queues[0].requires_session = true;
+    })
+    .await;
+    let mut client = RawClient::connect(broker.addr, 65536).await;
+    let to_ps = client.attach_sender(0, "ps").await;
+    let session = b"\xa1\x04cart";
+    let cases: [(&[u8], Option<&[u8]>, &str); 3] = [
+        (b"\x53\x07", None, "group-id (the SessionId)"),
+        (b"\xa1\x02\xff\xfe", None, "group-id (the SessionId)"),
+        (
+            session,
+            Some(b"\x54\x07"),
+            "x-opt-partition-key (the PartitionKey)",
+        ),
+    ];
+    for (group_id, key, named) in cases {
+        let sent = client
+            .send_message(to_ps, with_session_fields(group_id, key))
+            .await;
+        let state = client.send_outcome(sent).await;
+        let DeliveryState::Rejected(rejected) = &state else {
+            panic!("{named}: {state:?}");
+        };
+        let description = rejected
+            .error
+            .as_ref()
+            .and_then(|error| error.description.clone())
+            .unwrap_or_default();
+        assert!(
+            description.contains(named) && description.contains("must be a string"),
+            "{named}: {description}"
+        );
+    }
+    let sent = client
+        .send_message(to_ps, with_session_fields(session, Some(session)))
+        .await;
+    let state = client.send_outcome(sent).await;
+    assert!(matches!(state, DeliveryState::Accepted(_)), "{state:?}");
+    broker.stop().await;
+}
+
 /// The attach of our receiver link `handle` (named `receiver-<handle>`) from `address`.
 fn receiver_attach(handle: u32, address: &str, rcv_settle_mode: ReceiverSettleMode) -> Attach {
     let name = format!("receiver-{handle}");

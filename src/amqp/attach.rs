@@ -30,6 +30,10 @@ use crate::node::{router, Node};
 /// The highest link handle of a session (`handle-max`): a session holds 1,024 links at most.
 pub const HANDLE_MAX: u32 = 1023;
 
+/// The longest link name accepted, in bytes. An accepted link keeps its name, and a connection
+/// holds up to `max_links_per_connection` links; the SDKs' names are an entity path and a GUID.
+pub const MAX_LINK_NAME_BYTES: usize = 1024;
+
 /// The broker's handle for a client attach on `remote_handle` (`in_use` when the session has
 /// it attached already), the session's first free one (`free`).
 ///
@@ -70,12 +74,21 @@ pub fn open(
     (ctx, cross): (&Context<'_>, &mut CrossEntity),
     out: &mut Outbox,
 ) -> Option<Link> {
-    let found = match ctx.links_full {
-        true => Err(link::amqp_error(
+    let found = if ctx.links_full {
+        Err(link::amqp_error(
             AmqpError::ResourceLimitExceeded,
             "the connection holds as many links as it may; detach one first",
-        )),
-        false => resolve(&attach, ctx.registry),
+        ))
+    } else if attach.name.len() > MAX_LINK_NAME_BYTES {
+        Err(link::amqp_error(
+            AmqpError::InvalidField,
+            format!(
+                "the link name has {} bytes; at most {MAX_LINK_NAME_BYTES} are accepted",
+                attach.name.len()
+            ),
+        ))
+    } else {
+        resolve(&attach, ctx.registry)
     };
     let authorized = found.and_then(|(node, address)| {
         let needs = rights_to_attach(&attach.role, &node);

@@ -86,6 +86,7 @@ async fn detach_error(
 /// Defect 2: links the broker refused count against `max_links_per_connection` until the
 /// client detaches them, and keep nothing of their attach: 1,000 refused attaches with 60 KB
 /// names held 60 MiB and every one of them, so that an accepted link could still follow.
+/// (Names that long are refused for their length now, before the address is looked up.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_links_count_against_the_connection_limit_and_keep_no_name() {
     const NAME_BYTES: usize = 60 * 1024;
@@ -96,7 +97,7 @@ async fn refused_links_count_against_the_connection_limit_and_keep_no_name() {
     let mut client = RawClient::connect(broker.addr, 1 << 20).await;
     // One at a time: the refusals echo the names, and a client that does not read them
     // is throttled.
-    let mut not_found = 0;
+    let mut refused = 0;
     for handle in 0..1000u32 {
         let name = format!("{handle:05}{}", "n".repeat(NAME_BYTES));
         client.send(sender_attach(name, handle, "missing")).await;
@@ -109,7 +110,7 @@ async fn refused_links_count_against_the_connection_limit_and_keep_no_name() {
             if let FrameBody::Detach(detach) = body {
                 let error = detach.error.expect("a refusal says why");
                 match error.condition {
-                    ErrorCondition::AmqpError(AmqpError::NotFound) => not_found += 1,
+                    ErrorCondition::AmqpError(AmqpError::InvalidField) => refused += 1,
                     ErrorCondition::AmqpError(AmqpError::ResourceLimitExceeded) => {}
                     other => panic!("refused with {other:?}"),
                 }
@@ -120,7 +121,7 @@ async fn refused_links_count_against_the_connection_limit_and_keep_no_name() {
     let (held, peak) = broker.memory_kib();
     eprintln!("1000 refused attaches of 60 KB names: broker {idle} KiB idle, {held} KiB after (peak {peak} KiB)");
     assert_eq!(
-        not_found, 256,
+        refused, 256,
         "once 256 refused links are held, the rest are refused for the limit"
     );
     assert!(
@@ -155,6 +156,32 @@ async fn refused_links_count_against_the_connection_limit_and_keep_no_name() {
         "refused_links_count_against_the_connection_limit_and_keep_no_name",
     );
     bystander.finish().await;
+}
+
+/// Issue 51.6a: an accepted link keeps its name, so 4,096 links with 60 KB names held 263 MiB
+/// on one connection. A name over 1,024 bytes is refused with `amqp:invalid-field` saying
+/// so; one of 1,024 bytes is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_name_over_1024_bytes_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ChildBroker::start(dir.path(), &config(""));
+    let mut client = RawClient::connect(broker.addr, 1 << 20).await;
+    let long = "n".repeat(1025);
+    client.send(sender_attach(long.clone(), 0, "q")).await;
+    let reply = client.attach_reply(&long).await;
+    assert!(reply.target.is_none(), "accepted: {reply:?}");
+    let error = detach_error(&mut client, reply.handle.0).await;
+    assert_eq!(
+        error.condition,
+        ErrorCondition::AmqpError(AmqpError::InvalidField),
+        "{error:?}"
+    );
+    let description = error.description.unwrap_or_default();
+    assert!(description.contains("1025 bytes"), "{description}");
+    let longest = "n".repeat(1024);
+    client.send(sender_attach(longest.clone(), 1, "q")).await;
+    let reply = client.attach_reply(&longest).await;
+    assert!(reply.target.is_some(), "refused: {reply:?}");
 }
 
 /// Defect 9: an oversized delivery sent pre-settled cannot be rejected, so its link is

@@ -736,6 +736,8 @@ impl Connection {
                     FrameBody::Detach(detach) => session.on_detach(&detach, &mut out).map(|gone| {
                         if let Some(id) = gone {
                             self.link_sessions.remove(&id);
+                            out.posts
+                                .extend(ctx.transactions.abandon_declared_on(&[id]));
                         }
                     }),
                     _ => Ok(()),
@@ -926,9 +928,12 @@ impl Connection {
             tracing::info!(channel, condition = ?error.condition, description = ?error.description, "ending session on an error");
         }
         let mut out = std::mem::take(&mut self.spare);
-        for id in session.end(&mut out) {
-            self.link_sessions.remove(&id);
+        let gone = session.end(&mut out);
+        for id in &gone {
+            self.link_sessions.remove(id);
         }
+        out.posts
+            .extend(self.transactions.abandon_declared_on(&gone));
         out.frames.push(Session::end_frame(error));
         self.perform(session.local_channel, out).await
     }

@@ -56,7 +56,7 @@ pub fn control(
     let delivery_id = whole.delivery_id;
     let answer = match decode(&whole.bytes) {
         Err(why) => Err(link::amqp_error(AmqpError::DecodeError, why)),
-        Ok(Control::Declare) => transactions.declare(now_ms).map(|id| {
+        Ok(Control::Declare) => transactions.declare(link_id, now_ms).map(|id| {
             tracing::debug!(txn = id, "transaction declared");
             Some(DeliveryState::Declared(Declared {
                 txn_id: wire_id(id),

@@ -497,7 +497,7 @@ mod tests {
         let (events, _) = tokio::sync::mpsc::unbounded_channel();
         let mut out = Outbox::default();
         let mut transactions = Transactions::new(Duration::from_secs(60), 1 << 20);
-        let txn = transactions.declare(clock::now_ms()).unwrap();
+        let txn = transactions.declare(1, clock::now_ms()).unwrap();
         let whole = |txn: u64| Whole {
             delivery_id: 4,
             settled: false,

@@ -30,6 +30,8 @@ pub const CROSS_ENTITY: &str =
 /// One open transaction.
 #[derive(Debug)]
 struct Txn {
+    /// The coordinator link that declared it: its detach rolls it back.
+    coordinator: u64,
     /// Its via entity, once it touched one.
     via: Option<EntityHandle>,
     /// When it is rolled back unless discharged, in ms since the Unix epoch.
@@ -76,11 +78,11 @@ impl Transactions {
         }
     }
 
-    /// Declares a transaction.
+    /// Declares a transaction on the coordinator link `coordinator`.
     ///
     /// # Errors
     /// `amqp:resource-limit-exceeded` when the connection has as many open as it may.
-    pub fn declare(&mut self, now_ms: i64) -> Result<TxnId, definitions::Error> {
+    pub fn declare(&mut self, coordinator: u64, now_ms: i64) -> Result<TxnId, definitions::Error> {
         if self.open.len() >= MAX_TRANSACTIONS {
             // Timed-out transactions the client never discharged make room first.
             self.open.retain(|_, txn| !txn.timed_out);
@@ -93,6 +95,7 @@ impl Transactions {
         }
         let id = NEXT_TXN.fetch_add(1, Ordering::Relaxed);
         let txn = Txn {
+            coordinator,
             via: None,
             deadline_ms: now_ms.saturating_add(self.timeout_ms),
             operations: 0,
@@ -223,10 +226,26 @@ impl Transactions {
 
     /// The connection ends: every open transaction is rolled back.
     pub fn abandon_all(&mut self) -> Vec<(EntityHandle, Command)> {
+        self.abandon(|_| true)
+    }
+
+    /// The coordinator links `links` went (detached, or their session ended): the open
+    /// transactions they declared are rolled back, as AMQP 1.0 §4.3 has it for a controller
+    /// link that closes, and their ids are unknown from then on.
+    pub fn abandon_declared_on(&mut self, links: &[u64]) -> Vec<(EntityHandle, Command)> {
+        self.abandon(|txn| links.contains(&txn.coordinator))
+    }
+
+    /// Rolls back, at their via entities, and forgets the open transactions `which` picks.
+    fn abandon(&mut self, which: impl Fn(&Txn) -> bool) -> Vec<(EntityHandle, Command)> {
         let metrics = metrics::broker();
-        self.open
-            .drain()
-            .filter_map(|(id, txn)| {
+        let ids: Vec<TxnId> = (self.open.iter())
+            .filter(|(_, txn)| which(txn))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| {
+                let txn = self.open.remove(&id)?;
                 if !txn.timed_out {
                     metrics.transactions_rolled_back.inc();
                 }
@@ -296,7 +315,7 @@ mod tests {
     #[test]
     fn a_transaction_is_bound_to_the_first_entity_it_touches() {
         let mut transactions = Transactions::new(Duration::from_secs(60), 1 << 20);
-        let id = transactions.declare(0).unwrap();
+        let id = transactions.declare(1, 0).unwrap();
         let wire = wire_id(id);
         let queue = fixtures::entity(false);
         assert_eq!(transactions.enlist(&wire, &queue, (1, 10), 0).unwrap(), id);
@@ -319,7 +338,7 @@ mod tests {
     #[test]
     fn an_empty_transaction_is_discharged_at_once_and_bad_ids_are_unknown() {
         let mut transactions = Transactions::new(Duration::from_secs(60), 1 << 20);
-        let id = transactions.declare(0).unwrap();
+        let id = transactions.declare(1, 0).unwrap();
         let done = transactions
             .discharge(&wire_id(id), true, reply(), 0)
             .unwrap();
@@ -328,7 +347,7 @@ mod tests {
             "nothing to roll back anywhere"
         );
         let queue = fixtures::entity(false);
-        let staged = transactions.declare(0).unwrap();
+        let staged = transactions.declare(1, 0).unwrap();
         transactions
             .enlist(&wire_id(staged), &queue, (1, 1), 0)
             .unwrap();
@@ -364,14 +383,14 @@ mod tests {
     fn operations_and_staged_bytes_are_bounded() {
         let mut transactions = Transactions::new(Duration::from_secs(60), 1_000);
         let queue = fixtures::entity(false);
-        let wire = wire_id(transactions.declare(0).unwrap());
+        let wire = wire_id(transactions.declare(1, 0).unwrap());
         transactions
             .enlist(&wire, &queue, (MAX_OPERATIONS - 1, 10), 0)
             .unwrap();
         let over = transactions.enlist(&wire, &queue, (2, 10), 0).unwrap_err();
         assert!(condition(&over).contains("ResourceLimitExceeded"));
         transactions.enlist(&wire, &queue, (1, 10), 0).unwrap();
-        let other = wire_id(transactions.declare(0).unwrap());
+        let other = wire_id(transactions.declare(1, 0).unwrap());
         let full = transactions
             .enlist(&other, &queue, (1, 990), 0)
             .unwrap_err();
@@ -387,8 +406,8 @@ mod tests {
     #[test]
     fn past_its_deadline_a_transaction_is_rolled_back_and_its_work_refused() {
         let mut transactions = Transactions::new(Duration::from_millis(100), 1 << 20);
-        let wire = wire_id(transactions.declare(1_000).unwrap());
-        let idle = wire_id(transactions.declare(1_000).unwrap());
+        let wire = wire_id(transactions.declare(1, 1_000).unwrap());
+        let idle = wire_id(transactions.declare(1, 1_000).unwrap());
         transactions
             .enlist(&wire, &fixtures::entity(false), (1, 1), 0)
             .unwrap();
@@ -432,7 +451,7 @@ mod tests {
     fn past_its_deadline_a_transaction_is_refused_even_before_the_timer_comes() {
         let mut transactions = Transactions::new(Duration::from_millis(100), 1 << 20);
         let queue = fixtures::entity(false);
-        let wire = wire_id(transactions.declare(1_000).unwrap());
+        let wire = wire_id(transactions.declare(1, 1_000).unwrap());
         transactions.enlist(&wire, &queue, (1, 1), 1_099).unwrap();
         let late = transactions
             .enlist(&wire, &queue, (1, 1), 1_100)
@@ -459,16 +478,19 @@ mod tests {
         let mut transactions = Transactions::new(Duration::from_millis(100), 1 << 20);
         let queue = fixtures::entity(false);
         let ids: Vec<TxnId> = (0..MAX_TRANSACTIONS)
-            .map(|_| transactions.declare(0).unwrap())
+            .map(|_| transactions.declare(1, 0).unwrap())
             .collect();
-        assert!(transactions.declare(0).is_err(), "one more than the limit");
+        assert!(
+            transactions.declare(1, 0).is_err(),
+            "one more than the limit"
+        );
         transactions
             .enlist(&wire_id(ids[0]), &queue, (1, 1), 0)
             .unwrap();
         transactions.expire(100);
         // The timed-out ones make room.
-        transactions.declare(200).unwrap();
-        let live = transactions.declare(200).unwrap();
+        transactions.declare(1, 200).unwrap();
+        let live = transactions.declare(1, 200).unwrap();
         transactions
             .enlist(&wire_id(live), &queue, (1, 1), 0)
             .unwrap();
@@ -476,6 +498,36 @@ mod tests {
         assert!(matches!(
             &rollbacks[..],
             [(_, Command::Discharge { txn, commit: false, .. })] if *txn == live
+        ));
+    }
+
+    #[test]
+    fn a_coordinator_link_that_goes_rolls_back_what_it_declared_and_only_that() {
+        let mut transactions = Transactions::new(Duration::from_secs(60), 1 << 20);
+        let queue = fixtures::entity(false);
+        let on_first = transactions.declare(1, 0).unwrap();
+        let idle_on_first = transactions.declare(1, 0).unwrap();
+        let on_second = transactions.declare(2, 0).unwrap();
+        for id in [on_first, on_second] {
+            transactions
+                .enlist(&wire_id(id), &queue, (1, 1), 0)
+                .unwrap();
+        }
+        let rollbacks = transactions.abandon_declared_on(&[1]);
+        assert!(matches!(
+            &rollbacks[..],
+            [(_, Command::Discharge { txn, commit: false, .. })] if *txn == on_first
+        ));
+        for gone in [on_first, idle_on_first] {
+            let refused = transactions
+                .discharge(&wire_id(gone), false, reply(), 0)
+                .unwrap_err();
+            assert!(condition(&refused).contains("UnknownId"), "{refused:?}");
+        }
+        assert!(transactions.abandon_declared_on(&[1]).is_empty());
+        assert!(matches!(
+            transactions.discharge(&wire_id(on_second), false, reply(), 0),
+            Ok(Discharging::Commit(..))
         ));
     }
 }

@@ -132,6 +132,66 @@ async fn the_dotnet_sdks_transaction_commits_a_send_and_a_completion_together() 
     broker.stop().await;
 }
 
+/// Issue 51.6c: a coordinator link that detaches takes its open transactions with it (AMQP 1.0
+/// §4.3): what they staged is rolled back, and their ids are unknown to a second coordinator
+/// on the same connection, which used to commit them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_coordinator_rolls_back_its_open_transactions() {
+    let broker = broker(&["q"], |_| {}).await;
+    let mut client = RawClient::connect(broker.addr, 65536).await;
+    client.attach_sender(1, "q").await;
+    let controller = client.attach_controller(0).await;
+    let declare = client
+        .send_message(0, control(Declare { global_id: None }))
+        .await;
+    let DeliveryState::Declared(Declared { txn_id }) = client.send_outcome(declare).await else {
+        panic!("not declared");
+    };
+    let state = Some(in_txn(&txn_id, None));
+    let staged = client.send_in_state(1, message("staged", 10), state).await;
+    client.send_outcome(staged).await;
+    client
+        .send(FrameBody::Detach(Detach {
+            handle: Handle(0),
+            closed: true,
+            error: None,
+        }))
+        .await;
+    client
+        .expect(
+            "the coordinator's detach",
+            |body| matches!(body, FrameBody::Detach(d) if d.handle == Handle(controller)),
+        )
+        .await;
+    client.attach_controller(2).await;
+    let discharge = Discharge {
+        txn_id,
+        fail: Some(false),
+    };
+    let discharged = client.send_message(2, control(discharge)).await;
+    let refused = client.send_outcome(discharged).await;
+    assert_eq!(
+        condition_of(&refused),
+        Some(&ErrorCondition::TransactionError(
+            fe2o3_amqp::types::transaction::TransactionError::UnknownId
+        )),
+        "{refused:?}"
+    );
+    let sent = client.send_message(1, message("plain", 10)).await;
+    client.send_outcome(sent).await;
+    let receiver = client
+        .attach_receiver(3, "q", ReceiverSettleMode::First)
+        .await;
+    client.flow(3, 0, 1, false).await;
+    let (_, payload) = client.delivery(receiver).await;
+    assert_eq!(
+        id_and_count(&payload).0,
+        "plain",
+        "the staged send was rolled back"
+    );
+    broker.stop().await;
+}
+
 /// A request naming one lock token, answered on `reply_to`: `update-disposition` with
 /// `completed` when `complete`, else `renew-lock`.
 fn lock_request(id: u64, reply_to: &str, token: uuid::Uuid, complete: bool) -> Bytes {

@@ -91,6 +91,7 @@ fn restart_only(running: &Config, new: &Config, report: &mut Report) {
         write_timeout,
         consumer_window,
         max_links_per_connection,
+        max_entities,
         transaction_timeout,
         allow_anonymous,
         log_format,

@@ -1323,6 +1323,7 @@ fn refusal(refused: &RegistryError, name: &str) -> Response<Full<Bytes>> {
             format!("The messaging entity '{name}' already exists. SubCode=40900."),
         ),
         RegistryError::Stopping => error(StatusCode::SERVICE_UNAVAILABLE, refused.to_string()),
+        RegistryError::QuotaExceeded { .. } => error(StatusCode::FORBIDDEN, refused.to_string()),
         RegistryError::Invalid(reason) => error(StatusCode::BAD_REQUEST, reason.clone()),
         RegistryError::Refused(error) => entity_refusal(error),
         RegistryError::Store(_) => error(StatusCode::INTERNAL_SERVER_ERROR, refused.to_string()),

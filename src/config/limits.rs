@@ -113,6 +113,14 @@ pub(super) const CONSUMER_WINDOW: Limits<u64> = Limits {
     max: u64::MAX,
     allowed: "at least 1 byte",
 };
+/// Service Bus allows 1,000 queues and topics per Premium messaging unit (10,000 on Standard,
+/// where a partitioned one counts as 1,000 of them); each entity here is an actor and a tree.
+pub(super) const MAX_ENTITIES: Limits<usize> = Limits {
+    default: 1000,
+    min: 1,
+    max: 1_000_000,
+    allowed: "1 to 1000000",
+};
 pub(super) const MAX_LINKS_PER_CONNECTION: Limits<usize> = Limits {
     default: 4096,
     min: 1,

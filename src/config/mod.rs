@@ -155,6 +155,10 @@ pub struct BrokerConfig {
     pub consumer_window: u64,
     /// Most links one connection may hold at once; at least 1.
     pub max_links_per_connection: usize,
+    /// Most queues and topics the namespace holds, a partitioned one counting as its
+    /// partitions, beyond which a creation through the administration API is refused (Service
+    /// Bus's entity quota); entities the config file declares count but are never refused.
+    pub max_entities: usize,
     /// How long a transaction may run from its `declare` to its `discharge` before it is
     /// rolled back; from 100 ms to 1 h (Service Bus: 2 min).
     pub transaction_timeout: Duration,

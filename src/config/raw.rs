@@ -45,6 +45,7 @@ pub(super) struct RawBroker {
     pub(super) write_timeout: Option<Spanned<HumanDuration>>,
     pub(super) consumer_window: Option<Spanned<ByteSize>>,
     pub(super) max_links_per_connection: Option<Spanned<u64>>,
+    pub(super) max_entities: Option<Spanned<u64>>,
     pub(super) transaction_timeout: Option<Spanned<HumanDuration>>,
     pub(super) allow_anonymous: Option<Spanned<bool>>,
     pub(super) log_format: Option<LogFormat>,

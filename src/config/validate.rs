@@ -217,6 +217,7 @@ impl Source<'_> {
                 raw.max_links_per_connection,
                 &MAX_LINKS_PER_CONNECTION,
             )?,
+            max_entities: self.bounded("broker.max_entities", raw.max_entities, &MAX_ENTITIES)?,
             transaction_timeout: self.bounded(
                 "broker.transaction_timeout",
                 raw.transaction_timeout,

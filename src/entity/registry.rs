@@ -63,6 +63,18 @@ pub enum RegistryError {
     /// The broker is stopping: no entity is created, changed or deleted any more.
     #[error("the broker is shutting down")]
     Stopping,
+    /// Creating the entity would take the namespace past `broker.max_entities`.
+    #[error("The maximum number of queues and topics in the namespace has been reached: {used} of {max} are in use (a partitioned entity counts as its partitions) and '{name}' would take {wanted}. QuotaType: EntityCount (QuotaExceeded)")]
+    QuotaExceeded {
+        /// The entity refused.
+        name: String,
+        /// What it would count for.
+        wanted: usize,
+        /// What the live entities count for.
+        used: usize,
+        /// `broker.max_entities`.
+        max: usize,
+    },
 }
 
 /// What starting an entity's actor takes.
@@ -306,6 +318,8 @@ pub struct Registry {
     times: RwLock<HashMap<String, EntityTimes>>,
     /// `None` once the broker stops ([`Registry::close`]), so that the store is let go.
     launcher: std::sync::Mutex<Option<Launcher>>,
+    /// `broker.max_entities`, as the broker started with it.
+    max_entities: usize,
 }
 
 impl Registry {
@@ -406,6 +420,7 @@ impl Registry {
             entities: shared,
             times: RwLock::new(times),
             launcher: std::sync::Mutex::new(Some(launcher)),
+            max_entities: config.broker.max_entities,
         })
     }
 
@@ -473,7 +488,8 @@ impl Registry {
     /// it: the file brings it back). Blocks while the store flushes.
     ///
     /// # Errors
-    /// [`RegistryError::Exists`] when the name is taken, [`RegistryError::Store`] when the
+    /// [`RegistryError::Exists`] when the name is taken, [`RegistryError::QuotaExceeded`] when
+    /// the namespace is full (unless `from_file`), [`RegistryError::Store`] when the
     /// declaration cannot be stored or the log opened.
     pub fn create(
         &self,
@@ -487,6 +503,9 @@ impl Registry {
         let launcher = launcher.as_ref().ok_or(RegistryError::Stopping)?;
         if self.read().contains_key(&name) {
             return Err(RegistryError::Exists(declaration.name().to_owned()));
+        }
+        if !from_file {
+            self.check_quota(declaration)?;
         }
         if !from_file {
             launcher
@@ -505,6 +524,25 @@ impl Registry {
         self.write().insert(name, entry);
         tracing::info!(entity = declaration.name(), "created");
         Ok(handle)
+    }
+
+    /// Refuses `declaration` when the live entities and it would count for more than
+    /// `broker.max_entities`, a partitioned entity counting as its partitions.
+    fn check_quota(&self, declaration: &Declaration) -> Result<(), RegistryError> {
+        let weight = |declaration: &Declaration| usize::from(declaration.partitions().unwrap_or(1));
+        let used: usize = (self.read().values())
+            .map(|entry| weight(&entry.declaration))
+            .sum();
+        let wanted = weight(declaration);
+        match used + wanted > self.max_entities {
+            true => Err(RegistryError::QuotaExceeded {
+                name: declaration.name().to_owned(),
+                wanted,
+                used,
+                max: self.max_entities,
+            }),
+            false => Ok(()),
+        }
     }
 
     /// Applies a changed declaration to a live queue or topic (Service Bus's updatable

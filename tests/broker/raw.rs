@@ -1029,7 +1029,9 @@ async fn a_session_id_or_partition_key_that_is_not_text_is_refused_naming_it() {
     let mut client = RawClient::connect(broker.addr, 65536).await;
     let to_ps = client.attach_sender(0, "ps").await;
     let session = b"\xa1\x04cart";
-    let cases: [(&[u8], Option<&[u8]>, &str); 3] = [
+    // (encoded group-id, encoded partition key, the field the refusal names)
+    type Case<'a> = (&'a [u8], Option<&'a [u8]>, &'a str);
+    let cases: [Case; 3] = [
         (b"\x53\x07", None, "group-id (the SessionId)"),
         (b"\xa1\x02\xff\xfe", None, "group-id (the SessionId)"),
         (

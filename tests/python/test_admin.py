@@ -43,6 +43,22 @@ KEY = EMULATOR_POLICY["key"]
 def secured(tmp_path):
     """A broker with TLS and an administration endpoint, and the CA that signed its
     certificate."""
+    broker = secured_broker(tmp_path)
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def crowded(tmp_path):
+    """A secured broker whose namespace holds four entities at most."""
+    broker = secured_broker(tmp_path, max_entities=4)
+    yield broker
+    broker.stop()
+
+
+def secured_broker(tmp_path, **settings):
+    """A started broker with TLS, an administration endpoint and `settings`, its `ca` set to
+    the CA that signed its certificate."""
     certificates = tmp_path / "certs"
     subprocess.run(
         [broker_binary(), "gen-cert", "--host", "localhost", "--out", str(certificates)],
@@ -51,6 +67,7 @@ def secured(tmp_path):
         timeout=60,
     )
     settings = {
+        **settings,
         "durability": "sync",
         "allow_anonymous": False,
         "tls": {
@@ -62,8 +79,7 @@ def secured(tmp_path):
     topics = [{"name": "events", "subscriptions": ["all", "picky"]}]
     broker = Broker(tmp_path / "broker", settings, queues=["declared"], topics=topics).start()
     broker.ca = str(certificates / "ca.pem")
-    yield broker
-    broker.stop()
+    return broker
 
 
 def admin(broker, key=KEY, **options):
@@ -328,6 +344,25 @@ def test_api_version_2017_04_has_no_max_message_size(secured):
         assert "MaxMessageSizeInKilobytes" in str(refused.value), str(refused.value)
     with admin(secured) as client:
         assert client.create_queue("sized", max_message_size_in_kilobytes=256).name == "sized"
+
+
+def test_the_entity_quota_refuses_a_creation_past_it_as_service_bus_does(crowded):
+    # Two declared (a queue and a topic), room for two more; a partitioned entity counts as
+    # its 16 partitions. Service Bus answers 403 with QuotaExceeded.
+    with admin(crowded) as client:
+        with pytest.raises(HttpResponseError) as refused:
+            client.create_queue("wide", enable_partitioning=True)
+        assert refused.value.status_code == 403
+        assert "QuotaExceeded" in str(refused.value), str(refused.value)
+        client.create_queue("third")
+        client.create_topic("fourth")
+        with pytest.raises(HttpResponseError) as refused:
+            client.create_queue("fifth")
+        assert refused.value.status_code == 403
+        assert "4 of 4 are in use" in str(refused.value), str(refused.value)
+        client.delete_topic("fourth")
+        client.create_queue("fifth")
+        assert sorted(q.name for q in client.list_queues()) == ["declared", "fifth", "third"]
 
 
 def test_a_created_queue_survives_a_restart(secured):

@@ -4,7 +4,7 @@
 //! coalesced into ranges. The [`Ledger`] keeps the deliveries either side still owes.
 
 use foldhash::HashMap;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use fe2o3_amqp::frames::amqp::FrameBody;
 use fe2o3_amqp::types::definitions::{self, ErrorCondition, Role};
@@ -55,7 +55,17 @@ pub struct Ledger {
     staged: HashMap<u32, Binary>,
     /// Room for the ids one disposition names, kept between dispositions.
     ids: Vec<u32>,
+    /// Deliveries settled in a transaction, the newest [`MAX_RETIRED`]: the client may settle
+    /// them again, plainly, once the transaction was rolled back or refused (the message is
+    /// still locked by its receiver; after a commit the lock is gone and so answered), and
+    /// gets an answer as for any unsettled delivery.
+    retired: BTreeMap<u32, Unsettled>,
+    /// The order `retired` filled in, oldest first.
+    retired_order: VecDeque<u32>,
 }
+
+/// How many deliveries settled in transactions a session remembers for a second settlement.
+const MAX_RETIRED: usize = 1024;
 
 impl Ledger {
     /// A locked delivery went out as `delivery_id` on `link_id`.
@@ -86,6 +96,7 @@ impl Ledger {
             _ => None,
         };
         let awaited = !disposition.settled;
+        self.revive(first, last);
         let mut ids = std::mem::take(&mut self.ids);
         self.ids_between(first, last, &mut ids);
         // Per link, in the order the links first appear; almost always one link.
@@ -97,6 +108,9 @@ impl Ledger {
             };
             if disposition.settled {
                 self.unsettled.remove(&id);
+                if txn.is_some() {
+                    self.retire(id, unsettled);
+                }
             }
             let at = match settlings
                 .iter()
@@ -133,6 +147,43 @@ impl Ledger {
         settlings
     }
 
+    /// Deliveries from `first` to `last` settled before in a transaction are owed again: the
+    /// client settles them anew.
+    fn revive(&mut self, first: u32, last: u32) {
+        if self.retired.is_empty() {
+            return;
+        }
+        let revived: Vec<u32> = match first <= last {
+            true => self
+                .retired
+                .range(first..=last)
+                .map(|(id, _)| *id)
+                .collect(),
+            false => (self.retired.range(first..))
+                .chain(self.retired.range(..=last))
+                .map(|(id, _)| *id)
+                .collect(),
+        };
+        for id in revived {
+            if let Some(unsettled) = self.retired.remove(&id) {
+                self.unsettled.insert(id, unsettled);
+            }
+        }
+    }
+
+    /// Remembers delivery `id`, settled in a transaction, for a second settlement; the oldest
+    /// goes past [`MAX_RETIRED`].
+    fn retire(&mut self, id: u32, unsettled: Unsettled) {
+        if self.retired.insert(id, unsettled).is_none() {
+            self.retired_order.push_back(id);
+        }
+        while self.retired_order.len() > MAX_RETIRED {
+            if let Some(oldest) = self.retired_order.pop_front() {
+                self.retired.remove(&oldest);
+            }
+        }
+    }
+
     /// Fills `ids` with the ids from `first` to `last` (wrapping past `u32::MAX`) the client
     /// still owes; most dispositions name one.
     fn ids_between(&self, first: u32, last: u32, ids: &mut Vec<u32>) {
@@ -163,7 +214,10 @@ impl Ledger {
         };
         let mut states: Vec<(u32, DeliveryState)> = Vec::with_capacity(echoes.len());
         for ((id, echo), result) in echoes.into_iter().zip(results) {
-            self.unsettled.remove(&id);
+            let gone = self.unsettled.remove(&id);
+            if let (Some(unsettled), DeliveryState::TransactionalState(_)) = (gone, &echo) {
+                self.retire(id, unsettled);
+            }
             let state = match (result, echo) {
                 (Ok(()), echo) => confirmation(echo),
                 (Err(error), echo) => {
@@ -229,7 +283,9 @@ impl Ledger {
         let states = echoes
             .into_iter()
             .map(|(id, _)| {
-                self.unsettled.remove(&id);
+                if let Some(unsettled) = self.unsettled.remove(&id) {
+                    self.retire(id, unsettled);
+                }
                 (id, rejected.clone())
             })
             .collect();
@@ -257,6 +313,8 @@ impl Ledger {
     /// A link went: its deliveries are no longer owed an outcome (their locks expire).
     pub fn forget_link(&mut self, link_id: u64) {
         self.unsettled
+            .retain(|_, unsettled| unsettled.link_id != link_id);
+        self.retired
             .retain(|_, unsettled| unsettled.link_id != link_id);
     }
 }
@@ -642,6 +700,31 @@ mod tests {
         let mut again = Outbox::default();
         ledger.on_settled(settling[0].request, Vec::new(), &mut again);
         assert!(again.frames.is_empty());
+    }
+
+    #[test]
+    fn deliveries_settled_in_transactions_can_be_settled_again_the_newest_so_many() {
+        let mut ledger = Ledger::default();
+        let last = MAX_RETIRED as u32;
+        for id in 0..=last {
+            ledger.sent(id, 1, lock(i64::from(id)));
+        }
+        let in_txn = transactional(
+            Binary::from(vec![1; 8]),
+            DeliveryState::Accepted(Accepted {}),
+        );
+        let settling = ledger.on_disposition(disposition(0, Some(last), true, in_txn));
+        assert_eq!(settling[0].items.len(), MAX_RETIRED + 1);
+        assert!(!ledger.owes(1), "settled by the client");
+        let accepted = || DeliveryState::Accepted(Accepted {});
+        let oldest = ledger.on_disposition(disposition(0, None, false, accepted()));
+        assert!(oldest.is_empty(), "the oldest is forgotten past the bound");
+        let again = ledger.on_disposition(disposition(1, Some(2), false, accepted()));
+        assert_eq!(again[0].items.len(), 2, "settled again");
+        assert!(ledger.owes(1) && ledger.owes(2));
+        ledger.forget_link(1);
+        let gone = ledger.on_disposition(disposition(3, None, false, accepted()));
+        assert!(gone.is_empty(), "a gone link's deliveries are forgotten");
     }
 
     #[test]

@@ -192,6 +192,110 @@ async fn a_detached_coordinator_rolls_back_its_open_transactions() {
     broker.stop().await;
 }
 
+impl RawClient {
+    /// Declares a transaction on our controller link `handle`; returns its id.
+    async fn declare(&mut self, handle: u32) -> TransactionId {
+        let declare = self
+            .send_message(handle, control(Declare { global_id: None }))
+            .await;
+        let DeliveryState::Declared(Declared { txn_id }) = self.send_outcome(declare).await else {
+            panic!("not declared");
+        };
+        txn_id
+    }
+
+    /// Commits (or with `fail`, rolls back) transaction `txn_id` on our controller `handle`.
+    async fn discharge(&mut self, handle: u32, txn_id: TransactionId, fail: bool) {
+        let discharge = Discharge {
+            txn_id,
+            fail: Some(fail),
+        };
+        let discharged = self.send_message(handle, control(discharge)).await;
+        let outcome = self.send_outcome(discharged).await;
+        assert!(matches!(outcome, DeliveryState::Accepted(_)), "{outcome:?}");
+    }
+}
+
+/// Issue 51.2: every disposition gets an answer. A delivery settled in a transaction the
+/// broker did not know is still locked by its receiver, and so is one settled in a
+/// transaction rolled back: settled again, plainly, each is completed and the client told
+/// (they used to get no answer at all). One settled in a committed transaction is gone: the
+/// client is told its lock is lost, as Service Bus tells the .NET SDK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_settled_in_a_transaction_that_went_away_is_answered_when_settled_again() {
+    let broker = broker(&["q"], |_| {}).await;
+    let mut client = RawClient::connect(broker.addr, 65536).await;
+    client.attach_sender(1, "q").await;
+    let receiver = client
+        .attach_receiver(2, "q", ReceiverSettleMode::Second)
+        .await;
+    for id in ["unknown", "rolled back", "committed"] {
+        let sent = client.send_message(1, message(id, 10)).await;
+        client.send_outcome(sent).await;
+    }
+    client.flow(2, 0, 3, false).await;
+    let mut deliveries = Vec::new();
+    for _ in 0..3 {
+        let (transfer, _) = client.delivery(receiver).await;
+        deliveries.push(transfer.delivery_id.expect("delivery id"));
+    }
+    let accepted = || DeliveryState::Accepted(Accepted {});
+    let in_txn_accepted = |txn: &TransactionId| in_txn(txn, Some(Outcome::Accepted(Accepted {})));
+    let unknown_id = ErrorCondition::TransactionError(
+        fe2o3_amqp::types::transaction::TransactionError::UnknownId,
+    );
+
+    let unknown = TransactionId::from(vec![0, 0, 0, 0, 0, 0, 0, 99]);
+    let refused = client
+        .settle_second(deliveries[0], in_txn_accepted(&unknown))
+        .await;
+    let DeliveryState::TransactionalState(TransactionalState {
+        outcome: Some(Outcome::Rejected(rejected)),
+        ..
+    }) = &refused
+    else {
+        panic!("{refused:?}");
+    };
+    assert_eq!(
+        rejected.error.as_ref().map(|e| &e.condition),
+        Some(&unknown_id)
+    );
+    let again = client.settle_second(deliveries[0], accepted()).await;
+    assert!(matches!(again, DeliveryState::Accepted(_)), "{again:?}");
+
+    client.attach_controller(0).await;
+    let rolled_back = client.declare(0).await;
+    let staged = client
+        .settle_second(deliveries[1], in_txn_accepted(&rolled_back))
+        .await;
+    assert_eq!(staged, in_txn_accepted(&rolled_back));
+    client.discharge(0, rolled_back, true).await;
+    let again = client.settle_second(deliveries[1], accepted()).await;
+    assert!(matches!(again, DeliveryState::Accepted(_)), "{again:?}");
+
+    let committed = client.declare(0).await;
+    client
+        .settle_second(deliveries[2], in_txn_accepted(&committed))
+        .await;
+    client.discharge(0, committed, false).await;
+    let again = client.settle_second(deliveries[2], accepted()).await;
+    assert_eq!(
+        condition_of(&again),
+        Some(&ErrorCondition::Custom(Symbol::from(
+            "com.microsoft:message-lock-lost"
+        ))),
+        "{again:?}"
+    );
+
+    // All three are gone: the next delivery is a new message.
+    let sent = client.send_message(1, message("after", 10)).await;
+    client.send_outcome(sent).await;
+    client.flow(2, 3, 1, false).await;
+    let (_, payload) = client.delivery(receiver).await;
+    assert_eq!(id_and_count(&payload).0, "after");
+    broker.stop().await;
+}
+
 /// A request naming one lock token, answered on `reply_to`: `update-disposition` with
 /// `completed` when `complete`, else `renew-lock`.
 fn lock_request(id: u64, reply_to: &str, token: uuid::Uuid, complete: bool) -> Bytes {

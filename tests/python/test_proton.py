@@ -358,3 +358,24 @@ def test_a_transaction_sends_via_its_entity_and_the_azure_sdk_sees_where_it_went
         assert [_value_text(message) for message in refused] == ["in-txn"]
         assert refused[0].dead_letter_reason == "TransferDestinationRefused"
         receiver.complete_message(refused[0])
+
+
+@pytest.mark.broker(queues=["q1", {"name": "p", "partitions": 4}])
+def test_a_receiver_with_credit_on_a_partitioned_queue_is_attached_before_it_is_delivered_to(
+    broker,
+):
+    # proton grants the credit in the same write as its attach; a partition that registered
+    # first delivered before the broker answered the attach, and proton closed the connection
+    # with amqp:invalid-field "no such handle" (issue 51).
+    # Each round's receiver locks what it was sent and what was on its way to it when it
+    # closed, held until the locks expire: plenty of messages for three rounds.
+    with connect(broker) as conn:
+        sender = conn.create_sender("p")
+        for index in range(120):
+            send_accepted(sender, numbered("partitioned", index))
+    for _ in range(3):
+        with connect(broker) as conn:
+            receiver = conn.create_receiver("p", credit=10)
+            received = receiver.receive(timeout=DEADLINE_S)
+            assert received.body.startswith("partitioned"), received.body
+            receiver.accept()

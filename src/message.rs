@@ -278,7 +278,9 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
                         }
                         Some(name) if name == PARTITION_KEY_KEY.as_bytes() => {
                             check_id_length(PARTITION_KEY_KEY, value)?;
-                            arrival.partition_key = text_field(PARTITION_KEY_FIELD, value)?;
+                            // The Python SDK sends back a received message's partition key
+                            // as binary (it reads strings as bytes): taken as its text.
+                            arrival.partition_key = text_field(PARTITION_KEY_FIELD, value, true)?;
                         }
                         _ => {}
                     }
@@ -290,7 +292,7 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
                     check_id_length("message-id", id)?;
                 }
                 arrival.session_id = match fields.get(GROUP_ID_FIELD) {
-                    Some(group_id) => text_field(SESSION_ID_FIELD, group_id)?,
+                    Some(group_id) => text_field(SESSION_ID_FIELD, group_id, false)?,
                     None => None,
                 };
                 arrival.message_id = fields
@@ -660,16 +662,24 @@ fn write_text(out: &mut Vec<u8>, (short, long): (u8, u8), name: &str) {
 }
 
 /// The text of an encoded string; `None` for anything else.
-/// An encoded field read as text: `None` for null, the text of a string.
+/// An encoded field read as text: `None` for null, the text of a string (or, when
+/// `binary_too`, of a binary).
 ///
 /// # Errors
 /// [`MessageError::NotText`], naming the field as `what`, for any other value or text that is
 /// not valid Unicode.
-fn text_field(what: &'static str, encoded: &[u8]) -> Result<Option<String>, MessageError> {
-    if encoded == [0x40] {
-        return Ok(None);
-    }
-    string_text(encoded)
+fn text_field(
+    what: &'static str,
+    encoded: &[u8],
+    binary_too: bool,
+) -> Result<Option<String>, MessageError> {
+    let bytes = match encoded.first() {
+        Some(0x40) => return Ok(None),
+        Some(0xa0) if binary_too => encoded.get(2..),
+        Some(0xb0) if binary_too => encoded.get(5..),
+        _ => string_text(encoded),
+    };
+    bytes
         .and_then(|text| std::str::from_utf8(text).ok())
         .map(|text| Some(text.to_owned()))
         .ok_or(MessageError::NotText(what))
@@ -1645,18 +1655,32 @@ mod tests {
 
     #[test]
     fn text_fields_are_null_or_strings_of_valid_unicode() {
-        assert_eq!(text_field(SESSION_ID_FIELD, &[0x40]), Ok(None));
+        assert_eq!(text_field(SESSION_ID_FIELD, &[0x40], false), Ok(None));
         assert_eq!(
-            text_field(SESSION_ID_FIELD, b"\xa1\x02id"),
+            text_field(SESSION_ID_FIELD, b"\xa1\x02id", false),
             Ok(Some("id".into()))
         );
-        for encoded in [&b"\x53\x07"[..], b"\xa1\x02\xff\xfe", b"\xa3\x02id"] {
+        assert_eq!(
+            text_field(PARTITION_KEY_FIELD, b"\xa0\x02id", true),
+            Ok(Some("id".into())),
+            "a binary where binary is taken"
+        );
+        for encoded in [
+            &b"\x53\x07"[..],
+            b"\xa1\x02\xff\xfe",
+            b"\xa3\x02id",
+            b"\xa0\x02id",
+        ] {
             assert_eq!(
-                text_field(PARTITION_KEY_FIELD, encoded),
+                text_field(PARTITION_KEY_FIELD, encoded, false),
                 Err(MessageError::NotText(PARTITION_KEY_FIELD)),
                 "{encoded:?}"
             );
         }
+        assert_eq!(
+            text_field(PARTITION_KEY_FIELD, b"\xa0\x02\xff\xfe", true),
+            Err(MessageError::NotText(PARTITION_KEY_FIELD))
+        );
     }
 
     #[test]

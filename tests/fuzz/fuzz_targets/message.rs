@@ -161,7 +161,7 @@ fn passes_entries_on(section: &[u8]) -> Option<bool> {
 
 /// Splices `stored` (accepted by `inspect`, scanned into `sections`) and checks the result.
 fn check_splice(stored: &Bytes, sections: &[Section], stamp: &DeliveryStamp) {
-    let whole = message::splice(stored, stamp)
+    let whole = message::splice(stored, stamp, &mut Vec::new())
         .unwrap_or_else(|error| panic!("splice refused a message inspect accepted: {error}"));
 
     // What the broker passes on: the stored bytes from the first section other than header

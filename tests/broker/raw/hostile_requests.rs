@@ -561,3 +561,68 @@ async fn entity_names_with_dot_or_empty_segments_are_refused() {
     );
     bystander.finish().await;
 }
+
+/// Opens an admin connection and writes `head` to it `chunk` bytes at a time, `pause` apart,
+/// without ever finishing it (it ends inside a header line).
+async fn trickle_head(admin: SocketAddr, head: Vec<u8>, chunk: usize, pause: Duration) {
+    let mut socket = TcpStream::connect(admin).await.expect("connect");
+    for piece in head.chunks(chunk) {
+        socket
+            .write_all(piece)
+            .await
+            .expect("the broker reads a trickled head");
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// Issue 51, item 4: a bystander was seen to stall 2.2–3.4 s while 63 admin connections (one
+/// under `[admin] max_connections`) trickled their request heads and other clients connected
+/// over AMQP. Here 63 heads grow by 4 bytes every 20 ms for 10 s, under
+/// `[admin] request_timeout`, while a client opens and closes AMQP connections one after
+/// another; the bystander's slowest round trip stays under a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_heads_trickling_beside_amqp_connects_do_not_stall_a_bystander() {
+    const ADMINS: usize = 63;
+    const CHUNK: usize = 4;
+    const PAUSE: Duration = Duration::from_millis(20);
+    const PIECES: usize = 500;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ChildBroker::start(dir.path(), &config(""));
+    let admin = broker.admin_addr.expect("admin endpoint");
+    let bystander = Bystander::start(broker.addr).await;
+    let (idle, _) = broker.memory_kib();
+    let mut head = b"GET /health HTTP/1.1\r\nHost: localhost\r\n".to_vec();
+    let mut header = 0;
+    while head.len() < CHUNK * PIECES {
+        head.extend(format!("X-Padding-{header}: {}\r\n", "a".repeat(40)).bytes());
+        header += 1;
+    }
+    head.truncate(CHUNK * PIECES);
+    let trickles: Vec<_> = (0..ADMINS)
+        .map(|_| tokio::spawn(trickle_head(admin, head.clone(), CHUNK, PAUSE)))
+        .collect();
+    let mut connections = 0u32;
+    let mut slowest_connect = Duration::ZERO;
+    while !trickles.iter().all(|trickle| trickle.is_finished()) {
+        let started = Instant::now();
+        let (mut connection, mut session) = connect_session(broker.addr).await;
+        session.end().await.expect("end");
+        connection.close().await.expect("close");
+        slowest_connect = slowest_connect.max(started.elapsed());
+        connections += 1;
+    }
+    for trickle in trickles {
+        trickle.await.expect("trickle");
+    }
+    let (_, peak) = broker.memory_kib();
+    eprintln!(
+        "{ADMINS} admin heads of {} bytes trickled beside {connections} AMQP connections \
+         (slowest {slowest_connect:?}); broker {idle} KiB before, peak {peak} KiB",
+        head.len()
+    );
+    assert!(
+        peak < idle + MEMORY_BOUND_KIB,
+        "peak memory grew from {idle} to {peak} KiB"
+    );
+    bystander.finish().await;
+}

@@ -283,6 +283,16 @@ impl RawClient {
         self.send(FrameBody::Flow(flow)).await;
     }
 
+    /// Detaches (closes) our link `handle`.
+    async fn detach(&mut self, handle: u32) {
+        self.send(FrameBody::Detach(Detach {
+            handle: Handle(handle),
+            closed: true,
+            error: None,
+        }))
+        .await;
+    }
+
     /// The flow [`RawClient::flow`] sends.
     fn link_flow(&self, handle: u32, delivery_count: u32, credit: u32, drain: bool) -> Flow {
         Flow {
@@ -1117,13 +1127,7 @@ async fn a_partitioned_queue_answers_an_attach_before_it_delivers_on_it() {
         let (transfer, _) = client.delivery(reply.handle.0).await;
         assert_eq!(transfer.handle, reply.handle);
         // Its message stays locked: each round takes another of the sixteen.
-        client
-            .send(FrameBody::Detach(Detach {
-                handle: Handle(round),
-                closed: true,
-                error: None,
-            }))
-            .await;
+        client.detach(round).await;
         client
             .expect("the detach reply", |body| {
                 matches!(body, FrameBody::Detach(_))

@@ -11,7 +11,7 @@ use fe2o3_amqp::types::definitions::{
     SenderSettleMode,
 };
 use fe2o3_amqp::types::messaging::{DeliveryState, FilterSet, Source, Target, TargetArchetype};
-use fe2o3_amqp::types::performatives::{Attach, Detach, Transfer};
+use fe2o3_amqp::types::performatives::{Attach, Transfer};
 use fe2o3_amqp::types::primitives::{Symbol, Value};
 
 use super::hostile::{config, print_peak, Bystander};
@@ -140,13 +140,7 @@ async fn refused_links_count_against_the_connection_limit_and_keep_no_name() {
         "{error:?}"
     );
     // Detaching one refused link makes room for a link that works.
-    client
-        .send(FrameBody::Detach(Detach {
-            handle: Handle(0),
-            closed: true,
-            error: None,
-        }))
-        .await;
+    client.detach(0).await;
     client.attach_sender(1001, "q").await;
     let sent = client.send_message(1001, message("after", 10)).await;
     let outcome = client.send_outcome(sent).await;

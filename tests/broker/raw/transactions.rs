@@ -61,6 +61,28 @@ impl RawClient {
         );
         reply.handle.0
     }
+
+    /// Declares a transaction on our controller link `handle`; returns its id.
+    async fn declare(&mut self, handle: u32) -> TransactionId {
+        let declare = self
+            .send_message(handle, control(Declare { global_id: None }))
+            .await;
+        let DeliveryState::Declared(Declared { txn_id }) = self.send_outcome(declare).await else {
+            panic!("not declared");
+        };
+        txn_id
+    }
+
+    /// Commits (or with `fail`, rolls back) transaction `txn_id` on our controller `handle`.
+    async fn discharge(&mut self, handle: u32, txn_id: TransactionId, fail: bool) {
+        let discharge = Discharge {
+            txn_id,
+            fail: Some(fail),
+        };
+        let discharged = self.send_message(handle, control(discharge)).await;
+        let outcome = self.send_outcome(discharged).await;
+        assert!(matches!(outcome, DeliveryState::Accepted(_)), "{outcome:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -81,12 +103,7 @@ async fn the_dotnet_sdks_transaction_commits_a_send_and_a_completion_together() 
     let work_id = work.delivery_id.expect("delivery id");
 
     client.attach_controller(0).await;
-    let declare = client
-        .send_message(0, control(Declare { global_id: None }))
-        .await;
-    let DeliveryState::Declared(Declared { txn_id }) = client.send_outcome(declare).await else {
-        panic!("not declared");
-    };
+    let txn_id = client.declare(0).await;
 
     let state = Some(in_txn(&txn_id, None));
     let reply = client.send_in_state(1, message("reply", 10), state).await;
@@ -104,15 +121,7 @@ async fn the_dotnet_sdks_transaction_commits_a_send_and_a_completion_together() 
         "the completion is confirmed in its transaction"
     );
 
-    let discharge = Discharge {
-        txn_id: txn_id.clone(),
-        fail: Some(false),
-    };
-    let discharged = client.send_message(0, control(discharge)).await;
-    assert!(matches!(
-        client.send_outcome(discharged).await,
-        DeliveryState::Accepted(_)
-    ));
+    client.discharge(0, txn_id.clone(), false).await;
     // The work is gone and the reply is there: the next delivery is the reply.
     client.flow(2, 1, 1, false).await;
     let (_, payload) = client.delivery(receiver).await;
@@ -141,22 +150,11 @@ async fn a_detached_coordinator_rolls_back_its_open_transactions() {
     let mut client = RawClient::connect(broker.addr, 65536).await;
     client.attach_sender(1, "q").await;
     let controller = client.attach_controller(0).await;
-    let declare = client
-        .send_message(0, control(Declare { global_id: None }))
-        .await;
-    let DeliveryState::Declared(Declared { txn_id }) = client.send_outcome(declare).await else {
-        panic!("not declared");
-    };
+    let txn_id = client.declare(0).await;
     let state = Some(in_txn(&txn_id, None));
     let staged = client.send_in_state(1, message("staged", 10), state).await;
     client.send_outcome(staged).await;
-    client
-        .send(FrameBody::Detach(Detach {
-            handle: Handle(0),
-            closed: true,
-            error: None,
-        }))
-        .await;
+    client.detach(0).await;
     client
         .expect(
             "the coordinator's detach",
@@ -190,30 +188,6 @@ async fn a_detached_coordinator_rolls_back_its_open_transactions() {
         "the staged send was rolled back"
     );
     broker.stop().await;
-}
-
-impl RawClient {
-    /// Declares a transaction on our controller link `handle`; returns its id.
-    async fn declare(&mut self, handle: u32) -> TransactionId {
-        let declare = self
-            .send_message(handle, control(Declare { global_id: None }))
-            .await;
-        let DeliveryState::Declared(Declared { txn_id }) = self.send_outcome(declare).await else {
-            panic!("not declared");
-        };
-        txn_id
-    }
-
-    /// Commits (or with `fail`, rolls back) transaction `txn_id` on our controller `handle`.
-    async fn discharge(&mut self, handle: u32, txn_id: TransactionId, fail: bool) {
-        let discharge = Discharge {
-            txn_id,
-            fail: Some(fail),
-        };
-        let discharged = self.send_message(handle, control(discharge)).await;
-        let outcome = self.send_outcome(discharged).await;
-        assert!(matches!(outcome, DeliveryState::Accepted(_)), "{outcome:?}");
-    }
 }
 
 /// Issue 51.2: every disposition gets an answer. A delivery settled in a transaction the
@@ -353,12 +327,7 @@ async fn update_disposition_in_a_transaction_applies_at_the_commit_renew_lock_at
     let (work, _) = client.delivery(receiver).await;
     let tag = work.delivery_tag.expect("a lock token");
     let token = uuid::Uuid::from_slice_le(tag.as_ref()).expect("a 16-byte tag");
-    let declare = client
-        .send_message(0, control(Declare { global_id: None }))
-        .await;
-    let DeliveryState::Declared(Declared { txn_id }) = client.send_outcome(declare).await else {
-        panic!("not declared");
-    };
+    let txn_id = client.declare(0).await;
     let state = || Some(in_txn(&txn_id, None));
     let refused = client
         .send_in_state(1, peek_request(7, "receiver-2", 1), state())
@@ -501,13 +470,7 @@ async fn schedule_message_in_a_transaction_is_numbered_at_once_and_stored_at_the
     client.flow(2, 0, 100, false).await;
     let mut answers = 0;
     for (commit, id) in [(true, "committed"), (false, "rolled-back")] {
-        let declare = client
-            .send_message(0, control(Declare { global_id: None }))
-            .await;
-        let DeliveryState::Declared(Declared { txn_id }) = client.send_outcome(declare).await
-        else {
-            panic!("not declared");
-        };
+        let txn_id = client.declare(0).await;
         let request = schedule_request(answers, "receiver-2", id);
         let scheduled = client
             .send_in_state(1, request, Some(in_txn(&txn_id, None)))

@@ -744,10 +744,8 @@ impl QueueCore {
             } => {
                 let mut all = dead_letter_properties(reason.clone(), description.clone());
                 all.extend(properties.iter().cloned());
-                // The delivery it is dead-lettered from counts, as in Service Bus.
-                if let Some(entry) = self.messages.get_mut(&lock.seq) {
-                    entry.record.delivery_count = entry.record.delivery_count.saturating_add(1);
-                }
+                // A settlement, not a failed delivery: the message keeps its count, as in
+                // Service Bus (only an abandon, a deferral or a lapsed lock counts one).
                 self.dead_letter(lock.seq, all);
             }
         }

@@ -45,6 +45,13 @@ fn azure_sdk_time_suite() {
     run("tests/js/time.test.js");
 }
 
+/// Deferral and dead-lettering on a queue, a subscription and a session-enabled subscription:
+/// what counts as a delivery (a deferral does, a dead-lettering does not), the deferred state.
+#[test]
+fn azure_sdk_deferral_suite() {
+    run("tests/js/deferral.test.js");
+}
+
 /// Topics: the rule manager (create, list, delete rules at run time), SQL and correlation
 /// filters with actions picking and shaping the copies, a subscription's own dead-letter queue.
 #[test]

@@ -923,11 +923,8 @@ impl Harness {
                 self.held.push(held);
                 return;
             }
-            Settlement::DeadLetter { .. } => {
-                // The delivery it leaves counts, as in Service Bus.
-                self.model.kept(lane, seq).count += 1;
-                self.dead_letter(lane, seq, SETTLED_DEAD);
-            }
+            // A settlement: the message keeps its count.
+            Settlement::DeadLetter { .. } => self.dead_letter(lane, seq, SETTLED_DEAD),
             Settlement::Complete => {
                 self.model.remove(lane, seq);
                 self.note("completed");

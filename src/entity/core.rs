@@ -413,8 +413,11 @@ impl EntityCore {
         self.sent += taken.len() as u64;
         self.duplicates_dropped += (numbers.len() - taken.len()) as u64;
         for arrival in taken {
-            let due = arrival.scheduled_ms.filter(|due| *due > now_ms);
-            self.append(enqueued_ms, arrival, due);
+            let placement = match arrival.scheduled_ms.filter(|due| *due > now_ms) {
+                Some(due) => Placement::Held(due),
+                None => Placement::Active,
+            };
+            self.append(enqueued_ms, arrival, placement);
         }
         if let Some(window) = &mut self.duplicates {
             for (digest, seq) in fresh {
@@ -491,9 +494,9 @@ impl EntityCore {
         }
     }
 
-    /// Stores one message under the next sequence number: scheduled when `due` is set, else
+    /// Stores one message under the next sequence number: held until its due time, or
     /// active in each lane that takes it, its expiry computed from `enqueued_ms`.
-    fn append(&mut self, enqueued_ms: i64, arrival: Arrival, due: Option<i64>) {
+    fn append(&mut self, enqueued_ms: i64, arrival: Arrival, placement: Placement) {
         let seq = self.intake.number();
         let size = u32::try_from(arrival.bytes.len()).unwrap_or(u32::MAX);
         let record = Record {
@@ -504,10 +507,15 @@ impl EntityCore {
             expires_ms: NEVER,
             scheduled_ms: 0,
         };
-        if let Some(due) = due {
-            self.hold_scheduled(seq, record, arrival, due);
-            return;
-        }
+        let record = match placement {
+            Placement::Held(due) => return self.hold_scheduled(seq, record, arrival, due),
+            Placement::Active => record,
+            // Its due time stays on the record: it is delivered as scheduled.
+            Placement::Activated(due) => Record {
+                scheduled_ms: due,
+                ..record
+            },
+        };
         let ttl_ms = self.intake.ttl_ms(arrival.ttl_ms);
         let Some(routes) = &self.routes else {
             let lane = self.holder();
@@ -595,7 +603,7 @@ impl EntityCore {
             };
             self.holder().remove(seq);
             self.schedule.remove(due_ms, seq);
-            self.append(enqueued_ms, arrival, None);
+            self.append(enqueued_ms, arrival, Placement::Activated(due_ms));
             self.moves = true;
         }
         self.note_next_seq();
@@ -1169,6 +1177,17 @@ impl EntityCore {
 /// entry, record and lock slot: about 600 bytes, measured), counted against the entity's
 /// size limit with the bytes, so that the limit bounds the memory of many small messages too.
 pub const INDEX_BYTES_PER_MESSAGE: u64 = 640;
+
+/// Where [`EntityCore::append`] puts a message.
+#[derive(Debug, Clone, Copy)]
+enum Placement {
+    /// Active at once: sent with no due time, or one already passed.
+    Active,
+    /// Held until this due time (ms since the Unix epoch).
+    Held(i64),
+    /// Active at once after being held until this due time.
+    Activated(i64),
+}
 
 /// SQL filters a topic may hold across its subscriptions (Service Bus's quota).
 pub const MAX_SQL_FILTERS: usize = 2_000;

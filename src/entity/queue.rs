@@ -1166,7 +1166,7 @@ pub const FORWARDER: ConsumerId = ConsumerId(u64::MAX);
 /// enqueued time, state, the lock when there is one (a peek shows until when, never the
 /// token), and the effective time to live with the expiry it gives.
 fn stamp(seq: i64, record: &Record, lock: Option<Lock>, peek: bool) -> DeliveryStamp {
-    let state = i32::from(record.state.code());
+    let state = i32::from(record.shown_state().code());
     let expires_ms = (record.expires_ms != NEVER).then_some(record.expires_ms);
     let mut annotations = Vec::with_capacity(4);
     annotations.extend([

@@ -54,8 +54,21 @@ pub struct Record {
     pub size: u32,
     /// When it expires, in ms since the Unix epoch; [`NEVER`] when it does not.
     pub expires_ms: i64,
-    /// When a scheduled message is due, in ms since the Unix epoch; 0 for the others.
+    /// When a scheduled message is due, or was due for one held until then and activated, in
+    /// ms since the Unix epoch; 0 for a message never held.
     pub scheduled_ms: i64,
+}
+
+impl Record {
+    /// The `x-opt-message-state` a delivery or a peek shows: its state, but scheduled for an
+    /// active message that was held until its due time (Service Bus delivers those as
+    /// scheduled).
+    pub fn shown_state(&self) -> MessageState {
+        match self.state {
+            MessageState::Active if self.scheduled_ms != 0 => MessageState::Scheduled,
+            state => state,
+        }
+    }
 }
 
 /// A record that cannot be read.
@@ -152,6 +165,35 @@ mod tests {
             Err(RecordError::Truncated(5))
         );
         assert_eq!(Record::decode(&[]), Err(RecordError::Truncated(0)));
+    }
+
+    #[test]
+    fn an_activated_message_shows_as_scheduled_and_a_deferred_one_as_deferred() {
+        let active = Record {
+            state: MessageState::Active,
+            delivery_count: 0,
+            enqueued_ms: 5,
+            size: 1,
+            expires_ms: NEVER,
+            scheduled_ms: 0,
+        };
+        let activated = Record {
+            scheduled_ms: 4,
+            ..active
+        };
+        let deferred = Record {
+            state: MessageState::Deferred,
+            ..activated
+        };
+        let shown = [active, activated, deferred].map(|record| record.shown_state());
+        assert_eq!(
+            shown,
+            [
+                MessageState::Active,
+                MessageState::Scheduled,
+                MessageState::Deferred
+            ]
+        );
     }
 
     #[test]

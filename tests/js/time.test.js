@@ -120,10 +120,39 @@ brokerTest(
             `${message.messageId}: activated as ${seq(message)}, not a new number after the ` +
               `scheduled ones ${peeked.map(seq)}`,
           );
-          assert.equal(message.state, "active", `${message.messageId}: state`);
+          // Service Bus delivers a message it held until its due time with state "scheduled"
+          // (x-opt-message-state 2), as the SDK's own live suite asserts.
+          assert.equal(message.state, "scheduled", `${message.messageId}: state`);
           await receiver.completeMessage(message);
         }
       });
+    } finally {
+      await sender.close();
+    }
+  },
+);
+
+brokerTest(
+  "a subscription delivers a scheduled message as scheduled, one sent due already as active",
+  { topics: [{ name: "t", subscriptions: ["s"] }] },
+  async ({ client }) => {
+    const sender = client.createSender("t");
+    try {
+      const due = dueIn(SCHEDULE_LEAD_MS);
+      await sender.scheduleMessages(numbered("held", 0), due);
+      // A due time already past when it arrives: never held, so active.
+      await sender.sendMessages(numbered("past", 0, { scheduledEnqueueTimeUtc: new Date(0) }));
+      const receiver = client.createReceiver("t", "s");
+      try {
+        const [past] = await receiveExactly(receiver, 1);
+        assert.deepEqual([past.messageId, past.state], ["past-0", "active"]);
+        await receiver.completeMessage(past);
+        const [held] = await receiveWhenDue(receiver, 1, due);
+        assert.deepEqual([held.messageId, held.state], ["held-0", "scheduled"]);
+        await receiver.completeMessage(held);
+      } finally {
+        await receiver.close();
+      }
     } finally {
       await sender.close();
     }

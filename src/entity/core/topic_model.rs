@@ -1024,11 +1024,17 @@ impl Harness {
                 batch.push((stale, arrival));
             }
         }
-        for seq in seqs {
+        for (was_due, seq) in due {
             self.model.remove(LaneId::MAIN, seq);
             self.model.issued += 1;
             let sent = self.model.sent[&seq].clone();
             self.fan_out(self.model.issued, &sent, self.now);
+            // Each copy keeps the due time it was held until: it shows as scheduled.
+            for lane in self.model.lanes.values_mut() {
+                if let Some(kept) = lane.get_mut(&self.model.issued) {
+                    kept.due = was_due;
+                }
+            }
             self.model.sent.insert(self.model.issued, sent);
             self.note("activated");
         }
@@ -1188,9 +1194,14 @@ impl Harness {
                 .map(|(seq, k)| (*seq, k.state.code(), k.count, k.enqueued, k.expires, k.due))
                 .collect();
             let shown = self.peek(id);
+            // A peek shows an active message that was held until its due time as scheduled.
+            let scheduled = MessageState::Scheduled.code();
             let without_due: Vec<Seen> = expected
                 .iter()
-                .map(|s| (s.0, s.1, s.2, s.3, s.4, 0))
+                .map(|s| match (s.1, s.5) {
+                    (0, due) if due != 0 => (s.0, scheduled, s.2, s.3, s.4, 0),
+                    _ => (s.0, s.1, s.2, s.3, s.4, 0),
+                })
                 .collect();
             assert_eq!(
                 shown, without_due,

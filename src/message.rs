@@ -41,6 +41,8 @@ const MESSAGE_ID_FIELD: usize = 0;
 const ABSOLUTE_EXPIRY_TIME_FIELD: usize = 8;
 /// Index of `group-id` (the Service Bus session id) in the properties list.
 const GROUP_ID_FIELD: usize = 10;
+/// Index of `creation-time` in the properties list.
+const CREATION_TIME_FIELD: usize = 9;
 
 /// Section descriptor codes (AMQP 1.0 §3.2).
 mod code {
@@ -205,8 +207,10 @@ fn in_amqp_order(bytes: &Bytes, sections: &[Section]) -> Result<Option<Bytes>, M
 pub struct Arrival {
     /// The encoded message as the client sent it, its sections in AMQP's order.
     pub bytes: Bytes,
-    /// `header.ttl`: the message's time to live in milliseconds.
-    pub ttl_ms: Option<u32>,
+    /// The message's time to live in milliseconds: `header.ttl`, or for one longer than a
+    /// `uint` holds (`header.ttl` 2^32 - 1) `absolute-expiry-time` - `creation-time` (see
+    /// [`time_to_live`]).
+    pub ttl_ms: Option<i64>,
     /// Message annotation `x-opt-scheduled-enqueue-time`, in ms since the Unix epoch.
     pub scheduled_ms: Option<i64>,
     /// What a topic's rules read of the message ([`view`]); read only for topics.
@@ -261,10 +265,12 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
     // clients): it must be well formed to every depth. The sections read here are, item by
     // item, as they are read.
     let checked = Items::Checked;
+    let mut header_ttl = None;
+    let mut lifetime = None;
     for section in &sections {
         let raw = &arrival.bytes[section.range.clone()];
         match section.code {
-            code::HEADER => arrival.ttl_ms = read_header(raw, checked)?.ttl,
+            code::HEADER => header_ttl = read_header(raw, checked)?.ttl,
             // Passed on to the receiver, so a map it must be (its keys as they come: Service
             // Bus reads them so).
             code::DELIVERY_ANNOTATIONS => {
@@ -299,6 +305,8 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
                     .get(MESSAGE_ID_FIELD)
                     .filter(|id| **id != [0x40])
                     .map(|id| arrival.bytes.slice_ref(id));
+                let time = |index: usize| fields.get(index).and_then(|raw| read_time(raw));
+                lifetime = time(CREATION_TIME_FIELD).zip(time(ABSOLUTE_EXPIRY_TIME_FIELD));
             }
             code::APPLICATION_PROPERTIES => {
                 // String keys and simple values only (AMQP 1.0 §3.2.5), as Service Bus takes.
@@ -326,6 +334,7 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
             _ => {}
         }
     }
+    arrival.ttl_ms = time_to_live(header_ttl, lifetime);
     if arrival.message_id.is_none() {
         arrival.bytes = with_assigned_message_id(&arrival.bytes, &sections)?;
     }
@@ -391,6 +400,21 @@ pub fn unpack_batch(envelope: &Bytes) -> Result<Vec<Arrival>, MessageError> {
     Ok(messages)
 }
 
+/// A message's time to live from `header.ttl` and its (`creation-time`,
+/// `absolute-expiry-time`): the header's, unless that is the largest a `uint` holds
+/// (2^32 - 1 ms, 49.7 days) and the two times are further apart. The SDKs send a longer time
+/// to live that way (the JavaScript SDK's `toRheaMessage`, Java's since PR 11354); taking the
+/// header alone would expire a 100-day message after 49.7 days.
+fn time_to_live(header_ttl: Option<u32>, lifetime: Option<(i64, i64)>) -> Option<i64> {
+    let ttl = i64::from(header_ttl?);
+    match lifetime {
+        Some((created, expires)) if ttl == i64::from(u32::MAX) => {
+            Some(ttl.max(expires.saturating_sub(created)))
+        }
+        _ => Some(ttl),
+    }
+}
+
 /// The broker's view of a delivery: what it writes into the header and the annotations.
 #[derive(Debug, Clone)]
 pub struct DeliveryStamp {
@@ -405,8 +429,9 @@ pub struct DeliveryStamp {
     pub presettled: bool,
     /// The effective time to live, written into `header.ttl` (absent: the header's is kept).
     pub ttl_ms: Option<u32>,
-    /// When the message expires, written into `properties.absolute-expiry-time` (absent: the
-    /// properties are kept as sent).
+    /// When the message expires, written into `properties.absolute-expiry-time` when its
+    /// sender set none (absent, or a sender's own: the properties are kept as sent, as
+    /// Service Bus keeps them).
     pub expires_ms: Option<i64>,
 }
 
@@ -483,9 +508,11 @@ pub fn splice(
     write_annotations(out, code::MESSAGE_ANNOTATIONS, ours, &annotations)?;
     if let Some(expires_ms) = stamp.expires_ms {
         let raw = properties.as_ref().map(|range| &stored[range.clone()]);
-        write_properties_with_expiry(out, raw, expires_ms)?;
-        if let Some(range) = properties {
-            tail_start = range.end;
+        if !sets_expiry(raw)? {
+            write_properties_with_expiry(out, raw, expires_ms)?;
+            if let Some(range) = properties {
+                tail_start = range.end;
+            }
         }
     }
     let tail = &stored[tail_start..];
@@ -824,6 +851,17 @@ fn read_header(section: &[u8], items: Items) -> Result<HeaderFields, MessageErro
         ttl: uint(field(2))?,
         first_acquirer: boolean(field(3))?,
     })
+}
+
+/// Whether a properties section (if any) sets `absolute-expiry-time`.
+fn sets_expiry(section: Option<&[u8]>) -> Result<bool, MessageError> {
+    let Some(raw) = section else {
+        return Ok(false);
+    };
+    let fields = list_fields(raw, "properties", Items::Measured)?;
+    Ok(fields
+        .get(ABSOLUTE_EXPIRY_TIME_FIELD)
+        .is_some_and(|field| *field != [0x40]))
 }
 
 /// Writes a properties section (the stored one, or an empty one) with `absolute-expiry-time`
@@ -1386,6 +1424,75 @@ mod tests {
             );
             assert_eq!(props.message_id.is_some(), had_id, "other fields kept");
         }
+    }
+
+    #[test]
+    fn splice_keeps_an_expiry_time_the_sender_set() {
+        let stamp = DeliveryStamp {
+            delivery_count: 0,
+            annotations: Vec::new(),
+            lock_token: None,
+            presettled: false,
+            ttl_ms: Some(2_000),
+            expires_ms: Some(12_000),
+        };
+        let sent = Properties {
+            creation_time: Some(Timestamp::from_milliseconds(1_000)),
+            absolute_expiry_time: Some(Timestamp::from_milliseconds(61_000)),
+            ..Properties::default()
+        };
+        let mut stored = serde_amqp::to_vec(&Header::default()).expect("h");
+        stored.extend(serde_amqp::to_vec(&sent).expect("p"));
+        stored.extend(serde_amqp::to_vec(&Data(Binary::from(b"x".to_vec()))).expect("d"));
+        let whole = splice(&Bytes::from(stored), &stamp, &mut Vec::new()).expect("splice");
+        let sections = scan_sections(&whole).expect("scan");
+        let header: Header = serde_amqp::from_slice(&whole[sections[0].range.clone()]).expect("h");
+        assert_eq!(header.ttl, Some(2_000), "the effective time to live");
+        let props: Properties =
+            serde_amqp::from_slice(&whole[sections[2].range.clone()]).expect("props");
+        assert_eq!(
+            (props.creation_time, props.absolute_expiry_time),
+            (sent.creation_time, sent.absolute_expiry_time),
+            "the sender's times, as sent"
+        );
+    }
+
+    #[test]
+    fn a_time_to_live_past_a_uint_is_taken_from_the_expiry_time() {
+        const DAYS_100: i64 = 100 * 86_400_000;
+        let max = Some(u32::MAX);
+        let sent = Some((5_000, 5_000 + DAYS_100));
+        assert_eq!(time_to_live(max, sent), Some(DAYS_100));
+        assert_eq!(time_to_live(max, None), Some(i64::from(u32::MAX)));
+        assert_eq!(
+            time_to_live(max, Some((5_000, 6_000))),
+            Some(i64::from(u32::MAX)),
+            "never shorter than the header's"
+        );
+        assert_eq!(
+            time_to_live(Some(1_000), sent),
+            Some(1_000),
+            "a header that holds it wins"
+        );
+        assert_eq!(time_to_live(None, sent), None, "no header, no time to live");
+        let mut bytes = serde_amqp::to_vec(&Header {
+            ttl: max,
+            ..Header::default()
+        })
+        .expect("h");
+        bytes.extend(
+            serde_amqp::to_vec(&Properties {
+                creation_time: Some(Timestamp::from_milliseconds(5_000)),
+                absolute_expiry_time: Some(Timestamp::from_milliseconds(5_000 + DAYS_100)),
+                ..Properties::default()
+            })
+            .expect("p"),
+        );
+        bytes.extend(serde_amqp::to_vec(&Data(Binary::from(b"x".to_vec()))).expect("d"));
+        assert_eq!(
+            inspect(Bytes::from(bytes)).expect("valid").ttl_ms,
+            Some(DAYS_100)
+        );
     }
 
     #[test]

@@ -90,10 +90,8 @@ impl Intake {
 
     /// The time to live a message gets from the entity: its own, capped by the entity's
     /// default, or the default when it sets none ([`NEVER`]: unlimited).
-    pub fn ttl_ms(&self, message_ttl_ms: Option<u32>) -> i64 {
-        message_ttl_ms.map_or(self.default_ttl_ms, |ttl| {
-            i64::from(ttl).min(self.default_ttl_ms)
-        })
+    pub fn ttl_ms(&self, message_ttl_ms: Option<i64>) -> i64 {
+        message_ttl_ms.map_or(self.default_ttl_ms, |ttl| ttl.min(self.default_ttl_ms))
     }
 }
 

@@ -13,7 +13,6 @@ const assert = require("node:assert/strict");
 const Long = require("long"); // the SDK's own sequence-number type
 
 const {
-  CLOCK_SLACK_MS,
   assertOnlyMarkerLeft,
   brokerTest,
   expectedSummary,
@@ -246,6 +245,7 @@ brokerTest(
       "cap-1": 30_000, // none, the default
       "cap-2": 10_000, // shorter than the default: kept
     };
+    const sentTtl = { "cap-0": 3_600_000, "cap-2": 10_000 };
     await send(client, "q1", [
       numbered("cap", 0, { timeToLive: 3_600_000 }),
       numbered("cap", 1),
@@ -263,24 +263,69 @@ brokerTest(
           ttl,
           `${message.messageId}: expiresAtUtc - enqueuedTimeUtc`,
         );
-        // The broker writes absolute-expiry-time = enqueued time + effective ttl.
         const raw = message._rawAmqpMessage.properties;
-        assert.equal(
-          raw.absoluteExpiryTime - enqueued,
-          ttl,
-          `${message.messageId}: absolute-expiry-time - enqueued time`,
-        );
-        // The SDK's timeToLive is absolute-expiry-time - creation-time when both are set (its
-        // sender sets creation-time with a ttl), else header.ttl. The broker keeps the sender's
-        // creation-time, so the time the send took is added.
-        const slack = raw.creationTime === undefined ? 0 : enqueued - raw.creationTime;
-        assert.ok(
-          0 <= slack && slack <= CLOCK_SLACK_MS,
-          `${message.messageId}: created ${slack} ms before the enqueue`,
-        );
-        assert.equal(message.timeToLive, ttl + slack, `${message.messageId}: timeToLive`);
+        const sent = sentTtl[message.messageId];
+        if (sent === undefined) {
+          // Sent without one: the broker writes absolute-expiry-time = enqueued time + the
+          // entity's default, and the SDK's timeToLive is header.ttl.
+          assert.equal(raw.creationTime, undefined, `${message.messageId}: creation-time`);
+          assert.equal(raw.absoluteExpiryTime - enqueued, ttl, `${message.messageId}: expiry`);
+          assert.equal(message.timeToLive, ttl, `${message.messageId}: timeToLive`);
+        } else {
+          // The sender's creation-time and absolute-expiry-time are kept as sent, as Service
+          // Bus keeps them: the SDK's timeToLive (their difference) is what was sent, even
+          // where the entity's default cut the message's life short.
+          assert.equal(
+            raw.absoluteExpiryTime - raw.creationTime,
+            sent,
+            `${message.messageId}: absolute-expiry-time - creation-time`,
+          );
+          assert.equal(message.timeToLive, sent, `${message.messageId}: timeToLive`);
+        }
         await receiver.completeMessage(message);
       }
+    });
+  },
+);
+
+// Far beyond any entity default a test declares: only the message's own time to live counts.
+const HUNDRED_DAYS_MS = 100 * 24 * 3_600_000;
+
+brokerTest(
+  "a message's time to live comes back as sent, one past 2^32 - 1 ms included",
+  async ({ client }) => {
+    const annotated = (id, timeToLive) => ({
+      body: `annotated ${id}`,
+      bodyType: "value",
+      header: { timeToLive },
+      properties: { messageId: id },
+    });
+    const sent = {
+      "day-0": 86_400_000,
+      "short-0": 100_000,
+      // Past 2^32 - 1 ms: the SDK sends header.ttl 2^32 - 1 and absolute-expiry-time =
+      // creation-time + 100 days, and reads the difference back.
+      "long-0": HUNDRED_DAYS_MS,
+    };
+    await send(client, "q1", [
+      numbered("day", 0, { timeToLive: sent["day-0"] }),
+      annotated("short-0", sent["short-0"]),
+      annotated("long-0", sent["long-0"]),
+    ]);
+    await withReceiver(client, "q1", async (receiver) => {
+      const peeked = await peekAll(receiver);
+      const received = await receiveExactly(receiver, 3);
+      for (const [how, messages] of [
+        ["peeked", peeked],
+        ["received", received],
+      ]) {
+        assert.deepEqual(
+          messages.map((m) => [m.messageId, m.timeToLive]),
+          Object.entries(sent),
+          `${how}: timeToLive as sent`,
+        );
+      }
+      for (const message of received) await receiver.completeMessage(message);
     });
   },
 );

@@ -569,7 +569,7 @@ fn random_operations_match_a_simple_model() {
     }
 }
 
-fn timed(ttl_ms: Option<u32>, scheduled_ms: Option<i64>) -> Arrival {
+fn timed(ttl_ms: Option<i64>, scheduled_ms: Option<i64>) -> Arrival {
     Arrival {
         bytes: Bytes::from_static(b"t"),
         ttl_ms,
@@ -757,7 +757,7 @@ fn scheduled_and_expiring_messages_keep_their_state_across_recovery() {
 /// One message as the time model sees it.
 #[derive(Debug, Clone, Copy)]
 struct Timed {
-    ttl: Option<u32>,
+    ttl: Option<i64>,
     expires: i64,
     due: Option<i64>,
     locked: bool,
@@ -810,10 +810,8 @@ fn random_time_operations_keep_the_time_rules() {
         let mut model: BTreeMap<i64, Timed> = BTreeMap::new();
         let mut held: Vec<Delivery> = Vec::new();
         let mut stored: Vec<(i64, Record)> = Vec::new();
-        let expiry = |ttl: Option<u32>, at: i64| {
-            let ttl = ttl.map_or(rules.default_ttl_ms, |t| {
-                i64::from(t).min(rules.default_ttl_ms)
-            });
+        let expiry = |ttl: Option<i64>, at: i64| {
+            let ttl = ttl.map_or(rules.default_ttl_ms, |t| t.min(rules.default_ttl_ms));
             if ttl == NEVER {
                 NEVER
             } else {
@@ -826,7 +824,7 @@ fn random_time_operations_keep_the_time_rules() {
                     let first = q.next_seq();
                     let arrivals: Vec<Arrival> = (0..next(3) + 1)
                         .map(|_| {
-                            let ttl = (next(2) == 0).then(|| 50 + next(400) as u32);
+                            let ttl = (next(2) == 0).then(|| 50 + next(400) as i64);
                             let due = (next(3) == 0).then(|| now + 10 + next(300) as i64);
                             timed(ttl, due)
                         })

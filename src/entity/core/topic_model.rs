@@ -642,7 +642,10 @@ impl Harness {
             self.marker += 1;
             let bytes = encode(&properties, ttl, due, self.marker);
             let mut arrival = message::inspect(bytes).expect("a valid message");
-            assert_eq!((arrival.ttl_ms, arrival.scheduled_ms), (ttl, due));
+            assert_eq!(
+                (arrival.ttl_ms, arrival.scheduled_ms),
+                (ttl.map(i64::from), due)
+            );
             arrival.view = Some(Box::new(message::view(&arrival.bytes).expect("a view")));
             let sent = Sent {
                 bytes: arrival.bytes.clone(),

@@ -65,7 +65,7 @@ fn topic(default_ttl_ms: i64) -> EntityCore {
     )
 }
 
-fn message(properties: &[(&str, Value)], ttl_ms: Option<u32>) -> Arrival {
+fn message(properties: &[(&str, Value)], ttl_ms: Option<i64>) -> Arrival {
     let view = MessageView {
         application_properties: properties
             .iter()

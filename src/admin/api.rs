@@ -23,13 +23,13 @@ use crate::auth::sas::Token;
 use crate::auth::{path_covers, resource_path};
 use crate::clock::now_ms;
 use crate::config::forwarding;
+use crate::config::SERVICE_BUS_PARTITIONS;
 use crate::config::{
     Declaration, EntityStatus, PolicyConfig, QueueConfig, Rights, SecretKey, SubscriptionConfig,
     TopicConfig,
 };
 use crate::entity::handle::{Command, EntityError, EntityStats, LaneId};
 use crate::entity::operation::{Answer, Operation};
-use crate::entity::partition::SERVICE_BUS_PARTITIONS;
 use crate::entity::registry::{Entry, RegistryError};
 use crate::entity::topic::Rule;
 use crate::store::EntityTimes;

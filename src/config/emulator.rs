@@ -12,7 +12,7 @@
 //! serde_json carries no spans: errors name the JSON path, and [`locate`] finds where its value
 //! starts in the text for the line and column.
 
-use crate::entity::partition::SERVICE_BUS_PARTITIONS;
+use crate::config::SERVICE_BUS_PARTITIONS;
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -35,11 +35,17 @@ pub(super) const MAX_SIZE_IN_MEGABYTES: Limits<u64> = Limits {
     max: u64::MAX / (1024 * 1024),
     allowed: "at least 1",
 };
+/// The most partitions an entity may have (a partition's id fits the bits above a partitioned
+/// sequence number's 48).
+pub const MAX_PARTITIONS: u16 = 16;
+/// The partitions Service Bus Standard gives an entity with `EnablePartitioning`.
+pub const SERVICE_BUS_PARTITIONS: u16 = 16;
+
 /// `partitions` of a queue or topic (no default: absent, the entity is not partitioned).
 pub(super) const PARTITIONS: Limits<u16> = Limits {
     default: 1,
     min: 1,
-    max: crate::entity::partition::MAX_PARTITIONS,
+    max: MAX_PARTITIONS,
     allowed: "1 to 16",
 };
 /// `[admin] max_connections`: separate from the AMQP listeners', so that slow HTTP clients

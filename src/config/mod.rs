@@ -37,6 +37,7 @@ use self::raw::RawConfig;
 use self::validate::Source;
 
 pub use self::declaration::Declaration;
+pub use self::limits::SERVICE_BUS_PARTITIONS;
 pub use self::security::{PolicyConfig, Rights, SecretKey, TlsConfig};
 pub use self::status::EntityStatus;
 pub use self::topics::{

@@ -27,10 +27,6 @@ use crate::wire::annotation;
 pub const NUMBER_BITS: u32 = 48;
 /// The low bits of a partition's sequence number: the position's.
 const NUMBER_MASK: i64 = (1 << NUMBER_BITS) - 1;
-/// The most partitions an entity may have.
-pub const MAX_PARTITIONS: u16 = 16;
-/// The partitions Service Bus Standard gives an entity with `EnablePartitioning`.
-pub const SERVICE_BUS_PARTITIONS: u16 = 16;
 
 /// One actor's place: alone (an unpartitioned entity), or partition `id` of its entity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -1,11 +1,8 @@
 //! The entity task: owns an [`EntityCore`] and its log, drains its mailbox in batches, writes
 //! each batch's changes at once, and answers senders only after the durability point
 //! (design.md D2, D4, D5). Its clock work (lock expiry, scheduled activation, expiry) runs on
-//! every turn; the sweeper's and the reaper's ticks only wake it.
-//!
-//! Group commit in `sync` mode: answers wait in `unflushed` until a flush is requested, then
-//! in `flushing` until that flush completes; meanwhile the next batches are applied and
-//! written, so one fsync covers everything that arrived while the previous one ran.
+//! every turn; the sweeper's and the reaper's ticks only wake it. When its answers may leave is
+//! the [group commit](crate::entity::commit)'s.
 
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +19,7 @@ use uuid::Uuid;
 
 use crate::clock::{millis, now_ms};
 use crate::config::{EntityStatus, SubscriptionConfig};
+use crate::entity::commit::{wait_flush, Flushing, GroupCommit};
 use crate::entity::core::EntityCore;
 use crate::entity::forward::{self, Forwarder, Resolver};
 use crate::entity::handle::{
@@ -39,7 +37,7 @@ use crate::entity::staging::{Staged, StagedSettlement, Staging};
 use crate::entity::transfer;
 use crate::message;
 use crate::message::{Arrival, DeliveryStamp};
-use crate::store::{EntityLog, Flusher, Recovered, StoreError};
+use crate::store::{EntityLog, Recovered};
 use crate::wire::annotation;
 
 /// Mailbox capacity: senders wait (backpressure) when this many commands are queued.
@@ -52,21 +50,7 @@ const FORWARDING_RECEIVER: &str =
 /// Scheduled messages activated per turn, so a burst of due messages does not stall the
 /// mailbox; the rest follow on the next turns.
 const ACTIVATIONS_PER_TURN: usize = 1024;
-/// How long a `sync` entity lets changes that no answer waits for (a settlement the client
-/// settled itself, an expired lock or message) wait for a flush another change asks for,
-/// before it asks for one of its own. A window-1 sender's next message then needs one flush,
-/// not one behind its receiver's completion.
-const QUIET_FLUSH_MS: i64 = 5;
-
-/// When an entity's answers may leave.
-#[derive(Debug, Clone)]
-pub enum Commit {
-    /// Right after the write (`memory` mode, and `interval` mode with its periodic flusher,
-    /// whose failure poisons the entity too).
-    AfterWrite(Option<Flusher>),
-    /// After a flush covered the write (`sync` mode).
-    AfterFlush(Flusher),
-}
+pub use crate::entity::commit::Commit;
 
 /// Starts an entity's actor; `resolve` finds the targets its lanes forward to.
 pub fn spawn(
@@ -100,26 +84,18 @@ pub fn start(
     let topic = parts.subscriptions.map(|s| Arc::new(TopicState::new(s)));
     let mut actor = Actor {
         forwarder: Forwarder::new(resolve, answers),
-        flush_asked_below: parts.core.next_seq(),
-        quiet_since_ms: None,
+        commit: GroupCommit::new(commit, parts.express, parts.core.next_seq()),
         name: parts.name.clone(),
         topic: topic.clone(),
         core: parts.core,
         log: parts.log,
-        commit,
         consumers: HashMap::new(),
-        poisoned: None,
-        answers: Vec::new(),
-        quiet_answers: Vec::new(),
-        unflushed_awaited: false,
-        unflushed: Vec::new(),
         auto_delete_ms: parts.auto_delete_on_idle.map(millis),
         deleted: deleted.clone(),
         last_active_ms: now_ms(),
         reap: None,
         statuses: parts.statuses.into_iter().collect(),
         staging: Staging::default(),
-        express: parts.express,
         partition: parts.partition,
     };
     for (lane, forward) in &parts.forwards {
@@ -146,22 +122,6 @@ enum Removal {
     Asked,
 }
 
-/// An answer held back until its changes are durable.
-type HeldReply = (EventSink, EntityEvent);
-
-/// A flush in flight and what waits for it.
-struct Flushing {
-    done: oneshot::Receiver<FlushResult>,
-    /// Answers to send once it completes.
-    answers: Vec<HeldReply>,
-    /// Messages numbered below this become deliverable once it completes.
-    covers_next_seq: i64,
-    /// Transfers numbered below this become movable once it completes.
-    covers_next_transfer: i64,
-}
-
-type FlushResult = Result<(), StoreError>;
-
 /// One entity: all its lanes owned together, so that dead-lettering a message (delete here,
 /// store there) is one atomic write of one tree.
 struct Actor {
@@ -169,30 +129,13 @@ struct Actor {
     name: String,
     core: EntityCore,
     log: EntityLog,
-    commit: Commit,
+    /// When its answers may leave, and whether storage failed.
+    commit: GroupCommit,
     /// Where each consumer's deliveries go (the core knows its lane).
     consumers: HashMap<ConsumerId, EventSink>,
     /// A topic's subscriptions by name and whether its rules read messages, shared with its
     /// handles (the router and the connections read them).
     topic: Option<Arc<TopicState>>,
-    /// Set by the first storage failure; from then on nothing is acknowledged.
-    poisoned: Option<String>,
-    /// Answers of the batch being applied.
-    answers: Vec<HeldReply>,
-    /// Answers of the batch that no client waits for (settlements the client settled
-    /// itself: only a later detach's barrier counts them), so they ask for no flush of
-    /// their own (see [`QUIET_FLUSH_MS`]).
-    quiet_answers: Vec<HeldReply>,
-    /// Whether `unflushed` holds an answer a client waits for.
-    unflushed_awaited: bool,
-    /// Answers whose changes are written but not yet covered by a requested flush.
-    unflushed: Vec<HeldReply>,
-    /// Messages numbered below this are covered by a requested flush (the flush metrics
-    /// count the others).
-    flush_asked_below: i64,
-    /// Since when changes that no answer waits for are staged without a flush asked for them
-    /// (see [`QUIET_FLUSH_MS`]).
-    quiet_since_ms: Option<i64>,
     /// `auto_delete_on_idle` in ms, if the entity has it.
     auto_delete_ms: Option<i64>,
     /// Shared with every handle: set once the entity is deleted, so that commands it can no
@@ -210,9 +153,6 @@ struct Actor {
     forwarder: Forwarder,
     /// The work of the transactions this entity is the via entity of, until their discharge.
     staging: Staging,
-    /// Whether it answers without waiting for the flush `sync` mode waits for
-    /// (`EnableExpress`); its messages are still delivered only once flushed.
-    express: bool,
     /// Its place among its entity's partitions: what its positions and lock tokens look like
     /// to clients.
     partition: Partition,
@@ -228,11 +168,10 @@ impl Actor {
         let mut batch = Vec::with_capacity(BATCH);
         let mut flushing: Option<Flushing> = None;
         loop {
-            let quiet_flush_ms = self.quiet_since_ms.map(|since| since + QUIET_FLUSH_MS);
             let deadline = [
                 self.core.next_deadline_ms(),
                 self.forwarder.next_retry_ms(),
-                quiet_flush_ms,
+                self.commit.quiet_flush_at(),
             ];
             let deadline = deadline.into_iter().flatten().min().map(|at| {
                 let wait = u64::try_from(at.saturating_sub(now_ms())).unwrap_or(0);
@@ -243,7 +182,7 @@ impl Actor {
                 _ = shutdown.cancelled() => break,
                 result = wait_flush(&mut flushing), if flushing.is_some() => {
                     if let Some(done) = flushing.take() {
-                        self.on_flushed(result, done);
+                        self.commit.on_flushed(result, done, &mut self.core);
                     }
                 }
                 received = mailbox.recv_many(&mut batch, BATCH) => {
@@ -274,7 +213,7 @@ impl Actor {
             }
             // Write before dispatching, so the bytes of messages just sent can be read back.
             self.persist_and_reveal();
-            if self.poisoned.is_none() {
+            if !self.commit.is_poisoned() {
                 let now = now_ms();
                 for (consumer, binding) in self.core.bind_waiting(now) {
                     self.tell_bound(consumer, binding);
@@ -289,20 +228,15 @@ impl Actor {
                 }
                 self.persist();
             }
-            self.release_answers();
-            if flushing.is_none() && self.flush_due(now_ms()) {
-                self.commit_log();
-                flushing = self.request_flush();
+            self.commit.release_answers();
+            if flushing.is_none() && self.commit.flush_due(now_ms(), &self.log, &self.core) {
+                self.commit.commit_log(&mut self.log);
+                flushing = self.commit.request_flush(&self.core);
             }
         }
         self.persist();
-        self.commit_log();
-        if let Some(mut pending) = flushing {
-            let result = (&mut pending.done)
-                .await
-                .unwrap_or_else(|_| Err(flusher_gone()));
-            self.on_flushed(result, pending);
-        }
+        self.commit.commit_log(&mut self.log);
+        self.commit.complete_flush(flushing, &mut self.core).await;
         tracing::debug!(messages = self.core.len(), "entity stopped");
     }
 
@@ -338,7 +272,7 @@ impl Actor {
                     }
                 }
                 if !results.is_empty() {
-                    self.answers.push((events, EntityEvent::Sent { results }));
+                    self.commit.answer(events, EntityEvent::Sent { results });
                 }
             }
             Command::AddConsumer {
@@ -410,11 +344,11 @@ impl Actor {
                     .collect();
                 self.move_dead_letters();
                 if let Some((ticket, events)) = reply {
-                    let answers = match awaited {
-                        true => &mut self.answers,
-                        false => &mut self.quiet_answers,
-                    };
-                    answers.push((events, EntityEvent::Settled { ticket, results }));
+                    let answer = EntityEvent::Settled { ticket, results };
+                    match awaited {
+                        true => self.commit.answer(events, answer),
+                        false => self.commit.answer_quietly(events, answer),
+                    }
                 }
             }
             Command::Stage { txn, work, reply } => self.stage(txn, work, reply),
@@ -428,8 +362,8 @@ impl Actor {
                     tracing::debug!(txn, %error, "transaction rolled back at its commit");
                 }
                 if let Some((ticket, events)) = reply {
-                    self.answers
-                        .push((events, EntityEvent::Discharged { ticket, result }));
+                    self.commit
+                        .answer(events, EntityEvent::Discharged { ticket, result });
                 }
             }
             Command::GiveBack { delivery } => {
@@ -452,22 +386,22 @@ impl Actor {
                 operation,
                 reply: (ticket, events),
             } => {
-                let result = match &self.poisoned {
-                    Some(error) => Err(EntityError::Storage(error.clone())),
-                    None => self.manage(lane, *operation, now, &events),
-                };
-                self.answers
-                    .push((events, EntityEvent::Managed { ticket, result }));
+                let result = self
+                    .commit
+                    .check_healthy()
+                    .and_then(|()| self.manage(lane, *operation, now, &events));
+                self.commit
+                    .answer(events, EntityEvent::Managed { ticket, result });
             }
             Command::RemoveConsumer { consumer } => self.unsubscribe(consumer),
-            Command::ExpireDue { .. } if self.poisoned.is_some() => {}
+            Command::ExpireDue { .. } if self.commit.is_poisoned() => {}
             Command::ExpireDue { now_ms } => {
                 self.core.expire_due(now_ms);
                 self.move_dead_letters();
                 self.core.release_spare_capacity();
                 // The sweeper's tick is also the log's housekeeping turn.
                 if let Err(error) = self.log.compact() {
-                    self.poison(&error);
+                    self.commit.poison(&error);
                 }
             }
             Command::ReapIfIdle { reply } => match self.reap_subscriptions(now).is_idle(now) {
@@ -511,7 +445,7 @@ impl Actor {
                 );
                 self.auto_delete_ms = settings.auto_delete_on_idle.map(millis);
                 self.statuses.insert(0, settings.status);
-                self.express = settings.express;
+                self.commit.set_express(settings.express);
                 self.core
                     .detect_duplicates(settings.duplicate_window_ms, now);
                 if self.topic.is_none() {
@@ -568,9 +502,7 @@ impl Actor {
     /// Whether the entity takes these messages now: its status lets it receive sends, and
     /// in an entity that requires sessions each names a session of a valid length.
     fn check_sendable(&self, messages: &[Arrival]) -> Result<(), EntityError> {
-        if let Some(error) = &self.poisoned {
-            return Err(EntityError::Storage(error.clone()));
-        }
+        self.commit.check_healthy()?;
         self.check_status(LaneId::MAIN, EntityStatus::can_send, "Send")?;
         if self.core.requires_session_id() {
             for message in messages {
@@ -635,7 +567,9 @@ impl Actor {
                 reply.map(|(ticket, events)| (events, EntityEvent::Managed { ticket, result }))
             }
         };
-        self.answers.extend(answer);
+        if let Some((sink, event)) = answer {
+            self.commit.answer(sink, event);
+        }
     }
 
     /// Stages `schedule-message` in a transaction: the messages must be sendable now, and get
@@ -747,7 +681,7 @@ impl Actor {
             }
         }
         self.move_dead_letters();
-        self.persist_with(true);
+        self.commit.persist(&mut self.log, &mut self.core, true);
         Ok(())
     }
 
@@ -794,7 +728,7 @@ impl Actor {
                 let bytes = match self.log.body(lane, delivery.seq) {
                     Ok(bytes) => bytes,
                     Err(error) => {
-                        self.poison(&error);
+                        self.commit.poison(&error);
                         return over_hops;
                     }
                 };
@@ -905,7 +839,7 @@ impl Actor {
     /// The clock's work, run every turn (cheap when nothing is due): locks that ran out,
     /// scheduled messages that are due, messages whose time to live ran out.
     fn on_time(&mut self, now: i64) {
-        if self.poisoned.is_some() {
+        if self.commit.is_poisoned() {
             return;
         }
         self.core.expire_locks(now);
@@ -932,7 +866,7 @@ impl Actor {
         for seq in due {
             let bytes = match self.log.body(LaneId::MAIN, seq) {
                 Ok(bytes) => bytes,
-                Err(error) => return self.poison(&error),
+                Err(error) => return self.commit.poison(&error),
             };
             activated.push((seq, message::stored_arrival(bytes)));
         }
@@ -1037,15 +971,8 @@ impl Actor {
     ) {
         self.deleted.store(true, Ordering::Release);
         mailbox.close();
-        if let Some(mut pending) = flushing {
-            let result = (&mut pending.done)
-                .await
-                .unwrap_or_else(|_| Err(flusher_gone()));
-            self.on_flushed(result, pending);
-        }
-        for (sink, event) in std::mem::take(&mut self.unflushed) {
-            self.send_answer(sink, event);
-        }
+        self.commit.complete_flush(flushing, &mut self.core).await;
+        self.commit.answer_unflushed();
         while let Ok(command) = mailbox.try_recv() {
             command.refuse(&EntityError::Deleted);
         }
@@ -1340,7 +1267,7 @@ impl Actor {
                 let body = match self.log.body(lane, seq) {
                     Ok(body) => body,
                     Err(error) => {
-                        self.poison(&error);
+                        self.commit.poison(&error);
                         return Err(EntityError::Storage(error.to_string()));
                     }
                 };
@@ -1444,7 +1371,7 @@ impl Actor {
     fn drain(&mut self, consumer: ConsumerId, now: i64) {
         // Messages sent earlier in this batch count as there.
         self.persist_and_reveal();
-        let poisoned = self.poisoned.is_some();
+        let poisoned = self.commit.is_poisoned();
         let (deliveries, finished) = match (poisoned, self.core.lane_of(consumer)) {
             (false, Some(queue)) => queue.drain(consumer, now),
             _ => (Vec::new(), true),
@@ -1470,9 +1397,7 @@ impl Actor {
         lock: LockRef,
         settlement: &Settlement,
     ) -> Result<(), EntityError> {
-        if let Some(error) = &self.poisoned {
-            return Err(EntityError::Storage(error.clone()));
-        }
+        self.commit.check_healthy()?;
         let result = self.core.settle(consumer, lock, settlement);
         match (&result, settlement) {
             (Ok(lane), Settlement::Abandon(properties) | Settlement::Defer(properties)) => {
@@ -1493,7 +1418,7 @@ impl Actor {
         }
         let body = match self.log.body(lane, seq) {
             Ok(body) => body,
-            Err(error) => return self.poison(&error),
+            Err(error) => return self.commit.poison(&error),
         };
         match message::set_application_properties(&body, properties) {
             Ok(changed) => {
@@ -1515,7 +1440,7 @@ impl Actor {
             };
             let body = match self.log.body(from, dead.seq) {
                 Ok(body) => body,
-                Err(error) => return self.poison(&error),
+                Err(error) => return self.commit.poison(&error),
             };
             let body = message::set_application_properties(&body, &dead.properties).unwrap_or_else(
                 |error| {
@@ -1574,7 +1499,7 @@ impl Actor {
             self.send_run(run);
         }
         if let Some(error) = failure {
-            self.poison(&error);
+            self.commit.poison(&error);
         }
     }
 
@@ -1591,173 +1516,16 @@ impl Actor {
         }
     }
 
-    /// Stages the turn's changes in the log; `sync` entities write them just before asking
-    /// for a flush, the others at once. A failure poisons the entity.
+    /// Stages the turn's changes in the log (see [`GroupCommit::persist`]).
     fn persist(&mut self) {
-        self.persist_with(false);
+        self.commit.persist(&mut self.log, &mut self.core, false);
     }
 
-    /// [`Actor::persist`], and with `atomic` the write that takes these changes is one atomic
-    /// batch (a committed transaction: a crash keeps all of it or none).
-    fn persist_with(&mut self, atomic: bool) {
-        let (changes, moves) = self.core.take_changes();
-        if changes.is_empty() || self.poisoned.is_some() {
-            return;
-        }
-        self.log.stage(changes, moves || atomic);
-        if !matches!(self.commit, Commit::AfterFlush(_)) {
-            self.commit_log();
-        }
-    }
-
-    /// Asks for a flush covering what is written; the answers waiting for it go with the
-    /// request. A poisoned entity answers them now, as errors, instead.
-    fn request_flush(&mut self) -> Option<Flushing> {
-        match (&self.commit, &self.poisoned) {
-            (Commit::AfterFlush(flusher), None) => {
-                let covers_next_seq = self.core.next_seq();
-                let messages = covers_next_seq.saturating_sub(self.flush_asked_below);
-                self.flush_asked_below = covers_next_seq;
-                self.unflushed_awaited = false;
-                Some(Flushing {
-                    done: flusher.request(u64::try_from(messages).unwrap_or(0)),
-                    answers: std::mem::take(&mut self.unflushed),
-                    covers_next_seq,
-                    covers_next_transfer: self.core.next_transfer(),
-                })
-            }
-            _ => {
-                self.release_answers();
-                None
-            }
-        }
-    }
-
-    /// Whether a `sync` entity with no flush in flight asks for one now: an answer or a
-    /// message waits for it, or changes nobody waits for have waited [`QUIET_FLUSH_MS`] (until
-    /// then they go with the next flush another change asks for).
-    fn flush_due(&mut self, now: i64) -> bool {
-        if !matches!(self.commit, Commit::AfterFlush(_)) {
-            return false;
-        }
-        let waited_for = self.unflushed_awaited || self.core.has_unrevealed();
-        let quiet = self.log.has_staged() || !self.unflushed.is_empty();
-        if waited_for || !quiet {
-            self.quiet_since_ms = None;
-            return waited_for;
-        }
-        let since = *self.quiet_since_ms.get_or_insert(now);
-        let due = now >= since + QUIET_FLUSH_MS;
-        if due {
-            self.quiet_since_ms = None;
-        }
-        due
-    }
-
-    /// Writes what the log has staged. A failure poisons the entity.
-    fn commit_log(&mut self) {
-        if self.poisoned.is_some() {
-            return;
-        }
-        if let Err(error) = self.log.commit() {
-            self.poison(&error);
-        }
-    }
-
-    /// Writes the journal; without a flush to wait for, what is written may be delivered.
+    /// Writes the turn's changes; without a flush to wait for, what is written may be
+    /// delivered.
     fn persist_and_reveal(&mut self) {
-        self.persist();
-        if let (Commit::AfterWrite(_), None) = (&self.commit, &self.poisoned) {
-            self.core.reveal_up_to(self.core.next_seq());
-            self.core.reveal_transfers_up_to(self.core.next_transfer());
-        }
-    }
-
-    /// Sends the batch's answers now, or parks them for the next flush.
-    fn release_answers(&mut self) {
-        if let Commit::AfterWrite(Some(flusher)) = &self.commit {
-            if let Some(error) = flusher.poisoned().cloned() {
-                self.poison(&error);
-            }
-        }
-        let answers = std::mem::take(&mut self.answers);
-        let quiet = std::mem::take(&mut self.quiet_answers);
-        match (&self.commit, &self.poisoned) {
-            // An express entity answers now; its write and flush follow all the same.
-            (Commit::AfterFlush(_), None) if !self.express => {
-                self.unflushed_awaited |= !answers.is_empty();
-                self.unflushed.extend(answers);
-                self.unflushed.extend(quiet);
-            }
-            _ => {
-                let unflushed = std::mem::take(&mut self.unflushed);
-                self.unflushed_awaited = false;
-                for (sink, event) in unflushed.into_iter().chain(answers).chain(quiet) {
-                    self.send_answer(sink, event);
-                }
-            }
-        }
-    }
-
-    fn on_flushed(&mut self, result: FlushResult, flushed: Flushing) {
-        match result {
-            Ok(()) => {
-                self.core.reveal_up_to(flushed.covers_next_seq);
-                self.core
-                    .reveal_transfers_up_to(flushed.covers_next_transfer);
-            }
-            Err(error) => self.poison(&error),
-        }
-        for (sink, event) in flushed.answers {
-            self.send_answer(sink, event);
-        }
-    }
-
-    /// Sends one answer; once poisoned, successes become storage errors (their durability
-    /// is unknown).
-    fn send_answer(&self, sink: EventSink, event: EntityEvent) {
-        let event = match (&self.poisoned, event) {
-            (Some(error), EntityEvent::Sent { results }) => EntityEvent::Sent {
-                results: results
-                    .into_iter()
-                    .map(|(ticket, _)| (ticket, Err(EntityError::Storage(error.clone()))))
-                    .collect(),
-            },
-            (Some(error), EntityEvent::Settled { ticket, results }) => EntityEvent::Settled {
-                ticket,
-                results: results
-                    .into_iter()
-                    .map(|_| Err(EntityError::Storage(error.clone())))
-                    .collect(),
-            },
-            (_, event) => event,
-        };
-        let _ = sink.send(event);
-    }
-
-    fn poison(&mut self, error: &StoreError) {
-        if self.poisoned.is_none() {
-            crate::metrics::broker().storage_errors.inc();
-            tracing::error!(%error, "storage failed: the entity stops acknowledging");
-            self.poisoned = Some(error.to_string());
-        }
-    }
-}
-
-fn flusher_gone() -> StoreError {
-    StoreError::Sled("the flusher has stopped".into())
-}
-
-/// The result of the flush in flight.
-///
-/// # Cancel safety
-/// Cancel safe: the receiver stays in place until it yields.
-async fn wait_flush(flushing: &mut Option<Flushing>) -> FlushResult {
-    match flushing {
-        Some(pending) => (&mut pending.done)
-            .await
-            .unwrap_or_else(|_| Err(flusher_gone())),
-        None => std::future::pending().await,
+        self.commit
+            .persist_and_reveal(&mut self.log, &mut self.core);
     }
 }
 
@@ -1795,7 +1563,9 @@ fn forwarded(bytes: Bytes, seq: i64, hops: i64, dead_letter_source: Option<&str>
 mod tests {
     use super::*;
     use crate::config::{Config, Durability};
+    use crate::entity::commit::QUIET_FLUSH_MS;
     use crate::message::Arrival;
+    use crate::store::Flusher;
     use crate::store::Store;
 
     /// A `sync`-mode queue (express or not) whose flushes `commit` performs; its handle, the

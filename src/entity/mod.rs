@@ -2,6 +2,7 @@
 //! task and the registry.
 
 pub mod actor;
+pub mod commit;
 pub mod core;
 pub mod duplicates;
 pub mod forward;

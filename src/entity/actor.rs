@@ -241,7 +241,7 @@ impl Actor {
     }
 
     fn apply(&mut self, mut command: Command, now: i64) {
-        self.unmark_tokens(&mut command);
+        command.unmark_tokens(self.partition);
         let rules_may_change = matches!(
             command,
             Command::Manage { .. }
@@ -1050,58 +1050,6 @@ impl Actor {
         }
     }
 
-    /// Reads the lock tokens of a client's command as the lanes made them (a partition's
-    /// carry its id: see [`Partition::mark`]).
-    fn unmark_tokens(&self, command: &mut Command) {
-        if self.partition == Partition::ALONE {
-            return;
-        }
-        let partition = self.partition;
-        let unmark_locks = |items: &mut Vec<(LockRef, Settlement)>| {
-            for (lock, _) in items {
-                lock.token = partition.unmark(lock.token);
-            }
-        };
-        let unmark_all = |tokens: &mut Vec<Uuid>| {
-            for token in tokens {
-                *token = partition.unmark(*token);
-            }
-        };
-        match command {
-            Command::Settle { items, .. }
-            | Command::Stage {
-                work: Work::Settle { items, .. },
-                ..
-            } => unmark_locks(items),
-            Command::Stage {
-                work: Work::SettleByToken { tokens, .. },
-                ..
-            } => unmark_all(tokens),
-            Command::GiveBack { delivery } => {
-                delivery.lock_token = delivery.lock_token.map(|token| partition.unmark(token));
-            }
-            Command::Manage { operation, .. } => match &mut **operation {
-                Operation::RenewLock { tokens } | Operation::UpdateDisposition { tokens, .. } => {
-                    unmark_all(tokens);
-                }
-                _ => {}
-            },
-            _ => {}
-        }
-    }
-
-    /// The position a client's sequence number stands for in `lane` (see
-    /// [`Partition::position`]); `kind` names what the client looks for, for the refusal.
-    fn position(&self, lane: LaneId, seq: i64, kind: &'static str) -> Result<i64, EntityError> {
-        let next = match lane.is_transfer() {
-            true => self.core.next_transfer(),
-            false => self.core.next_seq(),
-        };
-        self.partition
-            .position(seq, next)
-            .ok_or(EntityError::MessageNotFound(seq, kind))
-    }
-
     /// [`Actor::manage_positions`], with the numbers and tokens of the request and the
     /// answer as clients see them.
     fn manage(
@@ -1111,70 +1059,20 @@ impl Actor {
         now: i64,
         caller: &EventSink,
     ) -> Result<Answer, EntityError> {
-        if self.partition == Partition::ALONE {
-            return self.manage_positions(lane, operation, now, caller);
-        }
-        let partition = self.partition;
-        let operation = match operation {
-            Operation::Peek {
-                from,
-                count,
-                session,
-            } => {
-                let oldest = self.core.lane(lane)?.oldest().unwrap_or(i64::MAX);
-                let Some(from) = partition.peek_start(from, oldest) else {
-                    return Ok(Answer::Peeked(Vec::new()));
-                };
-                Operation::Peek {
-                    from,
-                    count,
-                    session,
-                }
-            }
-            Operation::ReceiveBySequence {
-                seqs,
-                mode,
-                session,
-            } => Operation::ReceiveBySequence {
-                seqs: seqs
-                    .into_iter()
-                    .map(|seq| self.position(lane, seq, "deferred"))
-                    .collect::<Result<_, _>>()?,
-                mode,
-                session,
-            },
-            Operation::CancelScheduled { seqs } => Operation::CancelScheduled {
-                seqs: seqs
-                    .into_iter()
-                    .map(|seq| self.position(lane, seq, "scheduled"))
-                    .collect::<Result<_, _>>()?,
-            },
-            Operation::Resubmit { seq } => Operation::Resubmit {
-                seq: self.position(lane, seq, "unlocked dead-lettered")?,
-            },
-            operation => operation,
+        let next = match lane.is_transfer() {
+            true => self.core.next_transfer(),
+            false => self.core.next_seq(),
         };
-        let answer = self
-            .manage_positions(lane, operation, now, caller)
-            .map_err(|error| match error {
-                EntityError::MessageNotFound(seq, kind) => {
-                    EntityError::MessageNotFound(partition.visible(seq), kind)
-                }
-                error => error,
-            })?;
-        Ok(match answer {
-            Answer::Received(messages) => Answer::Received(
-                messages
-                    .into_iter()
-                    .map(|(token, bytes)| (partition.mark(token), bytes))
-                    .collect(),
-            ),
-            Answer::Scheduled(numbers) => {
-                Answer::Scheduled(numbers.into_iter().map(|n| partition.visible(n)).collect())
-            }
-            Answer::Moved(seq) => Answer::Moved(partition.visible(seq)),
-            answer => answer,
-        })
+        let oldest = match (self.partition, &operation) {
+            (Partition::ALONE, _) => 0,
+            (_, Operation::Peek { .. }) => self.core.lane(lane)?.oldest().unwrap_or(i64::MAX),
+            _ => 0,
+        };
+        let Some(operation) = self.partition.to_positions(operation, next, oldest)? else {
+            return Ok(Answer::Peeked(Vec::new()));
+        };
+        let result = self.manage_positions(lane, operation, now, caller);
+        self.partition.to_visible(result)
     }
 
     /// Performs a management operation (amqp-dialect.md §7.3) for the connection whose

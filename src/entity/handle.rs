@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::config::SubscriptionConfig;
 use crate::entity::operation::{Answer, Operation};
-use crate::entity::partition::Routing;
+use crate::entity::partition::{Partition, Routing};
 use crate::entity::queue::{LaneActivity, LaneCounts};
 use crate::entity::settings::Settings;
 pub use crate::entity::terms::{
@@ -245,6 +245,45 @@ impl Command {
 }
 
 impl Command {
+    /// Reads the lock tokens of a client's command as the lanes of `partition` made them (a
+    /// partition's carry its id: see [`Partition::mark`]).
+    pub fn unmark_tokens(&mut self, partition: Partition) {
+        if partition == Partition::ALONE {
+            return;
+        }
+        let unmark_locks = |items: &mut Vec<(LockRef, Settlement)>| {
+            for (lock, _) in items {
+                lock.token = partition.unmark(lock.token);
+            }
+        };
+        let unmark_all = |tokens: &mut Vec<Uuid>| {
+            for token in tokens {
+                *token = partition.unmark(*token);
+            }
+        };
+        match self {
+            Command::Settle { items, .. }
+            | Command::Stage {
+                work: Work::Settle { items, .. },
+                ..
+            } => unmark_locks(items),
+            Command::Stage {
+                work: Work::SettleByToken { tokens, .. },
+                ..
+            } => unmark_all(tokens),
+            Command::GiveBack { delivery } => {
+                delivery.lock_token = delivery.lock_token.map(|token| partition.unmark(token));
+            }
+            Command::Manage { operation, .. } => match &mut **operation {
+                Operation::RenewLock { tokens } | Operation::UpdateDisposition { tokens, .. } => {
+                    unmark_all(tokens);
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+
     /// A send of one transfer, answered on `events` when it has a ticket.
     pub fn send(messages: Vec<Arrival>, ticket: Option<Ticket>, events: EventSink) -> Command {
         Command::Send {

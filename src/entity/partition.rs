@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 
 use uuid::Uuid;
 
+use crate::entity::operation::{Answer, Operation};
 use crate::entity::terms::EntityError;
 use crate::message::Arrival;
 
@@ -125,6 +126,93 @@ impl Partition {
     }
 }
 
+impl Partition {
+    /// A client's management operation as this partition's lanes take it: its sequence
+    /// numbers as positions (`next`: the lane's next position; `oldest`: its oldest
+    /// message's). `None`: it asks nothing of this partition (a peek from a later
+    /// partition's number).
+    ///
+    /// # Errors
+    /// [`EntityError::MessageNotFound`] for a number no position of this partition shows as.
+    pub fn to_positions(
+        self,
+        operation: Operation,
+        next: i64,
+        oldest: i64,
+    ) -> Result<Option<Operation>, EntityError> {
+        if self.0.is_none() {
+            return Ok(Some(operation));
+        }
+        let position = |seq: i64, kind: &'static str| {
+            self.position(seq, next)
+                .ok_or(EntityError::MessageNotFound(seq, kind))
+        };
+        let all = |seqs: Vec<i64>, kind: &'static str| -> Result<Vec<i64>, EntityError> {
+            seqs.into_iter().map(|seq| position(seq, kind)).collect()
+        };
+        Ok(Some(match operation {
+            Operation::Peek {
+                from,
+                count,
+                session,
+            } => match self.peek_start(from, oldest) {
+                Some(from) => Operation::Peek {
+                    from,
+                    count,
+                    session,
+                },
+                None => return Ok(None),
+            },
+            Operation::ReceiveBySequence {
+                seqs,
+                mode,
+                session,
+            } => Operation::ReceiveBySequence {
+                seqs: all(seqs, "deferred")?,
+                mode,
+                session,
+            },
+            Operation::CancelScheduled { seqs } => Operation::CancelScheduled {
+                seqs: all(seqs, "scheduled")?,
+            },
+            Operation::Resubmit { seq } => Operation::Resubmit {
+                seq: position(seq, "unlocked dead-lettered")?,
+            },
+            operation => operation,
+        }))
+    }
+
+    /// An operation's result as clients see it: sequence numbers visible and lock tokens
+    /// marked, in its answer and in a refusal naming a message.
+    ///
+    /// # Errors
+    /// The refusal it was given.
+    pub fn to_visible(self, result: Result<Answer, EntityError>) -> Result<Answer, EntityError> {
+        if self.0.is_none() {
+            return result;
+        }
+        let answer = result.map_err(|error| match error {
+            EntityError::MessageNotFound(seq, kind) => {
+                EntityError::MessageNotFound(self.visible(seq), kind)
+            }
+            error => error,
+        })?;
+        Ok(match answer {
+            Answer::Received(messages) => Answer::Received(
+                messages
+                    .into_iter()
+                    .map(|(token, bytes)| (self.mark(token), bytes))
+                    .collect(),
+            ),
+            Answer::Scheduled(numbers) => {
+                Answer::Scheduled(numbers.into_iter().map(|n| self.visible(n)).collect())
+            }
+            Answer::Moved(seq) => Answer::Moved(self.visible(seq)),
+            answer => answer,
+        })
+    }
+}
+
 /// The partition a sequence number belongs to.
 pub fn of_number(visible: i64) -> usize {
     usize::try_from(visible >> NUMBER_BITS).unwrap_or(usize::MAX)
@@ -230,6 +318,57 @@ mod tests {
     use super::*;
 
     const LIMIT: i64 = 1 << NUMBER_BITS;
+
+    #[test]
+    fn operations_and_answers_cross_between_visible_numbers_and_positions() {
+        use crate::entity::terms::ReceiveMode;
+        let two = Partition::numbered(2);
+        let receive = |seqs| Operation::ReceiveBySequence {
+            seqs,
+            mode: ReceiveMode::PeekLock,
+            session: None,
+        };
+        let Ok(Some(Operation::ReceiveBySequence { seqs, .. })) =
+            two.to_positions(receive(vec![two.visible(5), two.visible(7)]), 10, 1)
+        else {
+            panic!("this partition's numbers are its positions");
+        };
+        assert_eq!(seqs, [5, 7]);
+        let other = Partition::numbered(3).visible(5);
+        assert!(matches!(
+            two.to_positions(receive(vec![other]), 10, 1),
+            Err(EntityError::MessageNotFound(seq, "deferred")) if seq == other
+        ));
+        let peek = |from| Operation::Peek {
+            from,
+            count: 1,
+            session: None,
+        };
+        assert!(
+            matches!(two.to_positions(peek(other), 10, 1), Ok(None)),
+            "a peek from a later partition's number asks nothing here"
+        );
+        assert!(matches!(
+            Partition::ALONE.to_positions(receive(vec![99]), 10, 1),
+            Ok(Some(Operation::ReceiveBySequence { seqs, .. })) if seqs == [99]
+        ));
+
+        let refused = two.to_visible(Err(EntityError::MessageNotFound(5, "scheduled")));
+        assert!(
+            matches!(refused, Err(EntityError::MessageNotFound(seq, _)) if seq == two.visible(5))
+        );
+        let token = Uuid::from_u128(0xabcd_0000);
+        let Ok(Answer::Received(received)) =
+            two.to_visible(Ok(Answer::Received(vec![(token, bytes::Bytes::new())])))
+        else {
+            panic!("received");
+        };
+        assert_eq!(received[0].0, two.mark(token));
+        assert!(matches!(
+            two.to_visible(Ok(Answer::Scheduled(vec![5]))),
+            Ok(Answer::Scheduled(numbers)) if numbers == [two.visible(5)]
+        ));
+    }
 
     #[test]
     fn an_unpartitioned_entity_shows_its_positions() {

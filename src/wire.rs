@@ -13,6 +13,10 @@ pub fn entity_path(address: &str) -> &str {
     path.trim_start_matches('/')
 }
 
+/// The namespace's name: what the administration API's `$namespaceinfo` reports, and what
+/// Service Bus's messages name an entity under (`<namespace>:Topic:<topic>|...`).
+pub const NAMESPACE: &str = "tidebus";
+
 /// Message-annotation keys (amqp-dialect.md §5.1).
 pub mod annotation {
     /// Sequence number of a stored message (long).

@@ -48,6 +48,17 @@ impl Request {
         request
     }
 
+    /// Decodes what the complete leading sections of a request's first bytes say (the rest
+    /// of a request too large to keep was not kept): its `message-id` and `reply-to`, enough
+    /// to answer it.
+    pub fn decode_head(head: &Bytes) -> Request {
+        let mut end = 0;
+        while let Ok(len) = encoding::value_len(head, end) {
+            end += len;
+        }
+        Request::decode(&head.slice(..end))
+    }
+
     fn read_sections(&mut self, bytes: &Bytes) -> Result<(), MessageError> {
         for section in message::scan_sections(bytes)? {
             let raw = &bytes[section.range.clone()];

@@ -32,7 +32,7 @@ pub enum Step {
     /// The delivery is whole.
     Whole(Whole),
     /// A request to a request/response node was larger than the link takes: only its first
-    /// [`REQUEST_HEAD`] bytes are kept (enough for its properties, to answer it), with the
+    /// [`REQUEST_HEAD`] bytes (at most the link's limit) are kept (enough for its properties, to answer it), with the
     /// error it is refused with.
     Oversized(Whole, definitions::Error),
 }
@@ -97,7 +97,10 @@ pub fn receive(
     partial.received += payload.len() as u64;
     let oversized = partial.received > incoming.max_message_size;
     let head = match incoming.node {
-        Node::Cbs | Node::Management(..) => REQUEST_HEAD,
+        // No more than a whole request may hold: the budget is counted in those.
+        Node::Cbs | Node::Management(..) => {
+            REQUEST_HEAD.min(usize::try_from(incoming.max_message_size).unwrap_or(usize::MAX))
+        }
         Node::Entity(..) | Node::Coordinator => 0,
     };
     if oversized {
@@ -471,7 +474,7 @@ mod tests {
         let Step::Oversized(whole, error) = last else {
             panic!("{last:?}")
         };
-        assert_eq!(&whole.bytes[..], b"abcdefg");
+        assert_eq!(&whole.bytes[..], b"abcde", "no more than the link's limit");
         assert_eq!(error.condition, LinkError::MessageSizeExceeded.into());
         assert!(
             out.frames.is_empty(),
@@ -479,7 +482,8 @@ mod tests {
         );
         assert!(budget_free(&budget));
 
-        static BIG: [u8; REQUEST_HEAD + 100] = [7; REQUEST_HEAD + 100];
+        static BIG: [u8; 2 * REQUEST_HEAD] = [7; 2 * REQUEST_HEAD];
+        link.max_message_size = REQUEST_HEAD as u64 + 100;
         let step = take(&mut link, frame(Some(2), false), &BIG, &budget, &mut out).unwrap();
         let Step::Oversized(whole, _) = step else {
             panic!("{step:?}")

@@ -38,7 +38,7 @@ pub struct Request {
     /// The transaction its transfer named, if any.
     pub txn: Option<Binary>,
     /// Why it is refused unread, when it was larger than its link takes: then `bytes` are
-    /// only its first ones, and it is answered with 413 `amqp:link:message-size-exceeded`.
+    /// only its first ones, and it is answered with 403 `amqp:link:message-size-exceeded`.
     pub too_large: Option<String>,
 }
 
@@ -195,7 +195,7 @@ impl Requests {
                 Node::Cbs => Style::Cbs,
                 _ => Style::Management,
             };
-            let refusal = Response::error(413, wire::condition::MESSAGE_SIZE_EXCEEDED, description);
+            let refusal = Response::error(403, wire::condition::MESSAGE_SIZE_EXCEEDED, description);
             return Some(Reply {
                 link: reply_link,
                 encoded: refusal.encode(decoded.message_id, style),

@@ -877,7 +877,7 @@ async fn an_oversized_message_is_rejected_and_the_link_stays() {
 }
 
 /// Issue 56.5: a management request over `max_message_size` is accepted and answered on its
-/// reply link with 413 `amqp:link:message-size-exceeded` and its message-id (a client waiting
+/// reply link with 403 `amqp:link:message-size-exceeded` and its message-id (a client waiting
 /// for the response ignores a rejected delivery); one whose first bytes name no message-id
 /// cannot be answered, so its link alone is detached with that error, and the connection goes
 /// on.
@@ -908,7 +908,7 @@ async fn an_oversized_management_request_is_answered_and_an_unnamed_one_detaches
     assert!(matches!(outcome, DeliveryState::Accepted(_)), "{outcome:?}");
     let (_, answer) = client.delivery(0).await;
     let (answer, status) = hostile_requests::answer_status(&answer);
-    assert_eq!(status, Some(SimpleValue::Int(413)));
+    assert_eq!(status, Some(SimpleValue::Int(403)));
     let properties = answer.application_properties.expect("status").0;
     assert_eq!(
         properties.get("errorCondition"),

@@ -13,6 +13,10 @@ pub fn entity_path(address: &str) -> &str {
     path.trim_start_matches('/')
 }
 
+/// The namespace's name: what the administration API's `$namespaceinfo` reports, and what
+/// Service Bus's messages name an entity under (`<namespace>:Topic:<topic>|...`).
+pub const NAMESPACE: &str = "tidebus";
+
 /// Message-annotation keys (amqp-dialect.md §5.1).
 pub mod annotation {
     /// Sequence number of a stored message (long).
@@ -105,6 +109,9 @@ pub mod condition {
     pub const UNAUTHORIZED_ACCESS: &str = "amqp:unauthorized-access";
     /// No session became available in time.
     pub const TIMEOUT: &str = "com.microsoft:timeout";
+    /// A message (or a request) larger than the link takes; the JavaScript, Python and .NET
+    /// SDKs raise `MessageSizeExceeded` for it, in a management response as in a detach.
+    pub const MESSAGE_SIZE_EXCEEDED: &str = "amqp:link:message-size-exceeded";
     /// The transaction a request names is not known (never declared, or ended).
     pub const TRANSACTION_UNKNOWN_ID: &str = "amqp:transaction:unknown-id";
     /// The transaction a request names ran past its timeout and was rolled back.

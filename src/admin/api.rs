@@ -33,6 +33,7 @@ use crate::entity::operation::{Answer, Operation};
 use crate::entity::registry::{Entry, RegistryError};
 use crate::entity::topic::Rule;
 use crate::store::EntityTimes;
+use crate::wire;
 
 /// Entries per feed page when the client names no `$top`.
 const DEFAULT_TOP: usize = 100;
@@ -109,11 +110,11 @@ pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<
     let updating = request.headers().contains_key(IF_MATCH);
     match (method, target(&path)) {
         (Method::GET, Target::Namespace) => {
-            let content = atom::namespace_info("tidebus", admin.started_ms);
+            let content = atom::namespace_info(wire::NAMESPACE, admin.started_ms);
             entry_response(
                 StatusCode::OK,
                 &urls.of("$namespaceinfo"),
-                "tidebus",
+                wire::NAMESPACE,
                 admin.started_ms,
                 &content,
             )
@@ -1012,7 +1013,7 @@ async fn manage(
 /// An entity's refusal of a rule operation, as Service Bus answers it.
 fn entity_refusal(refused: &EntityError) -> Response<Full<Bytes>> {
     let status = match refused {
-        EntityError::RuleExists(_) => StatusCode::CONFLICT,
+        EntityError::RuleExists { .. } => StatusCode::CONFLICT,
         EntityError::RuleNotFound(_) => StatusCode::NOT_FOUND,
         EntityError::FilterQuotaExceeded { .. } => StatusCode::FORBIDDEN,
         EntityError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,

@@ -15,6 +15,7 @@ use crate::amqp::transactions::Transactions;
 use crate::clock;
 use crate::entity::handle::{Command, EntityHandle, EventSink, Ticket, Work};
 use crate::message::{self, BATCH_MESSAGE_FORMAT};
+use crate::node::Node;
 
 /// Longest delivery tag, in bytes (AMQP 1.0 §2.8.7).
 pub const MAX_DELIVERY_TAG: usize = 32;
@@ -30,7 +31,17 @@ pub enum Step {
     Detach(definitions::Error),
     /// The delivery is whole.
     Whole(Whole),
+    /// A request to a request/response node was larger than the link takes: only its first
+    /// [`REQUEST_HEAD`] bytes (at most the link's limit) are kept (enough for its properties, to answer it), with the
+    /// error it is refused with.
+    Oversized(Whole, definitions::Error),
 }
+
+/// How much of an oversized request to a request/response node is kept: its leading
+/// sections (properties, application properties) name the request and its reply link, so it
+/// can be answered with a refusal; a client waiting for a response ignores a rejected
+/// delivery (the JavaScript SDK's management client does).
+pub const REQUEST_HEAD: usize = 8 * 1024;
 
 /// Takes one transfer frame of a client sender: reassembles the delivery within the
 /// connection's `budget`, counts it against the link credit (topping the credit up with a
@@ -85,10 +96,16 @@ pub fn receive(
     }
     partial.received += payload.len() as u64;
     let oversized = partial.received > incoming.max_message_size;
+    let head = match incoming.node {
+        // No more than a whole request may hold: the budget is counted in those.
+        Node::Cbs | Node::Management(..) => {
+            REQUEST_HEAD.min(usize::try_from(incoming.max_message_size).unwrap_or(usize::MAX))
+        }
+        Node::Entity(..) | Node::Coordinator => 0,
+    };
     if oversized {
-        // Keep reading the delivery's frames, but stop keeping its bytes.
-        partial.bytes = BytesMut::new();
-        partial.charge.release();
+        // Keep reading the delivery's frames, but stop keeping its bytes beyond its head.
+        keep_head(&mut partial, &payload, head);
     }
     if transfer.more {
         if !oversized {
@@ -106,7 +123,9 @@ pub fn receive(
         incoming.partial = Some(partial);
         return Ok(Step::Waiting);
     }
-    let bytes = if partial.bytes.is_empty() {
+    let bytes = if oversized {
+        std::mem::take(&mut partial.bytes).freeze()
+    } else if partial.bytes.is_empty() {
         payload
     } else {
         partial.bytes.extend_from_slice(&payload);
@@ -128,8 +147,18 @@ pub fn receive(
                 partial.received, incoming.max_message_size
             ),
         );
-        // A pre-settled one cannot be rejected: its link is detached, so the sender (a
-        // management client waiting for its answer, say) learns at once.
+        if head > 0 {
+            let whole = Whole {
+                delivery_id: partial.delivery_id,
+                settled: partial.settled,
+                message_format: partial.message_format,
+                bytes,
+                txn: partial.txn,
+            };
+            return Ok(Step::Oversized(whole, error));
+        }
+        // A pre-settled one cannot be rejected: its link is detached, so the sender learns at
+        // once.
         if partial.settled {
             return Ok(Step::Detach(error));
         }
@@ -144,6 +173,21 @@ pub fn receive(
         bytes,
         txn: partial.txn,
     }))
+}
+
+/// Keeps no more than the first `head` bytes of an oversized delivery, taking them from
+/// `payload` while it has fewer, charged to the connection's budget (nothing is kept when the
+/// budget has no room).
+fn keep_head(partial: &mut Partial, payload: &[u8], head: usize) {
+    let room = head.saturating_sub(partial.bytes.len());
+    partial
+        .bytes
+        .extend_from_slice(&payload[..room.min(payload.len())]);
+    partial.bytes.truncate(head);
+    partial.charge.release();
+    if !partial.charge.add(partial.bytes.len() as u64) {
+        partial.bytes = BytesMut::new();
+    }
 }
 
 /// Inspects a whole delivery (a Service Bus batch is unpacked; a topic's messages get their
@@ -396,6 +440,7 @@ mod tests {
     fn an_oversized_delivery_is_read_to_its_end_then_rejected_or_its_link_detached() {
         let budget = ReassemblyBudget::new(1 << 20);
         let (mut link, mut out) = (incoming(5), Outbox::default());
+        link.node = Node::Entity(entity(false), crate::entity::handle::LaneId::MAIN);
         take(&mut link, frame(Some(1), true), b"abcd", &budget, &mut out).unwrap();
         assert!(!budget_free(&budget));
         take(&mut link, frame(None, true), b"ef", &budget, &mut out).unwrap();
@@ -416,6 +461,34 @@ mod tests {
         assert!(
             matches!(step, Step::Detach(error) if error.condition == LinkError::MessageSizeExceeded.into())
         );
+    }
+
+    #[test]
+    fn an_oversized_request_keeps_its_head_to_be_answered_and_no_more() {
+        let budget = ReassemblyBudget::new(1 << 20);
+        let (mut link, mut out) = (incoming(5), Outbox::default());
+        take(&mut link, frame(Some(1), true), b"abcd", &budget, &mut out).unwrap();
+        take(&mut link, frame(None, true), b"ef", &budget, &mut out).unwrap();
+        assert!(!budget_free(&budget), "the head kept is charged");
+        let last = take(&mut link, frame(None, false), b"g", &budget, &mut out).unwrap();
+        let Step::Oversized(whole, error) = last else {
+            panic!("{last:?}")
+        };
+        assert_eq!(&whole.bytes[..], b"abcde", "no more than the link's limit");
+        assert_eq!(error.condition, LinkError::MessageSizeExceeded.into());
+        assert!(
+            out.frames.is_empty(),
+            "no rejection: the request is answered"
+        );
+        assert!(budget_free(&budget));
+
+        static BIG: [u8; 2 * REQUEST_HEAD] = [7; 2 * REQUEST_HEAD];
+        link.max_message_size = REQUEST_HEAD as u64 + 100;
+        let step = take(&mut link, frame(Some(2), false), &BIG, &budget, &mut out).unwrap();
+        let Step::Oversized(whole, _) = step else {
+            panic!("{step:?}")
+        };
+        assert_eq!(whole.bytes.len(), REQUEST_HEAD, "no more than its head");
     }
 
     #[test]

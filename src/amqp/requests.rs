@@ -37,6 +37,9 @@ pub struct Request {
     pub bytes: Bytes,
     /// The transaction its transfer named, if any.
     pub txn: Option<Binary>,
+    /// Why it is refused unread, when it was larger than its link takes: then `bytes` are
+    /// only its first ones, and it is answered with 403 `amqp:link:message-size-exceeded`.
+    pub too_large: Option<String>,
 }
 
 impl Request {
@@ -57,7 +60,29 @@ impl Request {
             address,
             bytes: whole.bytes,
             txn: whole.txn,
+            too_large: None,
         }
+    }
+
+    /// A request larger than its link takes, of which `whole` holds the first bytes:
+    /// accepted, and answered with a refusal saying `description`, when those bytes name it (a
+    /// `message-id`) and a reply link answers to it. A client waiting for its response learns
+    /// at once (it ignores a rejected delivery), its link and the others stay. `None` when it
+    /// cannot be answered: its link is then to be detached with the error.
+    pub fn oversized(
+        node: Node,
+        address: Option<String>,
+        whole: Whole,
+        description: String,
+        links: &HashMap<u32, Link>,
+        out: &mut Outbox,
+    ) -> Option<Self> {
+        let decoded = management::Request::decode_head(&whole.bytes);
+        decoded.message_id.as_ref()?;
+        reply_link(links, &link::node_key(&node), decoded.reply_to.as_deref())?;
+        let mut request = Request::accept(node, address, whole, out);
+        request.too_large = Some(description);
+        Some(request)
     }
 }
 
@@ -149,8 +174,15 @@ impl Requests {
         ctx: &mut Context<'_>,
         out: &mut Outbox,
     ) -> Option<Reply> {
-        let decoded = management::Request::decode(&request.bytes);
-        if let Some(why) = &decoded.malformed {
+        let decoded = match request.too_large {
+            Some(_) => management::Request::decode_head(&request.bytes),
+            None => management::Request::decode(&request.bytes),
+        };
+        if let Some(why) = decoded
+            .malformed
+            .as_ref()
+            .filter(|_| request.too_large.is_none())
+        {
             tracing::info!(%why, "undecodable request");
         }
         let key = link::node_key(&request.node);
@@ -158,6 +190,17 @@ impl Requests {
             tracing::info!(node = %key, reply_to = ?decoded.reply_to, "request without a reply link dropped");
             return None;
         };
+        if let Some(description) = &request.too_large {
+            let style = match request.node {
+                Node::Cbs => Style::Cbs,
+                _ => Style::Management,
+            };
+            let refusal = Response::error(403, wire::condition::MESSAGE_SIZE_EXCEEDED, description);
+            return Some(Reply {
+                link: reply_link,
+                encoded: refusal.encode(decoded.message_id, style),
+            });
+        }
         let response = match &request.node {
             Node::Cbs => {
                 let registry = ctx.registry;

@@ -232,6 +232,19 @@ impl Session {
                 self.detach_with(remote_handle, error, out);
                 return Ok(());
             }
+            Step::Oversized(head, error) => {
+                let node = incoming.node.clone();
+                let address = link.authorized.as_ref().map(|(address, _)| address.clone());
+                let description = error.description.clone().unwrap_or_default();
+                match Request::oversized(node, address, head, description, &self.links, out) {
+                    Some(request) => {
+                        let reply = self.requests.on_request(request, &self.links, ctx, out)?;
+                        self.send_reply(reply, out);
+                    }
+                    None => self.detach_with(remote_handle, error, out),
+                }
+                return Ok(());
+            }
         };
         let (node, via) = (incoming.node.clone(), incoming.via.clone());
         if let Node::Coordinator = node {

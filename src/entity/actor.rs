@@ -38,7 +38,7 @@ use crate::entity::transfer;
 use crate::message;
 use crate::message::{Arrival, DeliveryStamp};
 use crate::store::{EntityLog, Recovered};
-use crate::wire::annotation;
+use crate::wire::{self, annotation};
 
 /// Mailbox capacity: senders wait (backpressure) when this many commands are queued.
 const MAILBOX: usize = 4096;
@@ -695,17 +695,34 @@ impl Actor {
     /// The entity path of a lane: the queue's or topic's name, or a subscription's
     /// `<topic>/subscriptions/<name>`.
     fn lane_path(&self, lane: LaneId) -> String {
-        let subscription = (self.topic.as_ref())
+        match self.subscription_name(lane) {
+            Some(name) => format!("{}/subscriptions/{name}", self.name),
+            None => self.name.clone(),
+        }
+    }
+
+    /// The name of a lane's subscription (none for a queue's or a topic's own lane).
+    fn subscription_name(&self, lane: LaneId) -> Option<String> {
+        (self.topic.as_ref())
             .filter(|_| lane.subscription != 0)
             .and_then(|topic| {
                 let names = topic.names();
                 let (name, _) = names.iter().find(|(_, id)| **id == lane.subscription)?;
                 Some(name.clone())
-            });
-        match subscription {
-            Some(name) => format!("{}/subscriptions/{name}", self.name),
-            None => self.name.clone(),
-        }
+            })
+    }
+
+    /// A lane's subscription as Service Bus names it where it names a rule of it,
+    /// `<namespace>:Topic:<topic>|<subscription>`: lowercase but for the rule's name, as in
+    /// "The messaging entity 'sb-adp-westeurope-prod:Topic:sbt-adp-adapter-incoming|
+    /// nsb-sub-avonovaadapter|Adp.Common.Messages.Mds.ReceiveMessageMdsCompany' already
+    /// exists." (Particular/NServiceBus.AzureFunctions.InProcess.ServiceBus#748, the .NET
+    /// SDK's rule manager against Service Bus).
+    fn rule_owner(&self, lane: LaneId) -> String {
+        let subscription = self.subscription_name(lane).unwrap_or_default();
+        let topic = self.name.to_lowercase();
+        let subscription = subscription.to_lowercase();
+        format!("{}:Topic:{topic}|{subscription}", wire::NAMESPACE)
     }
 
     /// Sends what each forwarding lane may send now to its target, one batch per lane (per
@@ -1151,7 +1168,15 @@ impl Actor {
                 Ok(Answer::Done)
             }
             Operation::AddRule { rule } => {
-                self.core.add_rule(lane, rule)?;
+                self.core
+                    .add_rule(lane, rule)
+                    .map_err(|error| match error {
+                        EntityError::RuleExists { rule, .. } => EntityError::RuleExists {
+                            subscription: self.rule_owner(lane),
+                            rule,
+                        },
+                        other => other,
+                    })?;
                 Ok(Answer::Done)
             }
             Operation::ReplaceRule { rule } => {
@@ -1195,10 +1220,7 @@ impl Actor {
                 Ok(Answer::Done)
             }
             Operation::EnumerateRules { skip, top } => {
-                let rules = self.core.rules(lane)?;
-                Ok(Answer::Rules(
-                    rules.iter().skip(skip).take(top).cloned().collect(),
-                ))
+                Ok(Answer::Rules(self.core.rules(lane, skip, top)?))
             }
             Operation::UpdateDisposition { tokens, settlement } => {
                 for token in tokens {

@@ -914,7 +914,10 @@ impl EntityCore {
             .iter()
             .any(|kept| kept.name.eq_ignore_ascii_case(&rule.name))
         {
-            return Err(EntityError::RuleExists(rule.name));
+            return Err(EntityError::RuleExists {
+                subscription: String::new(),
+                rule: rule.name,
+            });
         }
         let change = Change::Rule {
             name: rule.name.clone(),
@@ -977,12 +980,23 @@ impl EntityCore {
         Ok(())
     }
 
-    /// A subscription's rules, in order (`enumerate-rules`).
+    /// A page of a subscription's rules: `top` of them after the first `skip`, ordered by
+    /// name ignoring case, as Service Bus lists them (`enumerate-rules` and the administration
+    /// API's rules feed; the JavaScript SDK's own suite expects `correlationRule` before
+    /// `sqlRule` whatever their creation order). Messages still meet the rules in the order
+    /// they were created.
     ///
     /// # Errors
     /// [`EntityError::NotAllowed`] when `lane` is not a subscription.
-    pub fn rules(&mut self, lane: LaneId) -> Result<&[Rule], EntityError> {
-        Ok(&self.route(lane)?.rules)
+    pub fn rules(
+        &mut self,
+        lane: LaneId,
+        skip: usize,
+        top: usize,
+    ) -> Result<Vec<Rule>, EntityError> {
+        let mut rules: Vec<&Rule> = self.route(lane)?.rules.iter().collect();
+        rules.sort_by(|a, b| by_rule_name(&a.name, &b.name));
+        Ok(rules.into_iter().skip(skip).take(top).cloned().collect())
     }
 
     /// Notes a client using `lane` at `now_ms` (auto-delete on idle of its subscription).
@@ -1209,6 +1223,13 @@ fn filter_kind(filter: &Filter) -> FilterKind {
         Filter::Correlation(_) => FilterKind::Correlation,
         Filter::True | Filter::False | Filter::Sql(_) => FilterKind::Sql,
     }
+}
+
+/// The order Service Bus lists a subscription's rules in: by name, ignoring ASCII case as
+/// rule names are compared (two names a subscription can hold never compare equal).
+fn by_rule_name(a: &str, b: &str) -> std::cmp::Ordering {
+    (a.bytes().map(|byte| byte.to_ascii_lowercase()))
+        .cmp(b.bytes().map(|byte| byte.to_ascii_lowercase()))
 }
 
 #[cfg(test)]

@@ -159,9 +159,17 @@ pub enum EntityError {
         /// The limit.
         max: usize,
     },
-    /// A rule of that name exists already in the subscription.
-    #[error("the subscription already has a rule named '{0}'")]
-    RuleExists(String),
+    /// A rule of that name exists already in the subscription, worded as Service Bus words
+    /// it (the JavaScript SDK's suite matches `The messaging entity '.*ruleName' already
+    /// exists.`), naming the rule by its path, `<namespace>:Topic:<topic>|<subscription>|<rule>`.
+    #[error("The messaging entity '{subscription}|{rule}' already exists. To know more visit https://aka.ms/sbResourceMgrExceptions.")]
+    RuleExists {
+        /// The subscription as that path names it, `<namespace>:Topic:<topic>|<subscription>`:
+        /// filled in by the entity's actor, which knows the names (the core leaves it empty).
+        subscription: String,
+        /// The rule's name as the request gave it.
+        rule: String,
+    },
     /// The subscription has no rule of that name (worded as Service Bus words it, which the
     /// JavaScript SDK reads as entity-not-found).
     #[error("The messaging entity 'Rules/{0}' could not be found: the subscription has no rule of that name.")]

@@ -48,6 +48,17 @@ impl Request {
         request
     }
 
+    /// Decodes what the complete leading sections of a request's first bytes say (the rest
+    /// of a request too large to keep was not kept): its `message-id` and `reply-to`, enough
+    /// to answer it.
+    pub fn decode_head(head: &Bytes) -> Request {
+        let mut end = 0;
+        while let Ok(len) = encoding::value_len(head, end) {
+            end += len;
+        }
+        Request::decode(&head.slice(..end))
+    }
+
     fn read_sections(&mut self, bytes: &Bytes) -> Result<(), MessageError> {
         for section in message::scan_sections(bytes)? {
             let raw = &bytes[section.range.clone()];
@@ -613,6 +624,38 @@ mod tests {
         assert_eq!(refused.status, 400);
         assert_eq!(refused.condition, Some(wire::condition::ARGUMENT_ERROR));
         assert_eq!(cbs(&request, &mut access(), |_| true).status, 400);
+    }
+
+    #[test]
+    fn the_head_of_a_request_cut_short_names_it_and_its_reply_link() {
+        let mut bytes = serde_amqp::to_vec(&Properties {
+            message_id: Some(MessageId::String("m8".into())),
+            reply_to: Some("replies".into()),
+            ..Properties::default()
+        })
+        .expect("properties");
+        let mut app = OrderedMap::new();
+        app.insert(
+            "operation".to_string(),
+            SimpleValue::String("com.microsoft:schedule-message".into()),
+        );
+        bytes.extend(serde_amqp::to_vec(&ApplicationProperties(app)).expect("app"));
+        let body = AmqpValue(Value::Binary(vec![7; 1000].into()));
+        let whole = serde_amqp::to_vec(&body).expect("body");
+        bytes.extend_from_slice(&whole[..100]);
+        let head = Request::decode_head(&Bytes::from(bytes));
+        assert_eq!(head.malformed, None, "the body cut short is left out");
+        assert_eq!(head.message_id, Some(MessageId::String("m8".into())));
+        assert_eq!(head.reply_to.as_deref(), Some("replies"));
+        assert_eq!(
+            head.operation.as_deref(),
+            Some("com.microsoft:schedule-message")
+        );
+        assert_eq!(head.body, Value::Null);
+        assert_eq!(
+            Request::decode_head(&Bytes::from_static(&[0x00, 0x53])).message_id,
+            None
+        );
     }
 
     fn access() -> Access {

@@ -23,7 +23,7 @@ pub fn status_of(error: &EntityError) -> (i32, &'static str) {
         EntityError::NotAllowed(_) => (400, wire::condition::NOT_ALLOWED),
         EntityError::Unavailable => (503, wire::condition::SERVER_BUSY),
         EntityError::Storage(_) => (500, wire::condition::INTERNAL_ERROR),
-        EntityError::RuleExists(_) => (409, wire::condition::ENTITY_ALREADY_EXISTS),
+        EntityError::RuleExists { .. } => (409, wire::condition::ENTITY_ALREADY_EXISTS),
         EntityError::RuleNotFound(_) => (404, wire::condition::NOT_FOUND),
         EntityError::SessionIdMissing(_)
         | EntityError::SessionIdTooLong(_)

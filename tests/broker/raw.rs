@@ -876,6 +876,72 @@ async fn an_oversized_message_is_rejected_and_the_link_stays() {
     broker.stop().await;
 }
 
+/// Issue 56.5: a management request over `max_message_size` is accepted and answered on its
+/// reply link with 403 `amqp:link:message-size-exceeded` and its message-id (a client waiting
+/// for the response ignores a rejected delivery); one whose first bytes name no message-id
+/// cannot be answered, so its link alone is detached with that error, and the connection goes
+/// on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_management_request_is_answered_and_an_unnamed_one_detaches_its_link() {
+    let broker = broker(&["q"], |config| config.broker.max_message_size = 1000).await;
+    let mut client = RawClient::connect(broker.addr, 65536).await;
+    client
+        .attach_receiver(0, "q/$management", ReceiverSettleMode::First)
+        .await;
+    let requests = client.attach_sender(1, "q/$management").await;
+    client.flow(0, 0, 10, false).await;
+    let mut request = serde_amqp::to_vec(&Properties {
+        message_id: Some(MessageId::Ulong(7)),
+        reply_to: Some("receiver-0".into()),
+        ..Properties::default()
+    })
+    .expect("properties");
+    let mut operation = fe2o3_amqp::types::primitives::OrderedMap::new();
+    operation.insert(
+        "operation".to_string(),
+        SimpleValue::String("com.microsoft:schedule-message".into()),
+    );
+    request.extend(serde_amqp::to_vec(&ApplicationProperties(operation)).expect("app"));
+    request.extend(serde_amqp::to_vec(&Data(Binary::from(vec![7u8; 5000]))).expect("body"));
+    let sent = client.send_message(requests, Bytes::from(request)).await;
+    let outcome = client.send_outcome(sent).await;
+    assert!(matches!(outcome, DeliveryState::Accepted(_)), "{outcome:?}");
+    let (_, answer) = client.delivery(0).await;
+    let (answer, status) = hostile_requests::answer_status(&answer);
+    assert_eq!(status, Some(SimpleValue::Int(403)));
+    let properties = answer.application_properties.expect("status").0;
+    assert_eq!(
+        properties.get("errorCondition"),
+        Some(&SimpleValue::Symbol(Symbol::from(
+            "amqp:link:message-size-exceeded"
+        )))
+    );
+    let correlation = answer.properties.and_then(|p| p.correlation_id);
+    assert_eq!(correlation, Some(MessageId::Ulong(7)));
+
+    client
+        .send_message(requests, Bytes::from(vec![0x40u8; 2000]))
+        .await;
+    let detach = client
+        .expect("the request link's detach", |body| {
+            matches!(body, FrameBody::Detach(_))
+        })
+        .await;
+    let FrameBody::Detach(detach) = detach else {
+        unreachable!()
+    };
+    let error = detach.error.expect("the detach says why");
+    assert_eq!(
+        error.condition,
+        ErrorCondition::LinkError(LinkError::MessageSizeExceeded)
+    );
+    let to_q = client.attach_sender(2, "q").await;
+    let sent = client.send_message(to_q, message("after", 10)).await;
+    let outcome = client.send_outcome(sent).await;
+    assert!(matches!(outcome, DeliveryState::Accepted(_)), "{outcome:?}");
+    broker.stop().await;
+}
+
 /// A broker whose queue `q` holds 1 MiB (`max_size_in_megabytes = 1`), a client and its
 /// sender link to `q`.
 async fn sender_to_one_mib_queue() -> (TestBroker, RawClient, u32) {

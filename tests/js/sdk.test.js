@@ -357,6 +357,32 @@ brokerTest(
 );
 
 brokerTest(
+  "an oversized schedule is MessageSizeExceeded at once, on a queue and a topic, and the sender still schedules",
+  {
+    settings: { max_message_size: "64KiB" },
+    topics: [{ name: "t1", subscriptions: ["s1"] }],
+  },
+  async ({ client }) => {
+    // The SDK's own suite schedules a 256 KB body over the entity's limit and expects
+    // MessageSizeExceeded: it fails a pending management request only on a response or a
+    // detach of the request link, never on a rejected delivery.
+    const big = { body: Buffer.alloc(100 * 1024, "x"), messageId: "big" };
+    const later = new Date(Date.now() + 60 * 60 * 1000);
+    for (const entity of ["q1", "t1"]) {
+      const sender = client.createSender(entity);
+      try {
+        const error = await rejection(sender.scheduleMessages(big, later), `scheduling 100 KiB on ${entity}`);
+        assert.equal(error.code, "MessageSizeExceeded", `${entity}: ${error.code}: ${error.message}`);
+        const [number] = await sender.scheduleMessages(numbered("small", 0), later);
+        await sender.cancelScheduledMessages(number);
+      } finally {
+        await sender.close();
+      }
+    }
+  },
+);
+
+brokerTest(
   "a repeated messageId is kept once by a queue that detects duplicates",
   {
     queues: [

@@ -78,6 +78,41 @@ brokerTest(
 );
 
 brokerTest(
+  "rules are listed by name, page by page, and a name taken is refused in Service Bus's words",
+  { topics: [TOPIC] },
+  async ({ client }) => {
+    // The SDK's own suite (ruleManager.spec.ts, "list rules by page"): created after sqlRule,
+    // correlationRule comes before it, as Service Bus orders rules by name.
+    const rules = client.createRuleManager("t1", "s1");
+    await rules.createRule("sqlRule", { sqlExpression: "price > 10" });
+    await rules.createRule("correlationRule", { correlationId: "correlationId" });
+    const pages = [];
+    for await (const page of rules.listRules().byPage({ maxPageSize: 1 })) {
+      pages.push(page.map((rule) => rule.name));
+    }
+    // 7.9.5's rule manager ends the pages at the first empty one.
+    assert.deepEqual(pages, [["$Default"], ["correlationRule"], ["sqlRule"]]);
+    assert.deepEqual(
+      (await listRules(rules)).map((rule) => rule.name),
+      ["$Default", "correlationRule", "sqlRule"],
+    );
+
+    // "throws if add rule with same name twice": the rule's path as Service Bus words it,
+    // `<namespace>:Topic:<topic>|<subscription>|<rule>`.
+    await rules.createRule("ruleName", { subject: "yellow" });
+    await assert.rejects(rules.createRule("ruleName", { subject: "red" }), (error) => {
+      assert.equal(error.code, "MessagingEntityAlreadyExists", String(error));
+      assert.match(error.message, /The messaging entity '.*ruleName' already exists\./);
+      assert.ok(
+        error.message.startsWith("The messaging entity 'tidebus:Topic:t1|s1|ruleName' already exists."),
+        error.message,
+      );
+      return true;
+    });
+  },
+);
+
+brokerTest(
   "a subscription dead-letters its own copy after max delivery count; the other keeps its",
   { topics: [{ name: "t1", subscriptions: [{ name: "s1", max_delivery_count: 2 }, "s2"] }] },
   async ({ client }) => {

@@ -7,6 +7,7 @@ queue must survive a restart).
 
 import base64
 import subprocess
+from xml.etree import ElementTree
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -598,6 +599,29 @@ def test_rules_are_created_read_listed_and_deleted_and_pick_copies(secured):
             client.delete_rule("events", "picky", "red")
         with pytest.raises(ResourceNotFoundError):
             client.get_rule("events", "nowhere", "vip")
+
+
+def test_rules_are_listed_by_name_and_a_name_taken_is_refused_in_service_bus_s_words(secured):
+    # Service Bus lists a subscription's rules by name (the JavaScript SDK's own suite expects
+    # correlationRule before sqlRule, created after it), through the rules feed as through
+    # enumerate-rules.
+    with admin(secured) as client:
+        client.create_subscription("events", "Listed")
+        client.create_rule("events", "Listed", "sqlRule", filter=SqlRuleFilter("price > 10"))
+        client.create_rule(
+            "events", "Listed", "correlationRule", filter=CorrelationRuleFilter(correlation_id="c")
+        )
+        pages = [
+            [rule.name for rule in page]
+            for page in client.list_rules("events", "Listed", max_page_size=1).by_page()
+        ]
+        assert pages == [["$Default"], ["correlationRule"], ["sqlRule"]], pages
+        with pytest.raises(ResourceExistsError) as taken:
+            client.create_rule("events", "Listed", "sqlRule", filter=SqlRuleFilter("1=1"))
+        detail = ElementTree.fromstring(taken.value.response.text()).findtext("Detail")
+        assert detail.startswith(
+            "The messaging entity 'tidebus:Topic:events|listed|sqlRule' already exists."
+        ), detail
 
 
 def test_rule_parameters_times_and_durations_are_kept_across_a_restart_and_applied(secured):

@@ -319,6 +319,19 @@ def test_oversized_message_raises_and_the_sender_still_works(client):
         receiver.complete_message(message)
 
 
+@pytest.mark.broker(max_message_size="64KiB", topics=[{"name": "t1", "subscriptions": ["s1"]}])
+def test_an_oversized_schedule_raises_at_once_and_the_sender_still_schedules(client):
+    later = now_utc() + timedelta(hours=1)
+    for sender in (client.get_queue_sender("q1"), client.get_topic_sender("t1")):
+        with sender:
+            with pytest.raises(MessageSizeExceededError):
+                sender.schedule_messages(
+                    ServiceBusMessage(b"x" * (100 * 1024)), later, timeout=OPERATION_TIMEOUT_S
+                )
+            (number,) = sender.schedule_messages(numbered("small", 0), later, timeout=OPERATION_TIMEOUT_S)
+            sender.cancel_scheduled_messages(number, timeout=OPERATION_TIMEOUT_S)
+
+
 @pytest.mark.broker(queues=[{"name": "q1", "lock_duration": "2s"}])
 def test_a_closed_receivers_lock_holds_until_it_expires(client):
     # Service Bus keeps a lock when its receiver goes: nobody else gets the message before the

@@ -703,7 +703,11 @@ impl Harness {
             .iter()
             .any(|(kept, _)| kept.eq_ignore_ascii_case(name))
         {
-            assert_eq!(result, Err(EntityError::RuleExists(name.to_string())));
+            let taken = EntityError::RuleExists {
+                subscription: String::new(),
+                rule: name.to_string(),
+            };
+            assert_eq!(result, Err(taken));
             self.note("rule name taken");
         } else {
             assert_eq!(result, Ok(()), "{}", self.context());
@@ -1239,18 +1243,18 @@ impl Harness {
         }
         for subscription in self.subscriptions.clone() {
             let lane = subscription.lane;
-            let mut rules: Vec<(String, Filter)> = self
+            // Listed in name order already (ignoring case), as Service Bus lists them.
+            let rules: Vec<(String, Filter)> = self
                 .core
-                .rules(lane)
+                .rules(lane, 0, usize::MAX)
                 .expect("a subscription")
-                .iter()
-                .map(|rule| (rule.name.to_lowercase(), rule.filter.clone()))
+                .into_iter()
+                .map(|rule| (rule.name.to_lowercase(), rule.filter))
                 .collect();
             let mut expected: Vec<(String, Filter)> = self.model.rules[&lane.subscription]
                 .iter()
                 .map(|(name, filter)| (name.to_lowercase(), filter.clone()))
                 .collect();
-            rules.sort_by(|a, b| a.0.cmp(&b.0));
             expected.sort_by(|a, b| a.0.cmp(&b.0));
             assert_eq!(rules, expected, "{context}: the rules of {lane:?}");
         }

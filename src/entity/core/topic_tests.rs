@@ -274,7 +274,7 @@ fn a_replaced_rule_keeps_its_place_name_and_creation_time_and_is_stored() {
     };
     let replaced = core.replace_rule(lane(2), new).expect("replaced");
     assert_eq!((replaced.name.as_str(), replaced.created_ms), ("r2", 0));
-    let rules = core.rules(lane(2)).expect("a subscription");
+    let rules = &core.route(lane(2)).expect("a subscription").rules;
     let names: Vec<&str> = rules.iter().map(|rule| rule.name.as_str()).collect();
     assert_eq!(names, ["r2", "second"], "in place");
     let changes = core.take_changes().0;
@@ -300,4 +300,50 @@ fn a_replaced_rule_keeps_its_place_name_and_creation_time_and_is_stored() {
         core.replace_rule(lane(2), missing),
         Err(crate::entity::handle::EntityError::RuleNotFound(name)) if name == "nowhere"
     ));
+}
+
+#[test]
+fn rules_are_listed_by_name_ignoring_case_a_page_at_a_time() {
+    let mut core = topic(NEVER);
+    for name in [
+        "sqlRule",
+        "correlationRule",
+        "Beta",
+        "$Default",
+        "zeta",
+        "Alpha",
+    ] {
+        let rule = Rule {
+            name: name.into(),
+            filter: Filter::True,
+            action: None,
+            created_ms: 0,
+        };
+        core.add_rule(lane(2), rule).expect("added");
+    }
+    let names = |rules: Vec<Rule>| rules.into_iter().map(|rule| rule.name).collect::<Vec<_>>();
+    let all = core.rules(lane(2), 0, usize::MAX).expect("a subscription");
+    assert_eq!(
+        names(all),
+        [
+            "$Default",
+            "Alpha",
+            "Beta",
+            "correlationRule",
+            "r2",
+            "sqlRule",
+            "zeta"
+        ]
+    );
+    let page = core.rules(lane(2), 2, 2).expect("a subscription");
+    assert_eq!(names(page), ["Beta", "correlationRule"]);
+    assert!(core
+        .rules(lane(2), 7, 1)
+        .expect("a subscription")
+        .is_empty());
+    let routed = &core.route(lane(2)).expect("a subscription").rules;
+    assert_eq!(
+        routed[0].name, "r2",
+        "messages meet the rules in creation order"
+    );
 }

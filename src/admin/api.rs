@@ -215,6 +215,14 @@ impl Urls {
         format!("{}/{path}?api-version={}", self.base, self.api_version)
     }
 
+    /// Whether descriptions at this api-version carry `MaxMessageSizeInKilobytes`: it came
+    /// with 2021-05, and Service Bus leaves it out of older versions' descriptions (a client
+    /// at 2017-04 sends back what it read, and Service Bus refuses the property there).
+    fn has_max_message_size(&self) -> bool {
+        // api-versions are dates (`2017-04`, `2021-05`): they compare as text.
+        self.api_version.as_str() >= MAX_MESSAGE_SIZE_API_VERSION
+    }
+
     fn page(&self, path: &str, skip: usize, top: usize) -> String {
         format!(
             "{}/{path}?$skip={skip}&$top={top}&api-version={}",
@@ -358,7 +366,7 @@ fn times(admin: &Admin, entity: &str, subscription: Option<&str>, accessed_ms: i
 async fn describe(admin: &Admin, urls: &Urls, entry: &Entry) -> (String, String, i64) {
     let stats = stats(entry).await;
     let times = times(admin, entry.declaration.name(), None, stats.accessed_ms);
-    let kib = admin.max_message_size / 1024;
+    let kib = (urls.has_max_message_size()).then_some(admin.max_message_size / 1024);
     let content = match &entry.declaration {
         Declaration::Queue(queue) => {
             let counts = Counts::of(stats.lane(LaneId::MAIN), stats.lane(LaneId::DEAD_LETTER))
@@ -656,9 +664,7 @@ const MAX_MESSAGE_SIZE_API_VERSION: &str = "2021-05";
 /// # Errors
 /// The property and the api-version, named.
 fn within_api_version(urls: &Urls, sent: atom::Sent) -> Result<atom::Sent, String> {
-    // api-versions are dates (`2017-04`, `2021-05`): they compare as text.
-    let older = urls.api_version.as_str() < MAX_MESSAGE_SIZE_API_VERSION;
-    if older && sent.fields.contains_key("MaxMessageSizeInKilobytes") {
+    if !urls.has_max_message_size() && sent.fields.contains_key("MaxMessageSizeInKilobytes") {
         return Err(format!(
             "MaxMessageSizeInKilobytes is not a property of api-version {}; it needs \
              {MAX_MESSAGE_SIZE_API_VERSION} or later",

@@ -221,6 +221,13 @@ impl Xml {
         self.element("AccessedAt", time(times.accessed_ms));
     }
 
+    /// `MaxMessageSizeInKilobytes`, at the api-versions that have it.
+    fn max_message_size(&mut self, max_message_kib: Option<u64>) {
+        if let Some(kib) = max_message_kib {
+            self.element("MaxMessageSizeInKilobytes", kib);
+        }
+    }
+
     fn open(&mut self, description: &str) {
         self.0.push_str(&opening(description));
     }
@@ -234,12 +241,13 @@ pub fn opening(description: &str) -> String {
 }
 
 /// A queue's `QueueDescription`; its forwarding targets are addressed in `namespace`
-/// (`sb://<host>`).
+/// (`sb://<host>`). `max_message_kib` is `None` at an api-version without
+/// `MaxMessageSizeInKilobytes`.
 pub fn queue(
     queue: &QueueConfig,
     counts: &Counts,
     times: &Times,
-    max_message_kib: u64,
+    max_message_kib: Option<u64>,
     namespace: &str,
 ) -> String {
     let mut xml = Xml::default();
@@ -283,18 +291,18 @@ pub fn queue(
         &queue.forward_dead_lettered_messages_to,
     );
     xml.element("EnableExpress", queue.enable_express);
-    xml.element("MaxMessageSizeInKilobytes", max_message_kib);
+    xml.max_message_size(max_message_kib);
     xml.0.push_str("</QueueDescription>");
     xml.0
 }
 
 /// A topic's `TopicDescription`, with its SQL and correlation filters counted across its
-/// subscriptions.
+/// subscriptions; `max_message_kib` as for [`queue`].
 pub fn topic(
     topic: &TopicConfig,
     counts: &Counts,
     times: &Times,
-    max_message_kib: u64,
+    max_message_kib: Option<u64>,
     (sql_filters, correlation_filters): (usize, usize),
 ) -> String {
     let mut xml = Xml::default();
@@ -329,7 +337,7 @@ pub fn topic(
     xml.element("EntityAvailabilityStatus", "Available");
     xml.element("EnableSubscriptionPartitioning", false);
     xml.element("EnableExpress", topic.enable_express);
-    xml.element("MaxMessageSizeInKilobytes", max_message_kib);
+    xml.max_message_size(max_message_kib);
     xml.0.push_str("</TopicDescription>");
     xml.0
 }
@@ -713,5 +721,26 @@ mod tests {
             parse(many.as_bytes()).map(|_| ()),
             Err("the body holds more than 4096 elements".to_owned())
         );
+    }
+
+    /// MaxMessageSizeInKilobytes only at the api-versions that have it: the SDKs read what
+    /// is left out as unset.
+    #[test]
+    fn the_message_size_is_written_only_at_the_api_versions_that_have_it() {
+        let config = crate::config::Config::parse(
+            "[broker]\nallow_anonymous = true\n[[queues]]\nname = \"q\"\n",
+            "t.toml",
+        )
+        .expect("valid");
+        let times = Times {
+            created_ms: 0,
+            updated_ms: 0,
+            accessed_ms: 0,
+        };
+        let counts = Counts::default();
+        let sized = queue(&config.queues[0], &counts, &times, Some(256), "sb://h");
+        assert!(sized.contains("<MaxMessageSizeInKilobytes>256</MaxMessageSizeInKilobytes>"));
+        let plain = queue(&config.queues[0], &counts, &times, None, "sb://h");
+        assert!(!plain.contains("MaxMessageSizeInKilobytes"), "{plain}");
     }
 }

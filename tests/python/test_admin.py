@@ -346,6 +346,25 @@ def test_api_version_2017_04_has_no_max_message_size(secured):
         assert client.create_queue("sized", max_message_size_in_kilobytes=256).name == "sized"
 
 
+def test_api_version_2017_04_takes_back_what_it_reads(secured):
+    # Service Bus leaves MaxMessageSizeInKilobytes (2021-05) out of 2017-04's descriptions, so
+    # a description read at 2017-04 and sent back is accepted.
+    with admin(secured, api_version=ApiVersion.V2017_04) as client:
+        client.create_queue("round-trip")
+        queue = client.get_queue("round-trip")
+        assert queue.max_message_size_in_kilobytes is None
+        queue.max_delivery_count = 7
+        client.update_queue(queue)
+        assert client.get_queue("round-trip").max_delivery_count == 7
+        topic = client.get_topic("events")
+        assert topic.max_message_size_in_kilobytes is None
+        topic.default_message_time_to_live = timedelta(hours=1)
+        client.update_topic(topic)
+        assert client.get_topic("events").default_message_time_to_live == timedelta(hours=1)
+    with admin(secured) as client:
+        assert client.get_queue("round-trip").max_message_size_in_kilobytes > 0
+
+
 def test_the_entity_quota_refuses_a_creation_past_it_as_service_bus_does(crowded):
     # Two declared (a queue and a topic), room for two more; a partitioned entity counts as
     # its 16 partitions. Service Bus answers 403 with QuotaExceeded.

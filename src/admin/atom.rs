@@ -221,6 +221,14 @@ impl Xml {
         self.element("AccessedAt", time(times.accessed_ms));
     }
 
+    /// `UserMetadata`, written only when the entity has some (the SDKs then read none, as
+    /// from Service Bus).
+    fn user_metadata(&mut self, user_metadata: &Option<String>) {
+        if let Some(text) = user_metadata {
+            self.element("UserMetadata", text);
+        }
+    }
+
     /// `MaxMessageSizeInKilobytes`, at the api-versions that have it.
     fn max_message_size(&mut self, max_message_kib: Option<u64>) {
         if let Some(kib) = max_message_kib {
@@ -279,6 +287,7 @@ pub fn queue(
     xml.authorization_rules(&queue.shared_access_policies, times);
     xml.element("Status", queue.status.service_bus_name());
     xml.forward("ForwardTo", namespace, &queue.forward_to);
+    xml.user_metadata(&queue.user_metadata);
     xml.times(times);
     xml.element("SupportOrdering", true);
     xml.counts(counts);
@@ -326,6 +335,7 @@ pub fn topic(
     xml.element("IsAnonymousAccessible", false);
     xml.authorization_rules(&topic.shared_access_policies, times);
     xml.element("Status", topic.status.service_bus_name());
+    xml.user_metadata(&topic.user_metadata);
     xml.times(times);
     xml.element("SupportOrdering", topic.support_ordering);
     xml.counts(counts);
@@ -374,6 +384,7 @@ pub fn subscription(
     );
     xml.element("Status", subscription.status.service_bus_name());
     xml.forward("ForwardTo", namespace, &subscription.forward_to);
+    xml.user_metadata(&subscription.user_metadata);
     xml.times(times);
     xml.counts(counts);
     xml.element(
@@ -723,12 +734,13 @@ mod tests {
         );
     }
 
-    /// MaxMessageSizeInKilobytes only at the api-versions that have it: the SDKs read what
-    /// is left out as unset.
+    /// UserMetadata only when set, MaxMessageSizeInKilobytes only at the api-versions that
+    /// have it: the SDKs read what is left out as unset.
     #[test]
-    fn the_message_size_is_written_only_at_the_api_versions_that_have_it() {
+    fn optional_properties_are_written_only_when_they_have_a_value() {
         let config = crate::config::Config::parse(
-            "[broker]\nallow_anonymous = true\n[[queues]]\nname = \"q\"\n",
+            "[broker]\nallow_anonymous = true\n[[queues]]\nname = \"q\"\n\
+             user_metadata = \"<mine>\"\n[[queues]]\nname = \"plain\"\n",
             "t.toml",
         )
         .expect("valid");
@@ -738,9 +750,14 @@ mod tests {
             accessed_ms: 0,
         };
         let counts = Counts::default();
-        let sized = queue(&config.queues[0], &counts, &times, Some(256), "sb://h");
-        assert!(sized.contains("<MaxMessageSizeInKilobytes>256</MaxMessageSizeInKilobytes>"));
-        let plain = queue(&config.queues[0], &counts, &times, None, "sb://h");
+        let noted = queue(&config.queues[0], &counts, &times, Some(256), "sb://h");
+        assert!(
+            noted.contains("<UserMetadata>&lt;mine&gt;</UserMetadata>"),
+            "{noted}"
+        );
+        assert!(noted.contains("<MaxMessageSizeInKilobytes>256</MaxMessageSizeInKilobytes>"));
+        let plain = queue(&config.queues[1], &counts, &times, None, "sb://h");
+        assert!(!plain.contains("UserMetadata"), "{plain}");
         assert!(!plain.contains("MaxMessageSizeInKilobytes"), "{plain}");
     }
 }

@@ -70,6 +70,7 @@ impl Declaration {
                 );
                 out.forwarding(&queue.forward_to, &queue.forward_dead_lettered_messages_to);
                 out.string("status", queue.status.config_name());
+                out.user_metadata(&queue.user_metadata);
                 out.policies(
                     "[[queues.shared_access_policies]]",
                     &queue.shared_access_policies,
@@ -95,6 +96,7 @@ impl Declaration {
                     topic.duplicate_detection_history_time_window,
                 );
                 out.string("status", topic.status.config_name());
+                out.user_metadata(&topic.user_metadata);
                 out.policies(
                     "[[topics.shared_access_policies]]",
                     &topic.shared_access_policies,
@@ -221,6 +223,7 @@ impl Toml {
             &subscription.forward_dead_lettered_messages_to,
         );
         self.string("status", subscription.status.config_name());
+        self.user_metadata(&subscription.user_metadata);
         // A subscription declared without rules has `$Default` only, and reads back so.
         let only_default = matches!(
             subscription.rules.as_slice(),
@@ -246,6 +249,13 @@ impl Toml {
         }
         if let Some(action) = &rule.action {
             self.string("action", action);
+        }
+    }
+
+    /// An entity's `user_metadata`, when it has some.
+    fn user_metadata(&mut self, user_metadata: &Option<String>) {
+        if let Some(text) = user_metadata {
+            self.string("user_metadata", text);
         }
     }
 }
@@ -306,12 +316,13 @@ mod tests {
                     dead_lettering_on_message_expiration = true\nmax_size_in_megabytes = 7\n\
                     requires_duplicate_detection = true\n\
                     duplicate_detection_history_time_window = \"90s\"\n\
-                    status = \"receive_disabled\"\n\n\
+                    status = \"receive_disabled\"\nuser_metadata = \"notes \\\"quoted\\\"\"\n\n\
                     [[topics]]\nname = \"t\"\ndefault_message_time_to_live = \"1h\"\n\
                     requires_duplicate_detection = true\nstatus = \"send_disabled\"\n\
+                    user_metadata = \"topic notes\"\n\
                     [[topics.subscriptions]]\nname = \"s\"\n\
                     dead_lettering_on_filter_evaluation_exceptions = false\n\
-                    status = \"disabled\"\n\
+                    status = \"disabled\"\nuser_metadata = \"subscription notes\"\n\
                     [[topics.subscriptions.rules]]\nname = \"r\"\n\
                     correlation = { subject = \"a\\\"b\", properties = { n = 3, f = 1.5, \
                     b = true, s = \"x\" } }\naction = \"SET x = 'y'\"\n";

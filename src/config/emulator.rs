@@ -310,6 +310,7 @@ impl Reader<'_> {
             ),
             shared_access_policies: Vec::new(),
             status: self.status(&at, &properties.status, QUEUE_STATUSES)?,
+            user_metadata: None,
         })
     }
 
@@ -380,6 +381,7 @@ impl Reader<'_> {
             shared_access_policies: Vec::new(),
             subscriptions,
             status: self.status(&at, &properties.status, TOPIC_STATUSES)?,
+            user_metadata: None,
         })
     }
 
@@ -433,6 +435,7 @@ impl Reader<'_> {
             ),
             rules,
             status,
+            user_metadata: None,
         })
     }
 

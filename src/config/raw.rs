@@ -140,6 +140,7 @@ lane_tables! {
         forward_to: String,
         forward_dead_lettered_messages_to: String,
         enable_batched_operations: bool,
+        user_metadata: String,
     }
 
     /// One `[[queues]]` entry as written.
@@ -179,6 +180,7 @@ pub(super) struct RawTopic {
     pub(super) requires_duplicate_detection: Option<Spanned<bool>>,
     pub(super) duplicate_detection_history_time_window: Option<Spanned<HumanDuration>>,
     pub(super) status: Option<Spanned<String>>,
+    pub(super) user_metadata: Option<Spanned<String>>,
     #[serde(default)]
     pub(super) shared_access_policies: Vec<RawPolicy>,
     #[serde(default)]

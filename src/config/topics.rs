@@ -47,6 +47,9 @@ pub struct TopicConfig {
     /// Whether it takes sends: active, disabled or send-disabled (its subscriptions hand out
     /// their messages whatever the topic's status).
     pub status: super::EntityStatus,
+    /// Service Bus's `UserMetadata`, as a queue's
+    /// ([`QueueConfig::user_metadata`](super::QueueConfig::user_metadata)).
+    pub user_metadata: Option<String>,
 }
 
 /// One `[[topics.subscriptions]]` entry: a queue fed by its topic. Its queue settings have the
@@ -89,6 +92,9 @@ pub struct SubscriptionConfig {
     /// Whether it hands out messages: active, disabled or receive-disabled (the topic's copies
     /// still arrive; its dead-letter queue always hands out).
     pub status: super::EntityStatus,
+    /// Service Bus's `UserMetadata`, as a queue's
+    /// ([`QueueConfig::user_metadata`](super::QueueConfig::user_metadata)).
+    pub user_metadata: Option<String>,
 }
 
 /// One `[[topics.subscriptions.rules]]` entry: a filter and an optional action.

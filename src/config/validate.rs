@@ -53,6 +53,7 @@ struct Lane {
     forward_to: Option<String>,
     forward_dead_lettered_messages_to: Option<String>,
     enable_batched_operations: bool,
+    user_metadata: Option<String>,
 }
 
 impl Source<'_> {
@@ -340,6 +341,7 @@ impl Source<'_> {
                 raw.shared_access_policies,
             )?,
             status: self.status(path, raw.status, QUEUE_STATUSES)?,
+            user_metadata: lane.user_metadata,
         })
     }
 
@@ -393,6 +395,7 @@ impl Source<'_> {
                 raw.shared_access_policies,
             )?,
             status: self.status(path, raw.status, TOPIC_STATUSES)?,
+            user_metadata: self.user_metadata(path, raw.user_metadata)?,
             subscriptions: each(&subscriptions, raw.subscriptions, |path, raw| {
                 self.subscription(path, raw)
             })?,
@@ -425,6 +428,7 @@ impl Source<'_> {
             forward_dead_lettered_messages_to: lane.forward_dead_lettered_messages_to,
             rules: self.rules(path, raw.rules)?,
             status: self.status(path, raw.status, SUBSCRIPTION_STATUSES)?,
+            user_metadata: lane.user_metadata,
         })
     }
 
@@ -440,6 +444,7 @@ impl Source<'_> {
         self.check_name(path, &name, name_rules)?;
         let key = |key: &str| format!("{path}.{key}");
         Ok(Lane {
+            user_metadata: self.user_metadata(path, keys.user_metadata)?,
             forward_to: target(keys.forward_to),
             forward_dead_lettered_messages_to: target(keys.forward_dead_lettered_messages_to),
             name: name.into_inner(),
@@ -482,6 +487,20 @@ impl Source<'_> {
         raw: Option<Spanned<HumanDuration>>,
     ) -> Result<Option<Duration>, ConfigError> {
         self.optional(&format!("{path}.{name}"), raw, &AT_LEAST_A_SECOND)
+    }
+
+    /// `user_metadata` of the queue, topic or subscription at `path` (empty: none).
+    fn user_metadata(
+        &self,
+        path: &str,
+        raw: Option<Spanned<String>>,
+    ) -> Result<Option<String>, ConfigError> {
+        let Some(raw) = raw else {
+            return Ok(None);
+        };
+        let span = raw.span();
+        super::user_metadata(raw.into_inner())
+            .map_err(|message| self.invalid(&format!("{path}.user_metadata"), span, message))
     }
 
     /// `duplicate_detection_history_time_window` of the queue or topic at `path`.

@@ -338,6 +338,7 @@ pub(super) fn topic_config(data_dir: &std::path::Path) -> tidebus::config::Confi
             action: None,
         }],
         status: EntityStatus::Active,
+        user_metadata: None,
     };
     config.topics = vec![TopicConfig {
         name: "t".into(),
@@ -353,6 +354,7 @@ pub(super) fn topic_config(data_dir: &std::path::Path) -> tidebus::config::Confi
         shared_access_policies: Vec::new(),
         subscriptions: vec![subscription("s1"), subscription("s2")],
         status: EntityStatus::Active,
+        user_metadata: None,
     }];
     config
 }

@@ -218,6 +218,66 @@ async function seenBy(broker, script) {
   return JSON.parse(outcome.stdout.trim().split("\n").pop());
 }
 
+// UserMetadata on each kind of entity: set at creation, read back by get, list and the create
+// and update answers, changed and cleared by an update; 1024 characters at most.
+const USER_METADATA_CLIENT = `
+const { ServiceBusAdministrationClient } = require("@azure/service-bus");
+(async () => {
+  const client = new ServiceBusAdministrationClient(process.env.CONNECTION_STRING);
+  const seen = {};
+  const queue = await client.createQueue("noted", { userMetadata: "queue <notes> & more" });
+  const topic = await client.createTopic("noted-topic", { userMetadata: "topic notes" });
+  const subscription = await client.createSubscription("noted-topic", "noted",
+    { userMetadata: "subscription notes" });
+  seen.created = [queue.userMetadata, topic.userMetadata, subscription.userMetadata];
+  seen.got = [(await client.getQueue("noted")).userMetadata,
+    (await client.getTopic("noted-topic")).userMetadata,
+    (await client.getSubscription("noted-topic", "noted")).userMetadata,
+    (await client.getQueue("declared")).userMetadata ?? "none"];
+  seen.listed = [];
+  for await (const listed of client.listQueues()) seen.listed.push([listed.name, listed.userMetadata ?? "none"]);
+  for await (const listed of client.listTopics()) seen.listed.push([listed.name, listed.userMetadata ?? "none"]);
+  for await (const listed of client.listSubscriptions("noted-topic")) seen.listed.push([listed.subscriptionName, listed.userMetadata]);
+  queue.userMetadata = "é".repeat(1024);
+  topic.userMetadata = "changed topic";
+  subscription.userMetadata = "changed subscription";
+  seen.updated = [(await client.updateQueue(queue)).userMetadata.length,
+    (await client.updateTopic(topic)).userMetadata,
+    (await client.updateSubscription(subscription)).userMetadata];
+  seen.afterUpdate = [(await client.getQueue("noted")).userMetadata.length,
+    (await client.getTopic("noted-topic")).userMetadata,
+    (await client.getSubscription("noted-topic", "noted")).userMetadata];
+  const refused = (promise) => promise.then(() => "accepted", (e) => [e.statusCode, e.message]);
+  queue.userMetadata = "x".repeat(1025);
+  seen.tooLong = [await refused(client.updateQueue(queue)),
+    await refused(client.createTopic("long", { userMetadata: "x".repeat(1025) })),
+    await refused(client.createSubscription("noted-topic", "long", { userMetadata: "x".repeat(1025) }))];
+  queue.userMetadata = "";
+  await client.updateQueue(queue);
+  seen.cleared = (await client.getQueue("noted")).userMetadata ?? "none";
+  console.log(JSON.stringify(seen));
+})().catch((error) => { console.error(error.code, error.message); process.exit(1); });
+`;
+
+brokerTest("UserMetadata is kept on queues, topics and subscriptions and read back", SECURED,
+  async ({ broker }) => {
+    const seen = await seenBy(broker, USER_METADATA_CLIENT);
+    assert.deepEqual(seen.created, ["queue <notes> & more", "topic notes", "subscription notes"]);
+    assert.deepEqual(seen.got, ["queue <notes> & more", "topic notes", "subscription notes", "none"]);
+    assert.deepEqual(seen.listed, [["declared", "none"], ["noted", "queue <notes> & more"],
+      ["events", "none"], ["noted-topic", "topic notes"], ["noted", "subscription notes"]]);
+    // 1024 characters is Service Bus's bound (QueueProperties.UserMetadata: "Max length is
+    // 1024 chars"); two-byte characters count once.
+    assert.deepEqual(seen.updated, [1024, "changed topic", "changed subscription"]);
+    assert.deepEqual(seen.afterUpdate, [1024, "changed topic", "changed subscription"]);
+    for (const [status, message] of seen.tooLong) {
+      assert.equal(status, 400);
+      assert.match(message,
+        /UserMetadata = "x{40}"\.\.\.: is 1025 characters long; Service Bus allows at most 1024/);
+    }
+    assert.equal(seen.cleared, "none", "an empty UserMetadata clears it");
+  });
+
 // api-version 2017-04: what the client gets back it can send back (get, then update).
 const OLD_VERSION_CLIENT = `
 const { ServiceBusAdministrationClient } = require("@azure/service-bus");

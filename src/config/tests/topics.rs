@@ -263,6 +263,29 @@ fn a_rule_has_exactly_one_filter() {
 }
 
 #[test]
+fn user_metadata_is_kept_up_to_1024_characters() {
+    let at_limit = "é".repeat(1024);
+    let config = parse(&in_subscription(&format!(
+        "user_metadata = \"{at_limit}\"\n[[queues]]\nname = \"q\"\nuser_metadata = \"\"\n"
+    )));
+    let subscription = &config.topics[0].subscriptions[0];
+    assert_eq!(
+        subscription.user_metadata.as_deref(),
+        Some(at_limit.as_str())
+    );
+    assert_eq!(config.topics[0].user_metadata, None);
+    assert_eq!(config.queues[0].user_metadata, None, "empty is none");
+    let over = format!("user_metadata = \"{}\"\n", "x".repeat(1025));
+    assert!(refusal(&in_topic(&over)).starts_with(
+        "topics[0].user_metadata (t.toml:3:17): is 1025 characters long; Service Bus allows at \
+         most 1024"
+    ));
+    // A character outside the Basic Multilingual Plane is two, as .NET counts.
+    let astral = format!("user_metadata = \"{}\"\n", "😀".repeat(513));
+    assert!(refusal(&in_topic(&astral)).contains("is 1026 characters long"));
+}
+
+#[test]
 fn a_correlation_filter_naming_nothing_is_refused() {
     for empty in ["{}", "{ properties = {} }"] {
         assert_eq!(

@@ -227,7 +227,7 @@ impl Toml {
         // A subscription declared without rules has `$Default` only, and reads back so.
         let only_default = matches!(
             subscription.rules.as_slice(),
-            [RuleConfig { filter: RuleFilter::True, action: None, name }] if name == DEFAULT_RULE_NAME
+            [RuleConfig { filter: RuleFilter::True, action: None, name, .. }] if name == DEFAULT_RULE_NAME
         );
         if !only_default {
             for rule in &subscription.rules {
@@ -247,8 +247,14 @@ impl Toml {
                 self.raw("correlation", correlation_table(correlation))
             }
         }
+        if !rule.parameters.is_empty() {
+            self.raw("parameters", values_table(&rule.parameters));
+        }
         if let Some(action) = &rule.action {
             self.string("action", action);
+        }
+        if !rule.action_parameters.is_empty() {
+            self.raw("action_parameters", values_table(&rule.action_parameters));
         }
     }
 
@@ -279,21 +285,27 @@ fn correlation_table(correlation: &CorrelationConfig) -> toml::Value {
         }
     }
     if !correlation.properties.is_empty() {
-        let properties = correlation
-            .properties
-            .iter()
-            .map(|(name, value)| {
-                let value = match value {
-                    PropertyValue::String(text) => toml::Value::String(text.clone()),
-                    PropertyValue::Int(number) => toml::Value::Integer(*number),
-                    PropertyValue::Float(number) => toml::Value::Float(*number),
-                    PropertyValue::Bool(flag) => toml::Value::Boolean(*flag),
-                };
-                (name.clone(), value)
-            })
-            .collect();
-        table.insert("properties".to_owned(), toml::Value::Table(properties));
+        table.insert(
+            "properties".to_owned(),
+            values_table(&correlation.properties),
+        );
     }
+    toml::Value::Table(table)
+}
+
+/// Named values (correlation properties, SQL parameters) as an inline TOML table.
+fn values_table(values: &[(String, PropertyValue)]) -> toml::Value {
+    let table = (values.iter())
+        .map(|(name, value)| {
+            let value = match value {
+                PropertyValue::String(text) => toml::Value::String(text.clone()),
+                PropertyValue::Int(number) => toml::Value::Integer(*number),
+                PropertyValue::Float(number) => toml::Value::Float(*number),
+                PropertyValue::Bool(flag) => toml::Value::Boolean(*flag),
+            };
+            (name.clone(), value)
+        })
+        .collect();
     toml::Value::Table(table)
 }
 
@@ -325,7 +337,10 @@ mod tests {
                     status = \"disabled\"\nuser_metadata = \"subscription notes\"\n\
                     [[topics.subscriptions.rules]]\nname = \"r\"\n\
                     correlation = { subject = \"a\\\"b\", properties = { n = 3, f = 1.5, \
-                    b = true, s = \"x\" } }\naction = \"SET x = 'y'\"\n";
+                    b = true, s = \"x\" } }\naction = \"SET x = 'y'\"\n\
+                    [[topics.subscriptions.rules]]\nname = \"p\"\n\
+                    sql = \"s = @s AND n > @n\"\nparameters = { \"@s\" = \"b\", \"@n\" = 1 }\n\
+                    action = \"SET x = @x\"\naction_parameters = { \"@x\" = 2.5 }\n";
         let extra = Config::parse(text, "t.toml").expect("valid");
         declarations.extend(extra.queues.into_iter().map(Declaration::Queue));
         declarations.extend(extra.topics.into_iter().map(Declaration::Topic));

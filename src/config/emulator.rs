@@ -414,6 +414,8 @@ impl Reader<'_> {
                 name: "$Default".to_owned(),
                 filter: RuleFilter::True,
                 action: None,
+                parameters: Vec::new(),
+                action_parameters: Vec::new(),
             });
         }
         Ok(SubscriptionConfig {
@@ -495,6 +497,8 @@ impl Reader<'_> {
             name: rule.name.clone(),
             filter,
             action,
+            parameters: Vec::new(),
+            action_parameters: Vec::new(),
         })
     }
 

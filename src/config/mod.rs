@@ -40,7 +40,8 @@ pub use self::declaration::Declaration;
 pub use self::security::{PolicyConfig, Rights, SecretKey, TlsConfig};
 pub use self::status::EntityStatus;
 pub use self::topics::{
-    CorrelationConfig, PropertyValue, RuleConfig, RuleFilter, SubscriptionConfig, TopicConfig,
+    filter_values, CorrelationConfig, PropertyValue, RuleConfig, RuleFilter, SubscriptionConfig,
+    TopicConfig,
 };
 pub use self::units::parse_duration;
 

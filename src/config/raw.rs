@@ -1,13 +1,14 @@
 //! The file as written: what serde reads before validation. Every value keeps its byte span so
 //! that validation errors can name its position.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::Deserialize;
 use toml::Spanned;
 
 use super::units::{ByteSize, HumanDuration};
-use super::{CorrelationConfig, Durability, LogFormat};
+use super::{CorrelationConfig, Durability, LogFormat, PropertyValue};
 
 /// The file as serde reads it: `[broker]`, `[[queues]]` and `[[topics]]`.
 #[derive(Deserialize)]
@@ -197,4 +198,6 @@ pub(super) struct RawRule {
     pub(super) sql: Option<Spanned<String>>,
     pub(super) correlation: Option<Spanned<CorrelationConfig>>,
     pub(super) action: Option<Spanned<String>>,
+    pub(super) parameters: Option<Spanned<BTreeMap<String, PropertyValue>>>,
+    pub(super) action_parameters: Option<Spanned<BTreeMap<String, PropertyValue>>>,
 }

@@ -2,6 +2,7 @@
 //! each refusal naming the key and its position.
 
 use std::collections::hash_map::{Entry, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::ops::Range;
 
@@ -23,10 +24,11 @@ use super::status::{
     allowed_text, EntityStatus, QUEUE_STATUSES, SUBSCRIPTION_STATUSES, TOPIC_STATUSES,
 };
 use super::toml_string::offset_in_token;
+use super::topics::filter_values;
 use super::units::HumanDuration;
 use super::{
-    AdminConfig, BrokerConfig, Config, ConfigError, Durability, Location, QueueConfig, RuleConfig,
-    RuleFilter, SubscriptionConfig, TopicConfig,
+    AdminConfig, BrokerConfig, Config, ConfigError, Durability, Location, PropertyValue,
+    QueueConfig, RuleConfig, RuleFilter, SubscriptionConfig, TopicConfig,
 };
 
 /// The rule a subscription declared without rules gets, as in Service Bus.
@@ -541,6 +543,8 @@ impl Source<'_> {
                 name: DEFAULT_RULE_NAME.to_owned(),
                 filter: RuleFilter::True,
                 action: None,
+                parameters: Vec::new(),
+                action_parameters: Vec::new(),
             }]);
         }
         let rules = format!("{path}.rules");
@@ -556,9 +560,18 @@ impl Source<'_> {
         let span = raw.span();
         let raw = raw.into_inner();
         self.check_name(path, &raw.name, &RULE_NAMES)?;
+        let parameters = self.parameters(&key("parameters"), raw.parameters, raw.sql.is_some())?;
+        let action_parameters = self.parameters(
+            &key("action_parameters"),
+            raw.action_parameters,
+            raw.action.is_some(),
+        )?;
         let filter = match (raw.sql, raw.correlation) {
             (Some(sql), None) => {
-                self.check_expression(&key("sql"), &sql, SqlFilter::parse)?;
+                let values = filter_values(&parameters);
+                self.check_expression(&key("sql"), &sql, |text| {
+                    SqlFilter::parse_with(text, values)
+                })?;
                 RuleFilter::Sql(sql.into_inner())
             }
             (None, Some(correlation)) if correlation.get_ref().names_nothing() => {
@@ -587,13 +600,39 @@ impl Source<'_> {
             }
         };
         if let Some(action) = &raw.action {
-            self.check_expression(&key("action"), action, SqlAction::parse)?;
+            let values = filter_values(&action_parameters);
+            self.check_expression(&key("action"), action, |text| {
+                SqlAction::parse_with(text, values)
+            })?;
         }
         Ok(RuleConfig {
             name: raw.name.into_inner(),
             filter,
             action: raw.action.map(Spanned::into_inner),
+            parameters,
+            action_parameters,
         })
+    }
+
+    /// A rule's `parameters` or `action_parameters` (`key`), sorted by name; refused when the
+    /// expression they belong to is not there (`expression`: the rule has it).
+    fn parameters(
+        &self,
+        key: &str,
+        raw: Option<Spanned<BTreeMap<String, PropertyValue>>>,
+        expression: bool,
+    ) -> Result<Vec<(String, PropertyValue)>, ConfigError> {
+        let Some(raw) = raw else {
+            return Ok(Vec::new());
+        };
+        if !expression {
+            let message = match key.ends_with(".action_parameters") {
+                true => "are the values of an action's parameters; the rule has no `action`",
+                false => "are the values of a SQL filter's parameters; the rule has no `sql`",
+            };
+            return Err(self.invalid(key, raw.span(), message.to_owned()));
+        }
+        Ok(raw.into_inner().into_iter().collect())
     }
 
     /// Parses a SQL filter or action as the broker will when it creates the rule, so that a
@@ -603,7 +642,7 @@ impl Source<'_> {
         &self,
         key: &str,
         expression: &Spanned<String>,
-        parse: fn(&str) -> Result<T, SqlError>,
+        parse: impl FnOnce(&str) -> Result<T, SqlError>,
     ) -> Result<(), ConfigError> {
         parse(expression.get_ref())
             .map(|_| ())

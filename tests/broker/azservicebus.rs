@@ -336,6 +336,8 @@ pub(super) fn topic_config(data_dir: &std::path::Path) -> tidebus::config::Confi
             name: "$Default".into(),
             filter: RuleFilter::True,
             action: None,
+            parameters: Vec::new(),
+            action_parameters: Vec::new(),
         }],
         status: EntityStatus::Active,
         user_metadata: None,

@@ -312,3 +312,51 @@ brokerTest("at api-version 2017-04 a description read back is taken back", SECUR
     assert.equal(seen.topic, "PT1H");
     assert.ok(seen.current.every((size) => size > 0), "2021-05 still reports it");
   });
+
+// A subscription created with a default rule whose filter and action have parameters.
+const DEFAULT_RULE_CLIENT = `
+const { ServiceBusAdministrationClient } = require("@azure/service-bus");
+(async () => {
+  const client = new ServiceBusAdministrationClient(process.env.CONNECTION_STRING);
+  const seen = {};
+  const created = await client.createSubscription("events", "picky", {
+    defaultRuleOptions: {
+      name: "rule",
+      filter: {
+        sqlExpression: "stringValue = @stringParam AND intValue = @intParam",
+        sqlParameters: { "@intParam": 1, "@stringParam": "b" },
+      },
+      action: { sqlExpression: "SET picked = @picked", sqlParameters: { "@picked": "yes" } },
+    },
+  });
+  seen.created = created.subscriptionName;
+  const rule = await client.getRule("events", "picky", "rule");
+  seen.rule = [rule.name, rule.filter.sqlExpression, rule.filter.sqlParameters,
+    rule.action.sqlExpression, rule.action.sqlParameters];
+  seen.rules = [];
+  for await (const listed of client.listRules("events", "picky")) seen.rules.push(listed.name);
+  console.log(JSON.stringify(seen));
+})().catch((error) => { console.error(error.code, error.message); process.exit(1); });
+`;
+
+brokerTest("a subscription is created with a default rule that has parameters", SECURED,
+  async ({ broker, client }) => {
+    const seen = await seenBy(broker, DEFAULT_RULE_CLIENT);
+    assert.equal(seen.created, "picky");
+    assert.deepEqual(seen.rule, ["rule", "stringValue = @stringParam AND intValue = @intParam",
+      { "@intParam": 1, "@stringParam": "b" }, "SET picked = @picked", { "@picked": "yes" }]);
+    assert.deepEqual(seen.rules, ["rule"], "the default rule is the only one");
+    // The one that does not match goes first: had it been copied, it would arrive first.
+    await send(client, "events", [
+      numbered("rule", 0, { applicationProperties: { stringValue: "b", intValue: 2 } }),
+      numbered("rule", 1, { applicationProperties: { stringValue: "b", intValue: 1 } }),
+    ]);
+    const receiver = client.createReceiver("events", "picky", { receiveMode: "receiveAndDelete" });
+    try {
+      const [picked] = await receiveExactly(receiver, 1);
+      assert.equal(picked.messageId, "rule-1");
+      assert.equal(picked.applicationProperties.picked, "yes");
+    } finally {
+      await receiver.close();
+    }
+  });

@@ -233,7 +233,8 @@ async fn topic(
         || updated.shared_access_policies != before.shared_access_policies
         || updated.max_size_in_megabytes != before.max_size_in_megabytes
         || updated.auto_delete_on_idle != before.auto_delete_on_idle
-        || updated.status != before.status;
+        || updated.status != before.status
+        || updated.user_metadata != before.user_metadata;
     (topic_changed || settings_changed).then_some(Declaration::Topic(updated))
 }
 

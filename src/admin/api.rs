@@ -216,6 +216,14 @@ impl Urls {
         format!("{}/{path}?api-version={}", self.base, self.api_version)
     }
 
+    /// Whether descriptions at this api-version carry `MaxMessageSizeInKilobytes`: it came
+    /// with 2021-05, and Service Bus leaves it out of older versions' descriptions (a client
+    /// at 2017-04 sends back what it read, and Service Bus refuses the property there).
+    fn has_max_message_size(&self) -> bool {
+        // api-versions are dates (`2017-04`, `2021-05`): they compare as text.
+        self.api_version.as_str() >= MAX_MESSAGE_SIZE_API_VERSION
+    }
+
     fn page(&self, path: &str, skip: usize, top: usize) -> String {
         format!(
             "{}/{path}?$skip={skip}&$top={top}&api-version={}",
@@ -359,7 +367,7 @@ fn times(admin: &Admin, entity: &str, subscription: Option<&str>, accessed_ms: i
 async fn describe(admin: &Admin, urls: &Urls, entry: &Entry) -> (String, String, i64) {
     let stats = stats(entry).await;
     let times = times(admin, entry.declaration.name(), None, stats.accessed_ms);
-    let kib = admin.max_message_size / 1024;
+    let kib = (urls.has_max_message_size()).then_some(admin.max_message_size / 1024);
     let content = match &entry.declaration {
         Declaration::Queue(queue) => {
             let counts = Counts::of(stats.lane(LaneId::MAIN), stats.lane(LaneId::DEAD_LETTER))
@@ -619,11 +627,10 @@ const READ_ONLY: [&str; 11] = [
 
 /// Properties for what Tidebus does not do, with the only values it accepts (a JS or Python
 /// client sends some of them at their defaults).
-const OFF_ONLY: [(&str, &[&str]); 4] = [
+const OFF_ONLY: [(&str, &[&str]); 3] = [
     ("EnableSubscriptionPartitioning", &["false"]),
     ("FilteringMessagesBeforePublishing", &["false"]),
     ("IsAnonymousAccessible", &["false"]),
-    ("UserMetadata", &[""]),
 ];
 
 /// Properties accepted whatever their value, because they change nothing Tidebus does: the
@@ -657,9 +664,7 @@ const MAX_MESSAGE_SIZE_API_VERSION: &str = "2021-05";
 /// # Errors
 /// The property and the api-version, named.
 fn within_api_version(urls: &Urls, sent: atom::Sent) -> Result<atom::Sent, String> {
-    // api-versions are dates (`2017-04`, `2021-05`): they compare as text.
-    let older = urls.api_version.as_str() < MAX_MESSAGE_SIZE_API_VERSION;
-    if older && sent.fields.contains_key("MaxMessageSizeInKilobytes") {
+    if !urls.has_max_message_size() && sent.fields.contains_key("MaxMessageSizeInKilobytes") {
         return Err(format!(
             "MaxMessageSizeInKilobytes is not a property of api-version {}; it needs \
              {MAX_MESSAGE_SIZE_API_VERSION} or later",
@@ -720,8 +725,13 @@ fn apply(mut declaration: Declaration, sent: &atom::Sent) -> Result<Declaration,
     }
     // A description replaces the last: a forwarding target it leaves out is removed (the
     // SDKs leave it out to turn forwarding off), as in Service Bus.
-    if let Declaration::Queue(queue) = &mut declaration {
-        (queue.forward_to, queue.forward_dead_lettered_messages_to) = (None, None);
+    // So is UserMetadata (the SDKs leave it out when it is unset).
+    match &mut declaration {
+        Declaration::Queue(queue) => {
+            (queue.forward_to, queue.forward_dead_lettered_messages_to) = (None, None);
+            queue.user_metadata = None;
+        }
+        Declaration::Topic(topic) => topic.user_metadata = None,
     }
     let before = size_and_partitions(&declaration);
     let fields = sent.fields.iter().map(|(p, v)| (p.as_str(), v.as_str()));
@@ -812,10 +822,29 @@ fn set_each<'a>(
         match set(property, value) {
             Ok(true) => {}
             Ok(false) => return Err(format!("{property} is not a property Tidebus supports")),
-            Err(reason) => return Err(format!("{property} = {value:?}: {reason}")),
+            Err(reason) => return Err(format!("{property} = {}: {reason}", shown(value))),
         }
     }
     Ok(())
+}
+
+/// Characters of a refused value an error shows.
+const SHOWN_CHARS: usize = 40;
+
+/// A value as an error shows it: quoted, cut after 40 characters.
+fn shown(value: &str) -> String {
+    match value.char_indices().nth(SHOWN_CHARS) {
+        Some((end, _)) => format!("{:?}...", &value[..end]),
+        None => format!("{value:?}"),
+    }
+}
+
+/// `UserMetadata` as sent; empty clears it.
+///
+/// # Errors
+/// Its length, when it is longer than Service Bus allows.
+fn user_metadata(value: &str) -> Result<Option<String>, String> {
+    crate::config::user_metadata(value.to_owned())
 }
 
 /// A declaration put back through the config's validation, so that what the API creates or
@@ -908,6 +937,7 @@ fn set_queue(queue: &mut QueueConfig, property: &str, value: &str) -> Result<boo
             queue.forward_dead_lettered_messages_to = forward_target(value)
         }
         "Status" => queue.status = status(value)?,
+        "UserMetadata" => queue.user_metadata = user_metadata(value)?,
         _ => return Ok(false),
     }
     Ok(true)
@@ -942,6 +972,7 @@ fn set_subscription(
             subscription.forward_dead_lettered_messages_to = forward_target(value)
         }
         "Status" => subscription.status = status(value)?,
+        "UserMetadata" => subscription.user_metadata = user_metadata(value)?,
         _ => return Ok(false),
     }
     Ok(true)
@@ -970,6 +1001,7 @@ fn set_topic(topic: &mut TopicConfig, property: &str, value: &str) -> Result<boo
             topic.duplicate_detection_history_time_window = history_window(value)?
         }
         "Status" => topic.status = status(value)?,
+        "UserMetadata" => topic.user_metadata = user_metadata(value)?,
         _ => return Ok(false),
     }
     Ok(true)
@@ -1238,9 +1270,11 @@ fn apply_subscription(
         let rule = rules::from_element(child, rule_name, now_ms())?;
         subscription.rules = vec![rules::declared(&rule)?];
     }
-    // As for a queue: a forwarding target the description leaves out is removed.
+    // As for a queue: a forwarding target or UserMetadata the description leaves out is
+    // removed.
     subscription.forward_to = None;
     subscription.forward_dead_lettered_messages_to = None;
+    subscription.user_metadata = None;
     let fields = description
         .children
         .iter()
@@ -1399,5 +1433,59 @@ mod tests {
         let forward = description("<ForwardTo>sb://localhost:5300/Elsewhere</ForwardTo>");
         let forwarding = apply_subscription(created, &forward, Intent::Update).expect("applied");
         assert_eq!(forwarding.forward_to.as_deref(), Some("Elsewhere"));
+    }
+
+    #[test]
+    fn user_metadata_is_set_cleared_when_left_out_and_bounded() {
+        let queue = |children: &str| {
+            atom::Sent {
+            kind: "QueueDescription".to_owned(),
+            fields: atom::read_description(
+                format!("<entry><content><QueueDescription>{children}</QueueDescription></content></entry>")
+                    .as_bytes(),
+            )
+            .expect("reads")
+            .fields,
+            authorization_rules: None,
+        }
+        };
+        let created =
+            declaration("q", &queue("<UserMetadata>a &amp; b</UserMetadata>")).expect("created");
+        let Declaration::Queue(kept) = &created else {
+            panic!("a queue");
+        };
+        assert_eq!(kept.user_metadata.as_deref(), Some("a & b"));
+        let Declaration::Queue(cleared) = apply(
+            created.clone(),
+            &queue("<MaxDeliveryCount>3</MaxDeliveryCount>"),
+        )
+        .expect("applied") else {
+            panic!("a queue");
+        };
+        assert_eq!(
+            cleared.user_metadata, None,
+            "left out: removed, as a forwarding target"
+        );
+        let long = format!("<UserMetadata>{}</UserMetadata>", "x".repeat(1025));
+        assert_eq!(
+            apply(created, &queue(&long)).expect_err("refused"),
+            format!(
+                "UserMetadata = {:?}...: is 1025 characters long; Service Bus allows at most 1024",
+                "x".repeat(40)
+            )
+        );
+        let subscription =
+            subscription_config("s", &description("<UserMetadata>notes</UserMetadata>"))
+                .expect("created");
+        assert_eq!(subscription.user_metadata.as_deref(), Some("notes"));
+        let updated =
+            apply_subscription(subscription, &description(""), Intent::Update).expect("updated");
+        assert_eq!(updated.user_metadata, None);
+    }
+
+    #[test]
+    fn a_refused_value_is_shown_cut() {
+        assert_eq!(shown("short"), "\"short\"");
+        assert_eq!(shown(&"é".repeat(41)), format!("{:?}...", "é".repeat(40)));
     }
 }

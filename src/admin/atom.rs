@@ -221,6 +221,21 @@ impl Xml {
         self.element("AccessedAt", time(times.accessed_ms));
     }
 
+    /// `UserMetadata`, written only when the entity has some (the SDKs then read none, as
+    /// from Service Bus).
+    fn user_metadata(&mut self, user_metadata: &Option<String>) {
+        if let Some(text) = user_metadata {
+            self.element("UserMetadata", text);
+        }
+    }
+
+    /// `MaxMessageSizeInKilobytes`, at the api-versions that have it.
+    fn max_message_size(&mut self, max_message_kib: Option<u64>) {
+        if let Some(kib) = max_message_kib {
+            self.element("MaxMessageSizeInKilobytes", kib);
+        }
+    }
+
     fn open(&mut self, description: &str) {
         self.0.push_str(&opening(description));
     }
@@ -234,12 +249,13 @@ pub fn opening(description: &str) -> String {
 }
 
 /// A queue's `QueueDescription`; its forwarding targets are addressed in `namespace`
-/// (`sb://<host>`).
+/// (`sb://<host>`). `max_message_kib` is `None` at an api-version without
+/// `MaxMessageSizeInKilobytes`.
 pub fn queue(
     queue: &QueueConfig,
     counts: &Counts,
     times: &Times,
-    max_message_kib: u64,
+    max_message_kib: Option<u64>,
     namespace: &str,
 ) -> String {
     let mut xml = Xml::default();
@@ -271,6 +287,7 @@ pub fn queue(
     xml.authorization_rules(&queue.shared_access_policies, times);
     xml.element("Status", queue.status.service_bus_name());
     xml.forward("ForwardTo", namespace, &queue.forward_to);
+    xml.user_metadata(&queue.user_metadata);
     xml.times(times);
     xml.element("SupportOrdering", true);
     xml.counts(counts);
@@ -283,18 +300,18 @@ pub fn queue(
         &queue.forward_dead_lettered_messages_to,
     );
     xml.element("EnableExpress", queue.enable_express);
-    xml.element("MaxMessageSizeInKilobytes", max_message_kib);
+    xml.max_message_size(max_message_kib);
     xml.0.push_str("</QueueDescription>");
     xml.0
 }
 
 /// A topic's `TopicDescription`, with its SQL and correlation filters counted across its
-/// subscriptions.
+/// subscriptions; `max_message_kib` as for [`queue`].
 pub fn topic(
     topic: &TopicConfig,
     counts: &Counts,
     times: &Times,
-    max_message_kib: u64,
+    max_message_kib: Option<u64>,
     (sql_filters, correlation_filters): (usize, usize),
 ) -> String {
     let mut xml = Xml::default();
@@ -318,6 +335,7 @@ pub fn topic(
     xml.element("IsAnonymousAccessible", false);
     xml.authorization_rules(&topic.shared_access_policies, times);
     xml.element("Status", topic.status.service_bus_name());
+    xml.user_metadata(&topic.user_metadata);
     xml.times(times);
     xml.element("SupportOrdering", topic.support_ordering);
     xml.counts(counts);
@@ -329,7 +347,7 @@ pub fn topic(
     xml.element("EntityAvailabilityStatus", "Available");
     xml.element("EnableSubscriptionPartitioning", false);
     xml.element("EnableExpress", topic.enable_express);
-    xml.element("MaxMessageSizeInKilobytes", max_message_kib);
+    xml.max_message_size(max_message_kib);
     xml.0.push_str("</TopicDescription>");
     xml.0
 }
@@ -366,6 +384,7 @@ pub fn subscription(
     );
     xml.element("Status", subscription.status.service_bus_name());
     xml.forward("ForwardTo", namespace, &subscription.forward_to);
+    xml.user_metadata(&subscription.user_metadata);
     xml.times(times);
     xml.counts(counts);
     xml.element(
@@ -713,5 +732,32 @@ mod tests {
             parse(many.as_bytes()).map(|_| ()),
             Err("the body holds more than 4096 elements".to_owned())
         );
+    }
+
+    /// UserMetadata only when set, MaxMessageSizeInKilobytes only at the api-versions that
+    /// have it: the SDKs read what is left out as unset.
+    #[test]
+    fn optional_properties_are_written_only_when_they_have_a_value() {
+        let config = crate::config::Config::parse(
+            "[broker]\nallow_anonymous = true\n[[queues]]\nname = \"q\"\n\
+             user_metadata = \"<mine>\"\n[[queues]]\nname = \"plain\"\n",
+            "t.toml",
+        )
+        .expect("valid");
+        let times = Times {
+            created_ms: 0,
+            updated_ms: 0,
+            accessed_ms: 0,
+        };
+        let counts = Counts::default();
+        let noted = queue(&config.queues[0], &counts, &times, Some(256), "sb://h");
+        assert!(
+            noted.contains("<UserMetadata>&lt;mine&gt;</UserMetadata>"),
+            "{noted}"
+        );
+        assert!(noted.contains("<MaxMessageSizeInKilobytes>256</MaxMessageSizeInKilobytes>"));
+        let plain = queue(&config.queues[1], &counts, &times, None, "sb://h");
+        assert!(!plain.contains("UserMetadata"), "{plain}");
+        assert!(!plain.contains("MaxMessageSizeInKilobytes"), "{plain}");
     }
 }

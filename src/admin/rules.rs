@@ -136,40 +136,23 @@ fn correlation_filter(out: &mut String, filter: &CorrelationFilter) {
     out.push_str("</Filter>");
 }
 
-/// Why a subscription's default rule with parameters is refused.
-const NO_DECLARED_PARAMETERS: &str = "a DefaultRuleDescription with Parameters is not \
-     supported: create the subscription, then its rule through .../Rules/{rule}";
-
-/// A rule as the config file declares one, for a subscription created with it.
+/// A rule as the config file declares one, for a subscription created with it: its
+/// declaration is how it is stored, so it comes back after a restart.
 ///
 /// # Errors
-/// A correlation property of a type the config file cannot declare (a time, a duration or a
-/// guid), or parameters (the config file has none).
+/// A correlation property or a parameter of a type the config file cannot declare (a time, a
+/// duration or a guid), named.
 pub fn declared(rule: &Rule) -> Result<RuleConfig, String> {
+    let mut parameters = Vec::new();
     let filter = match &rule.filter {
         Filter::True => RuleFilter::True,
         Filter::False => RuleFilter::Sql("1=0".to_owned()),
-        Filter::Sql(sql) if sql.parameters().is_empty() => {
+        Filter::Sql(sql) => {
+            parameters = declared_values("parameter", sql.parameters())?;
             RuleFilter::Sql(sql.expression().to_owned())
         }
-        Filter::Sql(_) => return Err(NO_DECLARED_PARAMETERS.to_owned()),
         Filter::Correlation(correlation) => {
-            let mut properties = Vec::new();
-            for (key, value) in &correlation.properties {
-                let value = match value {
-                    Value::Int(number) => PropertyValue::Int(*number),
-                    Value::Float(number) => PropertyValue::Float(*number),
-                    Value::Bool(flag) => PropertyValue::Bool(*flag),
-                    Value::String(text) => PropertyValue::String(text.clone()),
-                    _ => {
-                        return Err(format!(
-                            "property {key:?}: only strings, numbers and booleans"
-                        ))
-                    }
-                };
-                properties.push((key.clone(), value));
-            }
-            properties.sort_by(|a, b| a.0.cmp(&b.0));
+            let properties = declared_values("property", &correlation.properties)?;
             RuleFilter::Correlation(CorrelationConfig {
                 correlation_id: correlation.correlation_id.clone(),
                 message_id: correlation.message_id.clone(),
@@ -183,18 +166,47 @@ pub fn declared(rule: &Rule) -> Result<RuleConfig, String> {
             })
         }
     };
-    if rule
-        .action
-        .as_ref()
-        .is_some_and(|a| !a.parameters().is_empty())
-    {
-        return Err(NO_DECLARED_PARAMETERS.to_owned());
-    }
+    let action_parameters = match &rule.action {
+        Some(action) => declared_values("parameter", action.parameters())?,
+        None => Vec::new(),
+    };
     Ok(RuleConfig {
         name: rule.name.clone(),
         filter,
         action: rule.action.as_ref().map(|a| a.expression().to_owned()),
+        parameters,
+        action_parameters,
     })
+}
+
+/// Named values (`what`: correlation properties or SQL parameters) as the config file
+/// declares them, sorted by name.
+///
+/// # Errors
+/// A value of a type the config file cannot declare, named.
+fn declared_values(
+    what: &str,
+    values: &[(String, Value)],
+) -> Result<Vec<(String, PropertyValue)>, String> {
+    let mut declared = Vec::with_capacity(values.len());
+    for (key, value) in values {
+        let value = match value {
+            Value::Int(number) => PropertyValue::Int(*number),
+            Value::Float(number) => PropertyValue::Float(*number),
+            Value::Bool(flag) => PropertyValue::Bool(*flag),
+            Value::String(text) => PropertyValue::String(text.clone()),
+            _ => {
+                return Err(format!(
+                    "{what} {key:?}: a subscription's default rule holds only strings, numbers \
+                     and booleans; create the subscription, then add this rule through \
+                     .../Rules/{{rule}}"
+                ))
+            }
+        };
+        declared.push((key.clone(), value));
+    }
+    declared.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(declared)
 }
 
 /// The system fields of a correlation filter with their element names.
@@ -524,6 +536,48 @@ mod tests {
         let rule = read(sql.as_bytes(), "r", 0).expect("reads");
         let back = read(describe(&rule).as_bytes(), "r", 0).expect("reads back");
         assert_eq!(format!("{:?}", back.filter), format!("{:?}", rule.filter));
+    }
+
+    /// A subscription's default rule is stored as its declaration: with its parameters, it
+    /// declares the rule it was read as.
+    #[test]
+    fn a_default_rule_is_declared_with_its_parameters() {
+        let body = format!(
+            "<entry><content><RuleDescription><Filter i:type=\"SqlFilter\">\
+             <SqlExpression>s = @s AND n = @n</SqlExpression><Parameters>{}{}</Parameters>\
+             </Filter><Action i:type=\"SqlRuleAction\"><SqlExpression>SET x = @x</SqlExpression>\
+             <Parameters>{}</Parameters></Action></RuleDescription></content></entry>",
+            pair("@n", "int", "1"),
+            pair("@s", "string", "b"),
+            pair("@x", "double", "2.5"),
+        );
+        let rule = read(body.as_bytes(), "r", 0).expect("reads");
+        let declaration = declared(&rule).expect("declared");
+        assert_eq!(
+            declaration.filter,
+            RuleFilter::Sql("s = @s AND n = @n".to_owned())
+        );
+        let sorted = [
+            ("@n".to_owned(), PropertyValue::Int(1)),
+            ("@s".to_owned(), PropertyValue::String("b".to_owned())),
+        ];
+        assert_eq!(declaration.parameters, sorted);
+        assert_eq!(
+            declaration.action_parameters,
+            [("@x".to_owned(), PropertyValue::Float(2.5))]
+        );
+        let back = crate::entity::setup::rule(&declaration).expect("parses");
+        assert_eq!(format!("{:?}", back.filter), format!("{:?}", rule.filter));
+        assert_eq!(back.action, rule.action);
+
+        let timed = body.replace(
+            &pair("@x", "double", "2.5"),
+            &pair("@x", "dateTime", "2020-07-05T11:12:13"),
+        );
+        let timed = read(timed.as_bytes(), "r", 0).expect("reads");
+        assert!(declared(&timed)
+            .expect_err("refused")
+            .starts_with("parameter \"@x\": a subscription's default rule holds only strings"));
     }
 
     #[test]

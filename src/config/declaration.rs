@@ -70,6 +70,7 @@ impl Declaration {
                 );
                 out.forwarding(&queue.forward_to, &queue.forward_dead_lettered_messages_to);
                 out.string("status", queue.status.config_name());
+                out.user_metadata(&queue.user_metadata);
                 out.policies(
                     "[[queues.shared_access_policies]]",
                     &queue.shared_access_policies,
@@ -95,6 +96,7 @@ impl Declaration {
                     topic.duplicate_detection_history_time_window,
                 );
                 out.string("status", topic.status.config_name());
+                out.user_metadata(&topic.user_metadata);
                 out.policies(
                     "[[topics.shared_access_policies]]",
                     &topic.shared_access_policies,
@@ -221,10 +223,11 @@ impl Toml {
             &subscription.forward_dead_lettered_messages_to,
         );
         self.string("status", subscription.status.config_name());
+        self.user_metadata(&subscription.user_metadata);
         // A subscription declared without rules has `$Default` only, and reads back so.
         let only_default = matches!(
             subscription.rules.as_slice(),
-            [RuleConfig { filter: RuleFilter::True, action: None, name }] if name == DEFAULT_RULE_NAME
+            [RuleConfig { filter: RuleFilter::True, action: None, name, .. }] if name == DEFAULT_RULE_NAME
         );
         if !only_default {
             for rule in &subscription.rules {
@@ -244,8 +247,21 @@ impl Toml {
                 self.raw("correlation", correlation_table(correlation))
             }
         }
+        if !rule.parameters.is_empty() {
+            self.raw("parameters", values_table(&rule.parameters));
+        }
         if let Some(action) = &rule.action {
             self.string("action", action);
+        }
+        if !rule.action_parameters.is_empty() {
+            self.raw("action_parameters", values_table(&rule.action_parameters));
+        }
+    }
+
+    /// An entity's `user_metadata`, when it has some.
+    fn user_metadata(&mut self, user_metadata: &Option<String>) {
+        if let Some(text) = user_metadata {
+            self.string("user_metadata", text);
         }
     }
 }
@@ -269,21 +285,27 @@ fn correlation_table(correlation: &CorrelationConfig) -> toml::Value {
         }
     }
     if !correlation.properties.is_empty() {
-        let properties = correlation
-            .properties
-            .iter()
-            .map(|(name, value)| {
-                let value = match value {
-                    PropertyValue::String(text) => toml::Value::String(text.clone()),
-                    PropertyValue::Int(number) => toml::Value::Integer(*number),
-                    PropertyValue::Float(number) => toml::Value::Float(*number),
-                    PropertyValue::Bool(flag) => toml::Value::Boolean(*flag),
-                };
-                (name.clone(), value)
-            })
-            .collect();
-        table.insert("properties".to_owned(), toml::Value::Table(properties));
+        table.insert(
+            "properties".to_owned(),
+            values_table(&correlation.properties),
+        );
     }
+    toml::Value::Table(table)
+}
+
+/// Named values (correlation properties, SQL parameters) as an inline TOML table.
+fn values_table(values: &[(String, PropertyValue)]) -> toml::Value {
+    let table = (values.iter())
+        .map(|(name, value)| {
+            let value = match value {
+                PropertyValue::String(text) => toml::Value::String(text.clone()),
+                PropertyValue::Int(number) => toml::Value::Integer(*number),
+                PropertyValue::Float(number) => toml::Value::Float(*number),
+                PropertyValue::Bool(flag) => toml::Value::Boolean(*flag),
+            };
+            (name.clone(), value)
+        })
+        .collect();
     toml::Value::Table(table)
 }
 
@@ -306,15 +328,19 @@ mod tests {
                     dead_lettering_on_message_expiration = true\nmax_size_in_megabytes = 7\n\
                     requires_duplicate_detection = true\n\
                     duplicate_detection_history_time_window = \"90s\"\n\
-                    status = \"receive_disabled\"\n\n\
+                    status = \"receive_disabled\"\nuser_metadata = \"notes \\\"quoted\\\"\"\n\n\
                     [[topics]]\nname = \"t\"\ndefault_message_time_to_live = \"1h\"\n\
                     requires_duplicate_detection = true\nstatus = \"send_disabled\"\n\
+                    user_metadata = \"topic notes\"\n\
                     [[topics.subscriptions]]\nname = \"s\"\n\
                     dead_lettering_on_filter_evaluation_exceptions = false\n\
-                    status = \"disabled\"\n\
+                    status = \"disabled\"\nuser_metadata = \"subscription notes\"\n\
                     [[topics.subscriptions.rules]]\nname = \"r\"\n\
                     correlation = { subject = \"a\\\"b\", properties = { n = 3, f = 1.5, \
-                    b = true, s = \"x\" } }\naction = \"SET x = 'y'\"\n";
+                    b = true, s = \"x\" } }\naction = \"SET x = 'y'\"\n\
+                    [[topics.subscriptions.rules]]\nname = \"p\"\n\
+                    sql = \"s = @s AND n > @n\"\nparameters = { \"@s\" = \"b\", \"@n\" = 1 }\n\
+                    action = \"SET x = @x\"\naction_parameters = { \"@x\" = 2.5 }\n";
         let extra = Config::parse(text, "t.toml").expect("valid");
         declarations.extend(extra.queues.into_iter().map(Declaration::Queue));
         declarations.extend(extra.topics.into_iter().map(Declaration::Topic));

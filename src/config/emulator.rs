@@ -310,6 +310,7 @@ impl Reader<'_> {
             ),
             shared_access_policies: Vec::new(),
             status: self.status(&at, &properties.status, QUEUE_STATUSES)?,
+            user_metadata: None,
         })
     }
 
@@ -380,6 +381,7 @@ impl Reader<'_> {
             shared_access_policies: Vec::new(),
             subscriptions,
             status: self.status(&at, &properties.status, TOPIC_STATUSES)?,
+            user_metadata: None,
         })
     }
 
@@ -412,6 +414,8 @@ impl Reader<'_> {
                 name: "$Default".to_owned(),
                 filter: RuleFilter::True,
                 action: None,
+                parameters: Vec::new(),
+                action_parameters: Vec::new(),
             });
         }
         Ok(SubscriptionConfig {
@@ -433,6 +437,7 @@ impl Reader<'_> {
             ),
             rules,
             status,
+            user_metadata: None,
         })
     }
 
@@ -492,6 +497,8 @@ impl Reader<'_> {
             name: rule.name.clone(),
             filter,
             action,
+            parameters: Vec::new(),
+            action_parameters: Vec::new(),
         })
     }
 

@@ -41,7 +41,8 @@ pub use self::limits::SERVICE_BUS_PARTITIONS;
 pub use self::security::{PolicyConfig, Rights, SecretKey, TlsConfig};
 pub use self::status::EntityStatus;
 pub use self::topics::{
-    CorrelationConfig, PropertyValue, RuleConfig, RuleFilter, SubscriptionConfig, TopicConfig,
+    filter_values, CorrelationConfig, PropertyValue, RuleConfig, RuleFilter, SubscriptionConfig,
+    TopicConfig,
 };
 pub use self::units::parse_duration;
 
@@ -215,6 +216,28 @@ pub struct QueueConfig {
     pub shared_access_policies: Vec<PolicyConfig>,
     /// Whether it takes sends and hands out messages (its dead-letter queue always does).
     pub status: EntityStatus,
+    /// Service Bus's `UserMetadata`: the owner's notes on the entity, kept and read back,
+    /// at most [`MAX_USER_METADATA_CHARS`]; `None`: none.
+    pub user_metadata: Option<String>,
+}
+
+/// Most characters of an entity's `user_metadata`, counted as .NET counts them (UTF-16 code
+/// units): Service Bus's bound on `UserMetadata` ("Max length is 1024 chars",
+/// `QueueProperties.UserMetadata` of Azure.Messaging.ServiceBus).
+pub const MAX_USER_METADATA_CHARS: usize = 1024;
+
+/// An entity's `user_metadata` as given: `None` when empty (Service Bus then reads none back).
+///
+/// # Errors
+/// Its length, when it is longer than [`MAX_USER_METADATA_CHARS`].
+pub fn user_metadata(text: String) -> Result<Option<String>, String> {
+    let length = text.encode_utf16().count();
+    if length > MAX_USER_METADATA_CHARS {
+        return Err(format!(
+            "is {length} characters long; Service Bus allows at most {MAX_USER_METADATA_CHARS}"
+        ));
+    }
+    Ok((!text.is_empty()).then_some(text))
 }
 
 /// A position in a config file, shown as `origin:line:column` (both 1-based; the column counts

@@ -1,13 +1,14 @@
 //! The file as written: what serde reads before validation. Every value keeps its byte span so
 //! that validation errors can name its position.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::Deserialize;
 use toml::Spanned;
 
 use super::units::{ByteSize, HumanDuration};
-use super::{CorrelationConfig, Durability, LogFormat};
+use super::{CorrelationConfig, Durability, LogFormat, PropertyValue};
 
 /// The file as serde reads it: `[broker]`, `[[queues]]` and `[[topics]]`.
 #[derive(Deserialize)]
@@ -140,6 +141,7 @@ lane_tables! {
         forward_to: String,
         forward_dead_lettered_messages_to: String,
         enable_batched_operations: bool,
+        user_metadata: String,
     }
 
     /// One `[[queues]]` entry as written.
@@ -179,6 +181,7 @@ pub(super) struct RawTopic {
     pub(super) requires_duplicate_detection: Option<Spanned<bool>>,
     pub(super) duplicate_detection_history_time_window: Option<Spanned<HumanDuration>>,
     pub(super) status: Option<Spanned<String>>,
+    pub(super) user_metadata: Option<Spanned<String>>,
     #[serde(default)]
     pub(super) shared_access_policies: Vec<RawPolicy>,
     #[serde(default)]
@@ -195,4 +198,6 @@ pub(super) struct RawRule {
     pub(super) sql: Option<Spanned<String>>,
     pub(super) correlation: Option<Spanned<CorrelationConfig>>,
     pub(super) action: Option<Spanned<String>>,
+    pub(super) parameters: Option<Spanned<BTreeMap<String, PropertyValue>>>,
+    pub(super) action_parameters: Option<Spanned<BTreeMap<String, PropertyValue>>>,
 }

@@ -47,6 +47,9 @@ pub struct TopicConfig {
     /// Whether it takes sends: active, disabled or send-disabled (its subscriptions hand out
     /// their messages whatever the topic's status).
     pub status: super::EntityStatus,
+    /// Service Bus's `UserMetadata`, as a queue's
+    /// ([`QueueConfig::user_metadata`](super::QueueConfig::user_metadata)).
+    pub user_metadata: Option<String>,
 }
 
 /// One `[[topics.subscriptions]]` entry: a queue fed by its topic. Its queue settings have the
@@ -89,6 +92,9 @@ pub struct SubscriptionConfig {
     /// Whether it hands out messages: active, disabled or receive-disabled (the topic's copies
     /// still arrive; its dead-letter queue always hands out).
     pub status: super::EntityStatus,
+    /// Service Bus's `UserMetadata`, as a queue's
+    /// ([`QueueConfig::user_metadata`](super::QueueConfig::user_metadata)).
+    pub user_metadata: Option<String>,
 }
 
 /// One `[[topics.subscriptions.rules]]` entry: a filter and an optional action.
@@ -101,6 +107,12 @@ pub struct RuleConfig {
     /// A Service Bus SQL rule action (`SET ...; REMOVE ...`) applied to the subscription's copy
     /// of a matching message, as written (at most 1024 characters; not parsed here).
     pub action: Option<String>,
+    /// The values of the SQL filter's `@name` parameters (`parameters = { "@p" = 1 }`,
+    /// Service Bus's `SqlFilter.Parameters`), sorted by name; empty for none.
+    pub parameters: Vec<(String, PropertyValue)>,
+    /// The values of the action's `@name` parameters (`action_parameters`, Service Bus's
+    /// `SqlRuleAction.Parameters`), sorted by name; empty for none.
+    pub action_parameters: Vec<(String, PropertyValue)>,
 }
 
 /// The filter of a rule.
@@ -197,6 +209,26 @@ impl PartialEq for PropertyValue {
 }
 
 impl Eq for PropertyValue {}
+
+/// Declared values (correlation properties, SQL parameters) as rules compare them.
+pub fn filter_values(values: &[(String, PropertyValue)]) -> Vec<(String, crate::filter::Value)> {
+    (values.iter())
+        .map(|(name, value)| (name.clone(), value.filter_value()))
+        .collect()
+}
+
+impl PropertyValue {
+    /// The value as rules compare it (an integer is a long, a float a double).
+    pub fn filter_value(&self) -> crate::filter::Value {
+        use crate::filter::Value;
+        match self {
+            PropertyValue::String(text) => Value::String(text.clone()),
+            PropertyValue::Int(number) => Value::Int(*number),
+            PropertyValue::Float(number) => Value::Float(*number),
+            PropertyValue::Bool(flag) => Value::Bool(*flag),
+        }
+    }
+}
 
 impl<'de> Deserialize<'de> for PropertyValue {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {

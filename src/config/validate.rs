@@ -2,6 +2,7 @@
 //! each refusal naming the key and its position.
 
 use std::collections::hash_map::{Entry, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::ops::Range;
 
@@ -23,10 +24,11 @@ use super::status::{
     allowed_text, EntityStatus, QUEUE_STATUSES, SUBSCRIPTION_STATUSES, TOPIC_STATUSES,
 };
 use super::toml_string::offset_in_token;
+use super::topics::filter_values;
 use super::units::HumanDuration;
 use super::{
-    AdminConfig, BrokerConfig, Config, ConfigError, Durability, Location, QueueConfig, RuleConfig,
-    RuleFilter, SubscriptionConfig, TopicConfig,
+    AdminConfig, BrokerConfig, Config, ConfigError, Durability, Location, PropertyValue,
+    QueueConfig, RuleConfig, RuleFilter, SubscriptionConfig, TopicConfig,
 };
 
 /// The rule a subscription declared without rules gets, as in Service Bus.
@@ -53,6 +55,7 @@ struct Lane {
     forward_to: Option<String>,
     forward_dead_lettered_messages_to: Option<String>,
     enable_batched_operations: bool,
+    user_metadata: Option<String>,
 }
 
 impl Source<'_> {
@@ -340,6 +343,7 @@ impl Source<'_> {
                 raw.shared_access_policies,
             )?,
             status: self.status(path, raw.status, QUEUE_STATUSES)?,
+            user_metadata: lane.user_metadata,
         })
     }
 
@@ -393,6 +397,7 @@ impl Source<'_> {
                 raw.shared_access_policies,
             )?,
             status: self.status(path, raw.status, TOPIC_STATUSES)?,
+            user_metadata: self.user_metadata(path, raw.user_metadata)?,
             subscriptions: each(&subscriptions, raw.subscriptions, |path, raw| {
                 self.subscription(path, raw)
             })?,
@@ -425,6 +430,7 @@ impl Source<'_> {
             forward_dead_lettered_messages_to: lane.forward_dead_lettered_messages_to,
             rules: self.rules(path, raw.rules)?,
             status: self.status(path, raw.status, SUBSCRIPTION_STATUSES)?,
+            user_metadata: lane.user_metadata,
         })
     }
 
@@ -440,6 +446,7 @@ impl Source<'_> {
         self.check_name(path, &name, name_rules)?;
         let key = |key: &str| format!("{path}.{key}");
         Ok(Lane {
+            user_metadata: self.user_metadata(path, keys.user_metadata)?,
             forward_to: target(keys.forward_to),
             forward_dead_lettered_messages_to: target(keys.forward_dead_lettered_messages_to),
             name: name.into_inner(),
@@ -484,6 +491,20 @@ impl Source<'_> {
         self.optional(&format!("{path}.{name}"), raw, &AT_LEAST_A_SECOND)
     }
 
+    /// `user_metadata` of the queue, topic or subscription at `path` (empty: none).
+    fn user_metadata(
+        &self,
+        path: &str,
+        raw: Option<Spanned<String>>,
+    ) -> Result<Option<String>, ConfigError> {
+        let Some(raw) = raw else {
+            return Ok(None);
+        };
+        let span = raw.span();
+        super::user_metadata(raw.into_inner())
+            .map_err(|message| self.invalid(&format!("{path}.user_metadata"), span, message))
+    }
+
     /// `duplicate_detection_history_time_window` of the queue or topic at `path`.
     fn history_window(
         &self,
@@ -522,6 +543,8 @@ impl Source<'_> {
                 name: DEFAULT_RULE_NAME.to_owned(),
                 filter: RuleFilter::True,
                 action: None,
+                parameters: Vec::new(),
+                action_parameters: Vec::new(),
             }]);
         }
         let rules = format!("{path}.rules");
@@ -537,9 +560,18 @@ impl Source<'_> {
         let span = raw.span();
         let raw = raw.into_inner();
         self.check_name(path, &raw.name, &RULE_NAMES)?;
+        let parameters = self.parameters(&key("parameters"), raw.parameters, raw.sql.is_some())?;
+        let action_parameters = self.parameters(
+            &key("action_parameters"),
+            raw.action_parameters,
+            raw.action.is_some(),
+        )?;
         let filter = match (raw.sql, raw.correlation) {
             (Some(sql), None) => {
-                self.check_expression(&key("sql"), &sql, SqlFilter::parse)?;
+                let values = filter_values(&parameters);
+                self.check_expression(&key("sql"), &sql, |text| {
+                    SqlFilter::parse_with(text, values)
+                })?;
                 RuleFilter::Sql(sql.into_inner())
             }
             (None, Some(correlation)) if correlation.get_ref().names_nothing() => {
@@ -568,13 +600,39 @@ impl Source<'_> {
             }
         };
         if let Some(action) = &raw.action {
-            self.check_expression(&key("action"), action, SqlAction::parse)?;
+            let values = filter_values(&action_parameters);
+            self.check_expression(&key("action"), action, |text| {
+                SqlAction::parse_with(text, values)
+            })?;
         }
         Ok(RuleConfig {
             name: raw.name.into_inner(),
             filter,
             action: raw.action.map(Spanned::into_inner),
+            parameters,
+            action_parameters,
         })
+    }
+
+    /// A rule's `parameters` or `action_parameters` (`key`), sorted by name; refused when the
+    /// expression they belong to is not there (`expression`: the rule has it).
+    fn parameters(
+        &self,
+        key: &str,
+        raw: Option<Spanned<BTreeMap<String, PropertyValue>>>,
+        expression: bool,
+    ) -> Result<Vec<(String, PropertyValue)>, ConfigError> {
+        let Some(raw) = raw else {
+            return Ok(Vec::new());
+        };
+        if !expression {
+            let message = match key.ends_with(".action_parameters") {
+                true => "are the values of an action's parameters; the rule has no `action`",
+                false => "are the values of a SQL filter's parameters; the rule has no `sql`",
+            };
+            return Err(self.invalid(key, raw.span(), message.to_owned()));
+        }
+        Ok(raw.into_inner().into_iter().collect())
     }
 
     /// Parses a SQL filter or action as the broker will when it creates the rule, so that a
@@ -584,7 +642,7 @@ impl Source<'_> {
         &self,
         key: &str,
         expression: &Spanned<String>,
-        parse: fn(&str) -> Result<T, SqlError>,
+        parse: impl FnOnce(&str) -> Result<T, SqlError>,
     ) -> Result<(), ConfigError> {
         parse(expression.get_ref())
             .map(|_| ())

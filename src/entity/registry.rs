@@ -193,7 +193,7 @@ enum Record {
     /// This declaration: the whole of an entity created at run time; for a topic the config
     /// file declares, the topic with only the subscriptions the file does not declare
     /// (created at run time; its own settings are ignored at start, where the file's apply).
-    Keep(Declaration),
+    Keep(Box<Declaration>),
     /// Nothing: a topic the file declares with no subscription created at run time.
     Forget,
     /// What is stored stays (a queue the file declares: a record of it is ignored at start).
@@ -204,7 +204,7 @@ impl Record {
     /// The record of a live entity running `live`, of which the config file declares `file`.
     fn of(file: Option<&Declaration>, live: &Declaration) -> Record {
         match (file, live) {
-            (None, _) => Record::Keep(live.clone()),
+            (None, _) => Record::Keep(Box::new(live.clone())),
             (Some(Declaration::Topic(file)), Declaration::Topic(live)) => {
                 let added: Vec<SubscriptionConfig> = live
                     .subscriptions
@@ -215,11 +215,11 @@ impl Record {
                 match added.is_empty() {
                     true => Record::Forget,
                     // The file's keys are never stored: it declares them at every start.
-                    false => Record::Keep(Declaration::Topic(TopicConfig {
+                    false => Record::Keep(Box::new(Declaration::Topic(TopicConfig {
                         subscriptions: added,
                         shared_access_policies: Vec::new(),
                         ..live.clone()
-                    })),
+                    }))),
                 }
             }
             (Some(_), _) => Record::Leave,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::clock::millis;
 use crate::config::{
-    CorrelationConfig, Declaration, EntityStatus, PropertyValue, QueueConfig, RuleConfig,
+    filter_values, CorrelationConfig, Declaration, EntityStatus, QueueConfig, RuleConfig,
     RuleFilter, SubscriptionConfig, TopicConfig,
 };
 use crate::entity::core::{EntityCore, SubscriptionLanes};
@@ -16,7 +16,7 @@ use crate::entity::queue::Rules;
 use crate::entity::settings::{Forward, Settings, SubscriptionSettings};
 use crate::entity::terms::LaneId;
 use crate::entity::topic::{Route, Rule};
-use crate::filter::{CorrelationFilter, Filter, SqlAction, SqlFilter, Value};
+use crate::filter::{CorrelationFilter, Filter, SqlAction, SqlFilter};
 use crate::message;
 use crate::store::record::NEVER;
 use crate::store::{EntityLog, Recovered, StoreError};
@@ -350,12 +350,17 @@ pub fn rule(config: &RuleConfig) -> Option<Rule> {
 fn parse_rule(config: &RuleConfig) -> Result<Rule, crate::filter::SqlError> {
     let filter = match &config.filter {
         RuleFilter::True => Filter::True,
-        RuleFilter::Sql(expression) => Filter::Sql(SqlFilter::parse(expression)?),
+        RuleFilter::Sql(expression) => Filter::Sql(SqlFilter::parse_with(
+            expression,
+            filter_values(&config.parameters),
+        )?),
         RuleFilter::Correlation(correlation) => {
             Filter::Correlation(correlation_filter(correlation))
         }
     };
-    let action = config.action.as_deref().map(SqlAction::parse).transpose()?;
+    let action = (config.action.as_deref())
+        .map(|action| SqlAction::parse_with(action, filter_values(&config.action_parameters)))
+        .transpose()?;
     Ok(Rule {
         name: config.name.clone(),
         filter,
@@ -374,20 +379,7 @@ fn correlation_filter(config: &CorrelationConfig) -> CorrelationFilter {
         session_id: config.session_id.clone(),
         reply_to_session_id: config.reply_to_session_id.clone(),
         content_type: config.content_type.clone(),
-        properties: config
-            .properties
-            .iter()
-            .map(|(name, value)| (name.clone(), filter_value(value)))
-            .collect(),
-    }
-}
-
-fn filter_value(value: &PropertyValue) -> Value {
-    match value {
-        PropertyValue::String(text) => Value::String(text.clone()),
-        PropertyValue::Int(number) => Value::Int(*number),
-        PropertyValue::Float(number) => Value::Float(*number),
-        PropertyValue::Bool(flag) => Value::Bool(*flag),
+        properties: filter_values(&config.properties),
     }
 }
 

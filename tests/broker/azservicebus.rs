@@ -336,8 +336,11 @@ pub(super) fn topic_config(data_dir: &std::path::Path) -> tidebus::config::Confi
             name: "$Default".into(),
             filter: RuleFilter::True,
             action: None,
+            parameters: Vec::new(),
+            action_parameters: Vec::new(),
         }],
         status: EntityStatus::Active,
+        user_metadata: None,
     };
     config.topics = vec![TopicConfig {
         name: "t".into(),
@@ -353,6 +356,7 @@ pub(super) fn topic_config(data_dir: &std::path::Path) -> tidebus::config::Confi
         shared_access_policies: Vec::new(),
         subscriptions: vec![subscription("s1"), subscription("s2")],
         status: EntityStatus::Active,
+        user_metadata: None,
     }];
     config
 }

@@ -347,6 +347,49 @@ def test_api_version_2017_04_has_no_max_message_size(secured):
         assert client.create_queue("sized", max_message_size_in_kilobytes=256).name == "sized"
 
 
+def test_api_version_2017_04_takes_back_what_it_reads(secured):
+    # Service Bus leaves MaxMessageSizeInKilobytes (2021-05) out of 2017-04's descriptions, so
+    # a description read at 2017-04 and sent back is accepted.
+    with admin(secured, api_version=ApiVersion.V2017_04) as client:
+        client.create_queue("round-trip")
+        queue = client.get_queue("round-trip")
+        assert queue.max_message_size_in_kilobytes is None
+        queue.max_delivery_count = 7
+        client.update_queue(queue)
+        assert client.get_queue("round-trip").max_delivery_count == 7
+        topic = client.get_topic("events")
+        assert topic.max_message_size_in_kilobytes is None
+        topic.default_message_time_to_live = timedelta(hours=1)
+        client.update_topic(topic)
+        assert client.get_topic("events").default_message_time_to_live == timedelta(hours=1)
+    with admin(secured) as client:
+        assert client.get_queue("round-trip").max_message_size_in_kilobytes > 0
+
+
+def test_user_metadata_is_kept_read_back_and_survives_a_restart(secured):
+    with admin(secured) as client:
+        client.create_queue("noted", user_metadata="queue notes")
+        client.create_topic("noted-topic", user_metadata="topic notes")
+        client.create_subscription("noted-topic", "sub", user_metadata="subscription notes")
+        client.create_subscription("events", "noted", user_metadata="on a declared topic")
+        queue = client.get_queue("noted")
+        assert queue.user_metadata == "queue notes"
+        queue.user_metadata = "changed"
+        client.update_queue(queue)
+        assert client.get_queue("declared").user_metadata is None
+        with pytest.raises(HttpResponseError) as refused:
+            client.create_queue("long", user_metadata="x" * 1025)
+        assert refused.value.status_code == 400
+        assert "is 1025 characters long" in str(refused.value), str(refused.value)
+    secured.stop()
+    secured.start()
+    with admin(secured) as client:
+        assert client.get_queue("noted").user_metadata == "changed"
+        assert client.get_topic("noted-topic").user_metadata == "topic notes"
+        assert client.get_subscription("noted-topic", "sub").user_metadata == "subscription notes"
+        assert client.get_subscription("events", "noted").user_metadata == "on a declared topic"
+
+
 def test_the_entity_quota_refuses_a_creation_past_it_as_service_bus_does(crowded):
     # Two declared (a queue and a topic), room for two more; a partitioned entity counts as
     # its 16 partitions. Service Bus answers 403 with QuotaExceeded.
@@ -490,7 +533,7 @@ def test_enable_partitioning_gives_sixteen_partitions_counted_together_and_canno
 def test_what_tidebus_does_not_do_is_refused_naming_it(secured):
     with admin(secured) as client:
         with pytest.raises(HttpResponseError) as refused:
-            client.create_queue("dedup", user_metadata="notes")
+            client.create_queue("dedup", user_metadata="x" * 1025)
         assert refused.value.status_code == 400
         assert "UserMetadata" in str(refused.value), str(refused.value)
         with pytest.raises(HttpResponseError) as refused:

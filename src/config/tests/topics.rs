@@ -87,6 +87,8 @@ fn every_topic_subscription_and_rule_key_is_read() {
         name: "eu-only".to_owned(),
         filter: RuleFilter::Sql("region = 'eu' AND sys.Label LIKE 'order-%'".to_owned()),
         action: strings("SET priority = 'high'; REMOVE internal"),
+        parameters: Vec::new(),
+        action_parameters: Vec::new(),
     };
     let correlation = CorrelationConfig {
         correlation_id: strings("c"),
@@ -108,6 +110,8 @@ fn every_topic_subscription_and_rule_key_is_read() {
         name: "vip".to_owned(),
         filter: RuleFilter::Correlation(correlation),
         action: None,
+        parameters: Vec::new(),
+        action_parameters: Vec::new(),
     };
     assert_eq!(eu.rules, [sql, vip]);
     assert_eq!(orders.subscriptions[1].name, "audit");
@@ -155,6 +159,8 @@ fn a_subscription_without_rules_gets_default_matching_everything() {
         name: "$Default".to_owned(),
         filter: RuleFilter::True,
         action: None,
+        parameters: Vec::new(),
+        action_parameters: Vec::new(),
     };
     assert_eq!(config.topics[0].subscriptions[0].rules, [default]);
 }
@@ -260,6 +266,59 @@ fn a_rule_has_exactly_one_filter() {
         "topics[0].subscriptions[0].rules[0] (t.toml:5:1): sets no filter; a rule has exactly \
          one of `sql` and `correlation`"
     );
+}
+
+#[test]
+fn sql_parameters_give_the_expressions_their_values_and_need_them() {
+    let config = parse(&one_rule(
+        "sql = \"a = @a AND b > @b\"\nparameters = { \"@b\" = 2, \"@a\" = \"x\" }\n\
+         action = \"SET c = @c\"\naction_parameters = { \"@c\" = true }\n",
+    ));
+    let rule = &config.topics[0].subscriptions[0].rules[0];
+    let sorted = [
+        ("@a".to_owned(), PropertyValue::String("x".to_owned())),
+        ("@b".to_owned(), PropertyValue::Int(2)),
+    ];
+    assert_eq!(rule.parameters, sorted);
+    assert_eq!(
+        rule.action_parameters,
+        [("@c".to_owned(), PropertyValue::Bool(true))]
+    );
+    assert!(refusal(&one_rule("sql = \"a = @a\"\n")).contains("parameter @a has no value"));
+    assert_eq!(
+        refusal(&one_rule(
+            "correlation = { subject = \"x\" }\nparameters = { \"@a\" = 1 }\n"
+        )),
+        "topics[0].subscriptions[0].rules[0].parameters (t.toml:8:14): are the values of a SQL \
+         filter's parameters; the rule has no `sql`"
+    );
+    assert!(refusal(&one_rule(
+        "sql = \"1=1\"\naction_parameters = { \"@a\" = 1 }\n"
+    ))
+    .contains("the rule has no `action`"));
+}
+
+#[test]
+fn user_metadata_is_kept_up_to_1024_characters() {
+    let at_limit = "é".repeat(1024);
+    let config = parse(&in_subscription(&format!(
+        "user_metadata = \"{at_limit}\"\n[[queues]]\nname = \"q\"\nuser_metadata = \"\"\n"
+    )));
+    let subscription = &config.topics[0].subscriptions[0];
+    assert_eq!(
+        subscription.user_metadata.as_deref(),
+        Some(at_limit.as_str())
+    );
+    assert_eq!(config.topics[0].user_metadata, None);
+    assert_eq!(config.queues[0].user_metadata, None, "empty is none");
+    let over = format!("user_metadata = \"{}\"\n", "x".repeat(1025));
+    assert!(refusal(&in_topic(&over)).starts_with(
+        "topics[0].user_metadata (t.toml:3:17): is 1025 characters long; Service Bus allows at \
+         most 1024"
+    ));
+    // A character outside the Basic Multilingual Plane is two, as .NET counts.
+    let astral = format!("user_metadata = \"{}\"\n", "😀".repeat(513));
+    assert!(refusal(&in_topic(&astral)).contains("is 1026 characters long"));
 }
 
 #[test]

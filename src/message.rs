@@ -1393,16 +1393,21 @@ mod tests {
         assert!(whole.ends_with(b"body bytes"));
     }
 
-    #[test]
-    fn splice_writes_the_effective_ttl_and_the_expiry_time() {
-        let stamp = DeliveryStamp {
+    /// A delivery's stamp with an effective time to live of 2 s, expiring at 12 s.
+    fn expiring_stamp() -> DeliveryStamp {
+        DeliveryStamp {
             delivery_count: 0,
             annotations: Vec::new(),
             lock_token: None,
             presettled: false,
             ttl_ms: Some(2_000),
             expires_ms: Some(12_000),
-        };
+        }
+    }
+
+    #[test]
+    fn splice_writes_the_effective_ttl_and_the_expiry_time() {
+        let stamp = expiring_stamp();
         let mut bare = serde_amqp::to_vec(&Header::default()).expect("h");
         bare.extend(serde_amqp::to_vec(&Data(Binary::from(b"x".to_vec()))).expect("d"));
         for (stored, codes) in [
@@ -1428,14 +1433,7 @@ mod tests {
 
     #[test]
     fn splice_keeps_an_expiry_time_the_sender_set() {
-        let stamp = DeliveryStamp {
-            delivery_count: 0,
-            annotations: Vec::new(),
-            lock_token: None,
-            presettled: false,
-            ttl_ms: Some(2_000),
-            expires_ms: Some(12_000),
-        };
+        let stamp = expiring_stamp();
         let sent = Properties {
             creation_time: Some(Timestamp::from_milliseconds(1_000)),
             absolute_expiry_time: Some(Timestamp::from_milliseconds(61_000)),

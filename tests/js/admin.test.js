@@ -129,20 +129,24 @@ function runAdmin(env, script = ADMIN_CLIENT) {
 const certificates = fs.mkdtempSync(path.join(os.tmpdir(), "tidebus-js-admin-"));
 execFileSync(process.env.TIDEBUS_BIN, ["gen-cert", "--host", "localhost", "--out", certificates]);
 
-brokerTest(
-  "the administration client creates, updates, describes, counts, lists and deletes over HTTPS",
-  {
-    queues: ["declared"],
-    topics: [{ name: "events", subscriptions: ["all"] }],
-    settings: {
-      allow_anonymous: false,
-      tls: {
-        listen: "127.0.0.1:0",
-        cert: path.join(certificates, "server.pem"),
-        key: path.join(certificates, "server-key.pem"),
-      },
+// The broker of these tests: anonymous clients refused, the administration endpoint over
+// HTTPS with the `gen-cert` CA, a declared queue and a topic with one subscription.
+const SECURED = {
+  queues: ["declared"],
+  topics: [{ name: "events", subscriptions: ["all"] }],
+  settings: {
+    allow_anonymous: false,
+    tls: {
+      listen: "127.0.0.1:0",
+      cert: path.join(certificates, "server.pem"),
+      key: path.join(certificates, "server-key.pem"),
     },
   },
+};
+
+brokerTest(
+  "the administration client creates, updates, describes, counts, lists and deletes over HTTPS",
+  SECURED,
   async ({ broker, client }) => {
     assert.ok(broker.adminPort, "the ready file names the administration endpoint");
     await send(client, "declared", [numbered("count", 0), numbered("count", 1)]);
@@ -191,20 +195,6 @@ brokerTest(
   },
 );
 
-// The broker of the tests below: anonymous clients refused, the administration endpoint over
-// HTTPS with the `gen-cert` CA, a declared queue and a topic with one subscription.
-const SECURED = {
-  queues: ["declared"],
-  topics: [{ name: "events", subscriptions: ["all"] }],
-  settings: {
-    allow_anonymous: false,
-    tls: {
-      listen: "127.0.0.1:0",
-      cert: path.join(certificates, "server.pem"),
-      key: path.join(certificates, "server-key.pem"),
-    },
-  },
-};
 
 /** Runs `script` with an administration client's connection string to `broker`; its last line. */
 async function seenBy(broker, script) {

@@ -359,7 +359,9 @@ async fn unfinished_upgrades_and_silent_websockets_close_at_the_handshake_deadli
 async fn a_peer_that_pings_and_never_reads_the_pongs_costs_bounded_memory() {
     const FLOOD: usize = 160 << 20;
     let dir = tempfile::tempdir().expect("tempdir");
-    let broker = ChildBroker::start(dir.path(), &config(""));
+    // The peer never opens its AMQP connection: the longest handshake timeout, so a slow
+    // machine's flood is not cut short by it (the default 10 s was, on a loaded CI machine).
+    let broker = ChildBroker::start(dir.path(), &config("handshake_timeout = \"5m\""));
     let bystander = Bystander::start(broker.addr).await;
     let (_, idle_peak) = broker.memory_kib();
     let mut peer = Peer::upgraded(broker.addr).await;

@@ -186,6 +186,19 @@ async function withReceiver(client, queue, options, body) {
 }
 
 /**
+ * Runs `body(receiver)` with the receiver `open` gives (a receiver, or a promise of one, such
+ * as a session receiver `acceptSession` opens), closed afterwards.
+ */
+async function withOpened(open, body) {
+  const receiver = await open;
+  try {
+    return await body(receiver);
+  } finally {
+    await receiver.close().catch(() => {});
+  }
+}
+
+/**
  * Send a marker; a fresh receiver's first message must be just the marker. FIFO makes anything
  * still available in the queue arrive before it, so this shows the queue held nothing else,
  * without waiting for a receive to time out.
@@ -252,5 +265,6 @@ module.exports = {
   seq,
   summary,
   waitUntilPast,
+  withOpened,
   withReceiver,
 };

@@ -11,7 +11,7 @@
 
 const assert = require("node:assert/strict");
 
-const { brokerTest, numbered, receiveOne, send } = require("./common");
+const { brokerTest, numbered, receiveOne, send, withOpened } = require("./common");
 
 const TOPICS = [
   { name: "t", subscriptions: ["plain"] },
@@ -37,19 +37,9 @@ const PLACES = [
   },
 ];
 
-/** Runs `body(receiver)` with a receiver from `open` (a promise or a receiver), closed after. */
-async function using(open, body) {
-  const receiver = await open;
-  try {
-    return await body(receiver);
-  } finally {
-    await receiver.close().catch(() => {});
-  }
-}
-
 /** The one message of `place`'s dead-letter queue, completed. */
 async function deadLettered(client, place) {
-  return using(place.receiver(client, { subQueueType: "deadLetter" }), async (receiver) => {
+  return withOpened(place.receiver(client, { subQueueType: "deadLetter" }), async (receiver) => {
     const message = await receiveOne(receiver);
     await receiver.completeMessage(message);
     return message;
@@ -64,7 +54,7 @@ for (const place of PLACES) {
     { topics: TOPICS },
     async ({ client }) => {
       await send(client, place.entity, message("once"));
-      await using(place.receiver(client, {}), async (receiver) => {
+      await withOpened(place.receiver(client, {}), async (receiver) => {
         const first = await receiveOne(receiver);
         assert.deepEqual([first.messageId, first.deliveryCount], ["once-0", 0]);
         await receiver.deadLetterMessage(first);
@@ -79,7 +69,7 @@ for (const place of PLACES) {
     { topics: TOPICS },
     async ({ client }) => {
       await send(client, place.entity, message("deferred"));
-      await using(place.receiver(client, {}), async (receiver) => {
+      await withOpened(place.receiver(client, {}), async (receiver) => {
         const first = await receiveOne(receiver);
         assert.equal(first.deliveryCount, 0);
         await receiver.deferMessage(first);
@@ -100,7 +90,7 @@ for (const place of PLACES) {
     { topics: TOPICS },
     async ({ client }) => {
       await send(client, place.entity, [message("again"), { ...message("again"), messageId: "again-1" }]);
-      await using(place.receiver(client, {}), async (receiver) => {
+      await withOpened(place.receiver(client, {}), async (receiver) => {
         const received = [await receiveOne(receiver), await receiveOne(receiver)];
         for (const first of received) await receiver.deferMessage(first);
         const numbers = received.map((m) => m.sequenceNumber);

@@ -8,7 +8,15 @@ const assert = require("node:assert/strict");
 
 const { ServiceBusClient } = require("@azure/service-bus");
 
-const { brokerTest, ids, receiveExactly, rejection, send, waitUntilPast } = require("./common");
+const {
+  brokerTest,
+  ids,
+  receiveExactly,
+  rejection,
+  send,
+  waitUntilPast,
+  withOpened,
+} = require("./common");
 
 const QUEUES = [{ name: "sq", requires_session: true }, "plain"];
 
@@ -17,16 +25,6 @@ const inSession = (sessionId, index) => ({
   messageId: `${sessionId}-${index}`,
   sessionId,
 });
-
-/** Runs `body(receiver)` with a session receiver opened by `accept`, closed afterwards. */
-async function withSession(accept, body) {
-  const receiver = await accept;
-  try {
-    return await body(receiver);
-  } finally {
-    await receiver.close().catch(() => {});
-  }
-}
 
 brokerTest(
   "a named session receiver gets only its session's messages, in order",
@@ -38,7 +36,7 @@ brokerTest(
       inSession("a", 1),
       inSession("b", 1),
     ]);
-    await withSession(client.acceptSession("sq", "b"), async (receiver) => {
+    await withOpened(client.acceptSession("sq", "b"), async (receiver) => {
       assert.equal(receiver.sessionId, "b");
       assert.ok(receiver.sessionLockedUntilUtc > new Date(), String(receiver.sessionLockedUntilUtc));
       const got = await receiveExactly(receiver, 2);
@@ -57,11 +55,11 @@ brokerTest(
   { queues: QUEUES },
   async ({ client }) => {
     await send(client, "sq", [inSession("first", 0), inSession("second", 0)]);
-    await withSession(client.acceptNextSession("sq"), async (first) => {
+    await withOpened(client.acceptNextSession("sq"), async (first) => {
       assert.equal(first.sessionId, "first");
       const error = await rejection(client.acceptSession("sq", "first"), "accepting a held session");
       assert.equal(error.code, "SessionCannotBeLocked", String(error));
-      await withSession(client.acceptNextSession("sq"), async (second) => {
+      await withOpened(client.acceptNextSession("sq"), async (second) => {
         assert.equal(second.sessionId, "second");
         assert.deepEqual(ids(await receiveExactly(second, 1)), ["second-0"]);
       });
@@ -96,13 +94,13 @@ brokerTest(
   "session state is set, read back by a later receiver, and cleared",
   { queues: QUEUES },
   async ({ client }) => {
-    await withSession(client.acceptSession("sq", "s"), async (receiver) => {
+    await withOpened(client.acceptSession("sq", "s"), async (receiver) => {
       assert.equal(await receiver.getSessionState(), null);
       await receiver.setSessionState("checkpoint 7");
       const renewed = await receiver.renewSessionLock();
       assert.ok(renewed > new Date(), String(renewed));
     });
-    await withSession(client.acceptSession("sq", "s"), async (receiver) => {
+    await withOpened(client.acceptSession("sq", "s"), async (receiver) => {
       const state = await receiver.getSessionState();
       assert.equal(Buffer.from(state).toString(), "checkpoint 7");
       await receiver.setSessionState(null);
@@ -128,14 +126,14 @@ brokerTest(
     await send(client, "short", [inSession("s", 0), inSession("s", 1)]);
     // No automatic renewal: the lock must lapse.
     const accept = client.acceptSession("short", "s", { maxAutoLockRenewalDurationInMs: 0 });
-    await withSession(accept, async (receiver) => {
+    await withOpened(accept, async (receiver) => {
       const [first] = await receiveExactly(receiver, 1);
       await waitUntilPast(receiver.sessionLockedUntilUtc);
       const error = await rejection(receiver.completeMessage(first), "completing after the lapse");
       assert.equal(error.code, "SessionLockLost", String(error));
     });
     // Free again: the message comes back first, its delivery counted.
-    await withSession(client.acceptSession("short", "s"), async (receiver) => {
+    await withOpened(client.acceptSession("short", "s"), async (receiver) => {
       const back = await receiveExactly(receiver, 2);
       assert.deepEqual(ids(back), ["s-0", "s-1"]);
       assert.equal(back[0].deliveryCount, 1);
@@ -149,7 +147,7 @@ brokerTest(
   { topics: [{ name: "t", subscriptions: [{ name: "ordered", requires_session: true }] }] },
   async ({ client }) => {
     await send(client, "t", [inSession("s", 0), inSession("s", 1)]);
-    await withSession(client.acceptSession("t", "ordered", "s"), async (receiver) => {
+    await withOpened(client.acceptSession("t", "ordered", "s"), async (receiver) => {
       const got = await receiveExactly(receiver, 2);
       assert.deepEqual(ids(got), ["s-0", "s-1"]);
       for (const message of got) await receiver.completeMessage(message);

@@ -184,7 +184,7 @@ impl GroupCommit {
     }
 
     /// Records a storage failure: from now on nothing is acknowledged.
-    pub fn poison(&mut self, error: &StoreError) {
+    pub fn poison(&mut self, error: &impl std::fmt::Display) {
         if self.poisoned.is_none() {
             crate::metrics::broker().storage_errors.inc();
             tracing::error!(%error, "storage failed: the entity stops acknowledging");
@@ -320,21 +320,13 @@ impl GroupCommit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Config, Durability};
     use crate::entity::handle::Ticket;
     use crate::entity::setup;
-    use crate::store::Store;
     use tokio::sync::mpsc;
 
     /// A queue's core and log in a `sync` store, and the store's directory.
     fn queue() -> (EntityCore, EntityLog, tempfile::TempDir) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut config = Config::embedded_default();
-        config.broker.data_dir = dir.path().to_path_buf();
-        config.broker.durability = Durability::Sync;
-        let queue = config.queues[0].clone();
-        let store = Store::open(&config.broker).expect("store");
-        let parts = setup::queue(&queue, store.log(&queue.name).expect("log")).expect("parts");
+        let (parts, dir) = setup::sync_queue(|_| {});
         (parts.core, parts.log, dir)
     }
 

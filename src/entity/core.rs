@@ -7,20 +7,24 @@
 
 use foldhash::{HashMap, HashMapExt};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use fe2o3_amqp::types::primitives::SimpleValue;
 
 use crate::config::names::RULE_NAMES;
+use crate::config::EntityStatus;
 use crate::entity::duplicates::{self, Digest, Duplicates};
 use crate::entity::intake::{self, Intake};
+use crate::entity::partition::Partition;
 use crate::entity::queue::session_lane::Binding;
 use crate::entity::queue::{DeadLetter, LaneActivity, LaneCounts, QueueCore, Rules};
 use crate::entity::schedule::Schedule;
 use crate::entity::settings::SubscriptionSettings;
+use crate::entity::staging::Staging;
 use crate::entity::terms::{
     ConsumerId, Delivery, EntityError, LaneId, LockRef, ReceiveMode, SessionId, SessionRequest,
-    Settlement,
+    Settlement, TopicState,
 };
 use crate::entity::topic::{self, Copy, Route, Rule};
 use crate::entity::transfer::{self, Transfers};
@@ -52,6 +56,26 @@ pub struct EntityCore {
     duplicates_dropped: u64,
     /// The numbering of the transfer lane (send-via), once it has one.
     transfers: Option<Transfers>,
+    /// Who the entity is to its clients (its refusals name it so).
+    identity: Identity,
+    /// Service Bus's entity status of the queue or topic (number 0) and of each subscription,
+    /// by number: what it takes and hands out (absent: active).
+    statuses: HashMap<u32, EntityStatus>,
+    /// The work of the transactions this entity is the via entity of, until their discharge.
+    staging: Staging,
+}
+
+/// Who an entity is to its clients: its name, a topic's subscriptions by name (shared with
+/// its handles), and its place among its entity's partitions (what its positions and lock
+/// tokens look like).
+#[derive(Debug, Default)]
+pub struct Identity {
+    /// The entity's name as declared.
+    pub name: String,
+    /// A topic's subscriptions by name; `None` for a queue.
+    pub topic: Option<Arc<TopicState>>,
+    /// Its place among its entity's partitions.
+    pub partition: Partition,
 }
 
 /// What recovery found for one subscription, and its rules.
@@ -162,6 +186,9 @@ impl EntityCore {
             duplicates: None,
             duplicates_dropped: 0,
             transfers: None,
+            identity: Identity::default(),
+            statuses: HashMap::new(),
+            staging: Staging::default(),
         };
         for lane in core.lanes.values() {
             for (due, seq) in lane.scheduled() {
@@ -170,6 +197,31 @@ impl EntityCore {
         }
         core.reveal_up_to(core.intake.next_seq());
         core
+    }
+
+    /// Names the entity, and places it among its entity's partitions.
+    pub fn set_identity(&mut self, identity: Identity) {
+        self.identity = identity;
+    }
+
+    /// The entity's name as declared.
+    pub fn name(&self) -> &str {
+        &self.identity.name
+    }
+
+    /// Its place among its entity's partitions.
+    pub fn partition(&self) -> Partition {
+        self.identity.partition
+    }
+
+    /// A topic's subscriptions by name, shared with its handles; `None` for a queue.
+    pub fn topic_state(&self) -> Option<&Arc<TopicState>> {
+        self.identity.topic.as_ref()
+    }
+
+    /// Sets the status of the queue or topic (`number` 0) or of a subscription.
+    pub fn set_status(&mut self, number: u32, status: EntityStatus) {
+        self.statuses.insert(number, status);
     }
 
     /// Whether a lane of the entity requires sessions, so that every message it takes must
@@ -1032,9 +1084,19 @@ impl EntityCore {
             .collect()
     }
 
-    /// Deletes a subscription with its messages, its dead-letter queue and the rules it was
-    /// given at run time; returns its consumers (their links must go).
-    pub fn delete_subscription(&mut self, lane: LaneId) -> Vec<ConsumerId> {
+    /// Deletes a subscription (`why`, for the log) with its messages, its dead-letter queue
+    /// and the rules it was given at run time; its name stops resolving. Returns its
+    /// consumers (their links must go).
+    pub fn delete_subscription(&mut self, lane: LaneId, why: &str) -> Vec<ConsumerId> {
+        if let Some(topic) = &self.identity.topic {
+            topic.names_mut().retain(|name, number| {
+                let gone = *number == lane.subscription;
+                if gone {
+                    tracing::info!(subscription = %name, "deleted {why}");
+                }
+                !gone
+            });
+        }
         let Some(routes) = self.routes.as_mut() else {
             return Vec::new();
         };
@@ -1232,6 +1294,16 @@ fn by_rule_name(a: &str, b: &str) -> std::cmp::Ordering {
         .cmp(b.bytes().map(|byte| byte.to_ascii_lowercase()))
 }
 
+mod forwarding;
+mod lifecycle;
+mod manage;
+mod status;
+mod stored;
+mod transactions;
+
+pub use forwarding::ForwardBatch;
+pub use transactions::StagedAnswer;
+
 #[cfg(test)]
 mod tests;
 
@@ -1243,6 +1315,9 @@ mod topic_tests;
 
 #[cfg(test)]
 mod topic_model;
+
+#[cfg(test)]
+mod stored_tests;
 
 #[cfg(test)]
 mod session_model;

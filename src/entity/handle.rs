@@ -6,20 +6,21 @@
 //! It is the entity's face to the rest of the broker: it hands on the shared words of
 //! [`crate::entity::terms`], which the parts inside the entity take from there.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::SubscriptionConfig;
+use crate::entity::core::StagedAnswer;
 use crate::entity::operation::{Answer, Operation};
 use crate::entity::partition::{Partition, Routing};
 use crate::entity::queue::{LaneActivity, LaneCounts};
 use crate::entity::settings::Settings;
+pub use crate::entity::staging::Work;
 pub use crate::entity::terms::{
     ConsumerId, Delivery, EntityError, LaneId, LockRef, Properties, ReceiveMode, SessionRequest,
-    Settlement, Ticket, TxnId,
+    Settlement, Subscriptions, Ticket, TopicState, TxnId,
 };
 use crate::message::Arrival;
 use uuid::Uuid;
@@ -489,44 +490,15 @@ impl EntityEvent {
     }
 }
 
-/// What a transaction does at its via entity.
-#[derive(Debug)]
-pub enum Work {
-    /// Send messages: they get their sequence numbers at the commit.
-    Send(Vec<Arrival>),
-    /// Send messages via this entity to another queue or topic (send-via): stored in its
-    /// transfer lane at the commit, moved to `destination` after it.
-    Transfer {
-        /// The queue or topic they are for.
-        destination: String,
-        /// The messages.
-        messages: Vec<Arrival>,
-    },
-    /// Schedule messages (`schedule-message`): numbered now, answered as the management
-    /// operation is (`Managed`), stored scheduled at the commit.
-    Schedule {
-        /// The lane the request was made on (only a queue or topic itself schedules).
-        lane: LaneId,
-        /// The messages, each with its scheduled enqueue time.
-        messages: Vec<Arrival>,
-    },
-    /// Settle messages the consumer holds locked: they stay locked until the commit.
-    Settle {
-        /// The consumer that holds the locks.
-        consumer: ConsumerId,
-        /// The messages and what to do with each.
-        items: Vec<(LockRef, Settlement)>,
-    },
-    /// Settle locked messages by their lock tokens, whoever holds them (`update-disposition`):
-    /// answered as the management operation is (`Managed`).
-    SettleByToken {
-        /// Their lane.
-        lane: LaneId,
-        /// The lock tokens.
-        tokens: Vec<Uuid>,
-        /// What to do with them.
-        settlement: Settlement,
-    },
+impl StagedAnswer {
+    /// The answer to staged work as the event its plain command answers with.
+    pub fn into_event(self, ticket: Ticket) -> EntityEvent {
+        match self {
+            StagedAnswer::Sent(result) => EntityEvent::sent(ticket, result),
+            StagedAnswer::Managed(result) => EntityEvent::Managed { ticket, result },
+            StagedAnswer::Settled(results) => EntityEvent::Settled { ticket, results },
+        }
+    }
 }
 
 impl Work {
@@ -575,52 +547,6 @@ pub async fn managed(
     match events.recv().await {
         Some(EntityEvent::Managed { result, .. }) => Ok(result),
         _ => Err(()),
-    }
-}
-
-/// A topic's subscriptions by lower-cased name, with the number of each one's lane.
-pub type Subscriptions = HashMap<String, u32>;
-
-/// What a topic's actor shares with its handles: its subscriptions by name (the router and
-/// the connections resolve subscription addresses with them), and whether its rules read the
-/// messages sent to it.
-#[derive(Debug, Default)]
-pub struct TopicState {
-    names: RwLock<Subscriptions>,
-    /// A SQL or correlation filter, or an action, somewhere in its subscriptions: a
-    /// connection then decodes what they read before it posts a send ([`Arrival::view`]),
-    /// which the actor would otherwise do itself.
-    rules_read: AtomicBool,
-}
-
-impl TopicState {
-    /// A topic's state with these subscriptions; its rules are not known yet.
-    pub fn new(names: Subscriptions) -> Self {
-        Self {
-            names: RwLock::new(names),
-            rules_read: AtomicBool::new(false),
-        }
-    }
-
-    /// The subscriptions by name (a panic while they were written does not hide them).
-    pub fn names(&self) -> RwLockReadGuard<'_, Subscriptions> {
-        self.names.read().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The subscriptions by name, to change.
-    pub fn names_mut(&self) -> RwLockWriteGuard<'_, Subscriptions> {
-        self.names.write().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Whether the topic's rules read the messages sent to it.
-    pub fn rules_read(&self) -> bool {
-        self.rules_read.load(Ordering::Relaxed)
-    }
-
-    /// Notes whether the topic's rules read the messages sent to it (its actor, whenever its
-    /// rules or subscriptions change).
-    pub fn set_rules_read(&self, read: bool) {
-        self.rules_read.store(read, Ordering::Relaxed);
     }
 }
 

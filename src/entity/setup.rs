@@ -405,3 +405,20 @@ pub struct Parts {
     /// Its place among its entity's partitions (set by whoever launches a partition).
     pub partition: Partition,
 }
+
+/// The embedded default's first queue, as `adjust` changes it, in a `sync` store of its own
+/// in a temporary directory (which must outlive the parts): what unit tests run an entity on.
+#[cfg(test)]
+pub fn sync_queue(
+    adjust: impl FnOnce(&mut crate::config::QueueConfig),
+) -> (Parts, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = crate::config::Config::embedded_default();
+    config.broker.data_dir = dir.path().to_path_buf();
+    config.broker.durability = crate::config::Durability::Sync;
+    let mut queue = config.queues[0].clone();
+    adjust(&mut queue);
+    let store = crate::store::Store::open(&config.broker).expect("store");
+    let parts = self::queue(&queue, store.log(&queue.name).expect("log")).expect("parts");
+    (parts, dir)
+}

@@ -4,8 +4,50 @@
 
 use foldhash::HashMap;
 
+use uuid::Uuid;
+
 use crate::entity::terms::{ConsumerId, LaneId, LockRef, Settlement, TxnId};
 use crate::message::Arrival;
+
+/// What a transaction does at its via entity.
+#[derive(Debug)]
+pub enum Work {
+    /// Send messages: they get their sequence numbers at the commit.
+    Send(Vec<Arrival>),
+    /// Send messages via this entity to another queue or topic (send-via): stored in its
+    /// transfer lane at the commit, moved to `destination` after it.
+    Transfer {
+        /// The queue or topic they are for.
+        destination: String,
+        /// The messages.
+        messages: Vec<Arrival>,
+    },
+    /// Schedule messages (`schedule-message`): numbered now, answered as the management
+    /// operation is (`Managed`), stored scheduled at the commit.
+    Schedule {
+        /// The lane the request was made on (only a queue or topic itself schedules).
+        lane: LaneId,
+        /// The messages, each with its scheduled enqueue time.
+        messages: Vec<Arrival>,
+    },
+    /// Settle messages the consumer holds locked: they stay locked until the commit.
+    Settle {
+        /// The consumer that holds the locks.
+        consumer: ConsumerId,
+        /// The messages and what to do with each.
+        items: Vec<(LockRef, Settlement)>,
+    },
+    /// Settle locked messages by their lock tokens, whoever holds them (`update-disposition`):
+    /// answered as the management operation is (`Managed`).
+    SettleByToken {
+        /// Their lane.
+        lane: LaneId,
+        /// The lock tokens.
+        tokens: Vec<Uuid>,
+        /// What to do with them.
+        settlement: Settlement,
+    },
+}
 
 /// What one transaction staged, in order.
 #[derive(Debug, Default)]
@@ -63,9 +105,21 @@ impl Staging {
             .extend(scheduled);
     }
 
-    /// Stages the settlement of a locked message in `txn`.
-    pub fn settle(&mut self, txn: TxnId, settlement: StagedSettlement) {
-        self.staged.entry(txn).or_default().settles.push(settlement);
+    /// Stages the settlement of a message of `lane` that `consumer` holds locked under
+    /// `lock`, in `txn`.
+    pub fn settle(
+        &mut self,
+        txn: TxnId,
+        (lane, consumer, lock): (LaneId, ConsumerId, LockRef),
+        settlement: Settlement,
+    ) {
+        let staged = StagedSettlement {
+            lane,
+            consumer,
+            lock,
+            settlement,
+        };
+        self.staged.entry(txn).or_default().settles.push(staged);
     }
 
     /// Ends `txn` here: its staged work (none when it staged nothing).
@@ -78,24 +132,24 @@ impl Staging {
 mod tests {
     use super::*;
 
-    fn complete(seq: i64) -> StagedSettlement {
-        StagedSettlement {
-            lane: LaneId::MAIN,
-            consumer: ConsumerId(1),
-            lock: LockRef {
-                seq,
-                token: uuid::Uuid::from_u128(seq as u128),
-            },
-            settlement: Settlement::Complete,
-        }
+    fn complete(staging: &mut Staging, txn: TxnId, seq: i64) {
+        let lock = LockRef {
+            seq,
+            token: uuid::Uuid::from_u128(seq as u128),
+        };
+        staging.settle(
+            txn,
+            (LaneId::MAIN, ConsumerId(1), lock),
+            Settlement::Complete,
+        );
     }
 
     #[test]
     fn each_transaction_keeps_its_own_work_until_it_ends() {
         let mut staging = Staging::default();
-        staging.settle(1, complete(5));
-        staging.settle(2, complete(6));
-        staging.settle(1, complete(7));
+        complete(&mut staging, 1, 5);
+        complete(&mut staging, 2, 6);
+        complete(&mut staging, 1, 7);
         let first = staging.take(1);
         let seqs: Vec<i64> = first.settles.iter().map(|staged| staged.lock.seq).collect();
         assert_eq!(seqs, vec![5, 7]);

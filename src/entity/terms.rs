@@ -3,7 +3,9 @@
 //! answers with. It imports nothing of the entity; [`crate::entity::handle`] hands these names
 //! on to the rest of the broker.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use bytes::Bytes;
 use fe2o3_amqp::types::primitives::SimpleValue;
@@ -221,4 +223,50 @@ pub struct Delivery {
     pub bytes: Bytes,
     /// What the engine writes into the header and annotations on the way out.
     pub stamp: DeliveryStamp,
+}
+
+/// A topic's subscriptions by lower-cased name, with the number of each one's lane.
+pub type Subscriptions = HashMap<String, u32>;
+
+/// What a topic's actor shares with its handles: its subscriptions by name (the router and
+/// the connections resolve subscription addresses with them), and whether its rules read the
+/// messages sent to it.
+#[derive(Debug, Default)]
+pub struct TopicState {
+    names: RwLock<Subscriptions>,
+    /// A SQL or correlation filter, or an action, somewhere in its subscriptions: a
+    /// connection then decodes what they read before it posts a send ([`Arrival::view`]),
+    /// which the actor would otherwise do itself.
+    rules_read: AtomicBool,
+}
+
+impl TopicState {
+    /// A topic's state with these subscriptions; its rules are not known yet.
+    pub fn new(names: Subscriptions) -> Self {
+        Self {
+            names: RwLock::new(names),
+            rules_read: AtomicBool::new(false),
+        }
+    }
+
+    /// The subscriptions by name (a panic while they were written does not hide them).
+    pub fn names(&self) -> RwLockReadGuard<'_, Subscriptions> {
+        self.names.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The subscriptions by name, to change.
+    pub fn names_mut(&self) -> RwLockWriteGuard<'_, Subscriptions> {
+        self.names.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the topic's rules read the messages sent to it.
+    pub fn rules_read(&self) -> bool {
+        self.rules_read.load(Ordering::Relaxed)
+    }
+
+    /// Notes whether the topic's rules read the messages sent to it (its actor, whenever its
+    /// rules or subscriptions change).
+    pub fn set_rules_read(&self, read: bool) {
+        self.rules_read.store(read, Ordering::Relaxed);
+    }
 }

@@ -222,6 +222,23 @@ impl LaneId {
     }
 }
 
+/// What an entity's rules read of its log: the bytes of a stored message (or of one
+/// staged to be written). The log is the one source; the pure core reads through this, so
+/// that its rules take their bodies from any log.
+pub trait Bodies {
+    /// The bytes of message `seq` of `lane`.
+    ///
+    /// # Errors
+    /// A storage failure, or [`StoreError::MissingBody`] when the message has no bytes.
+    fn body(&mut self, lane: LaneId, seq: i64) -> Result<Bytes, StoreError>;
+}
+
+impl Bodies for EntityLog {
+    fn body(&mut self, lane: LaneId, seq: i64) -> Result<Bytes, StoreError> {
+        EntityLog::body(self, lane, seq)
+    }
+}
+
 /// The message ids a queue or topic accepted in one millisecond: each id's digest and the
 /// sequence number of the message that brought it (duplicate detection).
 pub type AcceptedIds = Vec<([u8; 16], i64)>;

@@ -334,7 +334,12 @@ fn random_properties(rng: &mut Rng) -> Vec<(String, Value)> {
 
 /// An encoded message: its time to live in the header, its schedule in the annotations, its
 /// properties, and a body unique to it.
-fn encode(sent: &[(String, Value)], ttl: Option<u32>, due: Option<i64>, marker: u32) -> Bytes {
+pub(super) fn encode(
+    sent: &[(String, Value)],
+    ttl: Option<u32>,
+    due: Option<i64>,
+    marker: u32,
+) -> Bytes {
     let mut out = Vec::new();
     if ttl.is_some() {
         let header = Header {

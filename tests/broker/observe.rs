@@ -22,7 +22,7 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
 
 /// One HTTP/1.1 request with extra `headers` (each ending in CRLF) and `body`: the status code
 /// and the body of the answer.
-async fn http(
+pub async fn http(
     addr: std::net::SocketAddr,
     method: &str,
     path: &str,

@@ -1036,23 +1036,7 @@ async fn manage(
         .registry
         .manage(&subscription.topic, &subscription.name, operation)
         .await
-        .map_err(|refused| match refused {
-            RegistryError::Refused(error) => entity_refusal(&error),
-            other => refusal(&other, &subscription.path()),
-        })
-}
-
-/// An entity's refusal of a rule operation, as Service Bus answers it.
-fn entity_refusal(refused: &EntityError) -> Response<Full<Bytes>> {
-    let status = match refused {
-        EntityError::RuleExists { .. } => StatusCode::CONFLICT,
-        EntityError::RuleNotFound(_) => StatusCode::NOT_FOUND,
-        EntityError::FilterQuotaExceeded { .. } => StatusCode::FORBIDDEN,
-        EntityError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-        EntityError::Deleted => StatusCode::NOT_FOUND,
-        _ => StatusCode::BAD_REQUEST,
-    };
-    error(status, refused.to_string())
+        .map_err(|refused| refusal(&refused, &subscription.path()))
 }
 
 /// Every rule of a subscription.
@@ -1349,20 +1333,36 @@ async fn update_subscription(
     }
 }
 
-/// The answer to a registry's refusal, as Service Bus gives it.
+/// The answer to a registry's refusal of what `name` names, as Service Bus gives it.
 fn refusal(refused: &RegistryError, name: &str) -> Response<Full<Bytes>> {
     match refused {
         RegistryError::NotFound(_) => not_found(name),
         RegistryError::Exists(_) => error(
-            StatusCode::CONFLICT,
+            registry_status(refused),
             format!("The messaging entity '{name}' already exists. SubCode=40900."),
         ),
-        RegistryError::Stopping => error(StatusCode::SERVICE_UNAVAILABLE, refused.to_string()),
-        RegistryError::QuotaExceeded { .. } => error(StatusCode::FORBIDDEN, refused.to_string()),
-        RegistryError::Invalid(reason) => error(StatusCode::BAD_REQUEST, reason.clone()),
-        RegistryError::Refused(error) => entity_refusal(error),
-        RegistryError::Store(_) => error(StatusCode::INTERNAL_SERVER_ERROR, refused.to_string()),
+        _ => error(registry_status(refused), refused.to_string()),
     }
+}
+
+/// The status Service Bus answers a registry's refusal with; an entity's refusal takes the
+/// status of [`EntityError::status`], as over AMQP.
+pub(super) fn registry_status(refused: &RegistryError) -> StatusCode {
+    match refused {
+        RegistryError::NotFound(_) => StatusCode::NOT_FOUND,
+        RegistryError::Exists(_) => StatusCode::CONFLICT,
+        RegistryError::Stopping => StatusCode::SERVICE_UNAVAILABLE,
+        RegistryError::QuotaExceeded { .. } => StatusCode::FORBIDDEN,
+        RegistryError::Invalid(_) => StatusCode::BAD_REQUEST,
+        RegistryError::Refused(error) => entity_status(error),
+        RegistryError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The status of an entity's refusal, from [`EntityError::status`].
+pub(super) fn entity_status(refused: &EntityError) -> StatusCode {
+    // Every code of the table is a status code HTTP defines.
+    StatusCode::from_u16(refused.status().code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 fn not_found(name: &str) -> Response<Full<Bytes>> {
@@ -1487,5 +1487,30 @@ mod tests {
     fn a_refused_value_is_shown_cut() {
         assert_eq!(shown("short"), "\"short\"");
         assert_eq!(shown(&"é".repeat(41)), format!("{:?}...", "é".repeat(40)));
+    }
+
+    /// An entity's refusal is answered with the status Service Bus's REST API gives it, as
+    /// its `$management` node answers it: a storage failure is the broker's fault (500), a
+    /// full entity a quota (403), a missing message 404; 400 is for the request's own faults.
+    #[test]
+    fn an_entity_s_refusal_is_answered_with_service_bus_s_status() {
+        let answered = |error: EntityError| {
+            refusal(&RegistryError::Refused(error), "t/Subscriptions/s").status()
+        };
+        let cases = [
+            (EntityError::Storage("disk full".into()), 500),
+            (EntityError::QuotaExceeded { size: 2, max: 1 }, 403),
+            (
+                EntityError::MessageNotFound(7, "unlocked dead-lettered"),
+                404,
+            ),
+            (EntityError::LockLost, 410),
+            (EntityError::RuleNotFound("r".into()), 404),
+            (EntityError::Unavailable, 503),
+            (EntityError::InvalidRuleName("too long".into()), 400),
+        ];
+        for (error, status) in cases {
+            assert_eq!(answered(error.clone()).as_u16(), status, "{error:?}");
+        }
     }
 }

@@ -30,7 +30,6 @@ use super::{api, peeked, respond, Admin};
 use crate::config::Declaration;
 use crate::entity::handle::{Command, EntityEvent, LaneId, Ticket};
 use crate::entity::operation::{Answer, Operation};
-use crate::entity::registry::RegistryError;
 use crate::message;
 use crate::wire;
 
@@ -212,15 +211,7 @@ async fn operate(admin: &Admin, path: &str, operation: Operation) -> Result<Answ
         .registry
         .operate(path, operation)
         .await
-        .map_err(|refused| {
-            let status = match &refused {
-                RegistryError::NotFound(_) => StatusCode::NOT_FOUND,
-                RegistryError::Stopping => StatusCode::SERVICE_UNAVAILABLE,
-                RegistryError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
-                _ => StatusCode::BAD_REQUEST,
-            };
-            (status, refused.to_string())
-        })
+        .map_err(|refused| (api::registry_status(&refused), refused.to_string()))
 }
 
 /// Every queue, topic and subscription with its counts.
@@ -450,7 +441,7 @@ async fn send(admin: &Admin, entity: &str, sent: &Json) -> Result<Json, Failure>
     entry.handle.post(command).await.map_err(|_| gone())?;
     match events.recv().await.and_then(EntityEvent::into_sent) {
         Some((_, Ok(()))) => Ok(json!({ "sent": true })),
-        Some((_, Err(refused))) => Err(bad(&refused.to_string())),
+        Some((_, Err(refused))) => Err((api::entity_status(&refused), refused.to_string())),
         None => Err(gone()),
     }
 }

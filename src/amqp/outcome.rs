@@ -16,7 +16,6 @@ use fe2o3_amqp::types::transaction::TransactionalState;
 use crate::amqp::link;
 use crate::amqp::outbox::Outbox;
 use crate::entity::handle::{EntityError, LockRef, Properties, Settlement};
-use crate::node::response;
 use crate::wire;
 
 /// An outgoing delivery the client has not settled.
@@ -448,8 +447,7 @@ pub fn settled_disposition(delivery_id: u32, state: DeliveryState) -> FrameBody 
 
 /// The AMQP error a client sees for an entity's refusal.
 pub fn entity_error(error: &EntityError) -> definitions::Error {
-    let (_, condition) = response::status_of(error);
-    link::custom_error(condition, error.to_string())
+    link::custom_error(error.status().condition, error.to_string())
 }
 
 /// Writes settled dispositions, one per run of consecutive ids with the same state.

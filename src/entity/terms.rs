@@ -1,7 +1,8 @@
 //! The words every part of an entity shares, below all of them: consumer and lock
 //! references, settlements, receive modes, a session id, a delivery, and the errors an entity
-//! answers with. It imports nothing of the entity; [`crate::entity::handle`] hands these names
-//! on to the rest of the broker.
+//! answers with, with the one table of how Service Bus reports each ([`EntityError::status`]).
+//! It imports nothing of the entity; [`crate::entity::handle`] hands these names on to the rest
+//! of the broker.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +15,7 @@ use uuid::Uuid;
 use crate::message::DeliveryStamp;
 use crate::store::record::Record;
 pub use crate::store::LaneId;
+use crate::wire::condition;
 
 /// A transaction's id, unique in the broker while it runs; its wire `txn-id` is these 8 bytes,
 /// big-endian.
@@ -206,6 +208,49 @@ pub enum EntityError {
     PartitionMismatch(String),
 }
 
+/// How Service Bus reports a refusal, the same on every surface the broker answers on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefusalStatus {
+    /// The HTTP status code: a `$management` response's `statusCode`, the administration API's
+    /// answer.
+    pub code: u16,
+    /// The AMQP error condition: a management response's `errorCondition`, a rejected
+    /// transfer's, a refused settlement's, a detached link's.
+    pub condition: &'static str,
+}
+
+impl EntityError {
+    /// The one table from an entity's refusal to Service Bus's status code and condition,
+    /// which the `$management` node, the links and the administration API all answer with:
+    /// the status codes its REST API documents (409 for a rule that exists, 404 for one
+    /// missing, 403 for a quota, 503 when busy, 500 for its own failure, 400 for a request it
+    /// will not take) and its AMQP conditions.
+    pub fn status(&self) -> RefusalStatus {
+        let (code, condition) = match self {
+            EntityError::LockLost => (410, condition::MESSAGE_LOCK_LOST),
+            EntityError::MessageNotFound(..) => (404, condition::MESSAGE_NOT_FOUND),
+            EntityError::Deleted | EntityError::RuleNotFound(_) => (404, condition::NOT_FOUND),
+            EntityError::QuotaExceeded { .. } | EntityError::FilterQuotaExceeded { .. } => {
+                (403, condition::RESOURCE_LIMIT_EXCEEDED)
+            }
+            EntityError::InvalidRuleName(_) => (400, condition::ARGUMENT_ERROR),
+            EntityError::Disabled { .. } => (400, condition::ENTITY_DISABLED),
+            EntityError::NotAllowed(_)
+            | EntityError::SessionIdMissing(_)
+            | EntityError::SessionIdTooLong(_)
+            | EntityError::SessionMismatch(_)
+            | EntityError::PartitionMismatch(_) => (400, condition::NOT_ALLOWED),
+            EntityError::Unavailable => (503, condition::SERVER_BUSY),
+            EntityError::Storage(_) => (500, condition::INTERNAL_ERROR),
+            EntityError::RuleExists { .. } => (409, condition::ENTITY_ALREADY_EXISTS),
+            EntityError::SessionCannotBeLocked(_) => (410, condition::SESSION_CANNOT_BE_LOCKED),
+            EntityError::SessionLockLost(_) => (410, condition::SESSION_LOCK_LOST),
+            EntityError::NoSessionAvailable => (408, condition::TIMEOUT),
+        };
+        RefusalStatus { code, condition }
+    }
+}
+
 /// One message handed to a consumer.
 #[derive(Debug)]
 pub struct Delivery {
@@ -268,5 +313,107 @@ impl TopicState {
     /// rules or subscriptions change).
     pub fn set_rules_read(&self, read: bool) {
         self.rules_read.store(read, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One refusal of each kind.
+    fn one_of_each() -> Vec<EntityError> {
+        vec![
+            EntityError::LockLost,
+            EntityError::Unavailable,
+            EntityError::QuotaExceeded { size: 2, max: 1 },
+            EntityError::MessageNotFound(7, "deferred"),
+            EntityError::Deleted,
+            EntityError::Storage("disk full".into()),
+            EntityError::NotAllowed("no"),
+            EntityError::Disabled {
+                entity: "q".into(),
+                operation: Some("Send"),
+            },
+            EntityError::InvalidRuleName("too long".into()),
+            EntityError::FilterQuotaExceeded {
+                kind: "SQL",
+                max: 2000,
+            },
+            EntityError::RuleExists {
+                subscription: "tidebus:Topic:t|s".into(),
+                rule: "r".into(),
+            },
+            EntityError::RuleNotFound("r".into()),
+            EntityError::SessionIdMissing("q".into()),
+            EntityError::SessionIdTooLong("s".into()),
+            EntityError::SessionCannotBeLocked("s".into()),
+            EntityError::SessionLockLost("s".into()),
+            EntityError::NoSessionAvailable,
+            EntityError::SessionMismatch("accept a session".into()),
+            EntityError::PartitionMismatch("another partition".into()),
+        ]
+    }
+
+    #[test]
+    fn every_refusal_is_an_http_error_status_with_an_amqp_condition() {
+        for refused in one_of_each() {
+            let status = refused.status();
+            assert!((400..600).contains(&status.code), "{refused:?}: {status:?}");
+            assert!(
+                status.condition.starts_with("amqp:")
+                    || status.condition.starts_with("com.microsoft:"),
+                "{refused:?}: {status:?}"
+            );
+        }
+    }
+
+    /// The statuses Service Bus's REST API documents for the same refusals: Create Rule 409
+    /// for a rule that exists, 403 for a quota, 404 for what is missing; Send Message 403 for a
+    /// full entity and 500 for an internal error; 503 when the service is busy.
+    #[test]
+    fn refusals_take_the_status_service_bus_gives_them() {
+        let status = |refused: EntityError| {
+            let status = refused.status();
+            (status.code, status.condition)
+        };
+        assert_eq!(
+            status(EntityError::Storage("disk full".into())),
+            (500, condition::INTERNAL_ERROR)
+        );
+        assert_eq!(
+            status(EntityError::Unavailable),
+            (503, condition::SERVER_BUSY)
+        );
+        assert_eq!(
+            status(EntityError::QuotaExceeded { size: 2, max: 1 }),
+            (403, condition::RESOURCE_LIMIT_EXCEEDED)
+        );
+        assert_eq!(
+            status(EntityError::FilterQuotaExceeded {
+                kind: "correlation",
+                max: 100_000
+            }),
+            (403, condition::RESOURCE_LIMIT_EXCEEDED)
+        );
+        assert_eq!(
+            status(EntityError::RuleExists {
+                subscription: String::new(),
+                rule: "r".into()
+            }),
+            (409, condition::ENTITY_ALREADY_EXISTS)
+        );
+        assert_eq!(
+            status(EntityError::RuleNotFound("r".into())),
+            (404, condition::NOT_FOUND)
+        );
+        assert_eq!(status(EntityError::Deleted), (404, condition::NOT_FOUND));
+        assert_eq!(
+            status(EntityError::MessageNotFound(7, "deferred")),
+            (404, condition::MESSAGE_NOT_FOUND)
+        );
+        assert_eq!(
+            status(EntityError::InvalidRuleName("too long".into())),
+            (400, condition::ARGUMENT_ERROR)
+        );
     }
 }

@@ -1,5 +1,6 @@
-//! Responses of the request/response nodes (amqp-dialect.md §7.1, §11), and the one table
-//! that says how an entity's refusal looks on the wire: its status, its condition.
+//! Responses of the request/response nodes (amqp-dialect.md §7.1, §11); an entity's refusal
+//! takes the status and condition of [`EntityError::status`], the one table every surface
+//! answers with.
 
 use bytes::Bytes;
 use fe2o3_amqp::types::messaging::{AmqpValue, ApplicationProperties, MessageId, Properties};
@@ -7,33 +8,6 @@ use fe2o3_amqp::types::primitives::{OrderedMap, SimpleValue, Symbol, Value};
 
 use crate::entity::handle::EntityError;
 use crate::wire;
-
-/// The status and error condition of an entity's refusal, wherever it is reported: a
-/// management response, a rejected transfer, a refused settlement, a detached link.
-pub fn status_of(error: &EntityError) -> (i32, &'static str) {
-    match error {
-        EntityError::LockLost => (410, wire::condition::MESSAGE_LOCK_LOST),
-        EntityError::MessageNotFound(..) => (404, wire::condition::MESSAGE_NOT_FOUND),
-        EntityError::Deleted => (404, wire::condition::NOT_FOUND),
-        EntityError::QuotaExceeded { .. } | EntityError::FilterQuotaExceeded { .. } => {
-            (403, wire::condition::RESOURCE_LIMIT_EXCEEDED)
-        }
-        EntityError::InvalidRuleName(_) => (400, wire::condition::ARGUMENT_ERROR),
-        EntityError::Disabled { .. } => (400, wire::condition::ENTITY_DISABLED),
-        EntityError::NotAllowed(_) => (400, wire::condition::NOT_ALLOWED),
-        EntityError::Unavailable => (503, wire::condition::SERVER_BUSY),
-        EntityError::Storage(_) => (500, wire::condition::INTERNAL_ERROR),
-        EntityError::RuleExists { .. } => (409, wire::condition::ENTITY_ALREADY_EXISTS),
-        EntityError::RuleNotFound(_) => (404, wire::condition::NOT_FOUND),
-        EntityError::SessionIdMissing(_)
-        | EntityError::SessionIdTooLong(_)
-        | EntityError::SessionMismatch(_)
-        | EntityError::PartitionMismatch(_) => (400, wire::condition::NOT_ALLOWED),
-        EntityError::SessionCannotBeLocked(_) => (410, wire::condition::SESSION_CANNOT_BE_LOCKED),
-        EntityError::SessionLockLost(_) => (410, wire::condition::SESSION_LOCK_LOST),
-        EntityError::NoSessionAvailable => (408, wire::condition::TIMEOUT),
-    }
-}
 
 /// A response: a status, its description, an error condition on failure, and a body.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,10 +53,10 @@ impl Response {
         }
     }
 
-    /// An entity's refusal, with the status and condition of [`status_of`].
+    /// An entity's refusal, with the status and condition of [`EntityError::status`].
     pub fn refusal(error: &EntityError) -> Response {
-        let (status, condition) = status_of(error);
-        Response::error(status, condition, error.to_string())
+        let status = error.status();
+        Response::error(i32::from(status.code), status.condition, error.to_string())
     }
 
     /// 400 with `com.microsoft:argument-error`.

@@ -568,12 +568,7 @@ async fn a_full_disk_refuses_sends_and_loses_nothing_acknowledged() {
     let mut accepted = HashSet::new();
     let mut refusals = 0;
     for id in 0..2_000i64 {
-        let message = with_id(id, Some(Value::Binary(vec![0x5a; 8 * 1024].into())));
-        let outcome = timeout(DEADLINE, sender.send(message))
-            .await
-            .expect("an answer in time")
-            .expect("send");
-        match outcome {
+        match send_filler(&mut sender, id).await {
             Outcome::Accepted(_) => {
                 assert_eq!(refusals, 0, "send {id} accepted after a refusal");
                 accepted.insert(id);
@@ -619,6 +614,61 @@ async fn a_full_disk_refuses_sends_and_loses_nothing_acknowledged() {
     let broker = ChildBroker::start(dir.path(), &config("sync"));
     let got = drain(broker.addr, "q", &accepted).await;
     assert_in_sequence_order(&got);
+}
+
+/// Sends message `id` with an 8 KiB body, to fill the disk; its outcome.
+async fn send_filler(sender: &mut Sender, id: i64) -> Outcome {
+    let message = with_id(id, Some(Value::Binary(vec![0x5a; 8 * 1024].into())));
+    timeout(DEADLINE, sender.send(message))
+        .await
+        .expect("an answer in time")
+        .expect("send")
+}
+
+/// Once a topic's storage failed, the administration API answers its rule requests 500, as
+/// Service Bus answers an internal error: not 400, which blames the request (the SDKs retry a
+/// 500 and give up at once on a 400).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_is_answered_500_by_the_administration_api() {
+    use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = "[broker]\ndurability = \"sync\"\nallow_anonymous = true\n\n[[topics]]\n\
+                  name = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\n";
+    let broker = ChildBroker::start_with_full_disk_at(dir.path(), config, 3_000_000);
+    let (mut connection, mut session) = connect_session(broker.addr).await;
+    let mut sender = Sender::attach(&mut session, "filler", "t")
+        .await
+        .expect("sender");
+    let mut refused = None;
+    for id in 0..2_000i64 {
+        if let Outcome::Rejected(rejected) = send_filler(&mut sender, id).await {
+            refused = rejected.error.map(|error| error.condition);
+            break;
+        }
+    }
+    let _ = connection.close().await;
+    assert_eq!(
+        refused,
+        Some(ErrorCondition::AmqpError(AmqpError::InternalError)),
+        "the disk fills up"
+    );
+    let admin = broker
+        .admin_addr
+        .expect("the ready file names the admin endpoint");
+    for (method, path) in [
+        ("GET", "/t/Subscriptions/s/Rules?api-version=2021-05"),
+        (
+            "DELETE",
+            "/t/Subscriptions/s/Rules/$Default?api-version=2021-05",
+        ),
+    ] {
+        let (status, answer) = crate::observe::http(admin, method, path, "", "").await;
+        assert_eq!(status, 500, "{method} {path}: {answer}");
+        assert!(
+            answer.contains("<Code>500</Code>") && answer.contains("storage failed"),
+            "{method} {path}: {answer}"
+        );
+    }
 }
 
 /// Sends one message on a new connection; the condition it was rejected with, if it was.

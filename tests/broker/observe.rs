@@ -22,7 +22,7 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
 
 /// One HTTP/1.1 request with extra `headers` (each ending in CRLF) and `body`: the status code
 /// and the body of the answer.
-async fn http(
+pub async fn http(
     addr: std::net::SocketAddr,
     method: &str,
     path: &str,
@@ -436,4 +436,30 @@ async fn console_calls_from_another_origin_are_refused() {
     let own = format!("Content-Type: application/json\r\nOrigin: http://{admin}\r\n");
     let (status, answer) = http(admin, "POST", "/$console/api/purge", &own, purge).await;
     assert_eq!((status, answer.as_str()), (200, r#"{"purged":0}"#));
+}
+
+/// The console answers an entity's refusal with the status Service Bus gives the same refusal
+/// (one table for every surface): a send to a full queue 403 (quota exceeded), a resubmit of a
+/// message that is not in the dead-letter queue 404 (message not found), not 400, which would
+/// blame the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_refusals_carry_the_status_service_bus_gives_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = "[broker]\nallow_anonymous = true\n\n[[queues]]\nname = \"q\"\n\
+                  max_size_in_megabytes = 1\n";
+    let broker = ChildBroker::start(dir.path(), config);
+    let admin = broker
+        .admin_addr
+        .expect("the ready file names the admin endpoint");
+    let own = format!("Content-Type: application/json\r\nOrigin: http://{admin}\r\n");
+    let send = format!(r#"{{"entity":"q","body":"{}"}}"#, "x".repeat(600_000));
+    let (status, answer) = http(admin, "POST", "/$console/api/send", &own, &send).await;
+    assert_eq!((status, answer.as_str()), (200, r#"{"sent":true}"#));
+    let (status, answer) = http(admin, "POST", "/$console/api/send", &own, &send).await;
+    assert_eq!(status, 403, "1,200,000 bytes exceed 1 MiB: {answer}");
+    assert!(answer.contains("does not fit"), "{answer}");
+    let resubmit = r#"{"entity":"q","sequenceNumber":12345}"#;
+    let (status, answer) = http(admin, "POST", "/$console/api/resubmit", &own, resubmit).await;
+    assert_eq!(status, 404, "nothing is dead-lettered: {answer}");
+    assert!(answer.contains("12345"), "{answer}");
 }

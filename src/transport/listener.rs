@@ -1,7 +1,7 @@
 //! The accept loops: `TCP_NODELAY` on every socket, one connection limit shared by every
 //! listener, one task per connection. Every listener serves every transport (design D11): the
 //! first byte tells an AMQP header from a TLS ClientHello (`0x16`, when `[broker.tls]` is set)
-//! and an HTTP `GET` (a WebSocket upgrade, see [`crate::websocket`]), and inside TLS the
+//! and an HTTP `GET` (a WebSocket upgrade, see [`super::websocket`]), and inside TLS the
 //! first byte tells AMQP from a WebSocket again. A TLS handshake and a WebSocket upgrade count
 //! toward the connection's `handshake_timeout`, as the AMQP header, SASL and `open` do.
 
@@ -18,11 +18,11 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tracing::Instrument;
 
+use super::websocket;
 use crate::amqp::connection::{self, Shared};
 use crate::amqp::link::amqp_error;
 use crate::metrics::{self, Held};
 use crate::shutdown::Shutdown;
-use crate::websocket;
 
 /// What every accept loop shares.
 #[derive(Clone)]

@@ -1,23 +1,21 @@
 //! The accept loops: `TCP_NODELAY` on every socket, one connection limit shared by every
-//! listener, one task per connection. Every listener serves every transport (design D11): the
-//! first byte tells an AMQP header from a TLS ClientHello (`0x16`, when `[broker.tls]` is set)
-//! and an HTTP `GET` (a WebSocket upgrade, see [`super::websocket`]), and inside TLS the
-//! first byte tells AMQP from a WebSocket again. A TLS handshake and a WebSocket upgrade count
-//! toward the connection's `handshake_timeout`, as the AMQP header, SASL and `open` do.
+//! listener, one task per connection, served in the transport its first byte opens
+//! (`sniff`): TLS (when `[broker.tls]` is set), a WebSocket upgrade
+//! ([`super::websocket`]) or AMQP; inside TLS the first byte tells AMQP from a WebSocket
+//! again. A TLS handshake and a WebSocket upgrade count toward the connection's
+//! `handshake_timeout`, as the AMQP header, SASL and `open` do.
 
 use std::sync::Arc;
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use fe2o3_amqp::types::definitions::AmqpError;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tracing::Instrument;
 
+use super::sniff::{Opening, Prefixed};
 use super::websocket;
 use crate::amqp::connection::{self, Shared};
 use crate::amqp::link::amqp_error;
@@ -44,27 +42,6 @@ pub struct Transports {
     pub tls: Option<TlsAcceptor>,
     /// Whether clients may connect without TLS (the broker has a plain listener).
     pub plaintext: bool,
-}
-
-/// How a connection's first byte says it speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Opening {
-    /// A TLS record (a ClientHello).
-    Tls,
-    /// An HTTP request: a WebSocket upgrade.
-    Http,
-    /// Anything else goes to the AMQP engine, which wants a protocol header.
-    Amqp,
-}
-
-impl Opening {
-    fn of(first: u8) -> Self {
-        match first {
-            0x16 => Opening::Tls,
-            b'G' => Opening::Http,
-            _ => Opening::Amqp,
-        }
-    }
 }
 
 /// Accepts connections on `listener` until shutdown, serving what `transports` allow.
@@ -209,10 +186,7 @@ impl Engine {
                 return;
             }
         }
-        let stream = Prefixed {
-            first: Some(first[0]),
-            stream,
-        };
+        let stream = Prefixed::new(first[0], stream);
         match Opening::of(first[0]) {
             Opening::Http => self.serve_websocket(stream).await,
             _ => self.serve_amqp(tokio::io::split(stream)).await,
@@ -233,47 +207,5 @@ impl Engine {
             Ok(Err(error)) => tracing::info!(%error, "WebSocket upgrade refused"),
             Err(_) => tracing::info!("WebSocket upgrade not finished within the handshake timeout"),
         }
-    }
-}
-
-/// A stream whose first byte was read to learn what it speaks, and is read again first.
-struct Prefixed<S> {
-    /// The byte read ahead, until it is read again.
-    first: Option<u8>,
-    /// The stream after it.
-    stream: S,
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        if buf.remaining() > 0 {
-            if let Some(first) = self.first.take() {
-                buf.put_slice(&[first]);
-                return Poll::Ready(Ok(()));
-            }
-        }
-        Pin::new(&mut self.stream).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }

@@ -44,6 +44,32 @@ pub struct Transports {
     pub plaintext: bool,
 }
 
+/// Which transport serves an accepted connection, before any TLS.
+#[derive(Debug, PartialEq, Eq)]
+enum Route<A> {
+    /// TLS, through the listener's acceptor `A`.
+    Tls(A),
+    /// None: the listener serves no plaintext and has no TLS acceptor.
+    Refused,
+    /// A WebSocket upgrade, in plaintext.
+    WebSocket,
+    /// AMQP, in plaintext.
+    Amqp,
+}
+
+/// The route of a connection whose first byte says `opening`, on a listener with the TLS
+/// acceptor `tls` that serves plaintext or not. A TLS-only listener hands whatever came to
+/// the acceptor, which answers anything but a ClientHello with an alert; a plaintext listener
+/// without TLS hands a ClientHello to the AMQP engine, which answers with its protocol header.
+fn route<A>(opening: Opening, tls: Option<A>, plaintext: bool) -> Route<A> {
+    match (opening, tls) {
+        (opening, Some(acceptor)) if opening == Opening::Tls || !plaintext => Route::Tls(acceptor),
+        _ if !plaintext => Route::Refused,
+        (Opening::Http, _) => Route::WebSocket,
+        _ => Route::Amqp,
+    }
+}
+
 /// Accepts connections on `listener` until shutdown, serving what `transports` allow.
 /// Connections over `max_connections` are answered with a `close` carrying
 /// `amqp:resource-limit-exceeded`.
@@ -118,9 +144,8 @@ async fn serve(
             return;
         }
     };
-    match (opening, transports.tls) {
-        // Without plaintext the TLS acceptor answers whatever came (with an alert).
-        (opening, Some(acceptor)) if opening == Opening::Tls || !transports.plaintext => {
+    match route(opening, transports.tls, transports.plaintext) {
+        Route::Tls(acceptor) => {
             tracing::Span::current().record("tls", true);
             let accepted = tokio::time::timeout_at(deadline, acceptor.accept(stream)).await;
             let stream = match accepted {
@@ -136,9 +161,9 @@ async fn serve(
             };
             engine.serve_inside_tls(stream).await;
         }
-        _ if !transports.plaintext => tracing::info!("refused: not TLS, and TLS is not set up"),
-        (Opening::Http, _) => engine.serve_websocket(stream).await,
-        _ => engine.serve_amqp(stream.into_split()).await,
+        Route::Refused => tracing::info!("refused: not TLS, and TLS is not set up"),
+        Route::WebSocket => engine.serve_websocket(stream).await,
+        Route::Amqp => engine.serve_amqp(stream.into_split()).await,
     }
     drop(permit);
 }
@@ -206,6 +231,44 @@ impl Engine {
             Ok(Ok(socket)) => self.serve_amqp(tokio::io::split(socket)).await,
             Ok(Err(error)) => tracing::info!(%error, "WebSocket upgrade refused"),
             Err(_) => tracing::info!("WebSocket upgrade not finished within the handshake timeout"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every opening on every kind of listener: with TLS and plaintext (the plain and
+    /// WebSocket listeners when `[broker.tls]` is set), TLS only (the TLS listener), plaintext
+    /// only, and neither.
+    #[test]
+    fn each_opening_takes_the_route_its_listener_allows() {
+        use Opening::{Amqp, Http, Tls};
+        let cases = [
+            // TLS and plaintext: only a ClientHello goes to TLS.
+            (Tls, Some("acceptor"), true, Route::Tls("acceptor")),
+            (Http, Some("acceptor"), true, Route::WebSocket),
+            (Amqp, Some("acceptor"), true, Route::Amqp),
+            // TLS only: everything goes to the acceptor, which answers with an alert.
+            (Tls, Some("acceptor"), false, Route::Tls("acceptor")),
+            (Http, Some("acceptor"), false, Route::Tls("acceptor")),
+            (Amqp, Some("acceptor"), false, Route::Tls("acceptor")),
+            // Plaintext only: a ClientHello meets the AMQP engine's protocol header.
+            (Tls, None, true, Route::Amqp),
+            (Http, None, true, Route::WebSocket),
+            (Amqp, None, true, Route::Amqp),
+            // Neither: nothing is served.
+            (Tls, None, false, Route::Refused),
+            (Http, None, false, Route::Refused),
+            (Amqp, None, false, Route::Refused),
+        ];
+        for (opening, tls, plaintext, expected) in cases {
+            assert_eq!(
+                route(opening, tls, plaintext),
+                expected,
+                "{opening:?} with TLS {tls:?}, plaintext {plaintext}"
+            );
         }
     }
 }

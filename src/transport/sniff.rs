@@ -81,3 +81,39 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
         Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    #[test]
+    fn the_first_byte_tells_tls_from_http_from_amqp() {
+        assert_eq!(Opening::of(0x16), Opening::Tls, "a TLS handshake record");
+        assert_eq!(Opening::of(b'G'), Opening::Http, "GET");
+        assert_eq!(Opening::of(b'A'), Opening::Amqp, "the AMQP protocol header");
+        for other in [0x00, 0x15, 0x17, b'g', b'P', b'H', 0xff] {
+            assert_eq!(Opening::of(other), Opening::Amqp, "{other:#04x}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_byte_read_ahead_comes_back_first_and_writes_go_straight_through() {
+        let (ours, mut theirs) = tokio::io::duplex(64);
+        theirs.write_all(b"ET / HTTP/1.1").await.expect("write");
+        theirs.shutdown().await.expect("their write side closed");
+        let mut prefixed = Prefixed::new(b'G', ours);
+        // An empty read must not take the byte read ahead.
+        assert_eq!(prefixed.read(&mut []).await.expect("empty read"), 0);
+        let mut read = Vec::new();
+        prefixed.read_to_end(&mut read).await.expect("read");
+        assert_eq!(read, b"GET / HTTP/1.1");
+
+        prefixed.write_all(b"HTTP/1.1 101").await.expect("write");
+        prefixed.shutdown().await.expect("our write side closed");
+        let mut written = Vec::new();
+        theirs.read_to_end(&mut written).await.expect("read back");
+        assert_eq!(written, b"HTTP/1.1 101");
+    }
+}

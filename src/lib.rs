@@ -3,8 +3,9 @@
 //! Map of the crate (design.md §2):
 //! - [`config`]: the TOML schema (and the emulator's `Config.json`), the embedded default and
 //!   validation; [`reload`]: a changed file applied while running (SIGHUP).
-//! - [`server`]: the accept loops; [`tls`]: its certificates; [`shutdown`]: one signal and a
-//!   task tracker.
+//! - [`transport`]: the accept loops and the transports they serve (plain AMQP, TLS,
+//!   WebSockets), told apart by a connection's first byte; [`shutdown`]: one signal and a task
+//!   tracker.
 //! - [`auth`]: shared access policies, tokens and SASL PLAIN credentials, and what each
 //!   connection may do.
 //! - [`amqp`]: our own AMQP 1.0 engine over fe2o3-amqp frames: protocol header and SASL,
@@ -41,13 +42,11 @@ pub mod node;
 pub mod notify;
 pub mod reaper;
 pub mod reload;
-pub mod server;
 pub mod shutdown;
 pub mod store;
 pub mod sweeper;
-pub mod tls;
+pub mod transport;
 pub mod trimmer;
-pub mod websocket;
 pub mod wire;
 
 use std::future::Future;
@@ -65,6 +64,7 @@ use crate::config::{Config, Durability};
 use crate::entity::registry::Registry;
 use crate::shutdown::Shutdown;
 use crate::store::{Store, StoreError};
+use crate::transport::listener::{accept_loop, Acceptance, Transports};
 
 /// Why the broker could not run.
 #[derive(Debug, thiserror::Error)]
@@ -156,7 +156,7 @@ const FLUSHER_EXIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs
 /// its watchdog when it asked for pings, until `stop`.
 async fn report_status(
     notifier: Arc<notify::Notifier>,
-    acceptance: server::Acceptance,
+    acceptance: Acceptance,
     stop: tokio_util::sync::CancellationToken,
 ) {
     let every = notifier
@@ -285,7 +285,7 @@ pub async fn run_with_reloads(
         policies: Arc::new(Policies::live(&config, entity_policies)),
     });
     let entities = shared.registry.len();
-    let acceptance = server::Acceptance {
+    let acceptance = Acceptance {
         shared,
         permits: Arc::new(Semaphore::new(config.broker.max_connections)),
         max_connections: config.broker.max_connections,
@@ -320,7 +320,7 @@ pub async fn run_with_reloads(
     // The TLS listener stays TLS only, so a plain listener kept on loopback does not open
     // plaintext on the TLS port; the WebSocket ones serve plaintext when the plain one does.
     let acceptor = listeners.tls.as_ref().map(|(_, acceptor)| acceptor.clone());
-    let transports = |plaintext| server::Transports {
+    let transports = |plaintext| Transports {
         tls: acceptor.clone(),
         plaintext,
     };
@@ -341,7 +341,7 @@ pub async fn run_with_reloads(
                 .map(|listener| (listener, transports(plaintext))),
         )
         .map(|(listener, transports)| {
-            let accept = server::accept_loop(listener, transports, acceptance.clone());
+            let accept = accept_loop(listener, transports, acceptance.clone());
             tokio::spawn(accept)
         })
         .chain(admin)

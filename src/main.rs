@@ -119,7 +119,7 @@ fn check_config(path: &Path) -> ExitCode {
 }
 
 fn gen_cert(hosts: &[String], out: &Path) -> ExitCode {
-    match tidebus::tls::generate_dev_certificates(hosts, out) {
+    match tidebus::transport::tls::generate_dev_certificates(hosts, out) {
         Ok(written) => {
             let listed: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
             write_stdout(&format!(
@@ -195,7 +195,8 @@ async fn serve(config: Config, args: RunArgs) -> Result<(), String> {
     };
     let tls = match &config.broker.tls {
         Some(tls) => {
-            let acceptor = tidebus::tls::acceptor(tls).map_err(|e| format!("TLS: {e}"))?;
+            let acceptor =
+                tidebus::transport::tls::acceptor(tls).map_err(|e| format!("TLS: {e}"))?;
             Some((bind(tls.listen).await?, acceptor))
         }
         None => None,

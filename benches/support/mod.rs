@@ -213,7 +213,10 @@ impl BenchBroker {
         let mut endpoint = None;
         if tls {
             let certificates = data_dir.path().join("certs");
-            tidebus::tls::generate_dev_certificates(&["localhost".to_owned()], &certificates)?;
+            tidebus::transport::tls::generate_dev_certificates(
+                &["localhost".to_owned()],
+                &certificates,
+            )?;
             let tls_config = tidebus::config::TlsConfig {
                 listen: "127.0.0.1:0".parse()?,
                 cert: certificates.join("server.pem"),
@@ -224,7 +227,10 @@ impl BenchBroker {
                 addr: tls_listener.local_addr()?,
                 connector: trusting(&certificates.join("ca.pem"))?,
             });
-            listeners.tls = Some((tls_listener, tidebus::tls::acceptor(&tls_config)?));
+            listeners.tls = Some((
+                tls_listener,
+                tidebus::transport::tls::acceptor(&tls_config)?,
+            ));
         }
         let (stop, stopped) = oneshot::channel::<()>();
         let stopped = async move {

@@ -39,7 +39,7 @@ use tracing::Instrument;
 
 use crate::auth::Policies;
 use crate::entity::registry::Registry;
-use crate::server::Acceptance;
+use crate::transport::listener::Acceptance;
 
 /// Largest request body read.
 const MAX_BODY: usize = 1024 * 1024;

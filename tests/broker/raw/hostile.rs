@@ -334,7 +334,7 @@ async fn a_receiver_that_never_reads_holds_only_its_window() {
 async fn the_tls_listener_refuses_plain_amqp_and_closes_unfinished_handshakes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let certificates = dir.path().join("certs");
-    tidebus::tls::generate_dev_certificates(&["localhost".to_owned()], &certificates)
+    tidebus::transport::tls::generate_dev_certificates(&["localhost".to_owned()], &certificates)
         .expect("certificates");
     let tls = format!(
         "handshake_timeout = \"1s\"\n[broker.tls]\nlisten = \"127.0.0.1:0\"\n\

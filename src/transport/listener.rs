@@ -1,28 +1,26 @@
 //! The accept loops: `TCP_NODELAY` on every socket, one connection limit shared by every
-//! listener, one task per connection. Every listener serves every transport (design D11): the
-//! first byte tells an AMQP header from a TLS ClientHello (`0x16`, when `[broker.tls]` is set)
-//! and an HTTP `GET` (a WebSocket upgrade, see [`crate::websocket`]), and inside TLS the
-//! first byte tells AMQP from a WebSocket again. A TLS handshake and a WebSocket upgrade count
-//! toward the connection's `handshake_timeout`, as the AMQP header, SASL and `open` do.
+//! listener, one task per connection, served in the transport its first byte opens
+//! (`sniff`): TLS (when `[broker.tls]` is set), a WebSocket upgrade
+//! ([`super::websocket`]) or AMQP; inside TLS the first byte tells AMQP from a WebSocket
+//! again. A TLS handshake and a WebSocket upgrade count toward the connection's
+//! `handshake_timeout`, as the AMQP header, SASL and `open` do.
 
 use std::sync::Arc;
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use fe2o3_amqp::types::definitions::AmqpError;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tracing::Instrument;
 
+use super::sniff::{Opening, Prefixed};
+use super::websocket;
 use crate::amqp::connection::{self, Shared};
 use crate::amqp::link::amqp_error;
 use crate::metrics::{self, Held};
 use crate::shutdown::Shutdown;
-use crate::websocket;
 
 /// What every accept loop shares.
 #[derive(Clone)]
@@ -46,24 +44,29 @@ pub struct Transports {
     pub plaintext: bool,
 }
 
-/// How a connection's first byte says it speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Opening {
-    /// A TLS record (a ClientHello).
-    Tls,
-    /// An HTTP request: a WebSocket upgrade.
-    Http,
-    /// Anything else goes to the AMQP engine, which wants a protocol header.
+/// Which transport serves an accepted connection, before any TLS.
+#[derive(Debug, PartialEq, Eq)]
+enum Route<A> {
+    /// TLS, through the listener's acceptor `A`.
+    Tls(A),
+    /// None: the listener serves no plaintext and has no TLS acceptor.
+    Refused,
+    /// A WebSocket upgrade, in plaintext.
+    WebSocket,
+    /// AMQP, in plaintext.
     Amqp,
 }
 
-impl Opening {
-    fn of(first: u8) -> Self {
-        match first {
-            0x16 => Opening::Tls,
-            b'G' => Opening::Http,
-            _ => Opening::Amqp,
-        }
+/// The route of a connection whose first byte says `opening`, on a listener with the TLS
+/// acceptor `tls` that serves plaintext or not. A TLS-only listener hands whatever came to
+/// the acceptor, which answers anything but a ClientHello with an alert; a plaintext listener
+/// without TLS hands a ClientHello to the AMQP engine, which answers with its protocol header.
+fn route<A>(opening: Opening, tls: Option<A>, plaintext: bool) -> Route<A> {
+    match (opening, tls) {
+        (opening, Some(acceptor)) if opening == Opening::Tls || !plaintext => Route::Tls(acceptor),
+        _ if !plaintext => Route::Refused,
+        (Opening::Http, _) => Route::WebSocket,
+        _ => Route::Amqp,
     }
 }
 
@@ -141,9 +144,8 @@ async fn serve(
             return;
         }
     };
-    match (opening, transports.tls) {
-        // Without plaintext the TLS acceptor answers whatever came (with an alert).
-        (opening, Some(acceptor)) if opening == Opening::Tls || !transports.plaintext => {
+    match route(opening, transports.tls, transports.plaintext) {
+        Route::Tls(acceptor) => {
             tracing::Span::current().record("tls", true);
             let accepted = tokio::time::timeout_at(deadline, acceptor.accept(stream)).await;
             let stream = match accepted {
@@ -159,9 +161,9 @@ async fn serve(
             };
             engine.serve_inside_tls(stream).await;
         }
-        _ if !transports.plaintext => tracing::info!("refused: not TLS, and TLS is not set up"),
-        (Opening::Http, _) => engine.serve_websocket(stream).await,
-        _ => engine.serve_amqp(stream.into_split()).await,
+        Route::Refused => tracing::info!("refused: not TLS, and TLS is not set up"),
+        Route::WebSocket => engine.serve_websocket(stream).await,
+        Route::Amqp => engine.serve_amqp(stream.into_split()).await,
     }
     drop(permit);
 }
@@ -209,10 +211,7 @@ impl Engine {
                 return;
             }
         }
-        let stream = Prefixed {
-            first: Some(first[0]),
-            stream,
-        };
+        let stream = Prefixed::new(first[0], stream);
         match Opening::of(first[0]) {
             Opening::Http => self.serve_websocket(stream).await,
             _ => self.serve_amqp(tokio::io::split(stream)).await,
@@ -236,44 +235,40 @@ impl Engine {
     }
 }
 
-/// A stream whose first byte was read to learn what it speaks, and is read again first.
-struct Prefixed<S> {
-    /// The byte read ahead, until it is read again.
-    first: Option<u8>,
-    /// The stream after it.
-    stream: S,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        if buf.remaining() > 0 {
-            if let Some(first) = self.first.take() {
-                buf.put_slice(&[first]);
-                return Poll::Ready(Ok(()));
-            }
+    /// Every opening on every kind of listener: with TLS and plaintext (the plain and
+    /// WebSocket listeners when `[broker.tls]` is set), TLS only (the TLS listener), plaintext
+    /// only, and neither.
+    #[test]
+    fn each_opening_takes_the_route_its_listener_allows() {
+        use Opening::{Amqp, Http, Tls};
+        let cases = [
+            // TLS and plaintext: only a ClientHello goes to TLS.
+            (Tls, Some("acceptor"), true, Route::Tls("acceptor")),
+            (Http, Some("acceptor"), true, Route::WebSocket),
+            (Amqp, Some("acceptor"), true, Route::Amqp),
+            // TLS only: everything goes to the acceptor, which answers with an alert.
+            (Tls, Some("acceptor"), false, Route::Tls("acceptor")),
+            (Http, Some("acceptor"), false, Route::Tls("acceptor")),
+            (Amqp, Some("acceptor"), false, Route::Tls("acceptor")),
+            // Plaintext only: a ClientHello meets the AMQP engine's protocol header.
+            (Tls, None, true, Route::Amqp),
+            (Http, None, true, Route::WebSocket),
+            (Amqp, None, true, Route::Amqp),
+            // Neither: nothing is served.
+            (Tls, None, false, Route::Refused),
+            (Http, None, false, Route::Refused),
+            (Amqp, None, false, Route::Refused),
+        ];
+        for (opening, tls, plaintext, expected) in cases {
+            assert_eq!(
+                route(opening, tls, plaintext),
+                expected,
+                "{opening:?} with TLS {tls:?}, plaintext {plaintext}"
+            );
         }
-        Pin::new(&mut self.stream).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }

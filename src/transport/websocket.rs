@@ -219,3 +219,200 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Bytestream<S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+    use tokio_tungstenite::tungstenite::error::{CapacityError, ProtocolError};
+
+    use super::*;
+
+    /// An upgrade request for `path` offering each of `protocols` in a header of its own.
+    fn request(path: &str, protocols: &[&str]) -> Request {
+        protocols
+            .iter()
+            .fold(Request::builder().uri(path), |builder, protocol| {
+                builder.header("sec-websocket-protocol", *protocol)
+            })
+            .body(())
+            .expect("request")
+    }
+
+    /// The subprotocol `answer` chooses for `protocols`, or the refusal's status.
+    fn chosen(protocols: &[&str]) -> Result<Option<String>, StatusCode> {
+        answer(&request(PATH, protocols), Response::default())
+            .map(|response| {
+                let chosen = response.headers().get("sec-websocket-protocol");
+                chosen.map(|value| value.to_str().expect("ASCII").to_owned())
+            })
+            .map_err(|refusal| refusal.status())
+    }
+
+    #[test]
+    fn the_upgrade_is_served_on_the_service_bus_path_only() {
+        assert!(answer(&request(PATH, &[]), Response::default()).is_ok());
+        let with_query = format!("{PATH}?sdk=1");
+        assert!(answer(&request(&with_query, &[]), Response::default()).is_ok());
+        for other in [
+            "/",
+            "/$servicebus",
+            "/$servicebus/websocket/",
+            "/$SERVICEBUS/websocket",
+        ] {
+            let refusal = answer(&request(other, &[]), Response::default())
+                .expect_err("another path is refused");
+            assert_eq!(refusal.status(), StatusCode::NOT_FOUND, "{other}");
+            let body = refusal.body().as_deref().unwrap_or_default();
+            assert!(body.contains(PATH), "{other}: {body}");
+        }
+    }
+
+    #[test]
+    fn the_subprotocol_answered_is_ours_in_our_order_of_preference() {
+        assert_eq!(chosen(&[]), Ok(None), "none offered, none answered");
+        assert_eq!(chosen(&["amqp"]), Ok(Some("amqp".into())));
+        assert_eq!(chosen(&["amqp, AMQPWSB10"]), Ok(Some("AMQPWSB10".into())));
+        assert_eq!(chosen(&["mqtt", "amqp"]), Ok(Some("amqp".into())));
+        assert_eq!(chosen(&[" amqpwsb10 "]), Ok(Some("AMQPWSB10".into())));
+        assert_eq!(chosen(&["mqtt, wamp"]), Err(StatusCode::BAD_REQUEST));
+    }
+
+    #[test]
+    fn read_errors_map_to_their_close_codes() {
+        let too_long = CapacityError::MessageTooLong {
+            size: 2,
+            max_size: 1,
+        };
+        let unmasked = ProtocolError::UnmaskedFrameFromClient;
+        assert_eq!(
+            close_code(&WsError::Capacity(too_long)),
+            Some(CloseCode::Size)
+        );
+        assert_eq!(
+            close_code(&WsError::Protocol(unmasked)),
+            Some(CloseCode::Protocol)
+        );
+        assert_eq!(
+            close_code(&WsError::Utf8("bad".into())),
+            Some(CloseCode::Invalid)
+        );
+        assert_eq!(close_code(&WsError::ConnectionClosed), None);
+        let reset = io::Error::from(io::ErrorKind::ConnectionReset);
+        assert_eq!(close_code(&WsError::Io(reset)), None);
+    }
+
+    /// The broker's end of an upgraded WebSocket with messages of at most `max_message` bytes,
+    /// and a client's, over a pipe.
+    async fn upgraded(
+        max_message: usize,
+    ) -> (Bytestream<DuplexStream>, WebSocketStream<DuplexStream>) {
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        let url = format!("ws://localhost{PATH}");
+        let (ours, theirs) = tokio::join!(
+            upgrade(ours, max_message),
+            tokio_tungstenite::client_async(url, theirs)
+        );
+        let (theirs, _) = theirs.expect("the client's handshake");
+        (ours.expect("upgraded"), theirs)
+    }
+
+    /// `future`'s output, or a panic when a broken rule leaves it waiting.
+    async fn within<F: std::future::Future>(future: F) -> F::Output {
+        tokio::time::timeout(std::time::Duration::from_secs(10), future)
+            .await
+            .expect("done within 10 s")
+    }
+
+    /// The code of the next close frame `client` receives, past any other message; `None`
+    /// when the stream ends first.
+    async fn close_code_received(client: &mut WebSocketStream<DuplexStream>) -> Option<CloseCode> {
+        while let Some(message) = client.next().await {
+            if let Message::Close(frame) = message.expect("a message") {
+                return frame.map(|frame| frame.code);
+            }
+        }
+        None
+    }
+
+    #[tokio::test]
+    async fn binary_messages_read_as_one_stream_and_writes_split_at_the_largest_message() {
+        let (mut broker, mut client) = upgraded(8).await;
+        for message in [
+            Message::Binary(Bytes::from_static(b"AM")),
+            Message::Ping(Bytes::from_static(b"ping")),
+            Message::Binary(Bytes::from_static(b"QP\x00\x01\x00")),
+            Message::Binary(Bytes::from_static(b"\x00")),
+        ] {
+            client.send(message).await.expect("sent");
+        }
+        let mut header = [0u8; 8];
+        within(broker.read_exact(&mut header)).await.expect("read");
+        assert_eq!(&header, b"AMQP\x00\x01\x00\x00");
+
+        let frames: Vec<u8> = (0..20).collect();
+        broker.write_all(&frames).await.expect("written");
+        broker.flush().await.expect("flushed");
+        drop(broker);
+        let mut received: Vec<Vec<u8>> = Vec::new();
+        while received.concat().len() < frames.len() {
+            match client.next().await.expect("open").expect("a message") {
+                Message::Binary(bytes) => received.push(bytes.to_vec()),
+                Message::Pong(_) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let sizes: Vec<usize> = received.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [8, 8, 4]);
+        assert_eq!(received.concat(), frames);
+    }
+
+    #[tokio::test]
+    async fn a_text_message_fails_the_read_and_closes_with_1003() {
+        let (mut broker, mut client) = upgraded(64).await;
+        client.send(Message::text("AMQP")).await.expect("sent");
+        let read = within(broker.read(&mut [0u8; 8])).await;
+        let error = read.expect_err("refused");
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+        drop(broker);
+        assert_eq!(
+            close_code_received(&mut client).await,
+            Some(CloseCode::Unsupported)
+        );
+    }
+
+    #[tokio::test]
+    async fn an_oversized_message_fails_the_read_and_closes_with_1009() {
+        // The smallest `max_frame_size`: the close frame and its reason fit what the socket
+        // may hold to write.
+        let (mut broker, mut client) = upgraded(512).await;
+        let oversized = Message::Binary(Bytes::from(vec![0u8; 513]));
+        client.send(oversized).await.expect("sent");
+        within(broker.read(&mut [0u8; 16]))
+            .await
+            .expect_err("refused");
+        drop(broker);
+        assert_eq!(
+            close_code_received(&mut client).await,
+            Some(CloseCode::Size)
+        );
+    }
+
+    #[tokio::test]
+    async fn the_peer_closing_ends_the_stream_cleanly() {
+        let (mut broker, mut client) = upgraded(64).await;
+        client
+            .send(Message::Binary(Bytes::from_static(b"AMQP")))
+            .await
+            .expect("sent");
+        client.close(None).await.expect("close sent");
+        let mut read = Vec::new();
+        within(broker.read_to_end(&mut read))
+            .await
+            .expect("a clean end");
+        assert_eq!(read, b"AMQP");
+        drop(broker);
+        let answer = client.next().await.expect("the close answered");
+        assert!(matches!(answer, Ok(Message::Close(_))), "{answer:?}");
+    }
+}

@@ -5,7 +5,7 @@
 //! the [group commit](crate::entity::commit)'s.
 
 use foldhash::{HashMap, HashMapExt};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,19 +16,19 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::clock::{millis, now_ms};
-use crate::config::SubscriptionConfig;
+use crate::entity::actor::lifecycle::Removal;
 use crate::entity::commit::{wait_flush, Flushing, GroupCommit};
 use crate::entity::core::{EntityCore, Identity};
 use crate::entity::forward::{Forwarder, Resolver};
 use crate::entity::handle::{
     Command, ConsumerId, Delivery, EntityError, EntityEvent, EntityHandle, EntityStats, EventSink,
-    LaneId, LockRef, Properties, Sending, Settlement, TopicState,
+    LaneId, LockRef, Sending, Settlement, TopicState,
 };
 use crate::entity::partition::Partition;
 use crate::entity::queue::session_lane::Binding;
 use crate::entity::settings::Forward;
-use crate::entity::setup::{self, Parts};
-use crate::store::{EntityLog, Recovered};
+use crate::entity::setup::Parts;
+use crate::store::EntityLog;
 
 /// Mailbox capacity: senders wait (backpressure) when this many commands are queued.
 const MAILBOX: usize = 4096;
@@ -102,15 +102,6 @@ pub fn start(
     };
     tracker.spawn(actor.run(rx, forward_answers, shutdown).instrument(span));
     (tx, topic)
-}
-
-/// Why an entity deletes itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Removal {
-    /// Idle for its `auto_delete_on_idle` time (the reaper).
-    Idle,
-    /// Asked to (the administration API).
-    Asked,
 }
 
 /// One entity: all its lanes owned together, so that dead-lettering a message (delete here,
@@ -565,127 +556,6 @@ impl Actor {
         self.move_dead_letters();
     }
 
-    /// Whether the entity may be deleted for idleness: it has `auto_delete_on_idle`, nothing
-    /// used it for that long, no receiver waits with credit and no scheduled message is
-    /// pending.
-    fn is_idle(&self, now: i64) -> bool {
-        self.auto_delete_ms.is_some_and(|idle| {
-            now.saturating_sub(self.last_active_ms) >= idle
-                && !self.core.has_scheduled()
-                && !self.core.has_waiting_consumer()
-                && !self.forwarder.is_busy()
-        })
-    }
-
-    /// Deletes the subscriptions idle for their `auto_delete_on_idle` time: their messages and
-    /// runtime rules go, their links get `amqp:not-found`, their addresses stop resolving.
-    fn reap_subscriptions(&mut self, now: i64) -> &Self {
-        for lane in self.core.idle_subscriptions(now) {
-            self.drop_subscription(lane, "after being idle (auto_delete_on_idle)");
-        }
-        self
-    }
-
-    /// Deletes a subscription: its messages and runtime rules go, its links get
-    /// `amqp:not-found`, its address stops resolving.
-    fn drop_subscription(&mut self, lane: LaneId, why: &str) {
-        self.forwarder.remove_subscription(lane.subscription);
-        for consumer in self.core.delete_subscription(lane, why) {
-            if let Some(events) = self.consumers.remove(&consumer) {
-                let error = EntityError::Deleted;
-                let _ = events.send(EntityEvent::Gone { consumer, error });
-            }
-        }
-    }
-
-    /// Adds a subscription to this topic (the administration API): numbered `number`, or after
-    /// every number its log or its lanes use, empty, its declared rules in place.
-    fn add_subscription(
-        &mut self,
-        config: &SubscriptionConfig,
-        number: Option<u32>,
-    ) -> Result<(), String> {
-        let Some(topic) = self.core.topic_state().cloned() else {
-            return Err(format!(
-                "'{}' is a queue: it has no subscriptions",
-                self.core.name()
-            ));
-        };
-        let name = config.name.to_lowercase();
-        let taken = topic.names().contains_key(&name);
-        if taken {
-            return Err(format!("the subscription '{}' already exists", config.name));
-        }
-        let in_use = self.core.highest_subscription();
-        let imposed = number.map(|number| HashMap::from_iter([(name.clone(), number)]));
-        let numbers = self
-            .log
-            .subscription_numbers(std::slice::from_ref(&name), in_use, imposed.as_ref())
-            .map_err(|e| e.to_string())?;
-        let lane = LaneId {
-            subscription: numbers[&name],
-            dead_letter: false,
-        };
-        let lanes = setup::subscription_lanes(
-            config,
-            lane,
-            Vec::new(),
-            Recovered::default(),
-            Recovered::default(),
-        );
-        self.core.add_subscription(lanes);
-        self.set_forward(lane, &setup::subscription_forward(config));
-        self.core.set_status(lane.subscription, config.status);
-        topic.names_mut().insert(name, lane.subscription);
-        tracing::info!(subscription = %config.name, "created");
-        Ok(())
-    }
-
-    /// Deletes the entity (auto-delete on idle, or asked to): answers what is still owed,
-    /// refuses what is queued in the mailbox, tells every consumer its link is gone, and drops
-    /// the stored messages of all its queues.
-    async fn delete(
-        mut self,
-        mailbox: &mut mpsc::Receiver<Command>,
-        flushing: Option<Flushing>,
-        reply: oneshot::Sender<bool>,
-        removal: Removal,
-    ) {
-        self.deleted.store(true, Ordering::Release);
-        mailbox.close();
-        self.commit.complete_flush(flushing, &mut self.core).await;
-        self.commit.answer_unflushed();
-        while let Ok(command) = mailbox.try_recv() {
-            command.refuse(&EntityError::Deleted);
-        }
-        for (consumer, events) in self.consumers.drain() {
-            let _ = events.send(EntityEvent::Gone {
-                consumer,
-                error: EntityError::Deleted,
-            });
-        }
-        let why = match removal {
-            Removal::Idle => "after being idle (auto_delete_on_idle)",
-            Removal::Asked => "as asked",
-        };
-        match self.log.destroy() {
-            Ok(()) => tracing::info!(messages = self.core.len(), "deleted {why}"),
-            Err(error) => tracing::error!(%error, "deleted, but its messages could not be dropped"),
-        }
-        let _ = reply.send(true);
-    }
-
-    /// Tells every receiver of a lane whose status no longer lets it receive that it is
-    /// gone: its link is detached with the refusal.
-    fn detach_disabled_receivers(&mut self) {
-        for (consumer, error) in self.core.refused_receivers() {
-            if let Some(events) = self.consumers.get(&consumer) {
-                let _ = events.send(EntityEvent::Gone { consumer, error });
-            }
-            self.unsubscribe(consumer);
-        }
-    }
-
     /// Delivers what the consumer's drain may take now; answers [`EntityEvent::Drained`]
     /// once the drain is finished (a drain stopped by the consumer's window goes on as its
     /// connection forwards bytes).
@@ -718,26 +588,15 @@ impl Actor {
         lock: LockRef,
         settlement: &Settlement,
     ) -> Result<(), EntityError> {
-        self.commit.check_healthy()?;
-        let result = self.core.settle(consumer, lock, settlement);
-        match (&result, settlement) {
-            (Ok(lane), Settlement::Abandon(properties) | Settlement::Defer(properties)) => {
-                self.set_properties(*lane, lock.seq, properties);
-            }
-            (Err(error), _) => {
-                tracing::debug!(consumer = consumer.0, seq = lock.seq, %error, "settlement refused");
-            }
-            _ => {}
+        let result = self
+            .commit
+            .check_healthy()
+            .and_then(|()| (self.core).settle_locked(consumer, lock, settlement, &mut self.log));
+        self.poison_on_storage(&result);
+        if let Err(error) = &result {
+            tracing::debug!(consumer = consumer.0, seq = lock.seq, %error, "settlement refused");
         }
         result.map(|_| ())
-    }
-
-    /// Rewrites a stored message with new application properties (an abandon's or a
-    /// deferral's).
-    fn set_properties(&mut self, lane: LaneId, seq: i64, properties: &Properties) {
-        if let Err(error) = (self.core).set_properties(lane, seq, properties, &mut self.log) {
-            self.commit.poison(&error);
-        }
     }
 
     /// Moves the messages the lanes dead-lettered into their dead-letter lanes.
@@ -837,6 +696,8 @@ async fn sleep_until_deadline(deadline: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
+
+mod lifecycle;
 
 #[cfg(test)]
 mod tests;

@@ -3,6 +3,7 @@
 use super::*;
 use crate::entity::commit::QUIET_FLUSH_MS;
 use crate::entity::handle::Ticket;
+use crate::entity::setup;
 use crate::message::Arrival;
 use crate::store::Flusher;
 use bytes::Bytes;

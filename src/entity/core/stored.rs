@@ -6,7 +6,7 @@
 use bytes::Bytes;
 
 use crate::entity::core::EntityCore;
-use crate::entity::terms::{EntityError, LaneId, Properties};
+use crate::entity::terms::{ConsumerId, EntityError, LaneId, LockRef, Properties, Settlement};
 use crate::message::{self, DeliveryStamp};
 use crate::store::{Bodies, StoreError};
 
@@ -37,6 +37,26 @@ impl EntityCore {
             self.accept_dead_letter(to, dead.seq, dead.record, body);
         }
         Ok(())
+    }
+
+    /// Settles a message `consumer` holds locked under `lock`; an abandon's or a deferral's
+    /// properties to modify rewrite the stored message. Returns its lane.
+    ///
+    /// # Errors
+    /// The refusal ([`EntityError::LockLost`] and the like); [`EntityError::Storage`] when
+    /// the body to rewrite could not be read (the entity must stop then).
+    pub fn settle_locked(
+        &mut self,
+        consumer: ConsumerId,
+        lock: LockRef,
+        settlement: &Settlement,
+        bodies: &mut dyn Bodies,
+    ) -> Result<LaneId, EntityError> {
+        let lane = self.settle(consumer, lock, settlement)?;
+        if let Settlement::Abandon(properties) | Settlement::Defer(properties) = settlement {
+            (self.set_properties(lane, lock.seq, properties, bodies)).map_err(storage)?;
+        }
+        Ok(lane)
     }
 
     /// Rewrites a stored message with new application properties (an abandon's or a

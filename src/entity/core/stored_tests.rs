@@ -164,11 +164,10 @@ fn an_abandon_with_properties_rewrites_the_stored_message() {
     let [seq] = entity.send(0, 1)[..] else {
         panic!("one")
     };
-    let properties = vec![("retry".to_owned(), SimpleValue::Int(2))];
-    entity
-        .core
-        .set_properties(LaneId::MAIN, seq, &properties, &mut entity.log)
-        .expect("rewritten");
+    let delivered = entity.receive(0, LaneId::MAIN, 1);
+    let abandon = Settlement::Abandon(vec![("retry".to_owned(), SimpleValue::Int(2))]);
+    let settled = (entity.core).settle_locked(A, lock(&delivered[0]), &abandon, &mut entity.log);
+    assert_eq!(settled, Ok(LaneId::MAIN));
     entity.write();
     assert_eq!(
         entity.property(LaneId::MAIN, seq, "retry"),

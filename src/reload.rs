@@ -39,30 +39,42 @@ pub async fn apply(registry: &Arc<Registry>, running: &Config, new: &Config) -> 
     for declaration in declared {
         entity(registry, &declaration, &mut report).await;
     }
-    let kept = running
-        .queues
-        .iter()
-        .map(|queue| &queue.name)
-        .chain(running.topics.iter().map(|topic| &topic.name))
-        .filter(|name| {
-            let declared = |other: &String| other.eq_ignore_ascii_case(name);
-            !new.queues.iter().any(|queue| declared(&queue.name))
-                && !new.topics.iter().any(|topic| declared(&topic.name))
-        });
-    for name in kept {
+    for name in undeclared(running, new) {
         report.kept.push(format!(
             "'{name}' is no longer in the file: left alone (delete it through the \
              administration API, or it goes at the next start; a topic with subscriptions \
              created at run time comes back with those alone)"
         ));
     }
-    let baseline = Config {
+    (report, baseline(running, new))
+}
+
+/// The queues and topics `running` declares that `new` no longer does (under either kind,
+/// ignoring case).
+fn undeclared<'a>(running: &'a Config, new: &Config) -> Vec<&'a str> {
+    let declared = |name: &str| {
+        let named = |other: &String| other.eq_ignore_ascii_case(name);
+        new.queues.iter().any(|queue| named(&queue.name))
+            || new.topics.iter().any(|topic| named(&topic.name))
+    };
+    running
+        .queues
+        .iter()
+        .map(|queue| queue.name.as_str())
+        .chain(running.topics.iter().map(|topic| topic.name.as_str()))
+        .filter(|name| !declared(name))
+        .collect()
+}
+
+/// The config the next reload compares with: `new`, but for the settings only a restart
+/// applies, which keep their `running` values (so a later reload reports them again).
+fn baseline(running: &Config, new: &Config) -> Config {
+    Config {
         broker: running.broker.clone(),
         admin: running.admin.clone(),
         shared_access_policies: running.shared_access_policies.clone(),
         ..new.clone()
-    };
-    (report, baseline)
+    }
 }
 
 /// Reports the settings that only a restart applies.
@@ -187,7 +199,7 @@ async fn topic(
     report: &mut Report,
 ) -> Option<Declaration> {
     let mut subscriptions = before.subscriptions.clone();
-    let mut settings_changed = false;
+    let mut subscription_settings_changed = false;
     for subscription in &after.subscriptions {
         let same_name = |s: &&SubscriptionConfig| s.name.eq_ignore_ascii_case(&subscription.name);
         match before.subscriptions.iter().find(same_name) {
@@ -214,7 +226,7 @@ async fn topic(
                 {
                     *slot = changed;
                 }
-                settings_changed = true;
+                subscription_settings_changed = true;
             }
             Some(_) => {}
         }
@@ -229,13 +241,19 @@ async fn topic(
         partitions: before.partitions,
         ..after.clone()
     };
-    let topic_changed = updated.default_message_time_to_live != before.default_message_time_to_live
-        || updated.shared_access_policies != before.shared_access_policies
-        || updated.max_size_in_megabytes != before.max_size_in_megabytes
-        || updated.auto_delete_on_idle != before.auto_delete_on_idle
-        || updated.status != before.status
-        || updated.user_metadata != before.user_metadata;
-    (topic_changed || settings_changed).then_some(Declaration::Topic(updated))
+    let changed = topic_settings_changed(before, &updated) || subscription_settings_changed;
+    changed.then_some(Declaration::Topic(updated))
+}
+
+/// Whether a topic setting a reload applies differs between `before` and `after` (its
+/// subscriptions are compared one by one, elsewhere).
+fn topic_settings_changed(before: &TopicConfig, after: &TopicConfig) -> bool {
+    after.default_message_time_to_live != before.default_message_time_to_live
+        || after.shared_access_policies != before.shared_access_policies
+        || after.max_size_in_megabytes != before.max_size_in_megabytes
+        || after.auto_delete_on_idle != before.auto_delete_on_idle
+        || after.status != before.status
+        || after.user_metadata != before.user_metadata
 }
 
 /// A declared subscription whose settings or rules changed: the rules the file removed or
@@ -309,3 +327,4 @@ async fn changed_subscription(
         ..new.clone()
     }
 }
+

@@ -39,30 +39,42 @@ pub async fn apply(registry: &Arc<Registry>, running: &Config, new: &Config) -> 
     for declaration in declared {
         entity(registry, &declaration, &mut report).await;
     }
-    let kept = running
-        .queues
-        .iter()
-        .map(|queue| &queue.name)
-        .chain(running.topics.iter().map(|topic| &topic.name))
-        .filter(|name| {
-            let declared = |other: &String| other.eq_ignore_ascii_case(name);
-            !new.queues.iter().any(|queue| declared(&queue.name))
-                && !new.topics.iter().any(|topic| declared(&topic.name))
-        });
-    for name in kept {
+    for name in undeclared(running, new) {
         report.kept.push(format!(
             "'{name}' is no longer in the file: left alone (delete it through the \
              administration API, or it goes at the next start; a topic with subscriptions \
              created at run time comes back with those alone)"
         ));
     }
-    let baseline = Config {
+    (report, baseline(running, new))
+}
+
+/// The queues and topics `running` declares that `new` no longer does (under either kind,
+/// ignoring case).
+fn undeclared<'a>(running: &'a Config, new: &Config) -> Vec<&'a str> {
+    let declared = |name: &str| {
+        let named = |other: &String| other.eq_ignore_ascii_case(name);
+        new.queues.iter().any(|queue| named(&queue.name))
+            || new.topics.iter().any(|topic| named(&topic.name))
+    };
+    running
+        .queues
+        .iter()
+        .map(|queue| queue.name.as_str())
+        .chain(running.topics.iter().map(|topic| topic.name.as_str()))
+        .filter(|name| !declared(name))
+        .collect()
+}
+
+/// The config the next reload compares with: `new`, but for the settings only a restart
+/// applies, which keep their `running` values (so a later reload reports them again).
+fn baseline(running: &Config, new: &Config) -> Config {
+    Config {
         broker: running.broker.clone(),
         admin: running.admin.clone(),
         shared_access_policies: running.shared_access_policies.clone(),
         ..new.clone()
-    };
-    (report, baseline)
+    }
 }
 
 /// Reports the settings that only a restart applies.
@@ -187,7 +199,7 @@ async fn topic(
     report: &mut Report,
 ) -> Option<Declaration> {
     let mut subscriptions = before.subscriptions.clone();
-    let mut settings_changed = false;
+    let mut subscription_settings_changed = false;
     for subscription in &after.subscriptions {
         let same_name = |s: &&SubscriptionConfig| s.name.eq_ignore_ascii_case(&subscription.name);
         match before.subscriptions.iter().find(same_name) {
@@ -214,7 +226,7 @@ async fn topic(
                 {
                     *slot = changed;
                 }
-                settings_changed = true;
+                subscription_settings_changed = true;
             }
             Some(_) => {}
         }
@@ -229,13 +241,19 @@ async fn topic(
         partitions: before.partitions,
         ..after.clone()
     };
-    let topic_changed = updated.default_message_time_to_live != before.default_message_time_to_live
-        || updated.shared_access_policies != before.shared_access_policies
-        || updated.max_size_in_megabytes != before.max_size_in_megabytes
-        || updated.auto_delete_on_idle != before.auto_delete_on_idle
-        || updated.status != before.status
-        || updated.user_metadata != before.user_metadata;
-    (topic_changed || settings_changed).then_some(Declaration::Topic(updated))
+    let changed = topic_settings_changed(before, &updated) || subscription_settings_changed;
+    changed.then_some(Declaration::Topic(updated))
+}
+
+/// Whether a topic setting a reload applies differs between `before` and `after` (its
+/// subscriptions are compared one by one, elsewhere).
+fn topic_settings_changed(before: &TopicConfig, after: &TopicConfig) -> bool {
+    after.default_message_time_to_live != before.default_message_time_to_live
+        || after.shared_access_policies != before.shared_access_policies
+        || after.max_size_in_megabytes != before.max_size_in_megabytes
+        || after.auto_delete_on_idle != before.auto_delete_on_idle
+        || after.status != before.status
+        || after.user_metadata != before.user_metadata
 }
 
 /// A declared subscription whose settings or rules changed: the rules the file removed or
@@ -307,5 +325,163 @@ async fn changed_subscription(
         requires_session: running.requires_session,
         rules,
         ..new.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::EntityStatus;
+
+    /// The embedded default: queues `queue.1` to `queue.3` and `topic.1`, and a namespace
+    /// policy.
+    fn running() -> Config {
+        Config::embedded_default()
+    }
+
+    /// What a reload keeps back, a line each, when `new` replaces `running`.
+    fn restart_only_kept(running: &Config, new: &Config) -> Vec<String> {
+        let mut report = Report::default();
+        restart_only(running, new, &mut report);
+        assert!(report.applied.is_empty(), "{:?}", report.applied);
+        report.kept
+    }
+
+    #[test]
+    fn settings_only_a_restart_applies_are_reported_by_key() {
+        let running = running();
+        assert!(restart_only_kept(&running, &running.clone()).is_empty());
+        let mut new = running.clone();
+        new.broker.idle_timeout += Duration::from_secs(1);
+        new.broker.max_connections += 1;
+        new.admin.max_connections += 1;
+        new.shared_access_policies.clear();
+        // Entities are not restart-only.
+        new.queues.clear();
+        let keys: Vec<String> = restart_only_kept(&running, &new)
+            .iter()
+            .map(|line| {
+                let (key, why) = line.split_once(' ').expect("a key, then why");
+                assert_eq!(
+                    why,
+                    "changed: it needs a restart and keeps its running value"
+                );
+                key.to_owned()
+            })
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "broker.max_connections",
+                "broker.idle_timeout",
+                "admin",
+                "shared_access_policies"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_restart_only_change_is_reported_again_at_the_next_reload() {
+        let running = running();
+        let mut new = running.clone();
+        new.broker.max_frame_size *= 2;
+        new.admin.request_timeout += Duration::from_secs(1);
+        new.shared_access_policies.clear();
+        new.queues.truncate(1);
+        let next = baseline(&running, &new);
+        assert_eq!(next.broker, running.broker);
+        assert_eq!(next.admin, running.admin);
+        assert_eq!(next.shared_access_policies, running.shared_access_policies);
+        assert_eq!(next.queues, new.queues, "entities are the file's");
+        assert_eq!(next.topics, new.topics);
+        assert_eq!(restart_only_kept(&next, &new).len(), 3);
+    }
+
+    #[test]
+    fn entities_the_file_no_longer_declares_are_named() {
+        let running = running();
+        assert!(undeclared(&running, &running.clone()).is_empty());
+        let mut new = running.clone();
+        new.queues.retain(|queue| queue.name != "queue.2");
+        // Another case, or the other kind, is still a declaration of the name.
+        new.queues[1].name = "QUEUE.3".into();
+        let mut topic = new.topics.remove(0);
+        topic.name = "queue.1".into();
+        new.queues.retain(|queue| queue.name != "queue.1");
+        new.topics.push(topic);
+        assert_eq!(undeclared(&running, &new), ["queue.2", "topic.1"]);
+    }
+
+    #[test]
+    fn a_queue_keeps_requires_session_and_partitions_and_takes_the_rest() {
+        let before = running().queues.remove(0);
+        let fixed = QueueConfig {
+            requires_session: !before.requires_session,
+            partitions: Some(2),
+            ..before.clone()
+        };
+        let mut report = Report::default();
+        assert_eq!(
+            queue(&before, &fixed, &mut report),
+            None,
+            "nothing to update"
+        );
+        assert_eq!(report.kept.len(), 2, "{:?}", report.kept);
+        assert!(report.kept[0].contains("requires_session cannot change"));
+        assert!(report.kept[1].contains("partitions cannot change"));
+
+        let changed = QueueConfig {
+            max_delivery_count: before.max_delivery_count + 1,
+            ..fixed
+        };
+        let Some(Declaration::Queue(updated)) = queue(&before, &changed, &mut Report::default())
+        else {
+            panic!("a changed delivery count is an update");
+        };
+        assert_eq!(updated.max_delivery_count, changed.max_delivery_count);
+        assert_eq!(updated.requires_session, before.requires_session);
+        assert_eq!(updated.partitions, before.partitions);
+    }
+
+    #[test]
+    fn the_topic_settings_a_reload_applies_are_the_ones_compared() {
+        let before = running().topics.remove(0);
+        assert!(!topic_settings_changed(&before, &before.clone()));
+        let subscriptions_only = TopicConfig {
+            subscriptions: Vec::new(),
+            ..before.clone()
+        };
+        assert!(!topic_settings_changed(&before, &subscriptions_only));
+        let changes = [
+            TopicConfig {
+                default_message_time_to_live: Some(Duration::from_secs(60)),
+                ..before.clone()
+            },
+            TopicConfig {
+                shared_access_policies: running().shared_access_policies,
+                ..before.clone()
+            },
+            TopicConfig {
+                max_size_in_megabytes: before.max_size_in_megabytes + 1,
+                ..before.clone()
+            },
+            TopicConfig {
+                auto_delete_on_idle: Some(Duration::from_secs(600)),
+                ..before.clone()
+            },
+            TopicConfig {
+                status: EntityStatus::SendDisabled,
+                ..before.clone()
+            },
+            TopicConfig {
+                user_metadata: Some("notes".into()),
+                ..before.clone()
+            },
+        ];
+        for after in &changes {
+            assert!(topic_settings_changed(&before, after), "{after:?}");
+        }
     }
 }

@@ -324,15 +324,22 @@ mod tests {
             .expect("done within 10 s")
     }
 
-    /// The code of the next close frame `client` receives, past any other message; `None`
-    /// when the stream ends first.
-    async fn close_code_received(client: &mut WebSocketStream<DuplexStream>) -> Option<CloseCode> {
-        while let Some(message) = client.next().await {
-            if let Message::Close(frame) = message.expect("a message") {
-                return frame.map(|frame| frame.code);
+    /// What a broker whose messages are at most `max_message` bytes does with a client's
+    /// `message` that breaks the binding: the error its read fails with, and the code of the
+    /// close frame the client receives past any other message (`None`: the stream ended
+    /// first).
+    async fn refused(max_message: usize, message: Message) -> (io::Error, Option<CloseCode>) {
+        let (mut broker, mut client) = upgraded(max_message).await;
+        client.send(message).await.expect("sent");
+        let read = within(broker.read(&mut [0u8; 16])).await;
+        let error = read.expect_err("refused");
+        drop(broker);
+        while let Some(received) = client.next().await {
+            if let Message::Close(frame) = received.expect("a message") {
+                return (error, frame.map(|frame| frame.code));
             }
         }
-        None
+        (error, None)
     }
 
     #[tokio::test]
@@ -369,33 +376,18 @@ mod tests {
 
     #[tokio::test]
     async fn a_text_message_fails_the_read_and_closes_with_1003() {
-        let (mut broker, mut client) = upgraded(64).await;
-        client.send(Message::text("AMQP")).await.expect("sent");
-        let read = within(broker.read(&mut [0u8; 8])).await;
-        let error = read.expect_err("refused");
+        let (error, code) = refused(64, Message::text("AMQP")).await;
         assert_eq!(error.kind(), io::ErrorKind::InvalidData);
-        drop(broker);
-        assert_eq!(
-            close_code_received(&mut client).await,
-            Some(CloseCode::Unsupported)
-        );
+        assert_eq!(code, Some(CloseCode::Unsupported));
     }
 
     #[tokio::test]
     async fn an_oversized_message_fails_the_read_and_closes_with_1009() {
         // The smallest `max_frame_size`: the close frame and its reason fit what the socket
         // may hold to write.
-        let (mut broker, mut client) = upgraded(512).await;
         let oversized = Message::Binary(Bytes::from(vec![0u8; 513]));
-        client.send(oversized).await.expect("sent");
-        within(broker.read(&mut [0u8; 16]))
-            .await
-            .expect_err("refused");
-        drop(broker);
-        assert_eq!(
-            close_code_received(&mut client).await,
-            Some(CloseCode::Size)
-        );
+        let (_, code) = refused(512, oversized).await;
+        assert_eq!(code, Some(CloseCode::Size));
     }
 
     #[tokio::test]

@@ -2,7 +2,7 @@
 //! queue forwards to, checked as a whole. A target must be a queue or topic (names compare
 //! case-insensitively). Loops and long chains are allowed, as Service Bus allows them: a
 //! message is bounded at run time, never forwarded more than
-//! [`MAX_HOPS`](crate::entity::forward::MAX_HOPS) times.
+//! [`MAX_HOPS`](crate::entity::core::MAX_HOPS) times.
 //!
 //! The config file, the emulator's `Config.json`, the administration API and a reload all ask
 //! [`check`]; each turns a [`Refusal`] into its own error, naming the key at fault.

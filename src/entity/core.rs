@@ -310,7 +310,7 @@ impl EntityCore {
     }
 
     /// Stores a message its lane cannot forward again (it took
-    /// [`MAX_HOPS`](crate::entity::forward::MAX_HOPS) moves) in the transfer dead-letter
+    /// [`MAX_HOPS`](crate::entity::core::MAX_HOPS) moves) in the transfer dead-letter
     /// queue, under the next transfer number, with Service Bus's reason; receivable once
     /// durable. Whether it was stored (every queue and topic has transfer lanes).
     pub fn dead_letter_over_hops(&mut self, now_ms: i64, bytes: &Bytes) -> bool {
@@ -1301,7 +1301,7 @@ mod status;
 mod stored;
 mod transactions;
 
-pub use forwarding::ForwardBatch;
+pub use forwarding::{ForwardBatch, BATCH_BYTES, MAX_HOPS};
 pub use transactions::StagedAnswer;
 
 #[cfg(test)]

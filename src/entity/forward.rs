@@ -28,12 +28,6 @@ pub type Resolver = Arc<dyn Fn(&str) -> Option<EntityHandle> + Send + Sync>;
 
 /// Most messages one lane has on their way to its target at once.
 pub const IN_FLIGHT: usize = 256;
-/// Most bytes of messages one batch carries (past its first message).
-pub const BATCH_BYTES: u64 = 4 * 1024 * 1024;
-/// Most forwarding moves one message may take (Service Bus's `MaxTransferHopCount`): a
-/// message that took this many is not forwarded again but dead-lettered, to the transfer
-/// dead-letter queue of the entity that holds it.
-pub const MAX_HOPS: i64 = 4;
 /// The wait after a first refusal, in ms.
 const FIRST_RETRY_MS: i64 = 1_000;
 /// The longest wait between attempts, in ms.

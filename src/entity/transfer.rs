@@ -68,7 +68,7 @@ pub fn stored(
 }
 
 /// A message its lane would forward more than
-/// [`MAX_HOPS`](crate::entity::forward::MAX_HOPS) times, as the transfer dead-letter queue
+/// [`MAX_HOPS`](crate::entity::core::MAX_HOPS) times, as the transfer dead-letter queue
 /// keeps it: Service Bus's reason and description written in.
 pub fn over_hops(bytes: &Bytes, enqueued_ms: i64) -> (Record, Bytes) {
     let reason = dead_letter_properties(

@@ -7,13 +7,19 @@ use bytes::Bytes;
 use fe2o3_amqp::types::primitives::Value;
 
 use crate::entity::core::EntityCore;
-use crate::entity::forward;
 use crate::entity::queue::FORWARDER;
 use crate::entity::terms::{EntityError, LaneId, LockRef, Settlement};
 use crate::entity::transfer;
 use crate::message;
 use crate::store::{Bodies, StoreError};
 use crate::wire::annotation;
+
+/// Most bytes of messages one batch carries (past its first message).
+pub const BATCH_BYTES: u64 = 4 * 1024 * 1024;
+/// Most forwarding moves one message may take (Service Bus's `MaxTransferHopCount`): a
+/// message that took this many is not forwarded again but dead-lettered, to the transfer
+/// dead-letter queue of the entity that holds it.
+pub const MAX_HOPS: i64 = 4;
 
 /// Messages of one lane on their way to one destination, in the lane's order.
 #[derive(Debug, PartialEq)]
@@ -30,7 +36,7 @@ pub struct ForwardBatch {
 impl EntityCore {
     /// Takes up to `room` messages `lane` may forward now, locked by the forwarder, as
     /// batches by destination, with whether any went to the transfer dead-letter queue
-    /// instead: one that took [`forward::MAX_HOPS`] forwarding moves.
+    /// instead: one that took [`MAX_HOPS`] forwarding moves.
     ///
     /// # Errors
     /// A body the log cannot read (the entity must stop).
@@ -44,7 +50,7 @@ impl EntityCore {
         let Ok(queue) = self.lane(lane) else {
             return Ok((Vec::new(), false));
         };
-        let taken = queue.take_for_forwarding(room, forward::BATCH_BYTES, now);
+        let taken = queue.take_for_forwarding(room, BATCH_BYTES, now);
         let source = (lane.dead_letter && !taken.is_empty()).then(|| self.lane_path(lane));
         let mut batches: Vec<ForwardBatch> = Vec::new();
         let mut over_hops = false;
@@ -56,7 +62,7 @@ impl EntityCore {
             };
             let hops = message::annotation_number(&bytes, annotation::TRANSFER_HOP_COUNT);
             let hops = hops.unwrap_or(0);
-            if lane != LaneId::TRANSFER && hops >= forward::MAX_HOPS {
+            if lane != LaneId::TRANSFER && hops >= MAX_HOPS {
                 // Left where it is, held by the forwarder, if it cannot be stored there.
                 if self.dead_letter_over_hops(now, &bytes) {
                     if let Ok(queue) = self.lane(lane) {

@@ -4,13 +4,15 @@
 //! them; `keys.rs` says how an entity's messages are laid out in its tree, and [`log`] keeps
 //! them there (chunks of messages written together, so that sled's per-operation cost, not
 //! fsync, is paid per batch rather than per message). An entity reaches its log only through
-//! [`Log`]. In `memory` mode there is no database
+//! [`Log`], whose conformance suite (`conformance.rs`) the log takes. In `memory` mode there is no database
 //! at all: bodies live in a map and nothing touches the disk. Beside the entity trees, the
 //! database keeps the declarations of entities created at run time and every entity's and
 //! subscription's creation and update times.
 
 pub mod chunk;
 pub mod commit;
+#[cfg(test)]
+mod conformance;
 mod disk;
 mod keys;
 pub mod log;
@@ -237,7 +239,8 @@ pub trait Bodies {
 /// Everything an entity needs of its log: its turns' changes staged and committed, a message's
 /// bytes read ([`Bodies`]), its lanes read back at start, its subscriptions' numbers and rules,
 /// compaction now and then, and the whole log dropped with the entity. sled's [`EntityLog`]
-/// is the implementation.
+/// is the implementation; `store/conformance.rs` is the suite of crash, model and restart
+/// tests that it, and any other, passes.
 ///
 /// Making writes durable is not a log's: one flush covers every log of the database (the
 /// [`Flusher`], started with the store's flush).

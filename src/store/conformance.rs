@@ -16,8 +16,8 @@ use crate::store::{Change, LaneId, Log, StoreError};
 /// What the suite needs of a log besides [`Log`].
 pub(super) trait TestableLog: Log + Sized {
     /// The log stored under `dir`, as a broker (re)started on it opens it, keeping no message
-    /// bytes in memory: every read comes from what is stored. A log dropped before it was
-    /// closed as a clean stop closes it.
+    /// bytes in memory: every read comes from what is stored. Dropping a log closes it as a
+    /// clean stop does.
     fn open(dir: &Path) -> Self;
 
     /// Commits only the first `kept` steps of what is staged, as a crash in the midst of the
@@ -66,6 +66,7 @@ macro_rules! conformance_suite {
 }
 pub(super) use conformance_suite;
 
+/// An active message's record, delivered `count` times, of `size` bytes.
 fn record(count: u32, size: usize) -> Record {
     Record {
         state: MessageState::Active,

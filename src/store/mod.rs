@@ -4,9 +4,9 @@
 //! them; `keys.rs` says how an entity's messages are laid out in its tree, and [`log`] keeps
 //! them there (chunks of messages written together, so that sled's per-operation cost, not
 //! fsync, is paid per batch rather than per message). An entity reaches its log only through
-//! [`Log`], whose conformance suite (`conformance.rs`) the log takes. In `memory` mode there is no database
-//! at all: bodies live in a map and nothing touches the disk. Beside the entity trees, the
-//! database keeps the declarations of entities created at run time and every entity's and
+//! [`Log`], the contract `conformance.rs` holds any log to. In `memory` mode there is no
+//! database at all: bodies live in a map and nothing touches the disk. Beside the entity trees,
+//! the database keeps the declarations of entities created at run time and every entity's and
 //! subscription's creation and update times.
 
 pub mod chunk;

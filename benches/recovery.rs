@@ -8,7 +8,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use tidebus::config::{Config, Durability};
 use tidebus::store::record::{MessageState, Record, NEVER};
-use tidebus::store::{Change, LaneId, Store};
+use tidebus::store::{Change, LaneId, Log, Store};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

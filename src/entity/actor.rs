@@ -28,7 +28,7 @@ use crate::entity::partition::Partition;
 use crate::entity::queue::session_lane::Binding;
 use crate::entity::settings::Forward;
 use crate::entity::setup::Parts;
-use crate::store::EntityLog;
+use crate::store::{Bodies, EntityLog, Log};
 
 /// Mailbox capacity: senders wait (backpressure) when this many commands are queued.
 const MAILBOX: usize = 4096;

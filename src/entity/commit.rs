@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 
 use crate::entity::core::EntityCore;
 use crate::entity::handle::{EntityError, EntityEvent, EventSink};
-use crate::store::{EntityLog, Flusher, StoreError};
+use crate::store::{Flusher, Log, StoreError};
 
 /// How long a `sync` entity lets changes that no answer waits for (a settlement the client
 /// settled itself, an expired lock or message) wait for a flush another change asks for,
@@ -152,7 +152,7 @@ impl GroupCommit {
     /// for a flush, the others at once. With `atomic` the write that takes these changes is
     /// one atomic batch (a committed transaction: a crash keeps all of it or none). A failure
     /// poisons the entity.
-    pub fn persist(&mut self, log: &mut EntityLog, core: &mut EntityCore, atomic: bool) {
+    pub fn persist(&mut self, log: &mut impl Log, core: &mut EntityCore, atomic: bool) {
         let (changes, moves) = core.take_changes();
         if changes.is_empty() || self.poisoned.is_some() {
             return;
@@ -165,7 +165,7 @@ impl GroupCommit {
 
     /// [`GroupCommit::persist`]; without a flush to wait for, what is written may be
     /// delivered.
-    pub fn persist_and_reveal(&mut self, log: &mut EntityLog, core: &mut EntityCore) {
+    pub fn persist_and_reveal(&mut self, log: &mut impl Log, core: &mut EntityCore) {
         self.persist(log, core, false);
         if let (Commit::AfterWrite(_), None) = (&self.commit, &self.poisoned) {
             core.reveal_up_to(core.next_seq());
@@ -174,7 +174,7 @@ impl GroupCommit {
     }
 
     /// Writes what the log has staged. A failure poisons the entity.
-    pub fn commit_log(&mut self, log: &mut EntityLog) {
+    pub fn commit_log(&mut self, log: &mut impl Log) {
         if self.poisoned.is_some() {
             return;
         }
@@ -221,7 +221,7 @@ impl GroupCommit {
     /// Whether a `sync` entity with no flush in flight asks for one now: an answer or a
     /// message waits for it, or changes nobody waits for have waited [`QUIET_FLUSH_MS`] (until
     /// then they go with the next flush another change asks for).
-    pub fn flush_due(&mut self, now: i64, log: &EntityLog, core: &EntityCore) -> bool {
+    pub fn flush_due(&mut self, now: i64, log: &impl Log, core: &EntityCore) -> bool {
         if !matches!(self.commit, Commit::AfterFlush(_)) {
             return false;
         }
@@ -322,6 +322,7 @@ mod tests {
     use super::*;
     use crate::entity::handle::Ticket;
     use crate::entity::setup;
+    use crate::store::EntityLog;
     use tokio::sync::mpsc;
 
     /// A queue's core and log in a `sync` store, and the store's directory.

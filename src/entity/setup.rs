@@ -19,7 +19,7 @@ use crate::entity::topic::{Route, Rule};
 use crate::filter::{CorrelationFilter, Filter, SqlAction, SqlFilter};
 use crate::message;
 use crate::store::record::NEVER;
-use crate::store::{EntityLog, Recovered, StoreError};
+use crate::store::{EntityLog, Log, Recovered, StoreError};
 
 /// The rules of a queue's or subscription's own lane.
 fn lane_rules(
@@ -117,7 +117,7 @@ fn duplicate_window_ms(required: bool, window: Duration) -> Option<i64> {
 /// at its first write.
 fn restore_duplicates(
     core: &mut EntityCore,
-    log: &EntityLog,
+    log: &impl Log,
     window_ms: Option<i64>,
 ) -> Result<(), StoreError> {
     let ids = log.accepted_ids()?;
@@ -133,7 +133,7 @@ fn restore_duplicates(
 /// What recovery found for a lane; for one that requires sessions, with each message's
 /// session id, read from its bytes.
 fn recover(
-    log: &mut EntityLog,
+    log: &mut impl Log,
     lane: LaneId,
     requires_session: bool,
 ) -> Result<Recovered, StoreError> {
@@ -149,7 +149,7 @@ fn recover(
 }
 
 /// Gives `core` its transfer lanes (send-via), with what recovery finds in them.
-fn recover_transfers(core: &mut EntityCore, log: &mut EntityLog) -> Result<(), StoreError> {
+fn recover_transfers(core: &mut EntityCore, log: &mut impl Log) -> Result<(), StoreError> {
     let lane = log.recover(LaneId::TRANSFER)?;
     let dead = log.recover(LaneId::TRANSFER_DEAD_LETTER)?;
     core.add_transfer_lanes(lane, dead);
@@ -302,7 +302,7 @@ pub fn subscription_lanes(
 
 /// The rules a subscription was given at run time, read back; one that does not read is
 /// left out, loudly.
-fn added_rules(log: &EntityLog, lane: LaneId) -> Result<Vec<Rule>, StoreError> {
+fn added_rules(log: &impl Log, lane: LaneId) -> Result<Vec<Rule>, StoreError> {
     let mut rules = Vec::new();
     for stored in log.rules(lane)? {
         match Rule::restore(&stored) {

@@ -4,7 +4,7 @@
 //! Keys in an entity's tree (sequence numbers big-endian), per lane (see [`LaneId`]):
 //! - `h`: the next sequence number (the high-water mark), one for the whole entity;
 //! - `s` + name: a topic subscription's lane number (see
-//!   [`EntityLog::subscription_numbers`](crate::store::EntityLog::subscription_numbers));
+//!   [`Log::subscription_numbers`](crate::store::Log::subscription_numbers));
 //! - `r` + subscription number + name: a rule added to that subscription at run time;
 //! - `u` + millisecond: the message ids the entity accepted then, while it detects duplicates;
 //! - `x` + session id: the state of a session of the lane (`X` + subscription number + id

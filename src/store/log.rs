@@ -36,7 +36,7 @@ use crate::store::log::cache::BodyCache;
 use crate::store::log::chunks::LaneChunks;
 use crate::store::log::shared::SharedBodies;
 use crate::store::record::Record;
-use crate::store::{Change, LaneId, StoreError};
+use crate::store::{AcceptedIds, Bodies, Change, LaneId, Log, Recovered, StoreError};
 
 /// Where one entity's messages are kept (design.md D3).
 #[derive(Debug)]
@@ -99,26 +99,6 @@ impl EntityLog {
         }
     }
 
-    /// Deletes the entity's tree, every message of both its queues and its sequence counter
-    /// with it (auto-delete on idle). The deletion is durable at the next flush.
-    ///
-    /// # Errors
-    /// [`StoreError::Sled`] when the tree cannot be dropped.
-    pub fn destroy(&mut self) -> Result<(), StoreError> {
-        self.cache.clear();
-        self.staged.clear();
-        self.staged_bodies.clear();
-        self.chunks.clear();
-        self.shared.clear();
-        self.released.clear();
-        self.recovered.clear();
-        self.last_read = None;
-        if let (Some(db), Some(tree)) = (&self.db, self.tree.take()) {
-            db.drop_tree(tree.name())?;
-        }
-        Ok(())
-    }
-
     /// A decoded chunk or shared bodies, or the error naming the entity and `first`.
     fn decode<T>(&self, first: i64, decoded: Result<T, ChunkError>) -> Result<T, StoreError> {
         decoded.map_err(|error| StoreError::Chunk {
@@ -133,6 +113,72 @@ impl EntityLog {
             entity: self.entity.clone(),
             seq: first,
         }
+    }
+}
+
+/// The seam: each job's work is in its file (see above).
+impl Log for EntityLog {
+    fn stage(&mut self, changes: Vec<(LaneId, Change)>, moves: bool) {
+        EntityLog::stage(self, changes, moves);
+    }
+
+    fn has_staged(&self) -> bool {
+        !self.staged.is_empty()
+    }
+
+    fn commit(&mut self) -> Result<(), StoreError> {
+        EntityLog::commit(self)
+    }
+
+    fn recover(&mut self, lane: LaneId) -> Result<Recovered, StoreError> {
+        EntityLog::recover(self, lane)
+    }
+
+    fn end_recovery(&mut self) {
+        EntityLog::end_recovery(self);
+    }
+
+    fn accepted_ids(&self) -> Result<Vec<(i64, AcceptedIds)>, StoreError> {
+        EntityLog::accepted_ids(self)
+    }
+
+    fn subscription_numbers<S: std::hash::BuildHasher>(
+        &mut self,
+        names: &[String],
+        in_use: u32,
+        imposed: Option<&HashMap<String, u32, S>>,
+    ) -> Result<HashMap<String, u32>, StoreError> {
+        EntityLog::subscription_numbers(self, names, in_use, imposed)
+    }
+
+    fn rules(&self, lane: LaneId) -> Result<Vec<Bytes>, StoreError> {
+        EntityLog::rules(self, lane)
+    }
+
+    fn compact(&mut self) -> Result<(), StoreError> {
+        EntityLog::compact(self)
+    }
+
+    /// Drops the entity's tree.
+    fn destroy(&mut self) -> Result<(), StoreError> {
+        self.cache.clear();
+        self.staged.clear();
+        self.staged_bodies.clear();
+        self.chunks.clear();
+        self.shared.clear();
+        self.released.clear();
+        self.recovered.clear();
+        self.last_read = None;
+        if let (Some(db), Some(tree)) = (&self.db, self.tree.take()) {
+            db.drop_tree(tree.name())?;
+        }
+        Ok(())
+    }
+}
+
+impl Bodies for EntityLog {
+    fn body(&mut self, lane: LaneId, seq: i64) -> Result<Bytes, StoreError> {
+        EntityLog::body(self, lane, seq)
     }
 }
 

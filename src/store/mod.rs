@@ -3,13 +3,16 @@
 //! A stored message is the broker [`Record`] followed by the message bytes as the client sent
 //! them; `keys.rs` says how an entity's messages are laid out in its tree, and [`log`] keeps
 //! them there (chunks of messages written together, so that sled's per-operation cost, not
-//! fsync, is paid per batch rather than per message). In `memory` mode there is no database
-//! at all: bodies live in a map and nothing touches the disk. Beside the entity trees, the
-//! database keeps the declarations of entities created at run time and every entity's and
+//! fsync, is paid per batch rather than per message). An entity reaches its log only through
+//! [`Log`], the contract `conformance.rs` holds any log to. In `memory` mode there is no
+//! database at all: bodies live in a map and nothing touches the disk. Beside the entity trees,
+//! the database keeps the declarations of entities created at run time and every entity's and
 //! subscription's creation and update times.
 
 pub mod chunk;
 pub mod commit;
+#[cfg(test)]
+mod conformance;
 mod disk;
 mod keys;
 pub mod log;
@@ -233,10 +236,90 @@ pub trait Bodies {
     fn body(&mut self, lane: LaneId, seq: i64) -> Result<Bytes, StoreError>;
 }
 
-impl Bodies for EntityLog {
-    fn body(&mut self, lane: LaneId, seq: i64) -> Result<Bytes, StoreError> {
-        EntityLog::body(self, lane, seq)
+/// Everything an entity needs of its log: its turns' changes staged and committed, a message's
+/// bytes read ([`Bodies`]), its lanes read back at start, its subscriptions' numbers and rules,
+/// compaction now and then, and the whole log dropped with the entity. sled's [`EntityLog`]
+/// is the implementation; `store/conformance.rs` is the suite of crash, model and restart
+/// tests that it, and any other, passes.
+///
+/// Making writes durable is not a log's: one flush covers every log of the database (the
+/// [`Flusher`], started with the store's flush).
+pub trait Log: Bodies {
+    /// Takes changes to write at the next [`Log::commit`]; reads see them at once. `moves`
+    /// says that the commit must be atomic: the changes move a message (delete it and store
+    /// it again under another number), or are a committed transaction's.
+    fn stage(&mut self, changes: Vec<(LaneId, Change)>, moves: bool);
+
+    /// Whether changes wait for [`Log::commit`].
+    fn has_staged(&self) -> bool;
+
+    /// Writes the staged changes so that a crash keeps all of them or a prefix that loses no
+    /// earlier write (all or none of them, staged with `moves`). Durable at the next flush.
+    ///
+    /// # Errors
+    /// A [`StoreError`] when the write fails (or a message to rewrite cannot be read).
+    fn commit(&mut self) -> Result<(), StoreError>;
+
+    /// Writes changes atomically: [`Log::stage`] with `moves`, then [`Log::commit`].
+    ///
+    /// # Errors
+    /// As [`Log::commit`].
+    fn write(&mut self, changes: Vec<(LaneId, Change)>) -> Result<(), StoreError> {
+        self.stage(changes, true);
+        self.commit()
     }
+
+    /// What the log holds of one lane, read back at start: its next sequence number, its
+    /// messages' records and its sessions' states.
+    ///
+    /// # Errors
+    /// A [`StoreError`] for unreadable data; the entity then does not start.
+    fn recover(&mut self, lane: LaneId) -> Result<Recovered, StoreError>;
+
+    /// Ends recovery: what was read of lanes nobody recovered (subscriptions no longer
+    /// declared, whose messages stay stored) is let go of.
+    fn end_recovery(&mut self);
+
+    /// The message ids the entity accepted (duplicate detection), by millisecond, oldest first.
+    ///
+    /// # Errors
+    /// A [`StoreError`] when they cannot be read.
+    fn accepted_ids(&self) -> Result<Vec<(i64, AcceptedIds)>, StoreError>;
+
+    /// The lane numbers of a topic's subscriptions, by (lower-cased) name: the number each
+    /// got when it first appeared, so that a subscription's messages stay its own whatever
+    /// the order of the declarations; new names are numbered after the highest stored one and
+    /// after `in_use` (the highest number a running topic uses). Numbers in `imposed` (a
+    /// partitioned topic's first partition's) win over stored ones, and are stored.
+    ///
+    /// # Errors
+    /// A [`StoreError`] when the numbers cannot be read or stored.
+    fn subscription_numbers<S: std::hash::BuildHasher>(
+        &mut self,
+        names: &[String],
+        in_use: u32,
+        imposed: Option<&HashMap<String, u32, S>>,
+    ) -> Result<HashMap<String, u32>, StoreError>;
+
+    /// The stored descriptions of the rules `lane`'s subscription was given at run time.
+    ///
+    /// # Errors
+    /// A [`StoreError`] when they cannot be read.
+    fn rules(&self, lane: LaneId) -> Result<Vec<Bytes>, StoreError>;
+
+    /// Commits what is staged, and gives back the room that messages left behind. Run now and
+    /// then; cheap when there is nothing to do.
+    ///
+    /// # Errors
+    /// A [`StoreError`] when what it rewrites cannot be read or the write fails.
+    fn compact(&mut self) -> Result<(), StoreError>;
+
+    /// Drops the whole log: every message of every lane and the sequence counter (the entity
+    /// is deleted). Durable at the next flush.
+    ///
+    /// # Errors
+    /// A [`StoreError`] when it cannot be dropped.
+    fn destroy(&mut self) -> Result<(), StoreError>;
 }
 
 /// The message ids a queue or topic accepted in one millisecond: each id's digest and the

@@ -12,7 +12,7 @@ use crate::entity::actor::Actor;
 use crate::entity::commit::Flushing;
 use crate::entity::handle::{Command, EntityError, EntityEvent, LaneId};
 use crate::entity::setup;
-use crate::store::Recovered;
+use crate::store::{Log, Recovered};
 
 /// Why an entity deletes itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,7 +16,7 @@ use crate::entity::terms::{
 };
 use crate::filter::Value as Shown;
 use crate::message::{self, Arrival};
-use crate::store::{EntityLog, Recovered};
+use crate::store::{EntityLog, Log, Recovered};
 use crate::wire::{annotation, dead_letter};
 
 const A: ConsumerId = ConsumerId(1);

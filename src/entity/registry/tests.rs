@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::entity::handle::{EntityEvent, Sending, Ticket};
+use crate::store::Log;
 
 /// A registry on `dir` in `sync` mode whose config file declares `declared`; run `body`
 /// with it, then stop its actors; what `body` returns.

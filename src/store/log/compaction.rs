@@ -16,13 +16,10 @@ use crate::store::StoreError;
 pub(super) const COMPACT_BELOW_ONE_IN: u32 = 4;
 
 impl EntityLog {
-    /// Moves the messages of nearly empty, quiet chunks to their own keys and drops those
-    /// chunks (one atomic batch), and gives back the body cache's spare capacity. Run now and
-    /// then; cheap when there is nothing to do.
-    ///
-    /// # Errors
-    /// A [`StoreError`] when a chunk cannot be read or the write fails.
-    pub fn compact(&mut self) -> Result<(), StoreError> {
+    /// [`Log::compact`](crate::store::Log::compact): moves the messages of nearly empty, quiet
+    /// chunks to their own keys and drops those chunks (one atomic batch), and gives back the body
+    /// cache's spare capacity.
+    pub(super) fn compact(&mut self) -> Result<(), StoreError> {
         crate::trimmer::shrink_if_sparse(&mut self.cache.bodies);
         self.commit()?;
         let Some(tree) = self.tree.clone() else {

@@ -11,11 +11,9 @@ use crate::store::record::Record;
 use crate::store::{LaneId, StoreError};
 
 impl EntityLog {
-    /// The bytes of a stored message.
-    ///
-    /// # Errors
-    /// [`StoreError::MissingBody`] when the message has no bytes, or a sled error.
-    pub fn body(&mut self, lane: LaneId, seq: i64) -> Result<Bytes, StoreError> {
+    /// [`Bodies::body`](crate::store::Bodies::body): from the body cache, the staged puts, or the
+    /// tree.
+    pub(super) fn body(&mut self, lane: LaneId, seq: i64) -> Result<Bytes, StoreError> {
         if let Some(body) = self
             .cache
             .bodies

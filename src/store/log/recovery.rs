@@ -17,11 +17,9 @@ use crate::store::record::Record;
 use crate::store::{AcceptedIds, LaneId, Recovered, StoreError};
 
 impl EntityLog {
-    /// Reads every record of one lane back (sled modes) and logs how long it took.
-    ///
-    /// # Errors
-    /// A [`StoreError`] for unreadable data; the entity then does not start.
-    pub fn recover(&mut self, lane: LaneId) -> Result<Recovered, StoreError> {
+    /// [`Log::recover`](crate::store::Log::recover): reads every record of the lane back (sled
+    /// modes) and logs how long it took.
+    pub(super) fn recover(&mut self, lane: LaneId) -> Result<Recovered, StoreError> {
         let Some(tree) = self.tree.clone() else {
             return Ok(Recovered {
                 next_seq: 1,
@@ -78,12 +76,8 @@ impl EntityLog {
         })
     }
 
-    /// The message ids the entity accepted (duplicate detection), by millisecond, oldest
-    /// first; none in `memory` mode.
-    ///
-    /// # Errors
-    /// [`StoreError::Sled`] when they cannot be read.
-    pub fn accepted_ids(&self) -> Result<Vec<(i64, AcceptedIds)>, StoreError> {
+    /// [`Log::accepted_ids`](crate::store::Log::accepted_ids): none in `memory` mode.
+    pub(super) fn accepted_ids(&self) -> Result<Vec<(i64, AcceptedIds)>, StoreError> {
         let Some(tree) = &self.tree else {
             return Ok(Vec::new());
         };
@@ -97,9 +91,9 @@ impl EntityLog {
         Ok(accepted)
     }
 
-    /// Ends recovery: forgets what it read of lanes nobody recovered (subscriptions no longer
-    /// declared, whose messages stay on disk, and come back if they are declared again).
-    pub fn end_recovery(&mut self) {
+    /// [`Log::end_recovery`](crate::store::Log::end_recovery): the messages of subscriptions no
+    /// longer declared stay on disk, and come back if they are declared again.
+    pub(super) fn end_recovery(&mut self) {
         let left: usize = self.recovered.values().map(Vec::len).sum();
         if left > 0 {
             tracing::warn!(

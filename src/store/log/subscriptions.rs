@@ -10,17 +10,10 @@ use crate::store::log::EntityLog;
 use crate::store::{LaneId, StoreError};
 
 impl EntityLog {
-    /// The lane numbers of a topic's subscriptions, by (lower-cased) name: the number each
-    /// got when it first appeared, kept in the tree under `s` + name, so that a subscription's
-    /// messages stay its own whatever the order of the declarations; new names are numbered
-    /// after the highest stored one and after `in_use` (the highest number a running topic
-    /// uses). In `memory` mode nothing is stored: they are numbered from `in_use` + 1.
-    /// Numbers in `imposed` (a partitioned topic's first partition's) win over stored ones,
-    /// and are stored.
-    ///
-    /// # Errors
-    /// [`StoreError::Sled`] when the numbers cannot be read or stored.
-    pub fn subscription_numbers<S: std::hash::BuildHasher>(
+    /// [`Log::subscription_numbers`](crate::store::Log::subscription_numbers): each kept in the
+    /// tree under `s` + name. In `memory` mode nothing is stored: they are numbered from
+    /// `in_use` + 1.
+    pub(super) fn subscription_numbers<S: std::hash::BuildHasher>(
         &mut self,
         names: &[String],
         in_use: u32,
@@ -71,11 +64,8 @@ impl EntityLog {
         Ok(())
     }
 
-    /// The stored descriptions of the rules `lane`'s subscription was given at run time.
-    ///
-    /// # Errors
-    /// [`StoreError::Sled`] when they cannot be read.
-    pub fn rules(&self, lane: LaneId) -> Result<Vec<Bytes>, StoreError> {
+    /// [`Log::rules`](crate::store::Log::rules): none in `memory` mode.
+    pub(super) fn rules(&self, lane: LaneId) -> Result<Vec<Bytes>, StoreError> {
         let Some(tree) = &self.tree else {
             return Ok(Vec::new());
         };

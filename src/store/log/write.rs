@@ -17,24 +17,13 @@ use crate::store::log::EntityLog;
 use crate::store::{Change, LaneId, StoreError};
 
 impl EntityLog {
-    /// Applies changes atomically (one sled batch): [`EntityLog::stage`], then
-    /// [`EntityLog::commit`].
-    ///
-    /// # Errors
-    /// A [`StoreError`] when the write fails (or a message to rewrite cannot be read).
-    pub fn write(&mut self, changes: Vec<(LaneId, Change)>) -> Result<(), StoreError> {
-        self.stage(changes, true);
-        self.commit()
-    }
-
-    /// Takes changes to write at the next [`EntityLog::commit`]; reads see them at once.
-    /// `moves` says that they delete a message and store it again under another number
-    /// (a scheduled message's activation), which only an atomic write may do.
+    /// [`Log::stage`](crate::store::Log::stage): the staged puts' bytes answer reads until the
+    /// commit.
     ///
     /// Every sled batch costs two writes of its own to the log file (sled 0.34 seals its
     /// buffer before and after a batch's manifest), so a `sync` entity stages the changes of
     /// all its turns and commits them once, just before it asks for a flush.
-    pub fn stage(&mut self, changes: Vec<(LaneId, Change)>, moves: bool) {
+    pub(super) fn stage(&mut self, changes: Vec<(LaneId, Change)>, moves: bool) {
         for (sub, change) in &changes {
             self.cache.apply(*sub, change);
         }
@@ -56,18 +45,9 @@ impl EntityLog {
         self.staged.extend(changes);
     }
 
-    /// Whether changes wait for [`EntityLog::commit`].
-    pub fn has_staged(&self) -> bool {
-        !self.staged.is_empty()
-    }
-
-    /// Writes the staged changes so that a crash keeps all of them or a prefix that loses no
-    /// earlier write: single operations in a crash-safe order, or one atomic batch when they
-    /// move a message.
-    ///
-    /// # Errors
-    /// A [`StoreError`] when the write fails (or a message to rewrite cannot be read).
-    pub fn commit(&mut self) -> Result<(), StoreError> {
+    /// [`Log::commit`](crate::store::Log::commit): single operations in a crash-safe order, or one
+    /// atomic batch when they move a message (see [`Ops`]).
+    pub(super) fn commit(&mut self) -> Result<(), StoreError> {
         let changes = std::mem::take(&mut self.staged);
         let moves = std::mem::take(&mut self.staged_moves);
         let written = self.write_staged(changes, moves);

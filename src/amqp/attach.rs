@@ -12,6 +12,7 @@ use fe2o3_amqp::types::definitions::{
 use fe2o3_amqp::types::messaging::TargetArchetype;
 use fe2o3_amqp::types::performatives::{Attach, Detach, Flow};
 use fe2o3_amqp::types::primitives::{Symbol, Value};
+use serde_amqp::described::Described;
 
 use crate::amqp::link::{self, Feed, Incoming, Link, LinkKind, Outgoing, Replies, SENDER_CREDIT};
 use crate::amqp::outbox::{Context, Fault, Outbox};
@@ -466,8 +467,10 @@ pub fn session_request(attach: &Attach) -> Result<Option<SessionRequest>, defini
 }
 
 /// The reply to a session receiver's attach once it holds `session`: the source echoed with
-/// the session id, as a plain string, in its session filter, and the lock's end in .NET ticks
-/// in the `com.microsoft:locked-until-utc` link property.
+/// the session id in its session filter, in the form the request used (a plain string for
+/// .NET, Java, JavaScript and Python; the described value the Go and Rust SDKs send, whose
+/// AMQP library decodes only a described filter), and the lock's end in .NET ticks in the
+/// `com.microsoft:locked-until-utc` link property.
 pub fn session_reply(
     request: &Attach,
     local_handle: u32,
@@ -481,10 +484,15 @@ pub fn session_reply(
         .as_mut()
         .and_then(|source| source.filter.as_mut())
     {
-        filter.insert(
-            Symbol::from(SESSION_FILTER),
-            Value::String(session.to_string()),
-        );
+        let id = Value::String(session.to_string());
+        let echoed = match filter.get(&Symbol::from(SESSION_FILTER)) {
+            Some(Value::Described(asked)) => Value::Described(Box::new(Described {
+                descriptor: asked.descriptor.clone(),
+                value: id,
+            })),
+            _ => id,
+        };
+        filter.insert(Symbol::from(SESSION_FILTER), echoed);
     }
     let ticks = locked_until_ms
         .saturating_mul(10_000)
@@ -652,5 +660,23 @@ mod tests {
         let properties = session.properties.unwrap();
         let ticks = properties.get(&Symbol::from(LOCKED_UNTIL_UTC)).cloned();
         assert_eq!(ticks, Some(Value::Long(TICKS_AT_UNIX_EPOCH + 10_000_000)));
+    }
+
+    #[test]
+    fn a_described_session_filter_is_echoed_described() {
+        // The Go SDK's filter: descriptor 0x0000_0137_0000_000C around the id or null.
+        let asked = |value: Value| {
+            Value::Described(Box::new(Described {
+                descriptor: serde_amqp::descriptor::Descriptor::Code(0x0000_0137_0000_000C),
+                value,
+            }))
+        };
+        let request = receiver(Some(asked(Value::Null)), None);
+        let session = session_reply(&request, 9, 1024, "s-7", 1_000);
+        let filter = session.source.unwrap().filter.unwrap();
+        assert_eq!(
+            filter.get(&Symbol::from(SESSION_FILTER)),
+            Some(&asked(Value::String("s-7".into())))
+        );
     }
 }

@@ -102,10 +102,7 @@ impl Access {
             .unwrap_or(i64::MAX)
             .saturating_mul(1000);
         if expires_ms <= now_ms {
-            return Err(unauthorized(format!(
-                "the token expired at {} (unix seconds)",
-                token.expiry
-            )));
+            return Err(unauthorized(token.expired()));
         }
         let audience_path = resource_path(audience);
         let resource_path = resource_path(&token.resource);

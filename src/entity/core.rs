@@ -714,7 +714,7 @@ impl EntityCore {
         if queue.requires_session() {
             return Err(EntityError::SessionMismatch(
                 "It is not possible for an entity that requires sessions to create a \
-                 non-sessionful message receiver: accept a session."
+                 non-sessionful message receiver."
                     .into(),
             ));
         }

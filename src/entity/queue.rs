@@ -98,6 +98,10 @@ pub struct Rules {
     pub dead_letter_on_expiry: bool,
     /// Whether messages are received through sessions (design.md D8).
     pub requires_session: bool,
+    /// Whether an abandon or a lapsed lock counts a delivery. Not in a dead-letter queue:
+    /// there a message keeps the count it was dead-lettered with, as on Service Bus (the Go
+    /// SDK's suite abandons a dead-lettered message and reads the same count back).
+    pub counts_deliveries: bool,
 }
 
 impl Rules {
@@ -111,6 +115,7 @@ impl Rules {
             expires: false,
             dead_letter_on_expiry: false,
             requires_session: false,
+            counts_deliveries: false,
         }
     }
 }
@@ -878,7 +883,7 @@ impl QueueCore {
             self.tokens.remove(&lock.token);
         }
         // A deferred message stays deferred whatever happens to its lock.
-        if !count_delivery {
+        if !count_delivery || !self.rules.counts_deliveries {
             let record = entry.record;
             self.index(seq, &record);
             return;

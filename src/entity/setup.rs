@@ -37,6 +37,7 @@ fn lane_rules(
         expires: true,
         dead_letter_on_expiry,
         requires_session,
+        counts_deliveries: true,
     }
 }
 

@@ -118,7 +118,11 @@ pub struct LockRef {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EntityError {
     /// The lock of the message expired or was lost.
-    #[error("the lock supplied is invalid: it expired, or the message was already settled")]
+    /// (Service Bus's words, which the Go SDK's suite checks.)
+    #[error(
+        "The lock supplied is invalid. Either the lock expired, or the message has already \
+         been removed from the queue"
+    )]
     LockLost,
     /// The entity is shutting down or gone.
     #[error("the entity is not available")]

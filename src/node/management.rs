@@ -382,8 +382,11 @@ pub fn parse(request: &Request) -> Result<Operation, Response> {
         }),
         "com.microsoft:set-session-state" => Ok(Operation::SetSessionState {
             session: session(body)?,
+            // An empty state clears it, as null does: the Go SDK sends its nil state as an
+            // empty binary and reads back nil from Service Bus.
             state: match field(body, "session-state") {
                 None | Some(Value::Null) => None,
+                Some(Value::Binary(state)) if state.is_empty() => None,
                 Some(Value::Binary(state)) if state.len() > MAX_SESSION_STATE_BYTES => {
                     return Err(Response::bad_request(format!(
                         "session-state holds {} bytes; Service Bus allows at most \
@@ -827,6 +830,13 @@ mod tests {
             )
         };
         assert!(parse(&state(MAX_SESSION_STATE_BYTES)).is_ok());
+        assert!(
+            matches!(
+                parse(&state(0)),
+                Ok(Operation::SetSessionState { state: None, .. })
+            ),
+            "an empty state clears it"
+        );
         let big = parse(&state(MAX_SESSION_STATE_BYTES + 1)).expect_err("refused");
         assert_eq!(big.status, 400);
         assert!(

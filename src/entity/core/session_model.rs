@@ -39,6 +39,7 @@ fn rules() -> Rules {
         expires: true,
         dead_letter_on_expiry: false,
         requires_session: true,
+        counts_deliveries: true,
     }
 }
 

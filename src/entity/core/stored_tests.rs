@@ -355,3 +355,35 @@ fn a_message_over_the_hop_limit_goes_to_the_transfer_dead_letter_queue() {
     assert_eq!(dead.len(), 1);
     assert_eq!(entity.core.lane(LaneId::MAIN).expect("lane").len(), 0);
 }
+
+#[test]
+fn a_message_abandoned_in_its_dead_letter_queue_keeps_its_delivery_count() {
+    let mut entity = Entity::queue();
+    entity.send(0, 1);
+    let delivered = entity.receive(0, LaneId::MAIN, 1);
+    let abandon = Settlement::Abandon(Default::default());
+    assert!(entity.core.settle(A, lock(&delivered[0]), &abandon).is_ok());
+    let delivered = entity.receive(0, LaneId::MAIN, 2);
+    assert_eq!(delivered[0].record.delivery_count, 1);
+    let settled = entity
+        .core
+        .settle(A, lock(&delivered[0]), &dead_letter("Poison"));
+    assert!(settled.is_ok());
+    entity
+        .core
+        .move_dead_letters(&mut entity.log)
+        .expect("moved");
+    entity.write();
+    const B: ConsumerId = ConsumerId(2);
+    let dead = LaneId::DEAD_LETTER;
+    let added = entity
+        .core
+        .add_consumer(B, dead, ReceiveMode::PeekLock, u64::MAX);
+    added.expect("added");
+    for handed in [1, 2] {
+        entity.core.lane(dead).expect("lane").set_limit(B, handed);
+        let delivered = entity.core.dispatch(0);
+        assert_eq!(delivered[0].record.delivery_count, 1, "handed {handed}");
+        assert!(entity.core.settle(B, lock(&delivered[0]), &abandon).is_ok());
+    }
+}

@@ -176,6 +176,7 @@ pub(super) const RULES: Rules = Rules {
     expires: true,
     dead_letter_on_expiry: false,
     requires_session: false,
+    counts_deliveries: true,
 };
 const A: ConsumerId = ConsumerId(1);
 const B: ConsumerId = ConsumerId(2);
@@ -686,6 +687,7 @@ fn a_locked_message_does_not_expire_until_its_lock_ends() {
     let mut q = Queue::new(Rules {
         dead_letter_on_expiry: true,
         requires_session: false,
+        counts_deliveries: true,
         ..RULES
     });
     q.enqueue(0, vec![timed(Some(100), None), timed(Some(100), None)])
@@ -801,6 +803,7 @@ fn random_time_operations_keep_the_time_rules() {
         let rules = Rules {
             dead_letter_on_expiry: run % 2 == 0,
             requires_session: false,
+            counts_deliveries: true,
             default_ttl_ms: if run % 3 == 0 { 300 } else { NEVER },
             ..RULES
         };

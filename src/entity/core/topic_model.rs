@@ -427,6 +427,7 @@ impl Harness {
                     expires: true,
                     dead_letter_on_expiry: rng.one_in(2),
                     requires_session: false,
+                    counts_deliveries: true,
                 },
                 dead_letter_on_filter_error: !rng.one_in(3),
             })
@@ -1392,6 +1393,7 @@ fn dead_lettering_topic(filter: Filter) -> EntityCore {
             expires: true,
             dead_letter_on_expiry: true,
             requires_session: false,
+            counts_deliveries: true,
         },
         main: Recovered::default(),
         dead_letter: Recovered::default(),

@@ -105,7 +105,7 @@ impl Access {
             return Err(unauthorized(token.expired()));
         }
         let audience_path = resource_path(audience);
-        let resource_path = resource_path(&token.resource);
+        let resource_path = token.resource_path();
         if !path_covers(&resource_path, &audience_path) {
             return Err(unauthorized(format!(
                 "the token's resource '{resource_path}' does not cover the audience \

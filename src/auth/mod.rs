@@ -105,7 +105,7 @@ impl Policies {
     /// The principal of a token: the policy it names, one of whose keys verifies its
     /// signature, among those that reach its resource.
     pub fn verify(&self, token: &sas::Token) -> Option<Principal> {
-        let resource = resource_path(&token.resource);
+        let resource = token.resource_path();
         self.candidates(&token.key_name)
             .into_iter()
             .filter(|(entity, _)| {

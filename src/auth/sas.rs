@@ -50,6 +50,16 @@ pub enum TokenError {
 const FIELDS: [&str; 4] = ["sr", "sig", "se", "skn"];
 
 impl Token {
+    /// The path its resource (`sr`) covers, as [`crate::auth::resource_path`] reads an
+    /// address. A resource is a URI: without a scheme its first segment is the host (the Go
+    /// SDK signs a namespace-wide token for the bare host name), not an entity.
+    pub fn resource_path(&self) -> String {
+        match self.resource.contains("://") {
+            true => crate::auth::resource_path(&self.resource),
+            false => crate::auth::resource_path(&format!("sb://{}", self.resource)),
+        }
+    }
+
     /// Why the token is refused once it has expired, in Service Bus's words (the Go SDK's
     /// suite looks for them): `ExpiredToken: The token is expired. Expiration time:
     /// '2019-04-11 21:12:56Z'`.
@@ -123,6 +133,19 @@ pub fn sign(resource: &str, key_name: &str, key: &[u8], expiry: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_resource_without_a_scheme_starts_with_its_host() {
+        let path = |resource: &str| {
+            let token = super::sign(resource, "k", b"key", 1);
+            super::Token::parse(&token)
+                .expect("a token")
+                .resource_path()
+        };
+        assert_eq!(path("ns.servicebus.windows.net"), "");
+        assert_eq!(path("127.0.0.1/Orders"), "orders");
+        assert_eq!(path("sb://host/Orders/"), "orders");
+    }
+
     #[test]
     fn an_expired_token_is_refused_in_service_bus_s_words() {
         let token = super::Token::parse(&super::sign("sb://ns/q", "k", b"key", 1_554_930_776))

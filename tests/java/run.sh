@@ -133,6 +133,8 @@ if ! ls "$reports"/TEST-*.xml >/dev/null 2>&1; then
     echo "0 passed, 1 failed"
     exit 1
 fi
+# Maven leaves a colour reset without a newline on its last line: start the summary on its own.
+echo
 # Summary.java reads the Surefire reports: a line per class, each failure with its message,
 # and the total last. It exits 1 when a test failed.
 java "$here/Summary.java" "$reports" || exit 1

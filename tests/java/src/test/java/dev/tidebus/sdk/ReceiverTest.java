@@ -34,7 +34,7 @@ class ReceiverTest extends TidebusTest {
         assertEquals(List.of("complete-0", "complete-1", "complete-2"), bodies(got));
         got.forEach(receiver::complete);
         assertNothingToReceive(receiver);
-        assertNull(receiver.peekMessage(), "completed messages are gone");
+        assertNull(firstMessage(receiver), "completed messages are gone");
     }
 
     @Test
@@ -73,7 +73,7 @@ class ReceiverTest extends TidebusTest {
         receiver.receiveDeferredMessageBatch(List.of(got.get(1).getSequenceNumber())).forEach(rest::add);
         assertEquals(List.of("deferred-1"), bodies(rest));
         receiver.complete(rest.get(0));
-        assertNull(receiver.peekMessage(), "both deferred messages completed");
+        assertNull(firstMessage(receiver), "both deferred messages completed");
     }
 
     @Test
@@ -118,7 +118,7 @@ class ReceiverTest extends TidebusTest {
         List<ServiceBusReceivedMessage> got = receiveExactly(receiver, 2);
         assertEquals(List.of("deleted-0", "deleted-1"), bodies(got));
         assertNull(got.get(0).getLockedUntil(), "no lock in receive-and-delete");
-        assertNull(receiver.peekMessage(), "received messages are deleted");
+        assertNull(firstMessage(receiver), "received messages are deleted");
     }
 
     @Test

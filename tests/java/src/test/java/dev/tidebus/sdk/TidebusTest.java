@@ -28,6 +28,7 @@ import java.util.ArrayList;
 import java.util.Deque;
 import java.util.List;
 import java.util.function.BooleanSupplier;
+import java.util.function.Supplier;
 import java.util.stream.Collectors;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.function.Executable;
@@ -198,18 +199,31 @@ abstract class TidebusTest {
         assertTrue(got.isEmpty(), "expected nothing from " + receiver.getEntityPath() + ", got " + bodies(got));
     }
 
+    /**
+     * The first message the entity holds (any state), by a peek from sequence number 0, or null.
+     * (A bare {@code peekMessage()} goes on from the receiver's last peek, so it cannot tell.)
+     */
+    static ServiceBusReceivedMessage firstMessage(ServiceBusReceiverClient receiver) {
+        return receiver.peekMessage(0);
+    }
+
     /** Polls {@code condition} every 100 ms until it holds, failing after {@code timeout}. */
     static void eventually(Duration timeout, String what, BooleanSupplier condition) {
+        eventually(timeout, () -> what, condition);
+    }
+
+    /** {@link #eventually(Duration, String, BooleanSupplier)} describing the wait when it failed. */
+    static void eventually(Duration timeout, Supplier<String> what, BooleanSupplier condition) {
         Instant deadline = Instant.now().plus(timeout);
         while (!condition.getAsBoolean()) {
             if (Instant.now().isAfter(deadline)) {
-                fail("not within " + timeout + ": " + what);
+                fail("not within " + timeout + ": " + what.get());
             }
             try {
                 Thread.sleep(100);
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
-                fail("interrupted waiting for " + what);
+                fail("interrupted waiting for " + what.get());
             }
         }
     }

@@ -6,6 +6,7 @@ mod daemon;
 mod durability;
 mod emulator_config;
 mod fe2o3_client;
+mod java;
 mod js;
 mod lifetime;
 mod observe;

@@ -123,7 +123,7 @@ rm -rf "$reports"
 set +e
 mvn -B -ntp -Dstyle.color=never -f "$here/pom.xml" -Dtidebus.buildDirectory="$build_dir" \
     -DargLine="-Djavax.net.ssl.trustStore=$work/truststore.p12 -Djavax.net.ssl.trustStorePassword=tidebus -Djavax.net.ssl.trustStoreType=PKCS12" \
-    "$@" test
+    "$@" test 2>&1
 maven=$?
 set -e
 stop_broker
@@ -133,7 +133,8 @@ if ! ls "$reports"/TEST-*.xml >/dev/null 2>&1; then
     echo "0 passed, 1 failed"
     exit 1
 fi
-# Maven leaves a colour reset without a newline on its last line: start the summary on its own.
+# Maven ends its output (stdout and stderr, merged above) with colour resets and no newline:
+# start the summary on a line of its own.
 echo
 # Summary.java reads the Surefire reports: a line per class, each failure with its message,
 # and the total last. It exits 1 when a test failed.

@@ -33,8 +33,7 @@ class ReceiverTest extends TidebusTest {
         List<ServiceBusReceivedMessage> got = receiveExactly(receiver, 3);
         assertEquals(List.of("complete-0", "complete-1", "complete-2"), bodies(got));
         got.forEach(receiver::complete);
-        assertNothingToReceive(receiver);
-        assertNull(firstMessage(receiver), "completed messages are gone");
+        assertDrained(receiver);
     }
 
     @Test

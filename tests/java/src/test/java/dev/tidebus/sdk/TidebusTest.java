@@ -199,6 +199,13 @@ abstract class TidebusTest {
         assertTrue(got.isEmpty(), "expected nothing from " + receiver.getEntityPath() + ", got " + bodies(got));
     }
 
+    /** Asserts that the entity holds no message at all: none to receive, none to peek. */
+    static void assertDrained(ServiceBusReceiverClient receiver) {
+        assertNothingToReceive(receiver);
+        ServiceBusReceivedMessage left = firstMessage(receiver);
+        assertTrue(left == null, () -> receiver.getEntityPath() + " still holds " + body(left));
+    }
+
     /**
      * The first message the entity holds (any state), by a peek from sequence number 0, or null.
      * (A bare {@code peekMessage()} goes on from the receiver's last peek, so it cannot tell.)

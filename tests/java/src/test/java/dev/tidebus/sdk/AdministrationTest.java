@@ -124,6 +124,30 @@ class AdministrationTest extends TidebusTest {
         assertTrue(counts.getSizeInBytes() > 0, "size " + counts.getSizeInBytes());
     }
 
+    /** Entities created at run time serve the SDK's clients: a session queue and a topic's subscription. */
+    @Test
+    void createdEntitiesServeSessionsAndCopies() {
+        admin.createQueue("admin-sessions", new CreateQueueOptions().setSessionRequired(true));
+        assertTrue(admin.getQueue("admin-sessions").isSessionRequired());
+        sender("admin-sessions").sendMessage(text("in a session").setSessionId("s"));
+        ServiceBusReceiverClient session = closing(
+            closing(connection().sessionReceiver().queueName("admin-sessions").buildClient()).acceptSession("s"));
+        session.complete(receiveOne(session));
+
+        admin.createTopic("admin-flow");
+        admin.createSubscription("admin-flow", "copies");
+        closing(connection().sender().topicName("admin-flow").buildClient()).sendMessages(numbered("copy", 2));
+        eventually(WAIT, "two copies counted in the subscription",
+            () -> admin.getSubscriptionRuntimeProperties("admin-flow", "copies").getActiveMessageCount() == 2);
+        assertEquals(1, admin.getTopicRuntimeProperties("admin-flow").getSubscriptionCount());
+        ServiceBusReceiverClient copies = closing(
+            connection().receiver().topicName("admin-flow").subscriptionName("copies").buildClient());
+        assertEquals(List.of("copy-0", "copy-1"), bodies(receiveExactly(copies, 2)));
+
+        admin.deleteTopic("admin-flow");
+        admin.deleteQueue("admin-sessions");
+    }
+
     @Test
     void theNamespaceIsStandard() {
         assertEquals(MessagingSku.STANDARD, admin.getNamespaceProperties().getMessagingSku());

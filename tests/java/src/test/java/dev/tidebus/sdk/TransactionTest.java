@@ -9,8 +9,13 @@ import com.azure.messaging.servicebus.ServiceBusReceivedMessage;
 import com.azure.messaging.servicebus.ServiceBusReceiverClient;
 import com.azure.messaging.servicebus.ServiceBusSenderClient;
 import com.azure.messaging.servicebus.ServiceBusTransactionContext;
+import com.azure.messaging.servicebus.models.AbandonOptions;
 import com.azure.messaging.servicebus.models.CompleteOptions;
+import com.azure.messaging.servicebus.models.DeadLetterOptions;
+import com.azure.messaging.servicebus.models.DeferOptions;
+import com.azure.messaging.servicebus.models.ServiceBusMessageState;
 import java.time.Duration;
+import java.time.OffsetDateTime;
 import java.util.List;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
@@ -84,6 +89,46 @@ class TransactionTest extends TidebusTest {
         receiver.complete(output);
         // The output received, and the input completed by the commit.
         assertDrained(receiver);
+    }
+
+    /**
+     * Every settlement Service Bus lists as transactional (complete, abandon, dead-letter, defer),
+     * and a schedule, in one transaction: none takes effect before the commit, all at it.
+     */
+    @Test
+    void everyKindOfSettlementAndAScheduleCommitTogether() {
+        ServiceBusSenderClient sender = sender("tx-kinds");
+        sender.sendMessages(numbered("kind", 4));
+        ServiceBusReceiverClient receiver = receiver("tx-kinds");
+        List<ServiceBusReceivedMessage> got = receiveExactly(receiver, 4);
+
+        ServiceBusTransactionContext transaction = receiver.createTransaction();
+        receiver.complete(got.get(0), in(transaction));
+        receiver.abandon(got.get(1), new AbandonOptions().setTransactionContext(transaction));
+        receiver.deadLetter(got.get(2), new DeadLetterOptions().setDeadLetterReason("InTransaction")
+            .setTransactionContext(transaction));
+        receiver.defer(got.get(3), new DeferOptions().setTransactionContext(transaction));
+        long scheduled = sender.scheduleMessage(text("scheduled"), OffsetDateTime.now().plusHours(1), transaction);
+        // Before the commit every message is where the receive left it, locked; the scheduled
+        // message is not there yet.
+        assertEquals(ServiceBusMessageState.ACTIVE, receiver.peekMessage(got.get(3).getSequenceNumber()).getState());
+        assertNothingToReceive(receiver);
+        receiver.commitTransaction(transaction);
+
+        ServiceBusReceivedMessage abandoned = receiveOne(receiver);
+        assertEquals("kind-1", body(abandoned));
+        assertEquals(1, abandoned.getDeliveryCount(), "the abandon counted a delivery");
+        receiver.complete(abandoned);
+        ServiceBusReceivedMessage dead = receiveOne(deadLetterReceiver("tx-kinds"));
+        assertEquals("kind-2", body(dead));
+        assertEquals("InTransaction", dead.getDeadLetterReason());
+        ServiceBusReceivedMessage deferred = receiver.receiveDeferredMessage(got.get(3).getSequenceNumber());
+        assertEquals("kind-3", body(deferred));
+        receiver.complete(deferred);
+        ServiceBusReceivedMessage held = receiver.peekMessage(scheduled);
+        assertEquals(ServiceBusMessageState.SCHEDULED, held.getState());
+        assertEquals("scheduled", body(held));
+        sender.cancelScheduledMessage(scheduled);
     }
 
     /**
@@ -168,6 +213,9 @@ class TransactionTest extends TidebusTest {
         invoices.complete(invoice);
         shipments.complete(shipment);
         eventually(WAIT, "the order completed by the commit", () -> firstMessage(receiver("xtx-in")) == null);
+        // The sends went through the via entity's transfer queue, empty once they moved on.
+        eventually(WAIT, "xtx-in's transfers moved on",
+            () -> administration().getQueueRuntimeProperties("xtx-in").getTransferMessageCount() == 0);
     }
 
     @Test

@@ -7,6 +7,7 @@ mod durability;
 mod emulator_config;
 mod fe2o3_client;
 mod go;
+mod java;
 mod js;
 mod lifetime;
 mod observe;

@@ -1,4 +1,5 @@
-//! Runs an external test runner (pytest, `node --test`) against the real broker binary.
+//! Runs an external test runner (pytest, `node --test`, the Java suite's `run.sh`) against the real
+//! broker binary.
 //!
 //! The runner's output is echoed line by line as it comes (live with `cargo test --
 //! --nocapture`, shown by libtest when the test fails). Any non-zero exit fails the test.

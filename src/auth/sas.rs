@@ -52,11 +52,13 @@ const FIELDS: [&str; 4] = ["sr", "sig", "se", "skn"];
 impl Token {
     /// The path its resource (`sr`) covers, as [`crate::auth::resource_path`] reads an
     /// address. A resource is a URI: without a scheme its first segment is the host (the Go
-    /// SDK signs a namespace-wide token for the bare host name), not an entity.
+    /// SDK signs a namespace-wide token for the bare host name), not an entity; a query is
+    /// not part of it.
     pub fn resource_path(&self) -> String {
-        match self.resource.contains("://") {
-            true => crate::auth::resource_path(&self.resource),
-            false => crate::auth::resource_path(&format!("sb://{}", self.resource)),
+        let resource = self.resource.split('?').next().unwrap_or_default();
+        match resource.contains("://") {
+            true => crate::auth::resource_path(resource),
+            false => crate::auth::resource_path(&format!("sb://{resource}")),
         }
     }
 
@@ -144,6 +146,7 @@ mod tests {
         assert_eq!(path("ns.servicebus.windows.net"), "");
         assert_eq!(path("127.0.0.1/Orders"), "orders");
         assert_eq!(path("sb://host/Orders/"), "orders");
+        assert_eq!(path("https://host/orders?api-version=2021-05"), "orders");
     }
 
     #[test]

@@ -175,8 +175,10 @@ impl Xml {
     }
 
     /// An entity's shared access policies as Service Bus describes them, keys included (the
-    /// administration API answers only a `Manage` credential).
-    fn authorization_rules(&mut self, policies: &[PolicyConfig], times: &Times) {
+    /// administration API answers only a `Manage` credential), and without the
+    /// `CreatedTime` and `ModifiedTime` Service Bus leaves out of an entity's rules (the Go
+    /// client compares the rules it sent with those it reads back).
+    fn authorization_rules(&mut self, policies: &[PolicyConfig]) {
         self.0.push_str("<AuthorizationRules>");
         for policy in policies {
             self.0.push_str(
@@ -187,8 +189,6 @@ impl Xml {
                 self.element("AccessRights", right);
             }
             self.0.push_str("</Rights>");
-            self.element("CreatedTime", time(times.created_ms));
-            self.element("ModifiedTime", time(times.updated_ms));
             self.element("KeyName", &policy.name);
             self.element("PrimaryKey", policy.key.text());
             let secondary = policy.secondary_key.as_ref().map_or("", |key| key.text());
@@ -284,7 +284,7 @@ pub fn queue(
     xml.element("SizeInBytes", counts.bytes);
     xml.element("MessageCount", counts.total());
     xml.element("IsAnonymousAccessible", false);
-    xml.authorization_rules(&queue.shared_access_policies, times);
+    xml.authorization_rules(&queue.shared_access_policies);
     xml.element("Status", queue.status.service_bus_name());
     xml.forward("ForwardTo", namespace, &queue.forward_to);
     xml.user_metadata(&queue.user_metadata);
@@ -333,7 +333,7 @@ pub fn topic(
     xml.element("SizeInBytes", counts.bytes);
     xml.element("FilteringMessagesBeforePublishing", false);
     xml.element("IsAnonymousAccessible", false);
-    xml.authorization_rules(&topic.shared_access_policies, times);
+    xml.authorization_rules(&topic.shared_access_policies);
     xml.element("Status", topic.status.service_bus_name());
     xml.user_metadata(&topic.user_metadata);
     xml.times(times);
@@ -759,5 +759,39 @@ mod tests {
         let plain = queue(&config.queues[1], &counts, &times, None, "sb://h");
         assert!(!plain.contains("UserMetadata"), "{plain}");
         assert!(!plain.contains("MaxMessageSizeInKilobytes"), "{plain}");
+    }
+
+    /// An entity's authorization rules read back as Service Bus writes them: rights, name
+    /// and keys, without `CreatedTime` or `ModifiedTime` (the Go client compares the rules it
+    /// sent with those it reads back).
+    #[test]
+    fn authorization_rules_carry_no_times() {
+        let config = crate::config::Config::parse(
+            "[broker]\nallow_anonymous = true\n[[queues]]\nname = \"q\"\n\
+             [[queues.shared_access_policies]]\nname = \"writer\"\nkey = \"k\"\n\
+             rights = [\"Send\"]\n",
+            "t.toml",
+        )
+        .expect("valid");
+        let times = Times {
+            created_ms: 1_700_000_000_000,
+            updated_ms: 1_700_000_000_000,
+            accessed_ms: 0,
+        };
+        let described = queue(
+            &config.queues[0],
+            &Counts::default(),
+            &times,
+            None,
+            "sb://h",
+        );
+        assert!(
+            described.contains(
+                "<Rights><AccessRights>Send</AccessRights></Rights><KeyName>writer</KeyName>"
+            ),
+            "{described}"
+        );
+        assert!(!described.contains("CreatedTime"), "{described}");
+        assert!(!described.contains("ModifiedTime"), "{described}");
     }
 }

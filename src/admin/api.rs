@@ -537,16 +537,17 @@ async fn update(
             Declaration::Queue(_) => "Queue",
             Declaration::Topic(_) => "Topic",
         };
-        let detail = format!("Partitioning cannot be changed for {kind}.");
+        let detail = format!(
+            "Partitioning cannot be changed for {kind}. Delete the {} and create it again \
+             to change it.",
+            kind.to_lowercase()
+        );
         return error(StatusCode::BAD_REQUEST, detail);
     }
     if let (Declaration::Queue(before), Declaration::Queue(after)) = (&entry.declaration, &changed)
     {
         if before.requires_session != after.requires_session {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "RequiresSession cannot be changed on an existing queue, as in Service Bus".into(),
-            );
+            return unchangeable("RequiresSession", "Queue");
         }
     }
     let updated = match admin.registry.check_forwarding(&changed) {
@@ -1306,11 +1307,7 @@ async fn update_subscription(
         Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
     };
     if changed.requires_session != slot.requires_session {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "RequiresSession cannot be changed on an existing subscription, as in Service Bus"
-                .into(),
-        );
+        return unchangeable("RequiresSession", "Subscription");
     }
     *slot = changed;
     let changed = match validated(&Declaration::Topic(declaration)) {
@@ -1363,6 +1360,15 @@ pub(super) fn registry_status(refused: &RegistryError) -> StatusCode {
 pub(super) fn entity_status(refused: &EntityError) -> StatusCode {
     // Every code of the table is a status code HTTP defines.
     StatusCode::from_u16(refused.status().code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+/// The 400 answer to an update changing a property fixed at creation (`kind`: `Queue` or
+/// `Subscription`), in Service Bus's words.
+fn unchangeable(property: &str, kind: &str) -> Response<Full<Bytes>> {
+    error(
+        StatusCode::BAD_REQUEST,
+        format!("The value for the {property} property of an existing {kind} cannot be changed."),
+    )
 }
 
 fn not_found(name: &str) -> Response<Full<Bytes>> {

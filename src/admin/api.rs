@@ -979,10 +979,11 @@ fn set_subscription(
     Ok(true)
 }
 
-/// A forwarding target as a client sends it: a name, or the SDKs' full address
-/// (`sb://namespace/name`, as the Python client writes it); empty for none.
+/// A forwarding target as a client sends it, kept so (Service Bus writes it back as given): a
+/// name, or the SDKs' full address (`sb://namespace/name` from the Python and JavaScript
+/// clients, `https://namespace/name` from the Go client); empty for none.
 fn forward_target(value: &str) -> Option<String> {
-    forwarding::target(Some(crate::wire::entity_path(value).to_owned()))
+    forwarding::target(Some(value.to_owned()))
 }
 
 /// Applies one property to a topic; `false` when a topic has no such property.
@@ -1438,7 +1439,11 @@ mod tests {
 
         let forward = description("<ForwardTo>sb://localhost:5300/Elsewhere</ForwardTo>");
         let forwarding = apply_subscription(created, &forward, Intent::Update).expect("applied");
-        assert_eq!(forwarding.forward_to.as_deref(), Some("Elsewhere"));
+        assert_eq!(
+            forwarding.forward_to.as_deref(),
+            Some("sb://localhost:5300/Elsewhere"),
+            "kept as given, to be written back so"
+        );
     }
 
     #[test]

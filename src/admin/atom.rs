@@ -165,12 +165,15 @@ impl Xml {
         let _ = write!(self.0, "<{name}>{}</{name}>", escape(&value.to_string()));
     }
 
-    /// An element written only when it has a value (Service Bus leaves out unset targets).
-    /// A forwarding target, when set, as Service Bus writes it: its full address in the
-    /// namespace (`sb://<namespace>/<name>`).
+    /// A forwarding target, written only when set (Service Bus leaves out unset targets), as
+    /// Service Bus writes it: an address as the client gave it (`https://<namespace>/<name>`
+    /// from the Go client stays so), a name as its address in the namespace
+    /// (`sb://<namespace>/<name>`).
     fn forward(&mut self, name: &str, namespace: &str, target: &Option<String>) {
-        if let Some(target) = target {
-            self.element(name, format!("{namespace}/{target}"));
+        match target {
+            Some(address) if address.contains("://") => self.element(name, address),
+            Some(target) => self.element(name, format!("{namespace}/{target}")),
+            None => {}
         }
     }
 
@@ -759,6 +762,37 @@ mod tests {
         let plain = queue(&config.queues[1], &counts, &times, None, "sb://h");
         assert!(!plain.contains("UserMetadata"), "{plain}");
         assert!(!plain.contains("MaxMessageSizeInKilobytes"), "{plain}");
+    }
+
+    /// A forwarding target reads back as Service Bus writes it: an address as given (the Go
+    /// client sends `https://`), a name as its `sb://` address in the namespace dialled.
+    #[test]
+    fn forwarding_targets_are_written_back_as_given() {
+        let config = crate::config::Config::parse(
+            "[broker]\nallow_anonymous = true\n[[queues]]\nname = \"q\"\n\
+             forward_to = \"https://ns.example/out\"\n\
+             forward_dead_lettered_messages_to = \"out\"\n[[queues]]\nname = \"out\"\n",
+            "t.toml",
+        )
+        .expect("valid");
+        let times = Times {
+            created_ms: 0,
+            updated_ms: 0,
+            accessed_ms: 0,
+        };
+        let described = queue(
+            &config.queues[0],
+            &Counts::default(),
+            &times,
+            None,
+            "sb://h",
+        );
+        for element in [
+            "<ForwardTo>https://ns.example/out</ForwardTo>",
+            "<ForwardDeadLetteredMessagesTo>sb://h/out</ForwardDeadLetteredMessagesTo>",
+        ] {
+            assert!(described.contains(element), "{element} in {described}");
+        }
     }
 
     /// An entity's authorization rules read back as Service Bus writes them: rights, name

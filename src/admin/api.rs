@@ -352,10 +352,21 @@ pub(super) async fn stats(entry: &Entry) -> EntityStats {
 }
 
 /// The creation and update times of an entity or subscription (this process's start for one
-/// the registry no longer knows: it went meanwhile), with when a client last used it.
-fn times(admin: &Admin, entity: &str, subscription: Option<&str>, accessed_ms: i64) -> Times {
+/// the registry no longer knows: it went meanwhile), with when a client last used it: a queue
+/// or topic not yet (`None`), a subscription at the latest when it was created (as Service
+/// Bus counts it).
+fn times(
+    admin: &Admin,
+    entity: &str,
+    subscription: Option<&str>,
+    accessed_ms: Option<i64>,
+) -> Times {
     let times = admin.registry.times(entity, subscription);
     let times = times.unwrap_or(EntityTimes::created(admin.started_ms));
+    let accessed_ms = match subscription {
+        Some(_) => accessed_ms.max(Some(times.created_ms)),
+        None => accessed_ms,
+    };
     Times {
         created_ms: times.created_ms,
         updated_ms: times.updated_ms,

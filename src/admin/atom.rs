@@ -101,8 +101,8 @@ pub struct Times {
     pub created_ms: i64,
     /// `UpdatedAt`.
     pub updated_ms: i64,
-    /// `AccessedAt`.
-    pub accessed_ms: i64,
+    /// `AccessedAt`; `None` for an entity no client has used.
+    pub accessed_ms: Option<i64>,
 }
 
 /// An ISO 8601 duration as .NET writes it (`PT1M`, `P14D`, `PT1.5S`), or [`NEVER`].
@@ -144,6 +144,10 @@ pub fn duration(value: Option<Duration>) -> String {
     }
     out
 }
+
+/// What Service Bus writes for a time that has not come yet (.NET's `DateTime.MinValue`):
+/// `AccessedAt` before a client uses the entity.
+const NO_TIME: &str = "0001-01-01T00:00:00Z";
 
 /// A time as .NET writes it, `2024-05-01T10:00:00.123Z`.
 pub fn time(ms: i64) -> String {
@@ -221,7 +225,8 @@ impl Xml {
     fn times(&mut self, times: &Times) {
         self.element("CreatedAt", time(times.created_ms));
         self.element("UpdatedAt", time(times.updated_ms));
-        self.element("AccessedAt", time(times.accessed_ms));
+        let accessed = times.accessed_ms.map_or_else(|| NO_TIME.to_owned(), time);
+        self.element("AccessedAt", accessed);
     }
 
     /// `UserMetadata`, written only when the entity has some (the SDKs then read none, as
@@ -750,7 +755,7 @@ mod tests {
         let times = Times {
             created_ms: 0,
             updated_ms: 0,
-            accessed_ms: 0,
+            accessed_ms: None,
         };
         let counts = Counts::default();
         let noted = queue(&config.queues[0], &counts, &times, Some(256), "sb://h");
@@ -762,6 +767,41 @@ mod tests {
         let plain = queue(&config.queues[1], &counts, &times, None, "sb://h");
         assert!(!plain.contains("UserMetadata"), "{plain}");
         assert!(!plain.contains("MaxMessageSizeInKilobytes"), "{plain}");
+    }
+
+    /// `AccessedAt` is Service Bus's zero date until a client uses the entity, then when it
+    /// last did (the Go client's suite expects the zero date on a fresh entity).
+    #[test]
+    fn accessed_at_is_the_zero_date_until_a_client_uses_the_entity() {
+        let config = crate::config::Config::parse(
+            "[broker]\nallow_anonymous = true\n[[queues]]\nname = \"q\"\n",
+            "t.toml",
+        )
+        .expect("valid");
+        let accessed = |accessed_ms| {
+            let times = Times {
+                created_ms: 0,
+                updated_ms: 0,
+                accessed_ms,
+            };
+            queue(
+                &config.queues[0],
+                &Counts::default(),
+                &times,
+                None,
+                "sb://h",
+            )
+        };
+        let fresh = accessed(None);
+        assert!(
+            fresh.contains("<AccessedAt>0001-01-01T00:00:00Z</AccessedAt>"),
+            "{fresh}"
+        );
+        let used = accessed(Some(1_700_000_000_123));
+        assert!(
+            used.contains("<AccessedAt>2023-11-14T22:13:20.123Z</AccessedAt>"),
+            "{used}"
+        );
     }
 
     /// A forwarding target reads back as Service Bus writes it: an address as given (the Go
@@ -778,7 +818,7 @@ mod tests {
         let times = Times {
             created_ms: 0,
             updated_ms: 0,
-            accessed_ms: 0,
+            accessed_ms: None,
         };
         let described = queue(
             &config.queues[0],
@@ -810,7 +850,7 @@ mod tests {
         let times = Times {
             created_ms: 1_700_000_000_000,
             updated_ms: 1_700_000_000_000,
-            accessed_ms: 0,
+            accessed_ms: None,
         };
         let described = queue(
             &config.queues[0],

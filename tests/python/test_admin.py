@@ -133,6 +133,7 @@ def test_a_queue_created_at_run_time_is_used_counted_deleted(secured):
         assert runtime.scheduled_message_count == 1
         assert runtime.total_message_count == 4
         assert runtime.size_in_bytes > 0
+        assert runtime.accessed_at_utc > now_utc() - timedelta(minutes=5), "used just now"
 
         client.delete_queue("made")
         with pytest.raises(ResourceNotFoundError):
@@ -462,6 +463,10 @@ def test_created_at_is_kept_across_a_restart_and_updated_at_moves_with_an_update
         topic = client.get_topic_runtime_properties("events")
         subscription = client.get_subscription_runtime_properties("events", "all")
     assert queue.created_at_utc == queue.updated_at_utc
+    # Service Bus's zero date until a client uses the entity; a subscription counts as
+    # accessed when it is created.
+    assert (queue.accessed_at_utc.year, topic.accessed_at_utc.year) == (1, 1)
+    assert subscription.accessed_at_utc >= subscription.created_at_utc
     secured.stop()
     secured.start()
     with admin(secured) as client:

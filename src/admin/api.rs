@@ -352,10 +352,21 @@ pub(super) async fn stats(entry: &Entry) -> EntityStats {
 }
 
 /// The creation and update times of an entity or subscription (this process's start for one
-/// the registry no longer knows: it went meanwhile), with when a client last used it.
-fn times(admin: &Admin, entity: &str, subscription: Option<&str>, accessed_ms: i64) -> Times {
+/// the registry no longer knows: it went meanwhile), with when a client last used it: a queue
+/// or topic not yet (`None`), a subscription at the latest when it was created (as Service
+/// Bus counts it).
+fn times(
+    admin: &Admin,
+    entity: &str,
+    subscription: Option<&str>,
+    accessed_ms: Option<i64>,
+) -> Times {
     let times = admin.registry.times(entity, subscription);
     let times = times.unwrap_or(EntityTimes::created(admin.started_ms));
+    let accessed_ms = match subscription {
+        Some(_) => accessed_ms.max(Some(times.created_ms)),
+        None => accessed_ms,
+    };
     Times {
         created_ms: times.created_ms,
         updated_ms: times.updated_ms,
@@ -537,16 +548,17 @@ async fn update(
             Declaration::Queue(_) => "Queue",
             Declaration::Topic(_) => "Topic",
         };
-        let detail = format!("Partitioning cannot be changed for {kind}.");
+        let detail = format!(
+            "Partitioning cannot be changed for {kind}. Delete the {} and create it again \
+             to change it.",
+            kind.to_lowercase()
+        );
         return error(StatusCode::BAD_REQUEST, detail);
     }
     if let (Declaration::Queue(before), Declaration::Queue(after)) = (&entry.declaration, &changed)
     {
         if before.requires_session != after.requires_session {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "RequiresSession cannot be changed on an existing queue, as in Service Bus".into(),
-            );
+            return unchangeable("RequiresSession", "Queue");
         }
     }
     let updated = match admin.registry.check_forwarding(&changed) {
@@ -978,10 +990,11 @@ fn set_subscription(
     Ok(true)
 }
 
-/// A forwarding target as a client sends it: a name, or the SDKs' full address
-/// (`sb://namespace/name`, as the Python client writes it); empty for none.
+/// A forwarding target as a client sends it, kept so (Service Bus writes it back as given): a
+/// name, or the SDKs' full address (`sb://namespace/name` from the Python and JavaScript
+/// clients, `https://namespace/name` from the Go client); empty for none.
 fn forward_target(value: &str) -> Option<String> {
-    forwarding::target(Some(crate::wire::entity_path(value).to_owned()))
+    forwarding::target(Some(value.to_owned()))
 }
 
 /// Applies one property to a topic; `false` when a topic has no such property.
@@ -1306,11 +1319,7 @@ async fn update_subscription(
         Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
     };
     if changed.requires_session != slot.requires_session {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "RequiresSession cannot be changed on an existing subscription, as in Service Bus"
-                .into(),
-        );
+        return unchangeable("RequiresSession", "Subscription");
     }
     *slot = changed;
     let changed = match validated(&Declaration::Topic(declaration)) {
@@ -1363,6 +1372,15 @@ pub(super) fn registry_status(refused: &RegistryError) -> StatusCode {
 pub(super) fn entity_status(refused: &EntityError) -> StatusCode {
     // Every code of the table is a status code HTTP defines.
     StatusCode::from_u16(refused.status().code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+/// The 400 answer to an update changing a property fixed at creation (`kind`: `Queue` or
+/// `Subscription`), in Service Bus's words.
+fn unchangeable(property: &str, kind: &str) -> Response<Full<Bytes>> {
+    error(
+        StatusCode::BAD_REQUEST,
+        format!("The value for the {property} property of an existing {kind} cannot be changed."),
+    )
 }
 
 fn not_found(name: &str) -> Response<Full<Bytes>> {
@@ -1432,7 +1450,11 @@ mod tests {
 
         let forward = description("<ForwardTo>sb://localhost:5300/Elsewhere</ForwardTo>");
         let forwarding = apply_subscription(created, &forward, Intent::Update).expect("applied");
-        assert_eq!(forwarding.forward_to.as_deref(), Some("Elsewhere"));
+        assert_eq!(
+            forwarding.forward_to.as_deref(),
+            Some("sb://localhost:5300/Elsewhere"),
+            "kept as given, to be written back so"
+        );
     }
 
     #[test]

@@ -101,8 +101,8 @@ pub struct Times {
     pub created_ms: i64,
     /// `UpdatedAt`.
     pub updated_ms: i64,
-    /// `AccessedAt`.
-    pub accessed_ms: i64,
+    /// `AccessedAt`; `None` for an entity no client has used.
+    pub accessed_ms: Option<i64>,
 }
 
 /// An ISO 8601 duration as .NET writes it (`PT1M`, `P14D`, `PT1.5S`), or [`NEVER`].
@@ -145,6 +145,10 @@ pub fn duration(value: Option<Duration>) -> String {
     out
 }
 
+/// What Service Bus writes for a time that has not come yet (.NET's `DateTime.MinValue`):
+/// `AccessedAt` before a client uses the entity.
+const NO_TIME: &str = "0001-01-01T00:00:00Z";
+
 /// A time as .NET writes it, `2024-05-01T10:00:00.123Z`.
 pub fn time(ms: i64) -> String {
     let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
@@ -165,18 +169,23 @@ impl Xml {
         let _ = write!(self.0, "<{name}>{}</{name}>", escape(&value.to_string()));
     }
 
-    /// An element written only when it has a value (Service Bus leaves out unset targets).
-    /// A forwarding target, when set, as Service Bus writes it: its full address in the
-    /// namespace (`sb://<namespace>/<name>`).
+    /// A forwarding target, written only when set (Service Bus leaves out unset targets), as
+    /// Service Bus writes it: an address as the client gave it (`https://<namespace>/<name>`
+    /// from the Go client stays so), a name as its address in the namespace
+    /// (`sb://<namespace>/<name>`).
     fn forward(&mut self, name: &str, namespace: &str, target: &Option<String>) {
-        if let Some(target) = target {
-            self.element(name, format!("{namespace}/{target}"));
+        match target {
+            Some(address) if address.contains("://") => self.element(name, address),
+            Some(target) => self.element(name, format!("{namespace}/{target}")),
+            None => {}
         }
     }
 
     /// An entity's shared access policies as Service Bus describes them, keys included (the
-    /// administration API answers only a `Manage` credential).
-    fn authorization_rules(&mut self, policies: &[PolicyConfig], times: &Times) {
+    /// administration API answers only a `Manage` credential), and without the
+    /// `CreatedTime` and `ModifiedTime` Service Bus leaves out of an entity's rules (the Go
+    /// client compares the rules it sent with those it reads back).
+    fn authorization_rules(&mut self, policies: &[PolicyConfig]) {
         self.0.push_str("<AuthorizationRules>");
         for policy in policies {
             self.0.push_str(
@@ -187,8 +196,6 @@ impl Xml {
                 self.element("AccessRights", right);
             }
             self.0.push_str("</Rights>");
-            self.element("CreatedTime", time(times.created_ms));
-            self.element("ModifiedTime", time(times.updated_ms));
             self.element("KeyName", &policy.name);
             self.element("PrimaryKey", policy.key.text());
             let secondary = policy.secondary_key.as_ref().map_or("", |key| key.text());
@@ -218,7 +225,8 @@ impl Xml {
     fn times(&mut self, times: &Times) {
         self.element("CreatedAt", time(times.created_ms));
         self.element("UpdatedAt", time(times.updated_ms));
-        self.element("AccessedAt", time(times.accessed_ms));
+        let accessed = times.accessed_ms.map_or_else(|| NO_TIME.to_owned(), time);
+        self.element("AccessedAt", accessed);
     }
 
     /// `UserMetadata`, written only when the entity has some (the SDKs then read none, as
@@ -284,7 +292,7 @@ pub fn queue(
     xml.element("SizeInBytes", counts.bytes);
     xml.element("MessageCount", counts.total());
     xml.element("IsAnonymousAccessible", false);
-    xml.authorization_rules(&queue.shared_access_policies, times);
+    xml.authorization_rules(&queue.shared_access_policies);
     xml.element("Status", queue.status.service_bus_name());
     xml.forward("ForwardTo", namespace, &queue.forward_to);
     xml.user_metadata(&queue.user_metadata);
@@ -333,7 +341,7 @@ pub fn topic(
     xml.element("SizeInBytes", counts.bytes);
     xml.element("FilteringMessagesBeforePublishing", false);
     xml.element("IsAnonymousAccessible", false);
-    xml.authorization_rules(&topic.shared_access_policies, times);
+    xml.authorization_rules(&topic.shared_access_policies);
     xml.element("Status", topic.status.service_bus_name());
     xml.user_metadata(&topic.user_metadata);
     xml.times(times);
@@ -747,7 +755,7 @@ mod tests {
         let times = Times {
             created_ms: 0,
             updated_ms: 0,
-            accessed_ms: 0,
+            accessed_ms: None,
         };
         let counts = Counts::default();
         let noted = queue(&config.queues[0], &counts, &times, Some(256), "sb://h");
@@ -759,5 +767,105 @@ mod tests {
         let plain = queue(&config.queues[1], &counts, &times, None, "sb://h");
         assert!(!plain.contains("UserMetadata"), "{plain}");
         assert!(!plain.contains("MaxMessageSizeInKilobytes"), "{plain}");
+    }
+
+    /// `AccessedAt` is Service Bus's zero date until a client uses the entity, then when it
+    /// last did (the Go client's suite expects the zero date on a fresh entity).
+    #[test]
+    fn accessed_at_is_the_zero_date_until_a_client_uses_the_entity() {
+        let config = crate::config::Config::parse(
+            "[broker]\nallow_anonymous = true\n[[queues]]\nname = \"q\"\n",
+            "t.toml",
+        )
+        .expect("valid");
+        let accessed = |accessed_ms| {
+            let times = Times {
+                created_ms: 0,
+                updated_ms: 0,
+                accessed_ms,
+            };
+            queue(
+                &config.queues[0],
+                &Counts::default(),
+                &times,
+                None,
+                "sb://h",
+            )
+        };
+        let fresh = accessed(None);
+        assert!(
+            fresh.contains("<AccessedAt>0001-01-01T00:00:00Z</AccessedAt>"),
+            "{fresh}"
+        );
+        let used = accessed(Some(1_700_000_000_123));
+        assert!(
+            used.contains("<AccessedAt>2023-11-14T22:13:20.123Z</AccessedAt>"),
+            "{used}"
+        );
+    }
+
+    /// A forwarding target reads back as Service Bus writes it: an address as given (the Go
+    /// client sends `https://`), a name as its `sb://` address in the namespace dialled.
+    #[test]
+    fn forwarding_targets_are_written_back_as_given() {
+        let config = crate::config::Config::parse(
+            "[broker]\nallow_anonymous = true\n[[queues]]\nname = \"q\"\n\
+             forward_to = \"https://ns.example/out\"\n\
+             forward_dead_lettered_messages_to = \"out\"\n[[queues]]\nname = \"out\"\n",
+            "t.toml",
+        )
+        .expect("valid");
+        let times = Times {
+            created_ms: 0,
+            updated_ms: 0,
+            accessed_ms: None,
+        };
+        let described = queue(
+            &config.queues[0],
+            &Counts::default(),
+            &times,
+            None,
+            "sb://h",
+        );
+        for element in [
+            "<ForwardTo>https://ns.example/out</ForwardTo>",
+            "<ForwardDeadLetteredMessagesTo>sb://h/out</ForwardDeadLetteredMessagesTo>",
+        ] {
+            assert!(described.contains(element), "{element} in {described}");
+        }
+    }
+
+    /// An entity's authorization rules read back as Service Bus writes them: rights, name
+    /// and keys, without `CreatedTime` or `ModifiedTime` (the Go client compares the rules it
+    /// sent with those it reads back).
+    #[test]
+    fn authorization_rules_carry_no_times() {
+        let config = crate::config::Config::parse(
+            "[broker]\nallow_anonymous = true\n[[queues]]\nname = \"q\"\n\
+             [[queues.shared_access_policies]]\nname = \"writer\"\nkey = \"k\"\n\
+             rights = [\"Send\"]\n",
+            "t.toml",
+        )
+        .expect("valid");
+        let times = Times {
+            created_ms: 1_700_000_000_000,
+            updated_ms: 1_700_000_000_000,
+            accessed_ms: None,
+        };
+        let described = queue(
+            &config.queues[0],
+            &Counts::default(),
+            &times,
+            None,
+            "sb://h",
+        );
+        assert!(
+            described.contains(
+                "<Rights><AccessRights>Send</AccessRights></Rights><KeyName>writer</KeyName>"
+            ),
+            "{described}"
+        );
+        assert!(!described.contains("CreatedTime"), "{described}");
+        assert!(!described.contains("ModifiedTime"), "{described}");
     }
 }

@@ -17,7 +17,7 @@ use serde_amqp::descriptor::Descriptor;
 use super::atom::{self, Element};
 use crate::config::{CorrelationConfig, PropertyValue, RuleConfig, RuleFilter};
 use crate::entity::topic::Rule;
-use crate::filter::{CorrelationFilter, Filter, SqlAction, SqlFilter, Value};
+use crate::filter::{CorrelationFilter, Filter, SqlAction, Value};
 
 /// XML Schema's namespace, for property value types.
 const XSD: &str = "http://www.w3.org/2001/XMLSchema";
@@ -394,13 +394,7 @@ fn read_filter(filter: &Element) -> Result<Filter, String> {
                 .child("SqlExpression")
                 .map_or("", |e| e.text.as_str());
             let parameters = key_values_of(filter.child("Parameters"))?;
-            match expression.replace(' ', "").as_str() {
-                "1=1" if parameters.is_empty() => Ok(Filter::True),
-                "1=0" if parameters.is_empty() => Ok(Filter::False),
-                _ => SqlFilter::parse_with(expression, parameters)
-                    .map(Filter::Sql)
-                    .map_err(|e| format!("SqlFilter: {e}")),
-            }
+            Filter::sql(expression, parameters).map_err(|e| format!("SqlFilter: {e}"))
         }
         "CorrelationFilter" => read_correlation(filter).map(Filter::Correlation),
         other => Err(format!("Filter type {other:?} is not supported")),
@@ -439,6 +433,7 @@ fn read_correlation(filter: &Element) -> Result<CorrelationFilter, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::filter::SqlFilter;
 
     fn rule(filter: Filter, action: Option<&str>) -> Rule {
         Rule {
@@ -578,6 +573,24 @@ mod tests {
         assert!(declared(&timed)
             .expect_err("refused")
             .starts_with("parameter \"@x\": a subscription's default rule holds only strings"));
+    }
+
+    /// A subscription's default rule with a true or false filter is declared (as SQL `1=1`
+    /// or `1=0`, what the config file has) and comes back a true or false filter, as Service
+    /// Bus describes it (the Go client reads a `FalseFilter` back).
+    #[test]
+    fn a_true_or_false_default_rule_comes_back_so() {
+        for filter in [Filter::True, Filter::False] {
+            let declaration = declared(&rule(filter.clone(), None)).expect("declared");
+            let back = crate::entity::setup::rule(&declaration).expect("parses");
+            assert_eq!(back.filter, filter);
+            let kind = if filter == Filter::True {
+                "TrueFilter"
+            } else {
+                "FalseFilter"
+            };
+            assert!(describe(&back).contains(&format!("<Filter i:type=\"{kind}\">")));
+        }
     }
 
     #[test]

@@ -88,7 +88,7 @@ pub fn check(queues: &[QueueConfig], topics: &[TopicConfig]) -> Result<(), Refus
             (Key::ForwardTo, forward_to),
             (Key::DeadLetters, dead_letters),
         ] {
-            match target {
+            match target.as_deref().map(entity) {
                 Some(target) if !entities.contains(&target.to_lowercase()) => {
                     let message = missing(target);
                     return Err(Refusal { lane, key, message });
@@ -104,6 +104,14 @@ pub fn check(queues: &[QueueConfig], topics: &[TopicConfig]) -> Result<(), Refus
 /// `""` for none).
 pub fn target(written: Option<String>) -> Option<String> {
     written.filter(|name| !name.is_empty())
+}
+
+/// The queue or topic a forwarding key's value names: the value itself, or the entity path of
+/// the address it holds (`sb://<namespace>/<name>` as the Python and JavaScript clients send
+/// it, `https://<namespace>/<name>` as the Go client may; the address is kept as given, and
+/// Service Bus writes it back so).
+pub fn entity(value: &str) -> &str {
+    crate::wire::entity_path(value)
 }
 
 /// Service Bus's words for a target that does not exist, naming it.

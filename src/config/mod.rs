@@ -205,11 +205,12 @@ pub struct QueueConfig {
     pub requires_duplicate_detection: bool,
     /// How long accepted message ids are remembered; 1 s to 7 days, default 10 min.
     pub duplicate_detection_history_time_window: Duration,
-    /// The queue or topic every message arriving here moves to (`forward_to`); `None`: none.
-    /// Receivers of the queue itself are then refused.
+    /// The queue or topic every message arriving here moves to (`forward_to`): its name, or
+    /// its address as given (see [`forwarding::entity`]); `None`: none. Receivers of the
+    /// queue itself are then refused.
     pub forward_to: Option<String>,
     /// The queue or topic dead-lettered messages move to instead of staying in the dead-letter
-    /// queue (`forward_dead_lettered_messages_to`); `None`: none.
+    /// queue (`forward_dead_lettered_messages_to`), named as `forward_to`; `None`: none.
     pub forward_dead_lettered_messages_to: Option<String>,
     /// Entity-level shared access policies: their tokens reach this queue and its
     /// dead-letter queue only.

@@ -80,10 +80,12 @@ pub struct SubscriptionConfig {
     pub auto_delete_on_idle: Option<Duration>,
     /// Service Bus's `EnableBatchedOperations`, kept and read back, as a queue's.
     pub enable_batched_operations: bool,
-    /// The queue or topic every message the subscription gets moves to; `None`: none.
-    /// Receivers of the subscription itself are then refused.
+    /// The queue or topic every message the subscription gets moves to, named as a queue's
+    /// [`forward_to`](super::QueueConfig::forward_to); `None`: none. Receivers of the
+    /// subscription itself are then refused.
     pub forward_to: Option<String>,
-    /// The queue or topic the subscription's dead-lettered messages move to; `None`: none.
+    /// The queue or topic the subscription's dead-lettered messages move to, named so;
+    /// `None`: none.
     pub forward_dead_lettered_messages_to: Option<String>,
     /// The rules, in file order, never empty: a subscription declared without rules has one,
     /// `$Default` with [`RuleFilter::True`]. A message is copied to the subscription once when

@@ -87,6 +87,7 @@ pub fn start(
         auto_delete_ms: parts.auto_delete_on_idle.map(millis),
         deleted: deleted.clone(),
         last_active_ms: now_ms(),
+        accessed_ms: None,
         reap: None,
     };
     for (lane, forward) in &parts.forwards {
@@ -118,8 +119,12 @@ struct Actor {
     /// Shared with every handle: set once the entity is deleted, so that commands it can no
     /// longer take are refused with `amqp:not-found` rather than as a stopping broker's.
     deleted: Arc<AtomicBool>,
-    /// When a client last used the entity (auto-delete on idle).
+    /// When the entity was last active, for auto-delete on idle: its start, a client's use,
+    /// or a batch it forwarded.
     last_active_ms: i64,
+    /// When a client last used the entity (Service Bus's `AccessedAt`): `None` until one
+    /// does in this process.
+    accessed_ms: Option<i64>,
     /// A request to delete the entity after this turn: the reaper's, which found it idle (it
     /// is deleted unless the turn used it), or the administration API's (`forced`).
     reap: Option<(oneshot::Sender<bool>, Removal)>,
@@ -219,7 +224,7 @@ impl Actor {
                 | Command::Reconfigure { .. }
         );
         if command.is_activity() {
-            self.last_active_ms = now;
+            self.used(now);
             let lane = match &command {
                 Command::Manage { lane, .. } => Some(*lane),
                 Command::Credit { consumer, .. }
@@ -442,13 +447,19 @@ impl Actor {
                     duplicates_dropped: self.core.duplicates_dropped(),
                     duplicate_ids: self.core.duplicate_ids(),
                     filters: self.core.filter_counts(),
-                    accessed_ms: self.last_active_ms,
+                    accessed_ms: self.accessed_ms,
                 });
             }
         }
         if rules_may_change {
             self.publish_rules_read();
         }
+    }
+
+    /// A client used the entity at `now`: it is active, and accessed.
+    fn used(&mut self, now: i64) {
+        self.last_active_ms = now;
+        self.accessed_ms = Some(now);
     }
 
     /// Tells the topic's handles whether its rules read the messages sent to it, so that its
@@ -618,7 +629,7 @@ impl Actor {
     /// unsubscribed at once (its locks are released).
     fn hand_out(&mut self, mut deliveries: Vec<Delivery>) {
         if !deliveries.is_empty() {
-            self.last_active_ms = now_ms();
+            self.used(now_ms());
         }
         for delivery in &deliveries {
             if let Some(lane) = self.core.lane_id_of(delivery.consumer) {

@@ -215,8 +215,8 @@ pub struct EntityStats {
     /// A topic's SQL and correlation filters, across its subscriptions.
     pub filters: (usize, usize),
     /// When a client last used the entity (a send, receive, settlement or management
-    /// operation), in ms since the Unix epoch.
-    pub accessed_ms: i64,
+    /// operation), in ms since the Unix epoch; `None` until one does.
+    pub accessed_ms: Option<i64>,
 }
 
 impl EntityStats {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::config::EntityStatus;
+use crate::config::{forwarding, EntityStatus};
 use crate::entity::queue::Rules;
 use crate::entity::terms::LaneId;
 
@@ -59,11 +59,13 @@ pub struct Forward {
 }
 
 impl Forward {
-    /// The targets of a declaration's `forward_to` and `forward_dead_lettered_messages_to`.
+    /// The targets of a declaration's `forward_to` and `forward_dead_lettered_messages_to`,
+    /// by name (a key may hold the target's address: [`forwarding::entity`]).
     pub fn of(to: &Option<String>, dead_letters: &Option<String>) -> Self {
+        let name = |key: &Option<String>| key.as_deref().map(|v| forwarding::entity(v).to_owned());
         Self {
-            to: to.clone(),
-            dead_letters: dead_letters.clone(),
+            to: name(to),
+            dead_letters: name(dead_letters),
         }
     }
 

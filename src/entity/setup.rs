@@ -16,7 +16,7 @@ use crate::entity::queue::Rules;
 use crate::entity::settings::{Forward, Settings, SubscriptionSettings};
 use crate::entity::terms::LaneId;
 use crate::entity::topic::{Route, Rule};
-use crate::filter::{CorrelationFilter, Filter, SqlAction, SqlFilter};
+use crate::filter::{CorrelationFilter, Filter, SqlAction};
 use crate::message;
 use crate::store::record::NEVER;
 use crate::store::{EntityLog, Log, Recovered, StoreError};
@@ -351,10 +351,7 @@ pub fn rule(config: &RuleConfig) -> Option<Rule> {
 fn parse_rule(config: &RuleConfig) -> Result<Rule, crate::filter::SqlError> {
     let filter = match &config.filter {
         RuleFilter::True => Filter::True,
-        RuleFilter::Sql(expression) => Filter::Sql(SqlFilter::parse_with(
-            expression,
-            filter_values(&config.parameters),
-        )?),
+        RuleFilter::Sql(expression) => Filter::sql(expression, filter_values(&config.parameters))?,
         RuleFilter::Correlation(correlation) => {
             Filter::Correlation(correlation_filter(correlation))
         }

@@ -7,7 +7,7 @@ use fe2o3_amqp::types::primitives::{OrderedMap, SimpleValue, Timestamp, Value as
 use serde_amqp::described::Described;
 use serde_amqp::descriptor::Descriptor;
 
-use super::{CorrelationFilter, Filter, SqlAction, SqlFilter, Value};
+use super::{CorrelationFilter, Filter, SqlAction, Value};
 
 /// Descriptor codes of the described lists (amqp-dialect.md §9.2).
 mod code {
@@ -56,14 +56,8 @@ pub fn read(map: &OrderedMap<Amqp, Amqp>) -> Result<RuleDescription, String> {
     let filter = match (field(map, "sql-filter"), field(map, "correlation-filter")) {
         (Some(sql), None) => {
             let expression = expression(sql, "sql-filter")?;
-            match expression.replace(' ', "").as_str() {
-                "1=1" => Filter::True,
-                "1=0" => Filter::False,
-                _ => Filter::Sql(
-                    SqlFilter::parse_with(&expression, parameters(sql, "sql-filter")?)
-                        .map_err(|e| format!("sql-filter: {e}"))?,
-                ),
-            }
+            Filter::sql(&expression, parameters(sql, "sql-filter")?)
+                .map_err(|e| format!("sql-filter: {e}"))?
         }
         (None, Some(correlation)) => Filter::Correlation(correlation_filter(correlation)?),
         (Some(_), Some(_)) => {

@@ -91,6 +91,20 @@ pub enum Filter {
 }
 
 impl Filter {
+    /// The filter a SQL expression with its parameters is: `1=1` and `1=0` (spaces aside,
+    /// with no parameters) are the true and false filters, as Service Bus describes them
+    /// however they were declared or sent; any other expression is a SQL filter.
+    ///
+    /// # Errors
+    /// As [`SqlFilter::parse_with`].
+    pub fn sql(expression: &str, parameters: Vec<(String, Value)>) -> Result<Filter, SqlError> {
+        match expression.replace(' ', "").as_str() {
+            "1=1" if parameters.is_empty() => Ok(Filter::True),
+            "1=0" if parameters.is_empty() => Ok(Filter::False),
+            _ => SqlFilter::parse_with(expression, parameters).map(Filter::Sql),
+        }
+    }
+
     /// Whether the filter selects `view`.
     ///
     /// # Errors

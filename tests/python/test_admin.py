@@ -133,6 +133,7 @@ def test_a_queue_created_at_run_time_is_used_counted_deleted(secured):
         assert runtime.scheduled_message_count == 1
         assert runtime.total_message_count == 4
         assert runtime.size_in_bytes > 0
+        assert runtime.accessed_at_utc > now_utc() - timedelta(minutes=5), "used just now"
 
         client.delete_queue("made")
         with pytest.raises(ResourceNotFoundError):
@@ -462,6 +463,10 @@ def test_created_at_is_kept_across_a_restart_and_updated_at_moves_with_an_update
         topic = client.get_topic_runtime_properties("events")
         subscription = client.get_subscription_runtime_properties("events", "all")
     assert queue.created_at_utc == queue.updated_at_utc
+    # Service Bus's zero date until a client uses the entity; a subscription counts as
+    # accessed when it is created.
+    assert (queue.accessed_at_utc.year, topic.accessed_at_utc.year) == (1, 1)
+    assert subscription.accessed_at_utc >= subscription.created_at_utc
     secured.stop()
     secured.start()
     with admin(secured) as client:
@@ -520,7 +525,8 @@ def test_enable_partitioning_gives_sixteen_partitions_counted_together_and_canno
         with pytest.raises(HttpResponseError) as refused:
             client.update_queue(described)
         assert refused.value.status_code == 400
-        assert "Partitioning cannot be changed for Queue" in str(refused.value)
+        # Service Bus's words, a sentence that goes on (the Go client's suite matches "Queue. ").
+        assert "Partitioning cannot be changed for Queue. " in str(refused.value)
         declared = client.get_queue("declared")
         declared.enable_partitioning = True
         with pytest.raises(HttpResponseError, match="Partitioning cannot be changed"):
@@ -576,7 +582,8 @@ def test_an_update_applies_to_the_live_queue_keeping_messages_and_locks(secured)
         updated.requires_session = True
         with pytest.raises(HttpResponseError) as refused:
             client.update_queue(updated)
-        assert "RequiresSession" in str(refused.value)
+        expected = "The value for the RequiresSession property of an existing Queue cannot be changed."
+        assert expected in str(refused.value), str(refused.value)
         missing = client.get_queue("live")
         missing.name = "nowhere"
         with pytest.raises(ResourceNotFoundError):
@@ -813,7 +820,8 @@ def test_a_subscription_update_applies_to_the_live_subscription_keeping_messages
         with pytest.raises(HttpResponseError) as refused:
             client.update_subscription("events", updated)
         assert refused.value.status_code == 400
-        assert "RequiresSession" in str(refused.value), str(refused.value)
+        expected = "The value for the RequiresSession property of an existing Subscription cannot be changed."
+        assert expected in str(refused.value), str(refused.value)
         missing = client.get_subscription("events", "live")
         missing.name = "nowhere"
         with pytest.raises(ResourceNotFoundError):

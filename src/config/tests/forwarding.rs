@@ -28,6 +28,35 @@ fn targets_are_read_case_insensitively_and_written_back() {
     assert_eq!(back, declaration);
 }
 
+/// A target may be given as its address, as the SDKs send it (kept so, for the
+/// administration API to write back as given): it names the entity of its path.
+#[test]
+fn a_target_s_address_names_its_entity() {
+    let config = parse(
+        "[[queues]]\nname = \"orders\"\nforward_to = \"https://ns.example/Audit\"\n\
+         forward_dead_lettered_messages_to = \"sb://ns.example/audit\"\n\
+         [[queues]]\nname = \"audit\"\n",
+    );
+    let orders = &config.queues[0];
+    assert_eq!(
+        orders.forward_to.as_deref(),
+        Some("https://ns.example/Audit")
+    );
+    let forward = crate::entity::settings::Forward::of(
+        &orders.forward_to,
+        &orders.forward_dead_lettered_messages_to,
+    );
+    assert_eq!(
+        (forward.to.as_deref(), forward.dead_letters.as_deref()),
+        (Some("Audit"), Some("audit"))
+    );
+    assert_eq!(
+        forwarding_refusal("[[queues]]\nname = \"orders\"\nforward_to = \"sb://ns/nowhere\"\n"),
+        "queues[0].forward_to (t.toml:3:14): The auto forwarding destination entity \
+         'nowhere' does not exist."
+    );
+}
+
 #[test]
 fn a_missing_target_is_refused_with_its_key_and_position() {
     assert_eq!(

@@ -143,3 +143,30 @@ async fn only_a_settlement_a_client_waits_for_asks_for_a_flush_at_once() {
     }
     shutdown.cancel();
 }
+
+/// What the queue tells the administration API.
+async fn described(handle: &EntityHandle) -> EntityStats {
+    let (reply, described) = oneshot::channel();
+    let describe = Command::Describe { reply };
+    handle.post(describe).await.expect("posted");
+    described.await.expect("described")
+}
+
+/// A queue is accessed (Service Bus's `AccessedAt`) only once a client uses it: not at its
+/// start, nor when a receiver attaches; a send is a use.
+#[tokio::test]
+async fn a_queue_is_accessed_only_once_a_client_uses_it() {
+    let (handle, shutdown, _dir) = sync_queue(false, Commit::AfterWrite(None));
+    let (events, _received) = mpsc::unbounded_channel();
+    let consumer = ConsumerId::at(7, 0);
+    let add = Command::peek_lock_consumer(consumer, events);
+    handle.post(add).await.expect("added");
+    assert_eq!(described(&handle).await.accessed_ms, None, "not used yet");
+    let before = now_ms();
+    let unanswered = mpsc::unbounded_channel().0;
+    let send = Command::send(vec![arrival()], None, unanswered);
+    handle.post(send).await.expect("posted");
+    let accessed = described(&handle).await.accessed_ms.expect("sent to");
+    assert!(accessed >= before, "{accessed} >= {before}");
+    shutdown.cancel();
+}

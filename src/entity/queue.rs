@@ -98,9 +98,9 @@ pub struct Rules {
     pub dead_letter_on_expiry: bool,
     /// Whether messages are received through sessions (design.md D8).
     pub requires_session: bool,
-    /// Whether an abandon or a lapsed lock counts a delivery. Not in a dead-letter queue:
-    /// there a message keeps the count it was dead-lettered with, as on Service Bus (the Go
-    /// SDK's suite abandons a dead-lettered message and reads the same count back).
+    /// Whether an abandon, a deferral or a lapsed lock counts a delivery. Not in a dead-letter
+    /// queue: there a message keeps the count it was dead-lettered with, as on Service Bus
+    /// (the Go SDK's suite abandons a dead-lettered message and reads the same count back).
     pub counts_deliveries: bool,
 }
 
@@ -764,7 +764,9 @@ impl QueueCore {
                 self.tokens.remove(&lock.token);
             }
             entry.record.state = MessageState::Deferred;
-            entry.record.delivery_count = entry.record.delivery_count.saturating_add(1);
+            if self.rules.counts_deliveries {
+                entry.record.delivery_count = entry.record.delivery_count.saturating_add(1);
+            }
             let record = entry.record;
             self.journal.push(Change::Update { seq, record });
             self.index(seq, &record);

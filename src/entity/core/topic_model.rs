@@ -610,11 +610,12 @@ impl Harness {
         });
     }
 
-    /// Unlocks a copy; a counted delivery that reaches the limit dead-letters it.
+    /// Unlocks a copy; a counted delivery that reaches the limit dead-letters it. A
+    /// dead-letter queue counts none.
     fn unlock(&mut self, lane: LaneId, seq: i64, count: bool) {
         let kept = self.model.kept(lane, seq);
         kept.lock = None;
-        if !count {
+        if !count || lane.dead_letter {
             return;
         }
         kept.count += 1;
@@ -953,7 +954,7 @@ impl Harness {
             Settlement::Defer(_) => {
                 let kept = self.model.kept(lane, seq);
                 kept.state = MessageState::Deferred;
-                kept.count += 1;
+                kept.count += u32::from(!lane.dead_letter);
                 kept.lock = None;
                 self.note("deferred");
             }

@@ -20,7 +20,7 @@ use super::atom::{self, Counts, Times};
 use super::rules;
 use super::{body, respond as xml, Admin};
 use crate::auth::sas::Token;
-use crate::auth::{path_covers, resource_path};
+use crate::auth::path_covers;
 use crate::clock::now_ms;
 use crate::config::forwarding;
 use crate::config::SERVICE_BUS_PARTITIONS;
@@ -320,10 +320,9 @@ pub(super) fn authorize(
         .unwrap_or(i64::MAX)
         .saturating_mul(1000);
     if expiry_ms <= now_ms() {
-        return Err(format!("the token expired at {}", token.expiry));
+        return Err(token.expired());
     }
-    let resource = token.resource.split('?').next().unwrap_or_default();
-    let (resource, path) = (resource_path(resource), path.to_ascii_lowercase());
+    let (resource, path) = (token.resource_path(), path.to_ascii_lowercase());
     if !path_covers(&resource, &path) || !principal.reaches(&path) {
         return Err(format!(
             "the token's resource '{resource}' does not cover '{path}'"

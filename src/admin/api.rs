@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
+use hyper::ext::ReasonPhrase;
 use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, HOST, IF_MATCH};
 use hyper::{Method, Request, Response, StatusCode};
 use percent_encoding::percent_decode_str;
@@ -85,8 +86,10 @@ pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<
         .trim_matches('/')
         .to_owned();
     let query = query(request.uri().query().unwrap_or_default());
-    if let Err(detail) = authorize(admin, &request, &path) {
-        return error(StatusCode::UNAUTHORIZED, detail);
+    match credential(admin, &request, &path) {
+        Err(detail) => return error(StatusCode::UNAUTHORIZED, detail),
+        Ok(Grant::WithoutManage) => return without_manage(admin, request.method(), &target(&path)),
+        Ok(Grant::Manage) => {}
     }
     let base = base_url(admin, &request);
     let api_version = query
@@ -300,9 +303,36 @@ pub(super) fn authorize(
     request: &Request<Incoming>,
     path: &str,
 ) -> Result<(), String> {
+    match credential(admin, request, path)? {
+        Grant::Manage => Ok(()),
+        Grant::WithoutManage => Err(MANAGE_REQUIRED.into()),
+    }
+}
+
+/// What a request's valid credential grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Grant {
+    /// Manage (or no credential, where anonymous clients are allowed): every operation.
+    Manage,
+    /// Send or Listen only: no administration operation, answered as [`without_manage`] says.
+    WithoutManage,
+}
+
+/// The refusal of a credential without Manage where no operation is named.
+const MANAGE_REQUIRED: &str =
+    "Unauthorized access. 'Manage' claim(s) are required to perform this operation.";
+
+/// Checks the request's `Authorization`: a shared access signature of a policy whose resource
+/// covers the path, and whether it grants Manage; no header passes only when anonymous
+/// clients are allowed.
+///
+/// # Errors
+/// Why the credential is not valid here: missing, malformed, signed with no policy's key,
+/// expired, or for another resource.
+fn credential(admin: &Admin, request: &Request<Incoming>, path: &str) -> Result<Grant, String> {
     let Some(header) = request.headers().get(AUTHORIZATION) else {
         return match admin.policies.allow_anonymous() {
-            true => Ok(()),
+            true => Ok(Grant::Manage),
             false => Err("the request has no Authorization header; send a \
                           SharedAccessSignature of a policy with the Manage right"
                 .into()),
@@ -328,12 +358,57 @@ pub(super) fn authorize(
             "the token's resource '{resource}' does not cover '{path}'"
         ));
     }
-    if !principal.rights.grants_any_of(Rights::MANAGE) {
-        return Err(
-            "Unauthorized access. 'Manage' claim(s) are required to perform this operation.".into(),
-        );
+    match principal.rights.grants_any_of(Rights::MANAGE) {
+        true => Ok(Grant::Manage),
+        false => Ok(Grant::WithoutManage),
     }
-    Ok(())
+}
+
+/// The answer to a request whose credential lacks Manage, in Service Bus's words: reading a
+/// queue or topic that does not exist is 404 (the SDKs read it as absent, and Service Bus
+/// reveals no more), reading one that does or listing them 401 "Manage,EntityRead claims
+/// required", creating, updating or deleting one 401 naming `EntityWrite` or `EntityDelete`
+/// whether it exists or not; a subscription's or rule's operation 401 naming the operation,
+/// whether it exists or not. Nothing is read or changed.
+fn without_manage(admin: &Admin, method: &Method, target: &Target) -> Response<Full<Bytes>> {
+    const READ: &str = "Manage,EntityRead claims required for this operation.";
+    let operation = match (method, target) {
+        (&Method::GET, Target::Entity(name)) if admin.registry.entry(name).is_none() => {
+            return not_found(name)
+        }
+        (&Method::GET, Target::Namespace | Target::Queues | Target::Topics | Target::Entity(_)) => {
+            return unauthorized(READ)
+        }
+        (&Method::PUT, Target::Entity(_)) => {
+            return unauthorized("Authorization failed for specified action: Manage,EntityWrite.")
+        }
+        (&Method::DELETE, Target::Entity(_)) => {
+            return unauthorized("Authorization failed for specified action: Manage,EntityDelete.")
+        }
+        (&Method::GET, Target::Subscription(..)) => "GetSubscription",
+        (&Method::GET, Target::Subscriptions(_)) => "EnumerateSubscriptions",
+        (&Method::PUT, Target::Subscription(..)) => "CreateOrUpdateSubscription",
+        (&Method::DELETE, Target::Subscription(..)) => "DeleteSubscription",
+        (&Method::GET, Target::Rule(..)) => "GetRule",
+        (&Method::GET, Target::Rules(_)) => "EnumerateRules",
+        (&Method::PUT, Target::Rule(..)) => "CreateOrUpdateRule",
+        (&Method::DELETE, Target::Rule(..)) => "DeleteRule",
+        _ => return unauthorized(MANAGE_REQUIRED),
+    };
+    unauthorized(&format!(
+        "SubCode=40100: Unauthorized : Unauthorized access for '{operation}' operation: it \
+         needs the 'Manage' claim."
+    ))
+}
+
+/// A 401 whose status line carries `detail` as well, as Service Bus's do (the Go client shows
+/// the status line; for a subscription's operations Service Bus sends nothing else).
+fn unauthorized(detail: &str) -> Response<Full<Bytes>> {
+    let mut response = error(StatusCode::UNAUTHORIZED, detail.to_owned());
+    if let Ok(reason) = ReasonPhrase::try_from(detail.as_bytes()) {
+        response.extensions_mut().insert(reason);
+    }
+    response
 }
 
 /// What an entity's actor reports (empty when it has gone meanwhile).

@@ -5,7 +5,9 @@
 //! Values carry `i:type="d6p1:<type>"` with the four-character prefix the JS client insists
 //! on: `int`, `double`, `string`, `boolean` and `dateTime` (which it reads); a long outside
 //! `int`'s range is written `long`, and a .NET `TimeSpan` (`duration`), both of which Python
-//! reads. Guids are read as `guid` and written as strings.
+//! reads. Guids are read as `guid` and written as strings. A `dateTime` is written back with
+//! the zone it was given with, as Service Bus keeps a .NET `DateTime`'s kind: UTC with `Z`
+//! (given with a zone, or over AMQP), or none (given without; [`LocalTimes`]).
 
 use std::fmt::Write;
 use std::time::Duration;
@@ -16,7 +18,7 @@ use serde_amqp::descriptor::Descriptor;
 
 use super::atom::{self, Element};
 use crate::config::{CorrelationConfig, PropertyValue, RuleConfig, RuleFilter};
-use crate::entity::topic::Rule;
+use crate::entity::topic::{LocalTimes, Rule};
 use crate::filter::{CorrelationFilter, Filter, SqlAction, Value};
 
 /// XML Schema's namespace, for property value types.
@@ -25,17 +27,20 @@ const XSD: &str = "http://www.w3.org/2001/XMLSchema";
 /// A rule's `RuleDescription`.
 pub fn describe(rule: &Rule) -> String {
     let mut out = atom::opening("RuleDescription");
+    let local = &rule.local_times;
     match &rule.filter {
-        Filter::True => sql(&mut out, "Filter", "TrueFilter", "1=1", &[]),
-        Filter::False => sql(&mut out, "Filter", "FalseFilter", "1=0", &[]),
+        Filter::True => sql(&mut out, "Filter", "TrueFilter", "1=1", (&[], &[])),
+        Filter::False => sql(&mut out, "Filter", "FalseFilter", "1=0", (&[], &[])),
         Filter::Sql(filter) => sql(
             &mut out,
             "Filter",
             "SqlFilter",
             filter.expression(),
-            filter.parameters(),
+            (filter.parameters(), &local.filter),
         ),
-        Filter::Correlation(correlation) => correlation_filter(&mut out, correlation),
+        Filter::Correlation(correlation) => {
+            correlation_filter(&mut out, correlation, &local.filter)
+        }
     }
     match &rule.action {
         Some(action) => sql(
@@ -43,7 +48,7 @@ pub fn describe(rule: &Rule) -> String {
             "Action",
             "SqlRuleAction",
             action.expression(),
-            action.parameters(),
+            (action.parameters(), &local.action),
         ),
         None => out.push_str("<Action i:type=\"EmptyRuleAction\"/>"),
     }
@@ -60,13 +65,14 @@ fn escape(text: &str) -> String {
     quick_xml::escape::escape(text).into_owned()
 }
 
-/// A SQL filter or action (`element` `Filter` or `Action`) with its parameters.
+/// A SQL filter or action (`element` `Filter` or `Action`) with its parameters (and the
+/// names of the times among them given without a zone).
 fn sql(
     out: &mut String,
     element: &str,
     kind: &str,
     expression: &str,
-    parameters: &[(String, Value)],
+    (parameters, local_times): (&[(String, Value)], &[String]),
 ) {
     let _ = write!(
         out,
@@ -75,7 +81,7 @@ fn sql(
     );
     if !parameters.is_empty() {
         out.push_str("<Parameters>");
-        key_values(out, parameters);
+        key_values(out, parameters, local_times);
         out.push_str("</Parameters>");
     }
     let _ = write!(
@@ -84,10 +90,11 @@ fn sql(
     );
 }
 
-/// Named values as `KeyValueOfstringanyType` elements, each value with its XML Schema type.
-fn key_values(out: &mut String, values: &[(String, Value)]) {
+/// Named values as `KeyValueOfstringanyType` elements, each value with its XML Schema type;
+/// the times named in `local_times` without a zone.
+fn key_values(out: &mut String, values: &[(String, Value)], local_times: &[String]) {
     for (key, value) in values {
-        let Some((kind, text)) = typed_text(value) else {
+        let Some((kind, text)) = typed_text(value, local_times.contains(key)) else {
             continue;
         };
         let _ = write!(
@@ -100,16 +107,20 @@ fn key_values(out: &mut String, values: &[(String, Value)]) {
     }
 }
 
-/// A value's XML Schema type and text; `None` for what no rule holds.
-fn typed_text(value: &Value) -> Option<(&'static str, String)> {
+/// A value's XML Schema type and text; `None` for what no rule holds. A time is written in
+/// UTC with `Z`, or without a zone when it was given without one (`local`), as .NET writes a
+/// `DateTime` back by its kind (the Python client sends a naive time so and reads back what
+/// it sent; the Go client sends UTC with `Z` and parses only a time with a zone).
+fn typed_text(value: &Value, local: bool) -> Option<(&'static str, String)> {
     Some(match value {
         Value::Int(number) if i32::try_from(*number).is_ok() => ("int", number.to_string()),
         Value::Int(number) => ("long", number.to_string()),
         Value::Float(number) => ("double", number.to_string()),
         Value::Bool(flag) => ("boolean", flag.to_string()),
-        // Without a zone, as .NET writes a time it was given without one (the Python client
-        // sends them so, and reads back what it sent).
-        Value::Timestamp(ms) => ("dateTime", atom::time(*ms).trim_end_matches('Z').to_owned()),
+        Value::Timestamp(ms) if local => {
+            ("dateTime", atom::time(*ms).trim_end_matches('Z').to_owned())
+        }
+        Value::Timestamp(ms) => ("dateTime", atom::time(*ms)),
         Value::String(text) => ("string", text.clone()),
         // Guids have no type the JS client reads; their text compares the same.
         Value::Uuid(uuid) => ("string", uuid.to_string()),
@@ -121,7 +132,7 @@ fn typed_text(value: &Value) -> Option<(&'static str, String)> {
     })
 }
 
-fn correlation_filter(out: &mut String, filter: &CorrelationFilter) {
+fn correlation_filter(out: &mut String, filter: &CorrelationFilter, local_times: &[String]) {
     out.push_str("<Filter i:type=\"CorrelationFilter\">");
     for (name, value) in correlation_fields(filter) {
         if let Some(value) = value {
@@ -130,7 +141,7 @@ fn correlation_filter(out: &mut String, filter: &CorrelationFilter) {
     }
     if !filter.properties.is_empty() {
         out.push_str("<Properties>");
-        key_values(out, &filter.properties);
+        key_values(out, &filter.properties, local_times);
         out.push_str("</Properties>");
     }
     out.push_str("</Filter>");
@@ -223,32 +234,46 @@ fn correlation_fields(filter: &CorrelationFilter) -> [(&'static str, Option<&Str
     ]
 }
 
+/// The named values of a `Properties` or `Parameters` element, as read.
+#[derive(Default)]
+struct Named {
+    /// Each value by its name.
+    values: Vec<(String, Value)>,
+    /// The names of the times among them given without a zone.
+    local_times: Vec<String>,
+}
+
 /// The named values of a `Properties` or `Parameters` element (none when absent).
 ///
 /// # Errors
 /// A pair without a value, or a value that does not read as its type says.
-fn key_values_of(element: Option<&Element>) -> Result<Vec<(String, Value)>, String> {
+fn key_values_of(element: Option<&Element>) -> Result<Named, String> {
     let pairs = element.map_or(&[][..], |e| e.children.as_slice());
-    let mut values = Vec::new();
+    let mut named = Named::default();
     for pair in pairs {
         let key = pair
             .child("Key")
             .map(|k| k.text.clone())
             .unwrap_or_default();
         let value = pair.child("Value").ok_or("a property without a Value")?;
-        values.push((key.clone(), typed_value(&key, value)?));
+        let (value, local) = typed_value(&key, value)?;
+        if local {
+            named.local_times.push(key.clone());
+        }
+        named.values.push((key, value));
     }
-    Ok(values)
+    Ok(named)
 }
 
-/// The value of a `Value` element, read as its XML Schema type says.
+/// The value of a `Value` element, read as its XML Schema type says, and whether it is a time
+/// given without a zone.
 ///
 /// # Errors
 /// A value that does not read as its type, or a type rules do not hold.
-fn typed_value(key: &str, value: &Element) -> Result<Value, String> {
+fn typed_value(key: &str, value: &Element) -> Result<(Value, bool), String> {
     let text = value.text.trim();
     let bad = |what: &str| format!("property {key:?}: {text:?} is not {what}");
-    Ok(match kind(value) {
+    let value = match kind(value) {
         "int" | "long" | "short" | "byte" | "unsignedInt" | "unsignedShort" | "unsignedByte" => {
             Value::Int(text.parse().map_err(|_| bad("an integer"))?)
         }
@@ -258,7 +283,10 @@ fn typed_value(key: &str, value: &Element) -> Result<Value, String> {
                 .parse()
                 .map_err(|_| bad("a boolean"))?,
         ),
-        "dateTime" => Value::Timestamp(read_time(text).ok_or_else(|| bad("a dateTime"))?),
+        "dateTime" => {
+            let (ms, zoned) = read_time(text).ok_or_else(|| bad("a dateTime"))?;
+            return Ok((Value::Timestamp(ms), !zoned));
+        }
         "duration" => {
             let duration = atom::read_duration(text).map_err(|_| bad("a duration"))?;
             let ms = duration.map_or(i64::MAX / 10_000, |d| {
@@ -273,31 +301,37 @@ fn typed_value(key: &str, value: &Element) -> Result<Value, String> {
                 "property {key:?}: values of type {other:?} are not supported"
             ))
         }
-    })
+    };
+    Ok((value, false))
 }
 
-/// An XML Schema `dateTime` in ms since the Unix epoch: with `Z`, an offset (`+02:00`) or no
-/// zone (read as UTC, as Service Bus stores a time given without one).
-fn read_time(text: &str) -> Option<i64> {
+/// An XML Schema `dateTime` in ms since the Unix epoch, and whether it has a zone: `Z` or an
+/// offset (`+02:00`); one without is read as UTC, as Service Bus stores a time given without
+/// one.
+fn read_time(text: &str) -> Option<(i64, bool)> {
     // Any text may arrive: the zone is split off only where it is six ASCII characters.
     let split = text
         .len()
         .checked_sub(6)
         .and_then(|at| Some((text.get(..at)?, text.get(at..)?)));
+    let without_offset = || match text.strip_suffix('Z') {
+        Some(utc) => Some((read_utc(utc)?, true)),
+        None => Some((read_utc(text)?, false)),
+    };
     let (local, offset_minutes) = match split {
         Some((local, zone)) if zone.is_ascii() && zone.as_bytes()[3] == b':' => {
             let sign = match zone.as_bytes()[0] {
                 b'+' => 1,
                 b'-' => -1,
-                _ => return read_utc(text.trim_end_matches('Z')),
+                _ => return without_offset(),
             };
             let hours: i64 = zone[1..3].parse().ok()?;
             let minutes: i64 = zone[4..].parse().ok()?;
             (local, sign * (hours * 60 + minutes))
         }
-        _ => (text.trim_end_matches('Z'), 0),
+        _ => return without_offset(),
     };
-    Some(read_utc(local)? - offset_minutes * 60_000)
+    Some((read_utc(local)? - offset_minutes * 60_000, true))
 }
 
 /// A `dateTime` without a zone, read as UTC, in ms since the Unix epoch.
@@ -356,23 +390,22 @@ pub fn read(body: &[u8], name: &str, now_ms: i64) -> Result<Rule, String> {
 /// # Errors
 /// As [`read`].
 pub fn from_element(description: &Element, name: &str, now_ms: i64) -> Result<Rule, String> {
-    let filter = match description.child("Filter") {
-        None => Filter::True,
+    let (filter, filter_times) = match description.child("Filter") {
+        None => (Filter::True, Vec::new()),
         Some(filter) => read_filter(filter)?,
     };
-    let action = match description.child("Action") {
-        None => None,
+    let (action, action_times) = match description.child("Action") {
+        None => (None, Vec::new()),
         Some(action) => match kind(action) {
-            "EmptyRuleAction" | "" => None,
+            "EmptyRuleAction" | "" => (None, Vec::new()),
             "SqlRuleAction" => {
                 let expression = action
                     .child("SqlExpression")
                     .map_or("", |e| e.text.as_str());
                 let parameters = key_values_of(action.child("Parameters"))?;
-                Some(
-                    SqlAction::parse_with(expression, parameters)
-                        .map_err(|e| format!("Action: {e}"))?,
-                )
+                let action = SqlAction::parse_with(expression, parameters.values)
+                    .map_err(|e| format!("Action: {e}"))?;
+                (Some(action), parameters.local_times)
             }
             other => return Err(format!("Action type {other:?} is not supported")),
         },
@@ -382,26 +415,36 @@ pub fn from_element(description: &Element, name: &str, now_ms: i64) -> Result<Ru
         filter,
         action,
         created_ms: now_ms,
+        local_times: LocalTimes {
+            filter: filter_times,
+            action: action_times,
+        },
     })
 }
 
-fn read_filter(filter: &Element) -> Result<Filter, String> {
+/// The filter a `Filter` element describes, with the names of its times given without a
+/// zone.
+fn read_filter(filter: &Element) -> Result<(Filter, Vec<String>), String> {
     match kind(filter) {
-        "TrueFilter" => Ok(Filter::True),
-        "FalseFilter" => Ok(Filter::False),
+        "TrueFilter" => Ok((Filter::True, Vec::new())),
+        "FalseFilter" => Ok((Filter::False, Vec::new())),
         "SqlFilter" => {
             let expression = filter
                 .child("SqlExpression")
                 .map_or("", |e| e.text.as_str());
             let parameters = key_values_of(filter.child("Parameters"))?;
-            Filter::sql(expression, parameters).map_err(|e| format!("SqlFilter: {e}"))
+            let sql = Filter::sql(expression, parameters.values)
+                .map_err(|e| format!("SqlFilter: {e}"))?;
+            Ok((sql, parameters.local_times))
         }
-        "CorrelationFilter" => read_correlation(filter).map(Filter::Correlation),
+        "CorrelationFilter" => {
+            read_correlation(filter).map(|(c, times)| (Filter::Correlation(c), times))
+        }
         other => Err(format!("Filter type {other:?} is not supported")),
     }
 }
 
-fn read_correlation(filter: &Element) -> Result<CorrelationFilter, String> {
+fn read_correlation(filter: &Element) -> Result<(CorrelationFilter, Vec<String>), String> {
     let field = |name: &str| {
         filter
             .child(name)
@@ -418,7 +461,7 @@ fn read_correlation(filter: &Element) -> Result<CorrelationFilter, String> {
         session_id: field("SessionId"),
         reply_to_session_id: field("ReplyToSessionId"),
         content_type: field("ContentType"),
-        properties,
+        properties: properties.values,
     };
     if correlation_fields(&correlation)
         .iter()
@@ -427,7 +470,7 @@ fn read_correlation(filter: &Element) -> Result<CorrelationFilter, String> {
     {
         return Err("the CorrelationFilter names nothing".into());
     }
-    Ok(correlation)
+    Ok((correlation, properties.local_times))
 }
 
 #[cfg(test)]
@@ -441,6 +484,7 @@ mod tests {
             filter,
             action: action.map(|a| SqlAction::parse(a).expect("action")),
             created_ms: 1_700_000_000_000,
+            local_times: LocalTimes::default(),
         }
     }
 
@@ -518,6 +562,7 @@ mod tests {
         let written = describe(&rule);
         for text in [
             ">2020-07-05T11:12:13.000</Value>",
+            ">2020-07-05T11:12:13.000Z</Value>",
             "i:type=\"d6p1:duration\">P1DT2H3M</Value>",
             "<Parameters><KeyValueOfstringanyType><Key>@when</Key>",
         ] {
@@ -531,6 +576,53 @@ mod tests {
         let rule = read(sql.as_bytes(), "r", 0).expect("reads");
         let back = read(describe(&rule).as_bytes(), "r", 0).expect("reads back");
         assert_eq!(format!("{:?}", back.filter), format!("{:?}", rule.filter));
+    }
+
+    /// A time comes back with the zone it was given with, as Service Bus keeps a `DateTime`'s
+    /// kind: in UTC with `Z` when it had one (the Go client sends `Z` and parses nothing
+    /// else), without one when it had none (the Python client's naive times); across a
+    /// restart too. A rule stored before local times were kept reads back in UTC.
+    #[test]
+    fn times_come_back_with_the_zone_they_were_given_with() {
+        let body = format!(
+            "<entry><content><RuleDescription><Filter i:type=\"SqlFilter\">\
+             <SqlExpression>a = @utc OR a = @naive</SqlExpression><Parameters>{}{}</Parameters>\
+             </Filter><Action i:type=\"SqlRuleAction\"><SqlExpression>SET x = @utc</SqlExpression>\
+             <Parameters>{}</Parameters></Action></RuleDescription></content></entry>",
+            pair("@utc", "dateTime", "2001-01-01T01:02:03Z"),
+            pair("@naive", "dateTime", "2001-01-01T01:02:03"),
+            pair("@utc", "dateTime", "2001-01-01T01:02:03"),
+        );
+        let rule = read(body.as_bytes(), "r", 0).expect("reads");
+        let expected = LocalTimes {
+            filter: vec!["@naive".to_owned()],
+            action: vec!["@utc".to_owned()],
+        };
+        assert_eq!(rule.local_times, expected);
+        let restored = Rule::restore(&rule.stored()).expect("restores");
+        assert_eq!(restored, rule, "kept across a restart");
+        let written = describe(&restored);
+        let filter = written.split("<Action").next().expect("a filter");
+        assert!(
+            filter.contains(">2001-01-01T01:02:03.000Z</Value>"),
+            "{filter}"
+        );
+        assert!(
+            filter.contains(">2001-01-01T01:02:03.000</Value>"),
+            "{filter}"
+        );
+        let action = written.split("<Action").nth(1).expect("an action");
+        assert!(
+            action.contains(">2001-01-01T01:02:03.000</Value>"),
+            "{action}"
+        );
+        let before = Rule {
+            local_times: LocalTimes::default(),
+            ..rule
+        };
+        let stored = Rule::restore(&before.stored()).expect("restores");
+        assert_eq!(stored.local_times, LocalTimes::default());
+        assert!(!describe(&stored).contains(".000</Value>"), "all UTC");
     }
 
     /// A subscription's default rule is stored as its declaration: with its parameters, it
@@ -595,10 +687,10 @@ mod tests {
 
     #[test]
     fn times_read_with_any_zone_and_any_text_is_safe() {
-        let at = Some(1_593_947_533_000);
-        assert_eq!(read_time("2020-07-05T11:12:13"), at);
-        assert_eq!(read_time("2020-07-05T11:12:13Z"), at);
-        assert_eq!(read_time("2020-07-05T06:12:13-05:00"), at);
+        let at = 1_593_947_533_000;
+        assert_eq!(read_time("2020-07-05T11:12:13"), Some((at, false)));
+        assert_eq!(read_time("2020-07-05T11:12:13Z"), Some((at, true)));
+        assert_eq!(read_time("2020-07-05T06:12:13-05:00"), Some((at, true)));
         for hostile in ["", "é", "ééaaaaa", "2020-07-05T11:12:1éé", "x+0é:00"] {
             assert_eq!(read_time(hostile), None, "{hostile:?}");
         }

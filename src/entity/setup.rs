@@ -15,7 +15,7 @@ use crate::entity::partition::Partition;
 use crate::entity::queue::Rules;
 use crate::entity::settings::{Forward, Settings, SubscriptionSettings};
 use crate::entity::terms::LaneId;
-use crate::entity::topic::{Route, Rule};
+use crate::entity::topic::{LocalTimes, Route, Rule};
 use crate::filter::{CorrelationFilter, Filter, SqlAction};
 use crate::message;
 use crate::store::record::NEVER;
@@ -364,6 +364,8 @@ fn parse_rule(config: &RuleConfig) -> Result<Rule, crate::filter::SqlError> {
         filter,
         action,
         created_ms: crate::clock::now_ms(),
+        // The file declares no times.
+        local_times: LocalTimes::default(),
     })
 }
 

@@ -11,7 +11,7 @@
 //! `RuleName` property.
 
 use bytes::Bytes;
-use fe2o3_amqp::types::primitives::{SimpleValue, Timestamp, Value as Amqp};
+use fe2o3_amqp::types::primitives::{OrderedMap, SimpleValue, Timestamp, Value as Amqp};
 
 use crate::entity::terms::LaneId;
 use crate::filter::description::{self, RuleDescription};
@@ -34,6 +34,66 @@ pub struct Rule {
     pub action: Option<SqlAction>,
     /// When it was created, in ms since the Unix epoch.
     pub created_ms: i64,
+    /// Which of its time values were given without a zone.
+    pub local_times: LocalTimes,
+}
+
+/// The names of a rule's time values given without a zone (through the administration API):
+/// Service Bus keeps such a `dateTime` as given (a .NET `DateTime` of unspecified kind) and
+/// writes it back without one, where a time given with a zone, or as an AMQP timestamp,
+/// comes back in UTC with `Z`. Tidebus reads a time without a zone as UTC either way.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LocalTimes {
+    /// Among the filter's values: its SQL parameters, or its correlation properties.
+    pub filter: Vec<String>,
+    /// Among the action's SQL parameters.
+    pub action: Vec<String>,
+}
+
+impl LocalTimes {
+    /// As stored with a rule: a map of `filter` and `action` to lists of names.
+    fn stored(&self) -> Amqp {
+        let names =
+            |names: &[String]| Amqp::List(names.iter().cloned().map(Amqp::String).collect());
+        let mut map = OrderedMap::new();
+        map.insert(Amqp::String("filter".into()), names(&self.filter));
+        map.insert(Amqp::String("action".into()), names(&self.action));
+        Amqp::Map(map)
+    }
+
+    /// Read back from [`LocalTimes::stored`]; none when absent (a rule stored before they
+    /// were kept, or added over AMQP: its times are UTC).
+    ///
+    /// # Errors
+    /// A value of another shape.
+    fn restore(stored: Option<&Amqp>) -> Result<LocalTimes, String> {
+        let Some(stored) = stored else {
+            return Ok(LocalTimes::default());
+        };
+        let bad = || "a stored rule's local times are not lists of names".to_owned();
+        let Amqp::Map(map) = stored else {
+            return Err(bad());
+        };
+        let names = |key: &str| match map.get(&Amqp::String(key.into())) {
+            None => Ok(Vec::new()),
+            Some(Amqp::List(names)) => names
+                .iter()
+                .map(|name| match name {
+                    Amqp::String(name) => Ok(name.clone()),
+                    _ => Err(bad()),
+                })
+                .collect(),
+            Some(_) => Err(bad()),
+        };
+        Ok(LocalTimes {
+            filter: names("filter")?,
+            action: names("action")?,
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.filter.is_empty() && self.action.is_empty()
+    }
 }
 
 impl Rule {
@@ -46,7 +106,8 @@ impl Rule {
     }
 
     /// How a rule added at run time is stored: its `rule-description` map, as `add-rule`
-    /// sends it, with its name and creation time.
+    /// sends it, with its name, creation time and, when it has some, its local times (a
+    /// broker that does not know them reads the rule without).
     pub fn stored(&self) -> Bytes {
         let mut map = description::map(&self.description());
         map.insert(
@@ -57,6 +118,12 @@ impl Rule {
             Amqp::String(CREATED_KEY.into()),
             Amqp::Timestamp(Timestamp::from_milliseconds(self.created_ms)),
         );
+        if !self.local_times.is_empty() {
+            map.insert(
+                Amqp::String(LOCAL_TIMES_KEY.into()),
+                self.local_times.stored(),
+            );
+        }
         // Encoding a value the broker built itself cannot fail.
         Bytes::from(serde_amqp::to_vec(&Amqp::Map(map)).unwrap_or_default())
     }
@@ -79,12 +146,14 @@ impl Rule {
             Some(Amqp::Timestamp(at)) => at.milliseconds(),
             _ => 0,
         };
+        let local_times = LocalTimes::restore(map.get(&Amqp::String(LOCAL_TIMES_KEY.into())))?;
         let rule = description::read(&map)?;
         Ok(Rule {
             name,
             filter: rule.filter,
             action: rule.action,
             created_ms,
+            local_times,
         })
     }
 }
@@ -93,6 +162,8 @@ impl Rule {
 const NAME_KEY: &str = "rule-name";
 /// The key of a stored rule's creation time.
 const CREATED_KEY: &str = "created-at";
+/// The key of a stored rule's [`LocalTimes`].
+const LOCAL_TIMES_KEY: &str = "local-times";
 
 /// A subscription as the fan-out sees it: its lane and its rules.
 #[derive(Debug)]
@@ -217,6 +288,7 @@ mod tests {
                 filter: Filter::Sql(SqlFilter::parse("color = 'red'").expect("sql")),
                 action: Some(SqlAction::parse("SET seen = TRUE").expect("action")),
                 created_ms: 1_700_000_000_123,
+                local_times: Default::default(),
             },
             Rule {
                 name: "vip".into(),
@@ -227,6 +299,7 @@ mod tests {
                 }),
                 action: None,
                 created_ms: 5,
+                local_times: Default::default(),
             },
         ];
         for rule in rules {

@@ -13,7 +13,7 @@ use crate::config::Rights;
 use crate::encoding;
 use crate::entity::handle::{EntityError, Properties as AppProperties, ReceiveMode, Settlement};
 use crate::entity::operation::{Answer, Operation, MAX_BATCH_DELETE, MAX_PEEK};
-use crate::entity::topic::Rule;
+use crate::entity::topic::{LocalTimes, Rule};
 use crate::filter::description;
 use crate::message::{self, Arrival, MessageError};
 use crate::node::response::{string_map, Response};
@@ -457,6 +457,8 @@ fn added_rule(body: &OrderedMap<Value, Value>) -> Result<Rule, Response> {
         filter: described.filter,
         action: described.action,
         created_ms: crate::clock::now_ms(),
+        // AMQP timestamps are UTC.
+        local_times: LocalTimes::default(),
     })
 }
 

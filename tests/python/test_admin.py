@@ -38,6 +38,8 @@ from sb_common import RECEIVE_WAIT_S, now_utc, open_client, receive_exactly
 from tidebus_broker import EMULATOR_POLICY, Broker, broker_binary
 
 KEY = EMULATOR_POLICY["key"]
+# A namespace policy that may send and listen but not manage.
+NO_MANAGE = {"name": "no-manage", "key": "no-manage-key-0123456789", "rights": ["Send", "Listen"]}
 
 
 @pytest.fixture
@@ -57,9 +59,9 @@ def crowded(tmp_path):
     broker.stop()
 
 
-def secured_broker(tmp_path, **settings):
-    """A started broker with TLS, an administration endpoint and `settings`, its `ca` set to
-    the CA that signed its certificate."""
+def secured_broker(tmp_path, policies=None, **settings):
+    """A started broker with TLS, an administration endpoint, `settings` and `policies` (the
+    emulator's root policy by default), its `ca` set to the CA that signed its certificate."""
     certificates = tmp_path / "certs"
     subprocess.run(
         [broker_binary(), "gen-cert", "--host", "localhost", "--out", str(certificates)],
@@ -78,16 +80,18 @@ def secured_broker(tmp_path, **settings):
         },
     }
     topics = [{"name": "events", "subscriptions": ["all", "picky"]}]
-    broker = Broker(tmp_path / "broker", settings, queues=["declared"], topics=topics).start()
+    broker = Broker(
+        tmp_path / "broker", settings, queues=["declared"], topics=topics, policies=policies
+    ).start()
     broker.ca = str(certificates / "ca.pem")
     return broker
 
 
-def admin(broker, key=KEY, **options):
+def admin(broker, key=KEY, key_name=EMULATOR_POLICY["name"], **options):
     assert broker.admin_port, "the ready file names the administration endpoint"
     return ServiceBusAdministrationClient.from_connection_string(
         f"Endpoint=sb://localhost:{broker.admin_port}/;"
-        f"SharedAccessKeyName={EMULATOR_POLICY['name']};SharedAccessKey={key}",
+        f"SharedAccessKeyName={key_name};SharedAccessKey={key}",
         connection_verify=broker.ca,
         retry_total=0,
         **options,
@@ -554,6 +558,53 @@ def test_a_wrong_key_is_refused(secured):
     with admin(secured, key="not-the-key") as client:
         with pytest.raises(ClientAuthenticationError):
             client.get_queue("declared")
+
+
+def test_a_credential_without_manage_reads_and_changes_nothing(tmp_path):
+    # Service Bus's answers: a queue or topic that does not exist is 404 (read as absent), any
+    # other operation 401 naming the claims it needs, a subscription's naming the operation.
+    broker = secured_broker(tmp_path, policies=[EMULATOR_POLICY, NO_MANAGE])
+    try:
+        refusals = {
+            "Manage,EntityRead claims required for this operation": [
+                lambda client: client.get_queue("declared"),
+                lambda client: list(client.list_queues()),
+                lambda client: client.get_topic_runtime_properties("events"),
+            ],
+            "Authorization failed for specified action: Manage,EntityWrite.": [
+                lambda client: client.create_queue("never"),
+                lambda client: client.create_topic("never"),
+            ],
+            "Authorization failed for specified action: Manage,EntityDelete.": [
+                lambda client: client.delete_queue("declared"),
+            ],
+            "SubCode=40100: Unauthorized : Unauthorized access for 'GetSubscription' operation": [
+                lambda client: client.get_subscription("events", "all"),
+                lambda client: client.get_subscription("events", "nowhere"),
+            ],
+            "Unauthorized access for 'CreateOrUpdateSubscription' operation": [
+                lambda client: client.create_subscription("events", "never"),
+            ],
+            "Unauthorized access for 'DeleteRule' operation": [
+                lambda client: client.delete_rule("events", "all", "$Default"),
+            ],
+        }
+        with admin(broker, key=NO_MANAGE["key"], key_name=NO_MANAGE["name"]) as client:
+            with pytest.raises(ResourceNotFoundError):
+                client.get_queue("nowhere")
+            for detail, operations in refusals.items():
+                for operation in operations:
+                    with pytest.raises(ClientAuthenticationError) as refused:
+                        operation(client)
+                    assert refused.value.status_code == 401
+                    assert detail in str(refused.value), str(refused.value)
+        with admin(broker) as client:
+            assert sorted(q.name for q in client.list_queues()) == ["declared"]
+            assert [t.name for t in client.list_topics()] == ["events"]
+            assert [s.name for s in client.list_subscriptions("events")] == ["all", "picky"]
+            assert [r.name for r in client.list_rules("events", "all")] == ["$Default"]
+    finally:
+        broker.stop()
 
 
 def test_an_update_applies_to_the_live_queue_keeping_messages_and_locks(secured):

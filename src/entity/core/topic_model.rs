@@ -698,6 +698,7 @@ impl Harness {
             filter: filter.clone(),
             action: None,
             created_ms: self.now,
+            local_times: Default::default(),
         };
         let result = self.core.add_rule(lane, rule);
         if lane.dead_letter || lane.subscription == 0 {
@@ -1381,6 +1382,7 @@ fn dead_lettering_topic(filter: Filter) -> EntityCore {
                 filter,
                 action: None,
                 created_ms: 0,
+                local_times: Default::default(),
             }],
             dead_letter_on_filter_error: true,
             auto_delete_ms: None,

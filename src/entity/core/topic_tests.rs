@@ -37,6 +37,7 @@ fn subscription(number: u32, filter: Filter, rules: Rules, dead_letter: bool) ->
                 filter,
                 action: None,
                 created_ms: 0,
+                local_times: Default::default(),
             }],
             dead_letter_on_filter_error: dead_letter,
             auto_delete_ms: None,
@@ -263,6 +264,7 @@ fn a_replaced_rule_keeps_its_place_name_and_creation_time_and_is_stored() {
         filter: Filter::False,
         action: None,
         created_ms: 7,
+        local_times: Default::default(),
     };
     core.add_rule(lane(2), second).expect("added");
     core.take_changes();
@@ -271,6 +273,7 @@ fn a_replaced_rule_keeps_its_place_name_and_creation_time_and_is_stored() {
         filter: sql("region = 'us'"),
         action: None,
         created_ms: 99,
+        local_times: Default::default(),
     };
     let replaced = core.replace_rule(lane(2), new).expect("replaced");
     assert_eq!((replaced.name.as_str(), replaced.created_ms), ("r2", 0));
@@ -295,6 +298,7 @@ fn a_replaced_rule_keeps_its_place_name_and_creation_time_and_is_stored() {
         filter: Filter::True,
         action: None,
         created_ms: 0,
+        local_times: Default::default(),
     };
     assert!(matches!(
         core.replace_rule(lane(2), missing),
@@ -318,6 +322,7 @@ fn rules_are_listed_by_name_ignoring_case_a_page_at_a_time() {
             filter: Filter::True,
             action: None,
             created_ms: 0,
+            local_times: Default::default(),
         };
         core.add_rule(lane(2), rule).expect("added");
     }

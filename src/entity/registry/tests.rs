@@ -429,6 +429,7 @@ async fn a_topic_tells_whether_its_rules_read_messages_and_reads_one_sent_withou
             filter,
             action: None,
             created_ms: 0,
+            local_times: Default::default(),
         };
         let add = |subscription, rule| {
             let registry = &registry;

@@ -769,29 +769,30 @@ mod tests {
         assert!(!plain.contains("MaxMessageSizeInKilobytes"), "{plain}");
     }
 
+    /// The `QueueDescription` of the first queue `queues` (config file text) declares, created
+    /// and updated at the epoch, last accessed at `accessed_ms`, in namespace `sb://h`.
+    fn first_queue(queues: &str, accessed_ms: Option<i64>) -> String {
+        let text = format!("[broker]\nallow_anonymous = true\n{queues}");
+        let config = crate::config::Config::parse(&text, "t.toml").expect("valid");
+        let times = Times {
+            created_ms: 0,
+            updated_ms: 0,
+            accessed_ms,
+        };
+        queue(
+            &config.queues[0],
+            &Counts::default(),
+            &times,
+            None,
+            "sb://h",
+        )
+    }
+
     /// `AccessedAt` is Service Bus's zero date until a client uses the entity, then when it
     /// last did (the Go client's suite expects the zero date on a fresh entity).
     #[test]
     fn accessed_at_is_the_zero_date_until_a_client_uses_the_entity() {
-        let config = crate::config::Config::parse(
-            "[broker]\nallow_anonymous = true\n[[queues]]\nname = \"q\"\n",
-            "t.toml",
-        )
-        .expect("valid");
-        let accessed = |accessed_ms| {
-            let times = Times {
-                created_ms: 0,
-                updated_ms: 0,
-                accessed_ms,
-            };
-            queue(
-                &config.queues[0],
-                &Counts::default(),
-                &times,
-                None,
-                "sb://h",
-            )
-        };
+        let accessed = |accessed_ms| first_queue("[[queues]]\nname = \"q\"\n", accessed_ms);
         let fresh = accessed(None);
         assert!(
             fresh.contains("<AccessedAt>0001-01-01T00:00:00Z</AccessedAt>"),
@@ -808,24 +809,10 @@ mod tests {
     /// client sends `https://`), a name as its `sb://` address in the namespace dialled.
     #[test]
     fn forwarding_targets_are_written_back_as_given() {
-        let config = crate::config::Config::parse(
-            "[broker]\nallow_anonymous = true\n[[queues]]\nname = \"q\"\n\
-             forward_to = \"https://ns.example/out\"\n\
+        let described = first_queue(
+            "[[queues]]\nname = \"q\"\nforward_to = \"https://ns.example/out\"\n\
              forward_dead_lettered_messages_to = \"out\"\n[[queues]]\nname = \"out\"\n",
-            "t.toml",
-        )
-        .expect("valid");
-        let times = Times {
-            created_ms: 0,
-            updated_ms: 0,
-            accessed_ms: None,
-        };
-        let described = queue(
-            &config.queues[0],
-            &Counts::default(),
-            &times,
             None,
-            "sb://h",
         );
         for element in [
             "<ForwardTo>https://ns.example/out</ForwardTo>",
@@ -840,24 +827,10 @@ mod tests {
     /// sent with those it reads back).
     #[test]
     fn authorization_rules_carry_no_times() {
-        let config = crate::config::Config::parse(
-            "[broker]\nallow_anonymous = true\n[[queues]]\nname = \"q\"\n\
-             [[queues.shared_access_policies]]\nname = \"writer\"\nkey = \"k\"\n\
-             rights = [\"Send\"]\n",
-            "t.toml",
-        )
-        .expect("valid");
-        let times = Times {
-            created_ms: 1_700_000_000_000,
-            updated_ms: 1_700_000_000_000,
-            accessed_ms: None,
-        };
-        let described = queue(
-            &config.queues[0],
-            &Counts::default(),
-            &times,
+        let described = first_queue(
+            "[[queues]]\nname = \"q\"\n[[queues.shared_access_policies]]\nname = \"writer\"\n\
+             key = \"k\"\nrights = [\"Send\"]\n",
             None,
-            "sb://h",
         );
         assert!(
             described.contains(

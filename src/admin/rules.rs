@@ -584,14 +584,12 @@ mod tests {
     /// restart too. A rule stored before local times were kept reads back in UTC.
     #[test]
     fn times_come_back_with_the_zone_they_were_given_with() {
-        let body = format!(
-            "<entry><content><RuleDescription><Filter i:type=\"SqlFilter\">\
-             <SqlExpression>a = @utc OR a = @naive</SqlExpression><Parameters>{}{}</Parameters>\
-             </Filter><Action i:type=\"SqlRuleAction\"><SqlExpression>SET x = @utc</SqlExpression>\
-             <Parameters>{}</Parameters></Action></RuleDescription></content></entry>",
-            pair("@utc", "dateTime", "2001-01-01T01:02:03Z"),
-            pair("@naive", "dateTime", "2001-01-01T01:02:03"),
-            pair("@utc", "dateTime", "2001-01-01T01:02:03"),
+        let filter = pair("@utc", "dateTime", "2001-01-01T01:02:03Z")
+            + &pair("@naive", "dateTime", "2001-01-01T01:02:03");
+        let action = pair("@utc", "dateTime", "2001-01-01T01:02:03");
+        let body = sql_rule(
+            ("a = @utc OR a = @naive", &filter),
+            ("SET x = @utc", &action),
         );
         let rule = read(body.as_bytes(), "r", 0).expect("reads");
         let expected = LocalTimes {
@@ -629,14 +627,10 @@ mod tests {
     /// declares the rule it was read as.
     #[test]
     fn a_default_rule_is_declared_with_its_parameters() {
-        let body = format!(
-            "<entry><content><RuleDescription><Filter i:type=\"SqlFilter\">\
-             <SqlExpression>s = @s AND n = @n</SqlExpression><Parameters>{}{}</Parameters>\
-             </Filter><Action i:type=\"SqlRuleAction\"><SqlExpression>SET x = @x</SqlExpression>\
-             <Parameters>{}</Parameters></Action></RuleDescription></content></entry>",
-            pair("@n", "int", "1"),
-            pair("@s", "string", "b"),
-            pair("@x", "double", "2.5"),
+        let parameters = pair("@n", "int", "1") + &pair("@s", "string", "b");
+        let body = sql_rule(
+            ("s = @s AND n = @n", &parameters),
+            ("SET x = @x", &pair("@x", "double", "2.5")),
         );
         let rule = read(body.as_bytes(), "r", 0).expect("reads");
         let declaration = declared(&rule).expect("declared");
@@ -694,6 +688,20 @@ mod tests {
         for hostile in ["", "é", "ééaaaaa", "2020-07-05T11:12:1éé", "x+0é:00"] {
             assert_eq!(read_time(hostile), None, "{hostile:?}");
         }
+    }
+
+    /// A `RuleDescription` with a SQL filter and a SQL action, each an expression with its
+    /// parameters (`KeyValueOfstringanyType` elements).
+    fn sql_rule(
+        (filter, filter_parameters): (&str, &str),
+        (action, parameters): (&str, &str),
+    ) -> String {
+        format!(
+            "<entry><content><RuleDescription><Filter i:type=\"SqlFilter\">\
+             <SqlExpression>{filter}</SqlExpression><Parameters>{filter_parameters}</Parameters>\
+             </Filter><Action i:type=\"SqlRuleAction\"><SqlExpression>{action}</SqlExpression>\
+             <Parameters>{parameters}</Parameters></Action></RuleDescription></content></entry>"
+        )
     }
 
     /// A `KeyValueOfstringanyType` of `kind`.

@@ -1301,7 +1301,7 @@ mod status;
 mod stored;
 mod transactions;
 
-pub use forwarding::{ForwardBatch, BATCH_BYTES, MAX_HOPS};
+pub use forwarding::{ForwardBatch, MAX_HOPS};
 pub use transactions::StagedAnswer;
 
 #[cfg(test)]

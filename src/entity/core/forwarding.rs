@@ -15,7 +15,7 @@ use crate::store::{Bodies, StoreError};
 use crate::wire::annotation;
 
 /// Most bytes of messages one batch carries (past its first message).
-pub const BATCH_BYTES: u64 = 4 * 1024 * 1024;
+const BATCH_BYTES: u64 = 4 * 1024 * 1024;
 /// Most forwarding moves one message may take (Service Bus's `MaxTransferHopCount`): a
 /// message that took this many is not forwarded again but dead-lettered, to the transfer
 /// dead-letter queue of the entity that holds it.

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use fe2o3_amqp::frames::amqp::FrameBody;
 use fe2o3_amqp::types::definitions::AmqpError;
 use fe2o3_amqp::types::messaging::{Accepted, AmqpValue, DeliveryState};
-use fe2o3_amqp::types::transaction::{Declare, Declared, Discharge, TransactionError};
+use fe2o3_amqp::types::transaction::{Declare, Declared, Discharge};
 
 use crate::amqp::link::{self, Whole};
 use crate::amqp::outbox::Outbox;
@@ -82,6 +82,10 @@ pub fn control(
                     out.posts.extend(rollback);
                     Err(transactions::timed_out())
                 }
+                Ok(Discharging::Doomed(refusal, rollback)) => {
+                    out.posts.extend(rollback);
+                    Err(refusal)
+                }
                 Err(error) => Err(error),
             }
         }
@@ -110,13 +114,7 @@ pub fn on_discharged(ticket: Ticket, result: Result<(), EntityError>) -> Option<
         }
         Err(error) => {
             metrics.transactions_rolled_back.inc();
-            outcome::rejection(
-                delivery_id,
-                link::amqp_error(
-                    TransactionError::Rollback,
-                    format!("the transaction was rolled back: {error}"),
-                ),
-            )
+            outcome::rejection(delivery_id, transactions::rolled_back(error))
         }
     })
 }

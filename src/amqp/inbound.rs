@@ -245,6 +245,9 @@ pub fn send(
         Ok(staged) => staged,
         Err(error) => {
             tracing::info!(description = ?error.description, "message refused");
+            if let Some(txn) = &whole.txn {
+                transactions.doom(txn, &error);
+            }
             if whole.settled {
                 return Err(error);
             }

@@ -377,8 +377,8 @@ fn dead_letter_of(error: Option<&definitions::Error>) -> Settlement {
     }
 }
 
-/// The symbol of an error condition.
-fn condition_name(condition: &ErrorCondition) -> String {
+/// The symbol of an error condition (`amqp:not-allowed`).
+pub fn condition_name(condition: &ErrorCondition) -> String {
     serde_amqp::to_vec(condition)
         .ok()
         .and_then(|bytes| serde_amqp::from_slice::<Symbol>(&bytes).ok())

@@ -11,6 +11,7 @@ use fe2o3_amqp::types::transaction::TransactionError;
 use foldhash::HashMap;
 
 use crate::amqp::link::{self, Charge, ReassemblyBudget};
+use crate::amqp::outcome;
 use crate::clock::millis;
 use crate::entity::handle::{Command, EntityHandle, EventSink, Ticket, TxnId};
 use crate::metrics;
@@ -40,6 +41,9 @@ struct Txn {
     operations: usize,
     /// Rolled back at its deadline: later work and its discharge are refused as timed out.
     timed_out: bool,
+    /// Why work in it was refused, if any was: its commit rolls back instead (its work
+    /// succeeds or fails together).
+    doomed: Option<String>,
     /// The bytes of its staged messages, charged to the connection's budget for them until it
     /// ends.
     charge: Charge,
@@ -56,6 +60,9 @@ pub enum Discharging {
     /// Refused as timed out: rolled back at its deadline, or now (posted to its via entity),
     /// when its deadline passed before the timer came.
     TimedOut(Option<(EntityHandle, Command)>),
+    /// A commit refused with `amqp:transaction:rollback` (this error) because work in it was
+    /// refused: rolled back now (posted to its via entity, if it staged anything).
+    Doomed(definitions::Error, Option<(EntityHandle, Command)>),
 }
 
 /// The transactions of one connection.
@@ -100,6 +107,7 @@ impl Transactions {
             deadline_ms: now_ms.saturating_add(self.timeout_ms),
             operations: 0,
             timed_out: false,
+            doomed: None,
             charge: self.staged.charge(),
         };
         self.open.insert(id, txn);
@@ -120,41 +128,54 @@ impl Transactions {
         (operations, bytes): (usize, u64),
         now_ms: i64,
     ) -> Result<TxnId, definitions::Error> {
+        let limit = self.staged.limit();
         let (id, txn) = self.find(txn_id)?;
         // Past its deadline it is refused even before the timer rolls it back.
         if txn.timed_out || txn.deadline_ms <= now_ms {
             return Err(timed_out());
         }
-        if txn
+        let refusal = if txn
             .via
             .as_ref()
             .is_some_and(|via| via.name() != entity.name())
         {
-            return Err(link::amqp_error(AmqpError::NotAllowed, CROSS_ENTITY));
-        }
-        if txn.operations + operations > MAX_OPERATIONS {
-            return Err(link::amqp_error(
+            Some(link::amqp_error(AmqpError::NotAllowed, CROSS_ENTITY))
+        } else if txn.operations + operations > MAX_OPERATIONS {
+            Some(link::amqp_error(
                 AmqpError::ResourceLimitExceeded,
                 format!("a transaction holds at most {MAX_OPERATIONS} messages and settlements"),
-            ));
-        }
-        if !txn.charge.add(bytes) {
-            return Err(link::amqp_error(
+            ))
+        } else if !txn.charge.add(bytes) {
+            Some(link::amqp_error(
                 AmqpError::ResourceLimitExceeded,
                 format!(
-                    "the open transactions of this connection hold {} bytes of messages, as \
-                     many as they may; discharge one first",
-                    self.staged.limit()
+                    "the open transactions of this connection hold {limit} bytes of messages, \
+                     as many as they may; discharge one first"
                 ),
-            ));
+            ))
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
+            txn.doom(&refusal);
+            return Err(refusal);
         }
         txn.operations += operations;
         txn.via.get_or_insert_with(|| entity.clone());
         Ok(id)
     }
 
+    /// Work in the transaction `txn_id` names was refused (`why`) before it could be enlisted:
+    /// its commit rolls back. Nothing happens for an unknown id.
+    pub fn doom(&mut self, txn_id: &[u8], why: &definitions::Error) {
+        if let Ok((_, txn)) = self.find(txn_id) {
+            txn.doom(why);
+        }
+    }
+
     /// Discharges the transaction `txn_id` names: committed (unless `fail`) or rolled back;
-    /// one past its deadline is refused as timed out (and forgotten).
+    /// one past its deadline is refused as timed out, and the commit of one whose work was
+    /// refused is refused as rolled back (both forgotten).
     ///
     /// # Errors
     /// `amqp:transaction:unknown-id`.
@@ -168,6 +189,7 @@ impl Transactions {
         let (id, txn) = self.find(txn_id)?;
         let (timed_out_already, expired) = (txn.timed_out, txn.deadline_ms <= now_ms);
         let via = txn.via.clone();
+        let doomed = txn.doomed.take();
         // Gone from the books now: later work on it is refused as unknown, as after any end.
         self.open.remove(&id);
         if timed_out_already {
@@ -178,6 +200,13 @@ impl Transactions {
             return Ok(Discharging::TimedOut(via.map(|via| (via, rollback(id)))));
         }
         let metrics = metrics::broker();
+        if let (Some(why), false) = (doomed, fail) {
+            metrics.transactions_rolled_back.inc();
+            return Ok(Discharging::Doomed(
+                rolled_back(why),
+                via.map(|via| (via, rollback(id))),
+            ));
+        }
         match (via, fail) {
             (Some(via), false) => {
                 let command = Command::Discharge {
@@ -263,6 +292,16 @@ impl Transactions {
     }
 }
 
+impl Txn {
+    /// Work in it was refused: the first refusal is why its commit rolls back.
+    fn doom(&mut self, why: &definitions::Error) {
+        let description = why.description.as_deref().unwrap_or("no description");
+        let condition = outcome::condition_name(&why.condition);
+        (self.doomed)
+            .get_or_insert_with(|| format!("work in it was refused ({condition}: {description})"));
+    }
+}
+
 /// The rollback of `txn` at its via entity, with no answer wanted.
 fn rollback(txn: TxnId) -> Command {
     Command::Discharge {
@@ -281,6 +320,14 @@ fn unknown() -> definitions::Error {
     link::amqp_error(
         TransactionError::UnknownId,
         "Transaction hasn't been declared yet, or has already been discharged",
+    )
+}
+
+/// `amqp:transaction:rollback`, for a commit that rolled back instead, and `why`.
+pub fn rolled_back(why: impl std::fmt::Display) -> definitions::Error {
+    link::amqp_error(
+        TransactionError::Rollback,
+        format!("the transaction was rolled back: {why}"),
     )
 }
 
@@ -312,6 +359,12 @@ mod tests {
         format!("{:?}", error.condition)
     }
 
+    /// An entity other than `fixtures::entity`'s `q`.
+    fn other() -> EntityHandle {
+        let (mailbox, _) = tokio::sync::mpsc::channel(1);
+        EntityHandle::new("other".into(), mailbox, Default::default(), None)
+    }
+
     #[test]
     fn a_transaction_is_bound_to_the_first_entity_it_touches() {
         let mut transactions = Transactions::new(Duration::from_secs(60), 1 << 20);
@@ -319,20 +372,87 @@ mod tests {
         let wire = wire_id(id);
         let queue = fixtures::entity(false);
         assert_eq!(transactions.enlist(&wire, &queue, (1, 10), 0).unwrap(), id);
-        let (mailbox, _) = tokio::sync::mpsc::channel(1);
-        let other = EntityHandle::new("other".into(), mailbox, Default::default(), None);
-        let refused = transactions.enlist(&wire, &other, (1, 10), 0).unwrap_err();
+        let refused = transactions
+            .enlist(&wire, &other(), (1, 10), 0)
+            .unwrap_err();
         assert_eq!(refused.description.as_deref(), Some(CROSS_ENTITY));
-        match transactions.discharge(&wire, false, reply(), 0).unwrap() {
-            Discharging::Commit(via, Command::Discharge { txn, commit, .. }) => {
-                assert_eq!((via.name(), txn, commit), ("q", id, true));
+        let rollback = transactions.discharge(&wire, true, reply(), 0).unwrap();
+        assert!(
+            matches!(rollback, Discharging::Done(Some((ref via, _))) if via.name() == "q"),
+            "rolled back at its via entity: {rollback:?}"
+        );
+        let bound = wire_id(transactions.declare(1, 0).unwrap());
+        transactions.enlist(&bound, &queue, (1, 10), 0).unwrap();
+        match transactions.discharge(&bound, false, reply(), 0).unwrap() {
+            Discharging::Commit(via, Command::Discharge { commit, .. }) => {
+                assert_eq!((via.name(), commit), ("q", true));
             }
             other => panic!("not posted to its via entity: {other:?}"),
         }
         let gone = transactions
-            .discharge(&wire, false, reply(), 0)
+            .discharge(&bound, false, reply(), 0)
             .unwrap_err();
         assert!(condition(&gone).contains("UnknownId"), "{gone:?}");
+    }
+
+    #[test]
+    fn refused_work_dooms_its_transaction_and_its_commit_rolls_back() {
+        let mut transactions = Transactions::new(Duration::from_secs(60), 1_000);
+        let queue = fixtures::entity(false);
+        let cross = wire_id(transactions.declare(1, 0).unwrap());
+        let over = wire_id(transactions.declare(1, 0).unwrap());
+        let too_big = wire_id(transactions.declare(1, 0).unwrap());
+        let malformed = wire_id(transactions.declare(1, 0).unwrap());
+        for wire in [&cross, &over, &too_big] {
+            transactions.enlist(wire, &queue, (1, 10), 0).unwrap();
+        }
+        transactions
+            .enlist(&cross, &other(), (1, 10), 0)
+            .unwrap_err();
+        (transactions.enlist(&over, &queue, (MAX_OPERATIONS, 10), 0)).unwrap_err();
+        (transactions.enlist(&too_big, &queue, (1, 990), 0)).unwrap_err();
+        let bad = link::amqp_error(AmqpError::DecodeError, "delivery 3: not a message");
+        transactions.doom(&malformed, &bad);
+        for (wire, why) in [
+            (&cross, "amqp:not-allowed: Local transactions"),
+            (
+                &over,
+                "amqp:resource-limit-exceeded: a transaction holds at most 100",
+            ),
+            (
+                &too_big,
+                "amqp:resource-limit-exceeded: the open transactions",
+            ),
+            (&malformed, "amqp:decode-error: delivery 3"),
+        ] {
+            let discharged = transactions.discharge(wire, false, reply(), 0).unwrap();
+            let Discharging::Doomed(error, rollback) = discharged else {
+                panic!("{why}: committed: {discharged:?}");
+            };
+            assert!(condition(&error).contains("Rollback"), "{error:?}");
+            let description = error.description.unwrap_or_default();
+            assert!(
+                description.starts_with("the transaction was rolled back: work in it was refused")
+                    && description.contains(why),
+                "{description}"
+            );
+            assert_eq!(
+                rollback.is_some(),
+                wire != &malformed,
+                "rolled back where it staged work"
+            );
+        }
+        // A doomed transaction rolled back by its controller is answered as any rollback.
+        let rolled = wire_id(transactions.declare(1, 0).unwrap());
+        transactions.enlist(&rolled, &queue, (1, 10), 0).unwrap();
+        transactions
+            .enlist(&rolled, &other(), (1, 10), 0)
+            .unwrap_err();
+        let rollback = transactions.discharge(&rolled, true, reply(), 0).unwrap();
+        assert!(
+            matches!(rollback, Discharging::Done(Some(_))),
+            "{rollback:?}"
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use foldhash::HashMap;
 
 use uuid::Uuid;
 
-use crate::entity::terms::{ConsumerId, LaneId, LockRef, Settlement, TxnId};
+use crate::entity::terms::{ConsumerId, EntityError, LaneId, LockRef, Settlement, TxnId};
 use crate::message::Arrival;
 
 /// What a transaction does at its via entity.
@@ -60,6 +60,8 @@ pub struct Staged {
     pub scheduled: Vec<(i64, Arrival)>,
     /// Locked messages to settle.
     pub settles: Vec<StagedSettlement>,
+    /// The first refusal of work in it, if any: its commit rolls back with it instead.
+    pub refused: Option<EntityError>,
 }
 
 /// A locked message to settle at the commit.
@@ -120,6 +122,12 @@ impl Staging {
             settlement,
         };
         self.staged.entry(txn).or_default().settles.push(staged);
+    }
+
+    /// Work in `txn` was refused with `error`: its commit rolls back.
+    pub fn refuse(&mut self, txn: TxnId, error: &EntityError) {
+        let refused = &mut self.staged.entry(txn).or_default().refused;
+        refused.get_or_insert_with(|| error.clone());
     }
 
     /// Ends `txn` here: its staged work (none when it staged nothing).

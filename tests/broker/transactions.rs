@@ -314,16 +314,110 @@ async fn work_on_a_second_entity_and_past_100_operations_is_refused() {
         rejected_condition(&elsewhere),
         ErrorCondition::AmqpError(AmqpError::NotAllowed)
     );
-    txn.commit().await.expect("commit");
-    for i in 0..100 {
-        assert_eq!(client.take().await, format!("m{i}"));
-    }
+    assert_rolled_back(txn.commit().await, "amqp:resource-limit-exceeded");
+    // The same transaction without the operation over the limit: the send elsewhere dooms it.
+    // (On a controller of its own: fe2o3 discharges a failed transaction again when dropped.)
+    let controller = Controller::attach(&mut client.session, "controller-2")
+        .await
+        .expect("controller");
+    let txn = declare(&controller).await;
+    txn.post(&mut client.sender, "kept?").await.expect("post");
+    let elsewhere = txn.post(&mut to_b, "other").await.expect("post");
+    assert!(matches!(elsewhere, Outcome::Rejected(_)), "{elsewhere:?}");
+    assert_rolled_back(txn.commit().await, "Local transactions cannot span");
+    client.sender.send("marker").await.expect("send");
+    assert_eq!(
+        client.take().await,
+        "marker",
+        "nothing of either transaction"
+    );
     client.close().await;
     broker.stop().await;
 }
 
+/// A commit refused because work in the transaction was refused: `amqp:transaction:rollback`,
+/// naming the refusal (`why`).
+fn assert_rolled_back<T: std::fmt::Debug, E: std::fmt::Debug>(commit: Result<T, E>, why: &str) {
+    let text = format!("{:?}", commit.expect_err("the commit rolls back"));
+    assert!(
+        text.contains("Rollback")
+            && text.contains("the transaction was rolled back: ")
+            && text.contains(why),
+        "{text}"
+    );
+}
+
+/// The source filter of a receiver for session `id` (a plain string, as the Python SDK sends).
+fn session_filter(id: &str) -> fe2o3_amqp::types::messaging::FilterSet {
+    let mut filter = fe2o3_amqp::types::messaging::FilterSet::new();
+    filter.insert(
+        fe2o3_amqp::types::primitives::Symbol::from("com.microsoft:session-filter"),
+        Value::String(id.to_owned()),
+    );
+    filter
+}
+
+/// A send the queue itself refuses (no session id on a session queue) dooms the transaction
+/// as a refusal at the connection does: its other sends are not applied at the commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_the_entity_refuses_rolls_its_transaction_back() {
+    let mut config = config_with_queues(&["s"]);
+    config.queues[0].requires_session = true;
+    let broker = TestBroker::start(config).await;
+    let (mut connection, mut session) = connect_session(broker.addr).await;
+    let controller = Controller::attach(&mut session, "controller")
+        .await
+        .expect("controller");
+    let mut sender = Sender::attach(&mut session, "sender", "s")
+        .await
+        .expect("sender");
+    let in_session = |body: &str| {
+        fe2o3_amqp::types::messaging::Message::builder()
+            .properties(
+                fe2o3_amqp::types::messaging::Properties::builder()
+                    .group_id(String::from("a"))
+                    .build(),
+            )
+            .value(body.to_owned())
+            .build()
+    };
+    let txn = declare(&controller).await;
+    let taken = txn
+        .post(&mut sender, in_session("first"))
+        .await
+        .expect("post");
+    assert!(matches!(taken, Outcome::Accepted(_)), "{taken:?}");
+    let refused = txn.post(&mut sender, "no session").await.expect("post");
+    assert!(matches!(refused, Outcome::Rejected(_)), "{refused:?}");
+    txn.post(&mut sender, in_session("last"))
+        .await
+        .expect("post");
+    assert_rolled_back(txn.commit().await, "The SessionId was not set on a message");
+    // Nothing reached the session: a message sent outside the transaction comes first.
+    sender.send(in_session("marker")).await.expect("send");
+    let receiver = timeout(
+        DEADLINE,
+        Receiver::builder()
+            .name("session-a")
+            .source(
+                fe2o3_amqp::types::messaging::Source::builder()
+                    .address("s")
+                    .filter(session_filter("a"))
+                    .build(),
+            )
+            .attach(&mut session),
+    )
+    .await
+    .expect("in time");
+    let mut receiver = receiver.expect("session receiver");
+    let delivery = next_delivery::<String>(&mut receiver).await;
+    assert_eq!(delivery.body(), "marker");
+    let _ = timeout(DEADLINE, connection.close()).await;
+    broker.stop().await;
+}
+
 /// What a connection's open transactions stage is bounded: 16 messages of the largest size.
-/// Past it a send is refused, the transaction goes on, and its commit applies what it holds.
+/// Past it a send is refused and the transaction's commit rolls back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn staged_messages_are_bounded_per_connection() {
     let mut config = config_with_queues(&["q"]);
@@ -352,6 +446,17 @@ async fn staged_messages_are_bounded_per_connection() {
         ErrorCondition::AmqpError(AmqpError::ResourceLimitExceeded)
     );
     assert_eq!(staged, 17, "as many as 16 × 64 KiB holds");
+    assert_rolled_back(txn.commit().await, "amqp:resource-limit-exceeded");
+    // The bytes are given back: the same transaction a message short commits.
+    let controller = Controller::attach(&mut client.session, "controller-2")
+        .await
+        .expect("controller");
+    let txn = declare(&controller).await;
+    for _ in 0..staged {
+        txn.post(&mut client.sender, body.clone())
+            .await
+            .expect("post");
+    }
     txn.commit().await.expect("commit");
     for _ in 0..staged {
         assert_eq!(client.take().await.len(), body.len());

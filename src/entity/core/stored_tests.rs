@@ -299,6 +299,52 @@ fn a_commit_whose_lock_lapsed_applies_none_of_its_work() {
 }
 
 #[test]
+fn refused_work_dooms_its_transaction_and_its_commit_applies_nothing() {
+    let mut entity = Entity::queue_requiring_sessions(true);
+    let in_session = |marker| {
+        let mut message = arrival(marker, None);
+        message.session_id = Some("a".into());
+        message
+    };
+    let taken = entity.core.stage(1, Work::Send(vec![in_session(1)]));
+    assert!(matches!(taken, StagedAnswer::Sent(Ok(()))));
+    let refused = entity.core.stage(1, Work::Send(vec![arrival(2, None)]));
+    assert!(
+        matches!(refused, StagedAnswer::Sent(Err(_))),
+        "no session id"
+    );
+    entity.core.stage(1, Work::Send(vec![in_session(3)]));
+    let committed = entity.core.discharge(0, 1, true, &mut entity.log);
+    let StagedAnswer::Sent(Err(why)) = refused else {
+        unreachable!()
+    };
+    assert_eq!(committed, Err(why), "rolled back with the refusal");
+    assert_eq!(entity.core.len(), 0, "none of its sends was applied");
+    // A settlement refused dooms its transaction too; a rollback is a rollback.
+    entity.core.stage(2, Work::Send(vec![in_session(4)]));
+    let bogus = LockRef {
+        seq: 99,
+        token: uuid::Uuid::from_u128(99),
+    };
+    let settle = Work::Settle {
+        consumer: A,
+        items: vec![(bogus, Settlement::Complete)],
+    };
+    let settled = entity.core.stage(2, settle);
+    assert!(matches!(settled, StagedAnswer::Settled(r) if r == vec![Err(EntityError::LockLost)]));
+    let committed = entity.core.discharge(0, 2, true, &mut entity.log);
+    assert_eq!(committed, Err(EntityError::LockLost));
+    assert_eq!(entity.core.len(), 0);
+    entity.core.stage(3, Work::Send(vec![arrival(5, None)]));
+    let rolled = entity.core.discharge(0, 3, false, &mut entity.log);
+    assert_eq!(
+        rolled,
+        Ok(()),
+        "a doomed transaction's rollback is answered as any"
+    );
+}
+
+#[test]
 fn a_forwarded_message_is_marked_and_stays_until_its_target_stores_it() {
     let mut entity = Entity::queue();
     let [seq] = entity.send(0, 1)[..] else {

@@ -25,8 +25,22 @@ pub enum StagedAnswer {
 }
 
 impl EntityCore {
-    /// Stages work in transaction `txn`: checked now, applied at its commit.
+    /// Stages work in transaction `txn`: checked now, applied at its commit. Refused work
+    /// dooms the transaction: its commit rolls back (its work succeeds or fails together).
     pub fn stage(&mut self, txn: TxnId, work: Work) -> StagedAnswer {
+        let answer = self.check_and_stage(txn, work);
+        let refusal = match &answer {
+            StagedAnswer::Sent(Err(error)) | StagedAnswer::Managed(Err(error)) => Some(error),
+            StagedAnswer::Settled(items) => items.iter().find_map(|item| item.as_ref().err()),
+            _ => None,
+        };
+        if let Some(error) = refusal {
+            self.staging.refuse(txn, error);
+        }
+        answer
+    }
+
+    fn check_and_stage(&mut self, txn: TxnId, work: Work) -> StagedAnswer {
         match work {
             Work::Send(messages) => {
                 let result = self.check_sendable(&messages);
@@ -121,7 +135,8 @@ impl EntityCore {
     /// numbers (all or none, as a batch send), then its settlements apply.
     ///
     /// # Errors
-    /// Why nothing was applied: a lock was lost, or the sends do not fit or are refused now;
+    /// Why nothing was applied: work in it was refused when staged (that refusal), a lock was
+    /// lost, or the sends do not fit or are refused now;
     /// [`EntityError::Storage`] when a body could not be read (the entity must stop then).
     pub fn discharge(
         &mut self,
@@ -133,6 +148,9 @@ impl EntityCore {
         let staged = self.staging.take(txn);
         if !commit {
             return Ok(());
+        }
+        if let Some(refusal) = staged.refused {
+            return Err(refusal);
         }
         for settle in &staged.settles {
             if !self.lane(settle.lane)?.holds(settle.consumer, settle.lock) {

@@ -3,8 +3,11 @@ package dev.tidebus.sdk;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.azure.messaging.servicebus.ServiceBusClientBuilder;
+import com.azure.messaging.servicebus.ServiceBusException;
 import com.azure.messaging.servicebus.ServiceBusReceivedMessage;
 import com.azure.messaging.servicebus.ServiceBusReceiverClient;
 import com.azure.messaging.servicebus.ServiceBusSenderClient;
@@ -163,9 +166,11 @@ class TransactionTest extends TidebusTest {
      * Without a via entity a transaction cannot span two queues (Service Bus: "Local transactions
      * cannot span multiple top-level entities such as queue or topic."): the broker rejects the
      * transactional send to the second queue (disposition transactional-state{rejected}), so
-     * nothing reaches it. The Java SDK does not surface that rejection: core-amqp's ReactorSender
+     * nothing reaches it. The Java SDK does not surface that rejection (core-amqp's ReactorSender
      * completes a send made with a delivery state on whatever state comes back, so sendMessage
-     * returns normally, and the commit applies the transaction's complete alone.
+     * returns normally), but the refusal dooms the transaction: its commit is rejected with
+     * amqp:transaction:rollback, so the complete in it is not applied either — the transaction's
+     * work succeeds or fails together.
      */
     @Test
     void aTransactionWithoutViaCannotSpanTwoQueues() {
@@ -177,11 +182,18 @@ class TransactionTest extends TidebusTest {
         ServiceBusTransactionContext transaction = receiver.createTransaction();
         receiver.complete(input, in(transaction));
         out.sendMessage(text("output"), transaction);
-        receiver.commitTransaction(transaction);
+        ServiceBusException refused =
+                assertThrows(ServiceBusException.class, () -> receiver.commitTransaction(transaction));
+        assertTrue(
+                refused.getMessage().contains("Local transactions cannot span multiple top-level entities"),
+                refused.getMessage());
 
-        ServiceBusReceiverClient outReceiver = receiver("tx-local-out");
-        // Nothing was sent to the second queue.
-        assertDrained(outReceiver);
+        // Nothing was sent to the second queue, and the input was not completed: it is still
+        // there, locked by its receiver until its lock ends (the SDK counts it settled already).
+        assertDrained(receiver("tx-local-out"));
+        ServiceBusReceivedMessage stillThere = firstMessage(receiver);
+        assertNotNull(stillThere, "the rolled-back complete left the input");
+        assertEquals(input.getSequenceNumber(), stillThere.getSequenceNumber());
     }
 
     /**

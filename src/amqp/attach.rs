@@ -89,7 +89,7 @@ pub fn open(
             ),
         ))
     } else {
-        resolve(&attach, ctx.registry)
+        resolve(&attach, ctx.registry).and_then(|found| one_cbs_link(&attach.role, found, ctx))
     };
     let authorized = found.and_then(|(node, address)| {
         let needs = rights_to_attach(&attach.role, &node);
@@ -333,6 +333,29 @@ fn resolve(attach: &Attach, registry: &Registry) -> Result<(Node, String), defin
     match refusal(&attach.role, &node, &address) {
         Some(description) => Err(link::amqp_error(AmqpError::NotAllowed, description)),
         None => Ok((node, address)),
+    }
+}
+
+/// Refuses a second `$cbs` link of one direction on a connection, as Service Bus does (the Go
+/// SDK resets its connection on that refusal).
+fn one_cbs_link(
+    role: &Role,
+    (node, address): (Node, String),
+    ctx: &Context<'_>,
+) -> Result<(Node, String), definitions::Error> {
+    let open = match role {
+        Role::Sender => ctx.cbs.sender,
+        Role::Receiver => ctx.cbs.receiver,
+    };
+    match (&node, open) {
+        (Node::Cbs, true) => Err(link::amqp_error(
+            AmqpError::NotAllowed,
+            format!(
+                "A link to connection '{}' $cbs node has already been opened.",
+                ctx.connection_id
+            ),
+        )),
+        _ => Ok((node, address)),
     }
 }
 

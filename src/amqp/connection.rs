@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::amqp::frames::{self, FrameError, FrameReader, Outbound};
 use crate::amqp::handshake::{self, Authenticated};
 use crate::amqp::link::{amqp_error, ReassemblyBudget};
-use crate::amqp::outbox::{Context, Fault, Outbox};
+use crate::amqp::outbox::{CbsLinks, Context, Fault, Outbox};
 use crate::amqp::session::Session;
 use crate::amqp::transactions::Transactions;
 use crate::auth::access::Access;
@@ -104,7 +104,8 @@ pub async fn serve<R, W>(
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let mut reader = FrameReader::new(read);
-    let handshake = open_connection(&mut reader, &mut write, &shared);
+    let container_id = format!("tidebus-{}", uuid::Uuid::new_v4());
+    let handshake = open_connection(&mut reader, &mut write, (&shared, &container_id));
     let (remote_idle, remote_max_frame, authenticated) = match tokio::time::timeout_at(
         handshake_deadline,
         handshake,
@@ -146,6 +147,7 @@ pub async fn serve<R, W>(
         shared.max_message_size.saturating_mul(STAGED_MESSAGES),
     );
     let mut connection = Connection {
+        container_id,
         access,
         shared,
         outbound,
@@ -190,7 +192,7 @@ type Opened = (Option<Duration>, usize, Authenticated);
 async fn open_connection<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     reader: &mut FrameReader<R>,
     writer: &mut W,
-    shared: &Shared,
+    (shared, container_id): (&Shared, &str),
 ) -> Result<Opened, String> {
     let authenticated = handshake::negotiate(reader, writer, &shared.policies)
         .await
@@ -212,12 +214,12 @@ async fn open_connection<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 Err(error) => format!("the first frame must be open: {error}"),
             };
             let error = amqp_error(AmqpError::IllegalState, reason.clone());
-            let _ = write_frame(writer, our_open(shared)).await;
+            let _ = write_frame(writer, our_open(shared, container_id)).await;
             let _ = write_frame(writer, close_frame(Some(error))).await;
             return Err(reason);
         }
     };
-    write_frame(writer, our_open(shared))
+    write_frame(writer, our_open(shared, container_id))
         .await
         .map_err(|e| e.to_string())?;
     let remote_max_frame = open.max_frame_size.0.clamp(512, WRITE_FRAME_CAP) as usize;
@@ -293,14 +295,15 @@ fn close_frame(error: Option<definitions::Error>) -> Frame {
     Frame::new(0u16, FrameBody::Close(Close { error }))
 }
 
-fn our_open(shared: &Shared) -> Frame {
+/// The broker's `open`, naming the connection `container_id`.
+fn our_open(shared: &Shared, container_id: &str) -> Frame {
     // AMQP 1.0 §2.4.5: advertise half the threshold actually enforced, so a client that
     // sends its empty frames at the advertised interval never races the deadline.
     let idle_ms = u32::try_from(shared.idle_timeout.as_millis() / 2).unwrap_or(u32::MAX);
     Frame::new(
         0u16,
         FrameBody::Open(Open {
-            container_id: format!("tidebus-{}", uuid::Uuid::new_v4()),
+            container_id: container_id.to_owned(),
             hostname: None,
             max_frame_size: MaxFrameSize(shared.max_frame_size),
             channel_max: ChannelMax(CHANNEL_MAX),
@@ -330,7 +333,7 @@ async fn read_frame<R: AsyncRead + Unpin>(
 /// What a session needs from the connection (built from disjoint fields, so the connection
 /// can lend it while a session is borrowed).
 fn context<'a>(
-    shared: &'a Shared,
+    (shared, connection_id): (&'a Shared, &'a str),
     events: &'a EventSink,
     reassembly: &'a ReassemblyBudget,
     links: usize,
@@ -340,6 +343,8 @@ fn context<'a>(
     Context {
         access,
         transactions,
+        cbs: CbsLinks::default(),
+        connection_id,
         reassembly,
         links_full: links >= shared.max_links_per_connection,
         answers_full,
@@ -357,6 +362,8 @@ enum Running {
 }
 
 struct Connection {
+    /// The container id of the broker's `open`: the connection's id in refusals.
+    container_id: String,
     shared: Arc<Shared>,
     /// What the client may do: its SASL principal and the tokens it put.
     access: Access,
@@ -572,6 +579,13 @@ impl Connection {
     /// may: `connection_buffer` bytes waiting for the client's credit or window, or
     /// [`MAX_REQUESTS_IN_FLIGHT`] requests at entities. Requests arriving meanwhile are
     /// deferred, so a client that takes no answers holds little more than that.
+    /// The `$cbs` links the connection's sessions hold open.
+    fn cbs_links(&self) -> CbsLinks {
+        (self.sessions.values())
+            .map(Session::cbs_links)
+            .fold(CbsLinks::default(), CbsLinks::and)
+    }
+
     fn answers_full(&self) -> bool {
         let (waiting, in_flight) = self
             .sessions
@@ -603,7 +617,7 @@ impl Connection {
             };
             let mut out = std::mem::take(&mut self.spare);
             let mut ctx = context(
-                &self.shared,
+                (&self.shared, &self.container_id),
                 &self.events,
                 &self.reassembly,
                 self.link_sessions.len(),
@@ -693,6 +707,10 @@ impl Connection {
             body => {
                 let answers_full =
                     matches!(body, FrameBody::Transfer { .. }) && self.answers_full();
+                let cbs = match &body {
+                    FrameBody::Attach(_) => self.cbs_links(),
+                    _ => CbsLinks::default(),
+                };
                 let Some(session) = self.sessions.get_mut(&channel) else {
                     return self.fail(amqp_error(
                         AmqpError::IllegalState,
@@ -701,13 +719,14 @@ impl Connection {
                 };
                 let mut out = std::mem::take(&mut self.spare);
                 let mut ctx = context(
-                    &self.shared,
+                    (&self.shared, &self.container_id),
                     &self.events,
                     &self.reassembly,
                     self.link_sessions.len(),
                     answers_full,
                     (&mut self.access, &mut self.transactions),
                 );
+                ctx.cbs = cbs;
                 let result = match body {
                     FrameBody::Attach(attach) => {
                         let id = self.shared.next_link_id.fetch_add(1, Ordering::Relaxed);
@@ -786,7 +805,7 @@ impl Connection {
         };
         let mut out = std::mem::take(&mut self.spare);
         let ctx = context(
-            &self.shared,
+            (&self.shared, &self.container_id),
             &self.events,
             &self.reassembly,
             self.link_sessions.len(),

@@ -53,4 +53,29 @@ pub struct Context<'a> {
     pub access: &'a mut Access,
     /// The connection's transactions.
     pub transactions: &'a mut Transactions,
+    /// The `$cbs` links the connection holds open (only an attach needs them).
+    pub cbs: CbsLinks,
+    /// The connection's id (the container id the broker's `open` gave it).
+    pub connection_id: &'a str,
+}
+
+/// The `$cbs` links one connection holds open, by the client's role: Service Bus allows one of
+/// each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CbsLinks {
+    /// A client sender (its token requests).
+    pub sender: bool,
+    /// A client receiver (their answers).
+    pub receiver: bool,
+}
+
+impl CbsLinks {
+    /// The links of both (two sessions') together.
+    #[must_use]
+    pub fn and(self, other: CbsLinks) -> CbsLinks {
+        CbsLinks {
+            sender: self.sender || other.sender,
+            receiver: self.receiver || other.receiver,
+        }
+    }
 }

@@ -19,7 +19,7 @@ use crate::amqp::coordinator;
 use crate::amqp::inbound::{self, Step};
 use crate::amqp::link::{self, Link, LinkKind, Outgoing};
 use crate::amqp::outbound;
-use crate::amqp::outbox::{Context, Fault, Outbox};
+use crate::amqp::outbox::{CbsLinks, Context, Fault, Outbox};
 use crate::amqp::outcome::{self, Ledger};
 use crate::amqp::requests::{self, Reply, Request, Requests};
 use crate::amqp::transactions::Transactions;
@@ -72,6 +72,23 @@ pub struct Session {
 }
 
 impl Session {
+    /// The `$cbs` links the session holds open.
+    pub fn cbs_links(&self) -> CbsLinks {
+        let mut cbs = CbsLinks::default();
+        for link in self.links.values() {
+            match &link.kind {
+                LinkKind::Incoming(incoming) if matches!(incoming.node, Node::Cbs) => {
+                    cbs.sender = true;
+                }
+                LinkKind::Replies(replies) if replies.node == link::node_key(&Node::Cbs) => {
+                    cbs.receiver = true;
+                }
+                _ => {}
+            }
+        }
+        cbs
+    }
+
     /// Starts a session from the client's `begin` and returns it with the reply.
     pub fn begin(
         local_channel: u16,

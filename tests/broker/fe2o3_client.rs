@@ -409,3 +409,55 @@ fn locked_until_ms<T>(delivery: &fe2o3_amqp::link::delivery::Delivery<T>) -> i64
         other => panic!("x-opt-locked-until missing or not a timestamp: {other:?}"),
     }
 }
+
+/// Service Bus lets a connection hold one `$cbs` link each way: a second sender or receiver
+/// (on any of its sessions) is refused with its words, and one may attach again once the
+/// first detached. (The Go SDK's `TestAMQPLinksCBSLinkStillOpen` resets its connection on
+/// that refusal.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_holds_one_cbs_link_each_way() {
+    let broker = TestBroker::start(config_with_queues(&["q"])).await;
+    let (mut connection, mut session) = connect_session(broker.addr).await;
+    let mut other = Session::begin(&mut connection).await.expect("session");
+    let sender = Sender::attach(&mut session, "cbs-sender", "$cbs")
+        .await
+        .expect("the first sender");
+    let receiver = Receiver::attach(&mut session, "cbs-receiver", "$cbs")
+        .await
+        .expect("the first receiver");
+    let refusals = [
+        format!(
+            "{:?}",
+            Sender::attach(&mut other, "cbs-sender-2", "$cbs").await
+        ),
+        format!(
+            "{:?}",
+            Receiver::attach(&mut other, "cbs-receiver-2", "$cbs").await
+        ),
+    ];
+    for refusal in refusals {
+        assert!(
+            refusal.contains("NotAllowed")
+                && refusal.contains("A link to connection 'tidebus-")
+                && refusal.contains("' $cbs node has already been opened."),
+            "{refusal}"
+        );
+    }
+    sender.close().await.expect("close sender");
+    receiver.close().await.expect("close receiver");
+    let sender = Sender::attach(&mut other, "cbs-sender-3", "$cbs")
+        .await
+        .expect("once the first went");
+    let receiver = Receiver::attach(&mut other, "cbs-receiver-3", "$cbs")
+        .await
+        .expect("once the first went");
+    // Another connection has its own.
+    let (mut second, mut its_session) = connect_session(broker.addr).await;
+    Sender::attach(&mut its_session, "cbs-sender", "$cbs")
+        .await
+        .expect("a sender of another connection");
+    drop((sender, receiver));
+    let _ = timeout(DEADLINE, second.close()).await;
+    let _ = timeout(DEADLINE, connection.close()).await;
+    broker.stop().await;
+}

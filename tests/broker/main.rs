@@ -2,6 +2,7 @@
 
 mod azservicebus;
 mod child;
+mod containers;
 mod daemon;
 mod durability;
 mod emulator_config;

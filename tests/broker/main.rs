@@ -21,5 +21,6 @@ mod python;
 mod raw;
 mod runner;
 mod settlement;
+mod spring;
 mod support;
 mod transactions;

@@ -2,6 +2,7 @@
 
 mod azservicebus;
 mod child;
+mod containers;
 mod daemon;
 mod durability;
 mod emulator_config;
@@ -20,5 +21,6 @@ mod python;
 mod raw;
 mod runner;
 mod settlement;
+mod spring;
 mod support;
 mod transactions;

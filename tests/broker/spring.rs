@@ -1,0 +1,68 @@
+//! A Spring Boot application on Spring Cloud Azure's Service Bus support (`tests/spring`:
+//! Spring Boot 4.0.7, Spring Cloud Azure 7.0.0, pinned in its `pom.xml`), configured with the
+//! emulator's connection string alone, sending and receiving through the real broker binary.
+//!
+//! The broker runs as a plain process here, not in the image: what this checks is the Spring
+//! starter's client configuration against the emulator string (the image's own paths are the
+//! container tests'), and it needs no podman. Maven's output goes to `<target>/spring`, its
+//! artifacts to `~/.m2`, downloaded on the first run. Output and failure as in `runner`.
+
+use std::process::Command;
+use std::time::Duration;
+
+use crate::child::ChildBroker;
+use crate::prepared::{crate_root, target_dir};
+use crate::runner;
+
+/// The first run downloads Spring Boot, Spring Cloud Azure and the SDK before it tests.
+const RUN_DEADLINE: Duration = Duration::from_secs(10 * 60);
+
+/// The emulator's policy and key, which its connection string names, and the application's
+/// queue.
+const CONFIG: &str = r#"
+[broker]
+durability = "memory"
+
+[[shared_access_policies]]
+name = "RootManageSharedAccessKey"
+key = "SAS_KEY_VALUE"
+rights = ["Manage", "Send", "Listen"]
+
+[[queues]]
+name = "orders"
+"#;
+
+/// The starter's auto-configured sender places an order on a queue and the processor client it
+/// built from the application's listener (started by the starter itself) receives it.
+#[test]
+fn spring_cloud_azure_servicebus_app() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let broker = ChildBroker::start(dir.path(), CONFIG);
+    let connection = format!(
+        "Endpoint=sb://localhost:{};SharedAccessKeyName=RootManageSharedAccessKey;\
+         SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;",
+        broker.addr.port()
+    );
+    let mut command = Command::new("mvn");
+    command
+        .current_dir(crate_root())
+        .args(["-B", "-ntp", "-Dstyle.color=never", "-f"])
+        .arg(crate_root().join("tests/spring/pom.xml"))
+        .arg(format!(
+            "-Dtidebus.buildDirectory={}",
+            target_dir().join("spring").display()
+        ))
+        .arg("test")
+        .env("TIDEBUS_CONNECTION_STRING", connection);
+    runner::run(
+        "mvn test (tests/spring)",
+        &mut command,
+        RUN_DEADLINE,
+        |code| match code {
+            Some(1) => "the Spring application's test failed (or Maven could not resolve it)",
+            Some(_) => "Maven error",
+            None => "killed by a signal",
+        },
+    );
+    drop(broker);
+}

@@ -116,6 +116,21 @@ pub struct Bound {
     pub admin: Option<SocketAddr>,
 }
 
+/// How the start line names the listeners: `amqp 127.0.0.1:5672, amqps …, ws …, admin …`.
+impl std::fmt::Display for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let named = (self.plain.iter().map(|addr| ("amqp", addr)))
+            .chain(self.tls.iter().map(|addr| ("amqps", addr)))
+            .chain(self.websocket.iter().map(|addr| ("ws", addr)))
+            .chain(self.admin.iter().map(|addr| ("admin", addr)));
+        for (i, (kind, addr)) in named.enumerate() {
+            let separator = if i == 0 { "" } else { ", " };
+            write!(f, "{separator}{kind} {addr}")?;
+        }
+        Ok(())
+    }
+}
+
 /// Applies each reloaded config in turn until `stop`, logging what it did and kept.
 async fn apply_reloads(
     registry: Arc<Registry>,
@@ -208,6 +223,7 @@ pub async fn run_with_reloads(
     reloads: tokio::sync::mpsc::Receiver<Config>,
     on_ready: impl FnOnce(Bound),
 ) -> Result<(), RunError> {
+    let starting = std::time::Instant::now();
     let listeners = listeners.into();
     let bound = Bound {
         plain: listeners
@@ -346,7 +362,21 @@ pub async fn run_with_reloads(
         })
         .chain(admin)
         .collect();
-    tracing::info!(plain = ?bound.plain, tls = ?bound.tls, websocket = ?bound.websocket, admin = ?bound.admin, entities, allow_anonymous = config.broker.allow_anonymous, "listening");
+    let data_dir = match config.broker.durability {
+        Durability::Memory => "none (memory)".to_owned(),
+        _ => config.broker.data_dir.display().to_string(),
+    };
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        listeners = %bound,
+        data_dir,
+        durability = config.broker.durability.name(),
+        entities,
+        messages = acceptance.shared.registry.recovered_messages(),
+        allow_anonymous = config.broker.allow_anonymous,
+        took = ?starting.elapsed(),
+        "started"
+    );
     tasks.tracker.spawn(apply_reloads(
         acceptance.shared.registry.clone(),
         config.clone(),

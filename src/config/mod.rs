@@ -101,6 +101,17 @@ pub enum Durability {
     Memory,
 }
 
+impl Durability {
+    /// Its name in the config file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::Sync => "sync",
+            Durability::Interval => "interval",
+            Durability::Memory => "memory",
+        }
+    }
+}
+
 /// How the broker writes its log (`[broker] log_format`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -103,6 +103,15 @@ impl Launcher {
     /// A [`StoreError`] when a log cannot be read back, or holds messages of another number
     /// of partitions than the entity has.
     fn launch(&self, declaration: &Declaration) -> Result<EntityHandle, StoreError> {
+        self.launch_counting(declaration, &mut 0)
+    }
+
+    /// [`Launcher::launch`], adding the messages recovered to `recovered`.
+    fn launch_counting(
+        &self,
+        declaration: &Declaration,
+        recovered: &mut usize,
+    ) -> Result<EntityHandle, StoreError> {
         let name = declaration.name();
         let partitions = declaration.partitions();
         let stray = self.store.stray_logs(name, partitions)?;
@@ -114,6 +123,7 @@ impl Launcher {
         }
         let Some(count) = partitions else {
             let parts = self.parts(declaration, self.store.log(name)?, None)?;
+            *recovered += parts.core.len();
             return Ok(actor::spawn(
                 parts,
                 self.commit.clone(),
@@ -129,6 +139,7 @@ impl Launcher {
             let log = self.store.partition_log(name, partition)?;
             let numbers = first.as_ref().and_then(|(numbers, _)| numbers.as_ref());
             let mut parts = self.parts(declaration, log, numbers)?;
+            *recovered += parts.core.len();
             parts.partition = Partition::numbered(partition);
             let numbers = parts.subscriptions.clone();
             let (mailbox, subscriptions) = actor::start(
@@ -320,6 +331,8 @@ pub struct Registry {
     launcher: std::sync::Mutex<Option<Launcher>>,
     /// `broker.max_entities`, as the broker started with it.
     max_entities: usize,
+    /// The messages the start recovered from the store, in every lane of every entity.
+    recovered: usize,
 }
 
 impl Registry {
@@ -403,9 +416,10 @@ impl Registry {
             times.extend(value.map(|value| (key, value)));
         }
         let mut entities = HashMap::new();
+        let mut recovered = 0;
         // Launched before they are all live: an actor resolves its target at each attempt.
         for (declaration, file) in declarations {
-            let handle = launcher.launch(&declaration)?;
+            let handle = launcher.launch_counting(&declaration, &mut recovered)?;
             let entry = Entry {
                 handle,
                 declaration,
@@ -421,7 +435,13 @@ impl Registry {
             times: RwLock::new(times),
             launcher: std::sync::Mutex::new(Some(launcher)),
             max_entities: config.broker.max_entities,
+            recovered,
         })
+    }
+
+    /// The messages the start recovered from the store, in every lane of every entity.
+    pub fn recovered_messages(&self) -> usize {
+        self.recovered
     }
 
     /// Refuses a declaration to create or change at run time (the administration API) that

@@ -186,6 +186,24 @@ pub struct LaneId {
     pub dead_letter: bool,
 }
 
+/// How logs name a lane: `main`, `dead-letter`, `subscription 3`, `subscription 3
+/// dead-letter`, `transfer`, `transfer dead-letter`.
+impl std::fmt::Display for LaneId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lane = match self.subscription {
+            0 => None,
+            u32::MAX => Some("transfer".to_owned()),
+            n => Some(format!("subscription {n}")),
+        };
+        match (lane, self.dead_letter) {
+            (None, false) => f.write_str("main"),
+            (None, true) => f.write_str("dead-letter"),
+            (Some(lane), false) => f.write_str(&lane),
+            (Some(lane), true) => write!(f, "{lane} dead-letter"),
+        }
+    }
+}
+
 impl LaneId {
     /// A queue's own messages.
     pub const MAIN: LaneId = LaneId {
@@ -689,6 +707,34 @@ impl Store {
 mod tests {
     use super::*;
     use crate::config::Config;
+
+    #[test]
+    fn lanes_are_named_in_words() {
+        let subscription = |subscription, dead_letter| LaneId {
+            subscription,
+            dead_letter,
+        };
+        let names = [
+            LaneId::MAIN,
+            LaneId::DEAD_LETTER,
+            subscription(3, false),
+            subscription(3, true),
+            LaneId::TRANSFER,
+            LaneId::TRANSFER_DEAD_LETTER,
+        ]
+        .map(|lane| lane.to_string());
+        assert_eq!(
+            names,
+            [
+                "main",
+                "dead-letter",
+                "subscription 3",
+                "subscription 3 dead-letter",
+                "transfer",
+                "transfer dead-letter"
+            ]
+        );
+    }
 
     #[test]
     fn times_keys_tell_an_entity_its_subscriptions_and_other_entities_apart() {

@@ -463,3 +463,55 @@ async fn console_refusals_carry_the_status_service_bus_gives_them() {
     assert_eq!(status, 404, "nothing is dead-lettered: {answer}");
     assert!(answer.contains("12345"), "{answer}");
 }
+
+/// A start says what it started in one info line: version, listeners, data directory,
+/// durability, entities, the messages it recovered and the time it took. What each lane
+/// recovered is debug detail, and no info line shows a Rust value's Debug form.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_is_one_info_line_that_counts_what_it_recovered() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let config = format!(
+        "{}\n[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = \"s\"\n",
+        crate::durability::config("sync")
+    );
+    let broker = ChildBroker::start(dir.path(), &config);
+    assert_eq!(
+        crate::durability::send_ids(broker.addr, 0..3).await,
+        vec![0, 1, 2]
+    );
+    broker.terminate();
+    let broker = ChildBroker::start(dir.path(), &config);
+    let log = broker.log_text();
+    let info: Vec<&str> = log.lines().filter(|line| line.contains(" INFO ")).collect();
+    let started: Vec<&&str> = info
+        .iter()
+        .filter(|line| line.contains(" started "))
+        .collect();
+    let [started] = started[..] else {
+        panic!("one start line:\n{log}");
+    };
+    let addr = broker.addr.to_string();
+    for field in [
+        format!("version=\"{}\"", env!("CARGO_PKG_VERSION")),
+        format!("listeners=amqp {addr}, admin "),
+        "durability=\"sync\"".to_owned(),
+        "entities=2".to_owned(),
+        "messages=3".to_owned(),
+        "data_dir=".to_owned(),
+        "took=".to_owned(),
+    ] {
+        assert!(started.contains(&field), "{field} in {started}");
+    }
+    assert_eq!(info.len(), 1, "nothing else at info:\n{}", info.join("\n"));
+    assert!(
+        log.lines().any(
+            |line| line.contains(" DEBUG ") && line.contains("lane=subscription 1 dead-letter")
+        ),
+        "each lane's recovery at debug:\n{log}"
+    );
+    assert!(
+        !log.contains("LaneId {"),
+        "no Debug-formatted struct:\n{log}"
+    );
+    broker.terminate();
+}

@@ -18,7 +18,7 @@ use crate::store::{AcceptedIds, LaneId, Recovered, StoreError};
 
 impl EntityLog {
     /// [`Log::recover`](crate::store::Log::recover): reads every record of the lane back (sled
-    /// modes) and logs how long it took.
+    /// modes) and logs, at debug, how long it took.
     pub(super) fn recover(&mut self, lane: LaneId) -> Result<Recovered, StoreError> {
         let Some(tree) = self.tree.clone() else {
             return Ok(Recovered {
@@ -60,9 +60,9 @@ impl EntityLog {
             let chunks = self.chunks.entry(lane).or_default();
             chunks.fresh_from = chunks.fresh_from.max(next_seq).max(highest + 1);
         }
-        tracing::info!(
+        tracing::debug!(
             entity = %self.entity,
-            ?lane,
+            %lane,
             messages = records.len(),
             next_seq,
             elapsed = ?started.elapsed(),

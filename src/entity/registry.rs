@@ -392,7 +392,7 @@ impl Registry {
                     shadowed = true;
                     continue;
                 }
-                tracing::info!(entity = %name, subscription = %subscription.name, "subscription created at run time");
+                tracing::debug!(entity = %name, subscription = %subscription.name, "subscription created at run time: restored");
                 topic.subscriptions.push(subscription);
             }
             if shadowed {

@@ -267,6 +267,8 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
     let checked = Items::Checked;
     let mut header_ttl = None;
     let mut lifetime = None;
+    // Where the footer has a string key: its constructor's offset in the message.
+    let mut footer_string_keys = Vec::new();
     for section in &sections {
         let raw = &arrival.bytes[section.range.clone()];
         match section.code {
@@ -330,15 +332,42 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
             }
             code::FOOTER => {
                 check_value(raw, 0)?;
+                // Annotations, keyed by symbols (AMQP 1.0 §3.2.10). The Java SDK writes its
+                // footer's keys as strings and reads them back as symbols: Service Bus hands
+                // them out as symbols, so they are stored so.
+                if let Ok(entries) = map_entries(raw, "footer", Items::Measured) {
+                    let start = section.range.start;
+                    footer_string_keys.extend(
+                        (entries.iter())
+                            .filter(|(key, _)| matches!(key[0], 0xa1 | 0xb1))
+                            .map(|(key, _)| {
+                                start + (key.as_ptr() as usize - raw.as_ptr() as usize)
+                            }),
+                    );
+                }
             }
             _ => {}
         }
+    }
+    if !footer_string_keys.is_empty() {
+        arrival.bytes = with_symbol_keys(&arrival.bytes, &footer_string_keys);
     }
     arrival.ttl_ms = time_to_live(header_ttl, lifetime);
     if arrival.message_id.is_none() {
         arrival.bytes = with_assigned_message_id(&arrival.bytes, &sections)?;
     }
     Ok(arrival)
+}
+
+/// The message with the strings whose constructors lie at `at` turned into symbols of the
+/// same text: `str8-utf8` and `str32-utf8` (0xa1, 0xb1) become `sym8` and `sym32` (0xa3,
+/// 0xb3), which are laid out alike, so nothing moves.
+fn with_symbol_keys(bytes: &Bytes, at: &[usize]) -> Bytes {
+    let mut out = bytes.to_vec();
+    for &offset in at {
+        out[offset] += 2;
+    }
+    Bytes::from(out)
 }
 
 /// Refuses an id (an encoded value) that is a string of more than [`MAX_ID_CHARS`]
@@ -1345,6 +1374,27 @@ mod tests {
         assert_eq!(codes, vec![0x70, 0x73, 0x74, 0x75]);
         let arrival = inspect(Bytes::from(bytes)).expect("valid");
         assert_eq!((arrival.ttl_ms, arrival.scheduled_ms), (None, None));
+    }
+
+    #[test]
+    fn a_footer_keyed_by_strings_is_stored_keyed_by_symbols() {
+        // The Java SDK's footer: string keys, read back as symbols (a cast that fails on a
+        // string), as Service Bus hands them out.
+        let mut bytes = encode_message(b"body");
+        let footer: Vec<u8> = [0x00, 0x53, 0x78, 0xc1, 0x07, 0x02]
+            .into_iter()
+            .chain([0xa1, 0x01, b'k', 0xa1, 0x01, b'v'])
+            .collect();
+        let mut expected = bytes.clone();
+        bytes.extend_from_slice(&footer);
+        let arrival = inspect(Bytes::from(bytes)).expect("valid");
+        expected.extend_from_slice(&[0x00, 0x53, 0x78, 0xc1, 0x07, 0x02]);
+        expected.extend_from_slice(&[0xa3, 0x01, b'k', 0xa1, 0x01, b'v']);
+        assert_eq!(
+            arrival.bytes,
+            Bytes::from(expected),
+            "the key a symbol, the value kept"
+        );
     }
 
     #[test]

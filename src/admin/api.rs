@@ -113,11 +113,12 @@ pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<
     let updating = request.headers().contains_key(IF_MATCH);
     match (method, target(&path)) {
         (Method::GET, Target::Namespace) => {
-            let content = atom::namespace_info(wire::NAMESPACE, admin.started_ms);
+            let name = namespace_name(host(&request));
+            let content = atom::namespace_info(&name, admin.started_ms);
             entry_response(
                 StatusCode::OK,
                 &urls.of("$namespaceinfo"),
-                wire::NAMESPACE,
+                &name,
                 admin.started_ms,
                 &content,
             )
@@ -139,7 +140,11 @@ pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<
                 let (title, content, updated) = describe(admin, &urls, &entry).await;
                 entry_response(StatusCode::OK, &urls.of(&title), &title, updated, &content)
             }
-            None => not_found(&name),
+            None => xml(
+                StatusCode::OK,
+                "application/atom+xml;type=feed;charset=utf-8",
+                atom::no_such_entity(now_ms()),
+            ),
         },
         (Method::GET, Target::Subscription(topic, name)) => {
             match subscription(admin, &urls, &topic, &name).await {
@@ -285,6 +290,20 @@ pub(super) fn query(text: &str) -> BTreeMap<String, String> {
 fn base_url(admin: &Admin, request: &Request<Incoming>) -> String {
     let scheme = if admin.https { "https" } else { "http" };
     format!("{scheme}://{}", host(request))
+}
+
+/// The namespace's name as Service Bus gives it: the first label of the host the client
+/// dialled (`ns` of `ns.servicebus.windows.net`, `localhost` of `localhost:443`); for an IP
+/// address, which names no namespace, the broker's own name.
+fn namespace_name(host: &str) -> String {
+    let name = match host.strip_prefix('[') {
+        Some(bracketed) => bracketed.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    if name.is_empty() || name.parse::<std::net::IpAddr>().is_ok() {
+        return wire::NAMESPACE.to_owned();
+    }
+    name.split('.').next().unwrap_or(name).to_owned()
 }
 
 /// The host (and port) the client dialled, from its `Host` header.
@@ -1480,6 +1499,16 @@ pub(super) fn error(status: StatusCode, detail: String) -> Response<Full<Bytes>>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_namespace_is_named_by_the_first_label_of_its_host() {
+        assert_eq!(namespace_name("ns1.servicebus.windows.net"), "ns1");
+        assert_eq!(namespace_name("localhost:443"), "localhost");
+        assert_eq!(namespace_name("localhost"), "localhost");
+        assert_eq!(namespace_name("127.0.0.1:5300"), wire::NAMESPACE);
+        assert_eq!(namespace_name("[::1]:443"), wire::NAMESPACE);
+        assert_eq!(namespace_name(""), wire::NAMESPACE);
+    }
 
     fn description(children: &str) -> atom::Element {
         let body = format!(

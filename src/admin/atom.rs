@@ -422,6 +422,21 @@ pub fn namespace_info(name: &str, created_ms: i64) -> String {
     xml.0
 }
 
+/// What Service Bus answers a `GET` of a queue or topic that does not exist with (status
+/// 200): an empty feed titled "Publicly Listed Services". The SDKs read it as absent (the
+/// Go SDK by that title), and the Java SDK's own live test `getTopicDoesNotExist` expects
+/// the 200.
+pub fn no_such_entity(now_ms: i64) -> String {
+    format!(
+        "<feed xmlns=\"http://www.w3.org/2005/Atom\"><title type=\"text\">Publicly Listed \
+         Services</title><subtitle type=\"text\">This is the list of publicly-listed services \
+         currently available.</subtitle><id>uuid:{};id=1</id><updated>{}</updated>\
+         <generator>Service Bus 1.1</generator></feed>",
+        uuid::Uuid::new_v4(),
+        time(now_ms)
+    )
+}
+
 /// An Atom `entry` around `content`, with `id` the entity's absolute URL.
 pub fn entry(id: &str, title: &str, updated_ms: i64, content: &str) -> String {
     format!(

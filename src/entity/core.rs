@@ -224,8 +224,8 @@ impl EntityCore {
         self.statuses.insert(number, status);
     }
 
-    /// Whether a lane of the entity requires sessions, so that every message it takes must
-    /// carry a session id.
+    /// Whether a lane of the entity requires sessions: every message a queue takes must then
+    /// carry a session id, and a topic dead-letters such a lane's copies of one without.
     pub fn requires_session_id(&self) -> bool {
         self.lanes.values().any(QueueCore::requires_session)
     }
@@ -600,7 +600,12 @@ impl EntityCore {
             let Some(lane) = self.lanes.get_mut(&id) else {
                 continue;
             };
-            match copy {
+            // A copy is dead-lettered with a reason and description, or delivered.
+            let (reason, description) = match copy {
+                Copy::Deliver(_) if lane.requires_session() && arrival.session_id.is_none() => (
+                    topic::SESSION_ID_IS_NULL,
+                    topic::SESSION_ID_IS_NULL_DESCRIPTION.to_string(),
+                ),
                 Copy::Deliver(edits) => {
                     let ttl_ms = ttl_ms.min(lane.rules().default_ttl_ms);
                     let body = edited(&arrival.bytes, &edits);
@@ -610,25 +615,25 @@ impl EntityCore {
                         ..record
                     };
                     lane.insert(seq, record, body, arrival.session_id.as_deref());
+                    continue;
                 }
-                Copy::DeadLetter(description) => {
-                    lane.note_dead_lettered(topic::FILTER_EVALUATION_EXCEPTION);
-                    let properties = vec![
-                        (
-                            wire::dead_letter::REASON.to_string(),
-                            SimpleValue::String(topic::FILTER_EVALUATION_EXCEPTION.into()),
-                        ),
-                        (
-                            wire::dead_letter::DESCRIPTION.to_string(),
-                            SimpleValue::String(description),
-                        ),
-                    ];
-                    let body = message::set_application_properties(&arrival.bytes, &properties)
-                        .unwrap_or_else(|_| arrival.bytes.clone());
-                    if let Some(dead) = self.lanes.get_mut(&id.dead_letter_lane()) {
-                        dead.accept_dead_letter(seq, record, body);
-                    }
-                }
+                Copy::DeadLetter(description) => (topic::FILTER_EVALUATION_EXCEPTION, description),
+            };
+            lane.note_dead_lettered(reason);
+            let properties = vec![
+                (
+                    wire::dead_letter::REASON.to_string(),
+                    SimpleValue::String(reason.into()),
+                ),
+                (
+                    wire::dead_letter::DESCRIPTION.to_string(),
+                    SimpleValue::String(description),
+                ),
+            ];
+            let body = message::set_application_properties(&arrival.bytes, &properties)
+                .unwrap_or_else(|_| arrival.bytes.clone());
+            if let Some(dead) = self.lanes.get_mut(&id.dead_letter_lane()) {
+                dead.accept_dead_letter(seq, record, body);
             }
         }
     }

@@ -22,6 +22,13 @@ use crate::message::{self, MessageError};
 pub const RULE_NAME_PROPERTY: &str = "RuleName";
 /// The dead-letter reason of a copy whose filter could not be evaluated.
 pub const FILTER_EVALUATION_EXCEPTION: &str = "FilterEvaluationException";
+/// The dead-letter reason of a copy without a session id in a subscription that requires
+/// sessions, and its description: Service Bus's words (Azure/azure-service-bus#196). The send
+/// to the topic is taken; only that subscription's copy is dead-lettered.
+pub const SESSION_ID_IS_NULL: &str = "Session id is null.";
+/// See [`SESSION_ID_IS_NULL`].
+pub const SESSION_ID_IS_NULL_DESCRIPTION: &str =
+    "Session enabled entity doesn't allow a message whose session identifier is null.";
 
 /// One rule of a subscription: a filter, and optionally an action on matching messages.
 #[derive(Debug, Clone, PartialEq)]

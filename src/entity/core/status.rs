@@ -35,12 +35,15 @@ impl EntityCore {
     }
 
     /// Whether the entity takes these messages now: its status lets it receive sends, and
-    /// in an entity that requires sessions each names a session of a valid length.
+    /// in an entity that requires sessions each names a session of a valid length. A topic
+    /// takes a message without one, as Service Bus does: each subscription that requires
+    /// sessions dead-letters its copy (`Session id is null.`), the others deliver theirs.
     pub fn check_sendable(&self, messages: &[Arrival]) -> Result<(), EntityError> {
         self.check_status(LaneId::MAIN, EntityStatus::can_send, "Send")?;
         if self.requires_session_id() {
             for message in messages {
                 match &message.session_id {
+                    None if self.routes.is_some() => {}
                     None => return Err(EntityError::SessionIdMissing(self.identity.name.clone())),
                     Some(id) if id.chars().count() > MAX_SESSION_ID_CHARS => {
                         return Err(EntityError::SessionIdTooLong(id.clone()));

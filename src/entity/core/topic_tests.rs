@@ -352,3 +352,75 @@ fn rules_are_listed_by_name_ignoring_case_a_page_at_a_time() {
         "messages meet the rules in creation order"
     );
 }
+
+#[test]
+fn a_send_without_a_session_id_is_taken_and_dead_lettered_only_where_sessions_are_required() {
+    // Service Bus takes the send; the session-enabled subscription dead-letters its copy with
+    // "Session id is null." (Azure/azure-service-bus#196), the plain one delivers it.
+    let sessions = Rules {
+        requires_session: true,
+        ..LANE_RULES
+    };
+    let mut core = EntityCore::topic(
+        u64::MAX,
+        NEVER,
+        Recovered::default(),
+        vec![
+            subscription(1, Filter::True, LANE_RULES, true),
+            subscription(2, Filter::True, sessions, true),
+        ],
+    );
+    let data = fe2o3_amqp::types::messaging::Data(fe2o3_amqp::types::primitives::Binary::from(
+        b"no session".to_vec(),
+    ));
+    let bytes = Bytes::from(serde_amqp::to_vec(&data).expect("a data section"));
+    let without = Arrival {
+        bytes,
+        ..message(&[], None)
+    };
+    let with = Arrival {
+        session_id: Some("s".into()),
+        ..message(&[], None)
+    };
+    assert_eq!(core.send(10, vec![without, with]), Ok(vec![1, 2]));
+    let changes = core.take_changes().0;
+    let lanes = {
+        let mut lanes: BTreeMap<LaneId, Vec<i64>> = BTreeMap::new();
+        for (lane, change) in &changes {
+            if let Change::Put { seq, .. } = change {
+                lanes.entry(*lane).or_default().push(*seq);
+            }
+        }
+        lanes
+    };
+    assert_eq!(lanes.get(&lane(1)), Some(&vec![1, 2]), "plain: both");
+    assert_eq!(
+        lanes.get(&lane(2)),
+        Some(&vec![2]),
+        "sessions: the one with an id"
+    );
+    assert_eq!(lanes.get(&lane(2).dead_letter_lane()), Some(&vec![1]));
+    let dead = changes.iter().find_map(|(lane_id, change)| match change {
+        Change::Put { body, .. } if *lane_id == lane(2).dead_letter_lane() => Some(body),
+        _ => None,
+    });
+    let view = crate::message::view(dead.expect("the dead-lettered copy")).expect("a message");
+    let property = |name: &str| {
+        let found = view
+            .application_properties
+            .iter()
+            .find(|(key, _)| key == name);
+        found.map(|(_, value)| value.clone())
+    };
+    assert_eq!(
+        property("DeadLetterReason"),
+        Some(Value::String("Session id is null.".into()))
+    );
+    assert_eq!(
+        property("DeadLetterErrorDescription"),
+        Some(Value::String(
+            "Session enabled entity doesn't allow a message whose session identifier is null."
+                .into()
+        ))
+    );
+}

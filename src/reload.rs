@@ -9,7 +9,7 @@
 //! declares is the file's from then on, no longer stored as created at run time.
 
 use crate::config::{
-    Config, Declaration, QueueConfig, RuleConfig, SubscriptionConfig, TopicConfig,
+    BrokerConfig, Config, Declaration, QueueConfig, RuleConfig, SubscriptionConfig, TopicConfig,
 };
 use crate::entity::operation::Operation;
 use crate::entity::registry::Registry;
@@ -80,15 +80,18 @@ fn baseline(running: &Config, new: &Config) -> Config {
 /// Reports the settings that only a restart applies.
 fn restart_only(running: &Config, new: &Config, report: &mut Report) {
     let (old, now) = (&running.broker, &new.broker);
-    /// `(key, changed)` for each named `[broker]` setting.
+    /// `(key, changed)` for each `[broker]` setting, every one named (a new setting does not
+    /// compile until it is listed here).
     macro_rules! broker_keys {
-        ($($field:ident),* $(,)?) => {
+        ($($field:ident),* $(,)?) => {{
+            let BrokerConfig { $($field: _),* } = old;
             [$((concat!("broker.", stringify!($field)), old.$field != now.$field),)*]
-        };
+        }};
     }
     let broker = broker_keys!(
         listen,
         tls,
+        websocket_listen,
         data_dir,
         durability,
         flush_interval,
@@ -248,12 +251,11 @@ async fn topic(
 /// Whether a topic setting a reload applies differs between `before` and `after` (its
 /// subscriptions are compared one by one, elsewhere).
 fn topic_settings_changed(before: &TopicConfig, after: &TopicConfig) -> bool {
-    after.default_message_time_to_live != before.default_message_time_to_live
-        || after.shared_access_policies != before.shared_access_policies
-        || after.max_size_in_megabytes != before.max_size_in_megabytes
-        || after.auto_delete_on_idle != before.auto_delete_on_idle
-        || after.status != before.status
-        || after.user_metadata != before.user_metadata
+    let settings = |topic: &TopicConfig| TopicConfig {
+        subscriptions: Vec::new(),
+        ..topic.clone()
+    };
+    settings(before) != settings(after)
 }
 
 /// A declared subscription whose settings or rules changed: the rules the file removed or
@@ -356,6 +358,7 @@ mod tests {
         let mut new = running.clone();
         new.broker.idle_timeout += Duration::from_secs(1);
         new.broker.max_connections += 1;
+        new.broker.websocket_listen = vec!["127.0.0.1:80".parse().expect("address")];
         new.admin.max_connections += 1;
         new.shared_access_policies.clear();
         // Entities are not restart-only.
@@ -374,6 +377,7 @@ mod tests {
         assert_eq!(
             keys,
             [
+                "broker.websocket_listen",
                 "broker.max_connections",
                 "broker.idle_timeout",
                 "admin",
@@ -477,6 +481,26 @@ mod tests {
             },
             TopicConfig {
                 user_metadata: Some("notes".into()),
+                ..before.clone()
+            },
+            TopicConfig {
+                enable_express: !before.enable_express,
+                ..before.clone()
+            },
+            TopicConfig {
+                enable_batched_operations: !before.enable_batched_operations,
+                ..before.clone()
+            },
+            TopicConfig {
+                support_ordering: !before.support_ordering,
+                ..before.clone()
+            },
+            TopicConfig {
+                requires_duplicate_detection: !before.requires_duplicate_detection,
+                ..before.clone()
+            },
+            TopicConfig {
+                duplicate_detection_history_time_window: Duration::from_secs(60),
                 ..before.clone()
             },
         ];

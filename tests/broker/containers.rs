@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::prepared::{crate_root, target_dir};
+use crate::prepared::crate_root;
 use crate::runner;
 
 /// The first Maven run downloads Testcontainers, the SDK and Maven's plugins; the first Go run
@@ -73,17 +73,7 @@ fn testcontainers_go_servicebus() {
 fn java(build_dir: &str, args: &[&str]) {
     let image = Image::build();
     let socket = DockerSocket::start();
-    let mut command = Command::new("mvn");
-    command
-        .current_dir(crate_root())
-        .args(["-B", "-ntp", "-Dstyle.color=never", "-f"])
-        .arg(crate_root().join("tests/containers/java/pom.xml"))
-        .arg(format!(
-            "-Dtidebus.buildDirectory={}",
-            target_dir().join(build_dir).display()
-        ))
-        .args(args)
-        .arg("test");
+    let mut command = runner::maven_test("tests/containers/java", build_dir, args);
     socket.configure(&mut command, &image);
     runner::run(
         "mvn test (tests/containers/java)",

@@ -10,6 +10,26 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::prepared::{crate_root, target_dir};
+
+/// `mvn test` of the Maven project `project` (a folder of the crate holding its `pom.xml`), in
+/// batch mode without colours, its output in `<target>/<build_dir>`, with `args` before the
+/// goal.
+pub fn maven_test(project: &str, build_dir: &str, args: &[&str]) -> Command {
+    let mut command = Command::new("mvn");
+    command
+        .current_dir(crate_root())
+        .args(["-B", "-ntp", "-Dstyle.color=never", "-f"])
+        .arg(crate_root().join(project).join("pom.xml"))
+        .arg(format!(
+            "-Dtidebus.buildDirectory={}",
+            target_dir().join(build_dir).display()
+        ))
+        .args(args)
+        .arg("test");
+    command
+}
+
 /// How many trailing output lines the panic message repeats.
 const TAIL_LINES: usize = 40;
 

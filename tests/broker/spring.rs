@@ -7,11 +7,9 @@
 //! container tests'), and it needs no podman. Maven's output goes to `<target>/spring`, its
 //! artifacts to `~/.m2`, downloaded on the first run. Output and failure as in `runner`.
 
-use std::process::Command;
 use std::time::Duration;
 
 use crate::child::ChildBroker;
-use crate::prepared::{crate_root, target_dir};
 use crate::runner;
 
 /// The first run downloads Spring Boot, Spring Cloud Azure and the SDK before it tests.
@@ -43,17 +41,8 @@ fn spring_cloud_azure_servicebus_app() {
          SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;",
         broker.addr.port()
     );
-    let mut command = Command::new("mvn");
-    command
-        .current_dir(crate_root())
-        .args(["-B", "-ntp", "-Dstyle.color=never", "-f"])
-        .arg(crate_root().join("tests/spring/pom.xml"))
-        .arg(format!(
-            "-Dtidebus.buildDirectory={}",
-            target_dir().join("spring").display()
-        ))
-        .arg("test")
-        .env("TIDEBUS_CONNECTION_STRING", connection);
+    let mut command = runner::maven_test("tests/spring", "spring", &[]);
+    command.env("TIDEBUS_CONNECTION_STRING", connection);
     runner::run(
         "mvn test (tests/spring)",
         &mut command,

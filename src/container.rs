@@ -1,15 +1,10 @@
 //! Running as the container image runs (`tidebus --container`, the image's entrypoint), so that
 //! it drops in for Microsoft's Service Bus emulator image: its `Config.json` at the emulator's
 //! path, every listener on all interfaces, the data in `/data`, the emulator's environment
-//! accepted, and the line the Testcontainers modules wait for once ready. Also the image's
-//! health check (`tidebus health`).
+//! accepted, and the line the Testcontainers modules wait for once ready.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
-
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::config::Config;
 
@@ -85,38 +80,6 @@ pub fn ignored_environment() -> Vec<&'static str> {
         .into_iter()
         .filter(|name| std::env::var_os(name).is_some())
         .collect()
-}
-
-/// Asks the administration endpoint at `address` for `/health` over plain HTTP.
-///
-/// # Errors
-/// Why it is not healthy: no connection, no answer within five seconds, or not `200`.
-pub async fn health(address: SocketAddr) -> Result<(), String> {
-    let ask = async {
-        let mut stream = TcpStream::connect(address)
-            .await
-            .map_err(|e| format!("cannot connect to {address}: {e}"))?;
-        let request = "GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .map_err(|e| format!("cannot ask {address}: {e}"))?;
-        let mut answer = Vec::new();
-        stream
-            .take(4096)
-            .read_to_end(&mut answer)
-            .await
-            .map_err(|e| format!("no answer from {address}: {e}"))?;
-        let answer = String::from_utf8_lossy(&answer);
-        let status = answer.lines().next().unwrap_or_default().to_owned();
-        match status.split(' ').nth(1) {
-            Some("200") => Ok(()),
-            _ => Err(format!("{address} answered {status:?}")),
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(5), ask)
-        .await
-        .map_err(|_| format!("{address} did not answer within 5 s"))?
 }
 
 #[cfg(test)]

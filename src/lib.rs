@@ -28,6 +28,7 @@
 #![deny(missing_docs)]
 
 pub mod admin;
+pub mod admin_call;
 pub mod amqp;
 pub mod auth;
 pub mod clock;
@@ -325,6 +326,7 @@ pub async fn run_with_reloads(
                 .cloned()
                 .chain(admin::machine_name())
                 .collect(),
+            testing_reset: config.testing.reset,
         });
         tokio::spawn(admin::accept_loop(
             listener,
@@ -377,6 +379,12 @@ pub async fn run_with_reloads(
         took = ?starting.elapsed(),
         "started"
     );
+    for feature in config.testing.features() {
+        tracing::warn!(
+            feature,
+            "testing feature on: for a broker under a test suite, never one holding data to keep"
+        );
+    }
     tasks.tracker.spawn(apply_reloads(
         acceptance.shared.registry.clone(),
         config.clone(),

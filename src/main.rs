@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use tidebus::config::{Config, ConfigError, LogFormat, DEFAULT_CONFIG_TOML};
-use tidebus::container;
+use tidebus::{admin_call, container};
 use tidebus::{Bound, Listeners};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -57,6 +57,10 @@ struct RunArgs {
     /// emulator's SQL Server variables ignored; its ready line logged.
     #[arg(long)]
     container: bool,
+    /// Testing features to turn on, comma-separated, beside `[testing]`: `reset`, and `exposed`
+    /// to allow them with TLS or a listener beyond loopback.
+    #[arg(long, value_name = "FEATURES", env = "TIDEBUS_TESTING")]
+    testing: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -75,6 +79,22 @@ enum Command {
         /// The administration endpoint's address.
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:5300")]
         admin: SocketAddr,
+    },
+    /// Reset a running broker's namespace to what its config declares (`[testing] reset`
+    /// must be on): POST /$testing/reset on the administration endpoint over plain HTTP,
+    /// signed with a policy's key. Prints the answer; exits 0 once the reset is durable, else
+    /// prints why and exits 1.
+    Reset {
+        /// The administration endpoint's address.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:5300")]
+        admin: SocketAddr,
+        /// The policy (with the Manage right) whose key signs the call.
+        #[arg(long, value_name = "NAME", default_value = "RootManageSharedAccessKey")]
+        key_name: String,
+        /// The policy's key; without it the call is unsigned (a broker that lets anonymous
+        /// clients in takes it).
+        #[arg(long, value_name = "KEY", env = "TIDEBUS_KEY", hide_env_values = true)]
+        key: Option<String>,
     },
     /// Write a development CA and a server certificate it signs, for `[broker.tls]`:
     /// DIR/ca.pem (trust it in clients), DIR/server.pem and DIR/server-key.pem (the broker's).
@@ -95,10 +115,21 @@ async fn main() -> ExitCode {
         Some(Command::CheckConfig { path }) => check_config(&path),
         Some(Command::PrintDefaultConfig) => write_stdout(DEFAULT_CONFIG_TOML),
         Some(Command::GenCert { hosts, out }) => gen_cert(&hosts, &out),
-        Some(Command::Health { admin }) => match container::health(admin).await {
+        Some(Command::Health { admin }) => match admin_call::health(admin).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(why) => {
                 eprintln!("unhealthy: {why}");
+                ExitCode::FAILURE
+            }
+        },
+        Some(Command::Reset {
+            admin,
+            key_name,
+            key,
+        }) => match admin_call::reset(admin, &key_name, key.as_deref()).await {
+            Ok(answer) => write_stdout(&format!("{answer}\n")),
+            Err(why) => {
+                eprintln!("reset failed: {why}");
                 ExitCode::FAILURE
             }
         },
@@ -136,10 +167,18 @@ fn gen_cert(hosts: &[String], out: &Path) -> ExitCode {
 }
 
 async fn run_broker(args: RunArgs) -> ExitCode {
-    let config = match load_config(&args) {
+    let mut config = match load_config(&args) {
         Ok(config) => config,
         Err(error) => return config_error(&error),
     };
+    let testing = match &args.testing {
+        Some(list) => config.testing.enable(list),
+        None => Ok(()),
+    };
+    if let Err(why) = testing.and_then(|()| config.check_testing_exposure()) {
+        eprintln!("error: {why}");
+        return ExitCode::from(EXIT_CONFIG_ERROR);
+    }
     init_tracing(config.broker.log_format);
     if args.container {
         let ignored = container::ignored_environment();

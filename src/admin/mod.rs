@@ -8,7 +8,7 @@
 //!
 //! `atom` writes and reads the documents; `api` maps requests to the registry; `observe`
 //! answers `/health` and `/metrics`; `console` serves the web console and its JSON calls,
-//! `peeked` shows a peeked message as JSON.
+//! `peeked` shows a peeked message as JSON, `testing` answers `[testing]`'s calls.
 
 mod api;
 pub mod atom;
@@ -17,6 +17,9 @@ mod observe;
 pub mod peeked;
 pub mod rules;
 mod scrape;
+mod testing;
+
+pub use testing::RESET_PATH;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -66,6 +69,8 @@ pub struct Admin {
     /// Host names `Host` may name besides loopback names and IP addresses (lowercase; `*`
     /// for any), the machine's own name among them.
     pub hosts: Vec<String>,
+    /// Whether `POST /$testing/reset` is on (`[testing] reset`).
+    pub testing_reset: bool,
 }
 
 impl Admin {
@@ -241,6 +246,7 @@ async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes
         (true, "/metrics") => observe::metrics(admin).await,
         (true, "/") => console::handle(admin, request).await,
         _ if path.starts_with("/$console/") => console::handle(admin, request).await,
+        _ if path.starts_with("/$testing/") => testing::handle(admin, request).await,
         _ => api::handle(admin, request).await,
     }
 }

@@ -36,6 +36,8 @@ pub fn health(admin: &Admin) -> Response<Full<Bytes>> {
                 "entities": admin.registry.len(),
                 "connections": metrics::broker().connections.get(),
                 "uptimeSeconds": (now_ms() - admin.started_ms) / 1000,
+                // Announced, as the start's log does: this broker is for a test suite.
+                "testing": if admin.testing_reset { vec!["reset"] } else { vec![] },
             }),
         ),
         Some(reason) => (

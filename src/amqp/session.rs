@@ -263,6 +263,14 @@ impl Session {
                 return Ok(());
             }
         };
+        let address = link
+            .authorized
+            .as_ref()
+            .map(|(address, _)| address.as_str());
+        if let Some(now) = address.and_then(|address| incoming.node.rebound(address, ctx.registry))
+        {
+            incoming.node = now;
+        }
         let (node, via) = (incoming.node.clone(), incoming.via.clone());
         if let Node::Coordinator = node {
             let now_ms = clock::now_ms();

@@ -240,6 +240,7 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
         topics,
         shared_access_policies: default.shared_access_policies,
         admin: default.admin,
+        testing: default.testing,
     })
 }
 

@@ -68,6 +68,87 @@ pub struct Config {
     pub shared_access_policies: Vec<PolicyConfig>,
     /// The administration endpoint (`[admin]`).
     pub admin: AdminConfig,
+    /// What a test suite may do to the broker (`[testing]`): all off by default.
+    pub testing: TestingConfig,
+}
+
+/// Settings of `[testing]`: features for a broker that runs under a test suite, each off by
+/// default, and refused where the broker looks exposed (TLS, or a listener beyond loopback)
+/// unless `allow_exposed` says so.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TestingConfig {
+    /// `POST /$testing/reset` on the administration endpoint (Manage): the namespace back to
+    /// what the config declares, every message and entity created at run time gone.
+    pub reset: bool,
+    /// Testing features on a broker with TLS or a listener beyond loopback.
+    pub allow_exposed: bool,
+}
+
+impl TestingConfig {
+    /// The testing features on, by name, for logs and `/health`.
+    pub fn features(&self) -> Vec<&'static str> {
+        [(self.reset, "reset")]
+            .into_iter()
+            .filter_map(|(on, name)| on.then_some(name))
+            .collect()
+    }
+
+    /// Turns on the features `list` names, comma-separated (`--testing reset,exposed`):
+    /// `reset`, and `exposed` for `allow_exposed`.
+    ///
+    /// # Errors
+    /// The name that is not a testing feature.
+    pub fn enable(&mut self, list: &str) -> Result<(), String> {
+        for name in list
+            .split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+        {
+            match name {
+                "reset" => self.reset = true,
+                "exposed" => self.allow_exposed = true,
+                other => {
+                    return Err(format!(
+                        "'{other}' is not a testing feature (reset, exposed)"
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// Refuses testing features on a broker that looks exposed: TLS configured, or an AMQP,
+    /// WebSocket or administration listener beyond loopback, unless
+    /// `[testing] allow_exposed = true`.
+    ///
+    /// # Errors
+    /// Why, naming the feature and what exposes the broker.
+    pub fn check_testing_exposure(&self) -> Result<(), String> {
+        let features = self.testing.features();
+        if features.is_empty() || self.testing.allow_exposed {
+            return Ok(());
+        }
+        let broker = &self.broker;
+        let exposed = broker
+            .listen
+            .iter()
+            .chain(&broker.websocket_listen)
+            .chain(&self.admin.listen)
+            .find(|address| !address.ip().is_loopback());
+        let why = match (&broker.tls, exposed) {
+            (Some(_), _) => "[broker.tls] is configured".to_owned(),
+            (None, Some(address)) => format!("it listens on {address}, beyond loopback"),
+            (None, None) => return Ok(()),
+        };
+        Err(format!(
+            "the testing feature {} is refused: {why}. Testing features are for a broker \
+             under a test suite; set [testing] allow_exposed = true (or --testing exposed) to \
+             allow them anyway",
+            features.join(", ")
+        ))
+    }
 }
 
 /// Settings of `[admin]`: the HTTP(S) administration endpoint.

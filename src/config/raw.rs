@@ -19,6 +19,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) admin: RawAdmin,
     #[serde(default)]
+    pub(super) testing: RawTesting,
+    #[serde(default)]
     pub(super) queues: Vec<RawQueue>,
     #[serde(default)]
     pub(super) topics: Vec<RawTopic>,
@@ -61,6 +63,14 @@ pub(super) struct RawAdmin {
     pub(super) max_connections: Option<Spanned<u64>>,
     pub(super) request_timeout: Option<Spanned<HumanDuration>>,
     pub(super) hosts: Option<Vec<Spanned<String>>>,
+}
+
+/// `[testing]` as written.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTesting {
+    pub(super) reset: Option<bool>,
+    pub(super) allow_exposed: Option<bool>,
 }
 
 /// `[broker.tls]` as written: every key is required.

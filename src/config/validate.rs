@@ -28,7 +28,7 @@ use super::topics::filter_values;
 use super::units::HumanDuration;
 use super::{
     AdminConfig, BrokerConfig, Config, ConfigError, Durability, Location, PropertyValue,
-    QueueConfig, RuleConfig, RuleFilter, SubscriptionConfig, TopicConfig,
+    QueueConfig, RuleConfig, RuleFilter, SubscriptionConfig, TestingConfig, TopicConfig,
 };
 
 /// The rule a subscription declared without rules gets, as in Service Bus.
@@ -108,6 +108,10 @@ impl Source<'_> {
             topics,
             shared_access_policies,
             admin,
+            testing: TestingConfig {
+                reset: raw.testing.reset.unwrap_or(false),
+                allow_exposed: raw.testing.allow_exposed.unwrap_or(false),
+            },
         };
         self.check_someone_can_connect(&config, anonymous)?;
         Ok(config)

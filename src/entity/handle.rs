@@ -674,10 +674,15 @@ impl EntityHandle {
         number
     }
 
+    /// Whether the entity was deleted (its actor takes no more commands).
+    pub fn is_deleted(&self) -> bool {
+        self.deleted.load(Ordering::Acquire)
+    }
+
     /// Why a command the actor can no longer take is refused: the entity was deleted, or the
     /// broker is stopping.
     pub fn refusal(&self) -> EntityError {
-        if self.deleted.load(Ordering::Acquire) {
+        if self.is_deleted() {
             EntityError::Deleted
         } else {
             EntityError::Unavailable

@@ -78,6 +78,7 @@ pub enum RegistryError {
 }
 
 /// What starting an entity's actor takes.
+#[derive(Clone)]
 struct Launcher {
     store: Store,
     commit: Commit,
@@ -495,6 +496,11 @@ impl Registry {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// A launcher of its own (for work off the async runtime), unless the broker is stopping.
+    fn launcher_handle(&self) -> Result<Launcher, RegistryError> {
+        self.launcher().clone().ok_or(RegistryError::Stopping)
+    }
+
     /// The store, unless the broker is stopping.
     fn store(&self) -> Result<Store, RegistryError> {
         self.launcher()
@@ -870,6 +876,61 @@ impl Registry {
             let _ = deleted.await;
         }
         self.forget_declaration(name).await
+    }
+
+    /// Brings the namespace back to what `declared` (the running config's entities) declares,
+    /// as `[testing] reset` asks: every entity is deleted with its messages (dead-lettered,
+    /// deferred, scheduled), session states and duplicate-detection ids, entities created at
+    /// run time (and subscriptions created at run time) are gone, and the declared ones are
+    /// created again, empty, numbering from 1. Links attached to any entity are detached
+    /// with `amqp:not-found`, as by a deletion; connections stay. Durable when it returns.
+    /// Returns the entities it recreated.
+    ///
+    /// # Errors
+    /// [`RegistryError::Store`] when a record cannot be stored or an entity's log not
+    /// recreated (the broker should then be restarted: the namespace may be partly reset).
+    pub async fn reset(&self, declared: Vec<Declaration>) -> Result<usize, RegistryError> {
+        let removed: Vec<Entry> = self.write().drain().map(|(_, entry)| entry).collect();
+        let deletions = removed.into_iter().map(|entry| async move {
+            let (reply, deleted) = oneshot::channel();
+            if entry.handle.post(Command::Delete { reply }).await.is_ok() {
+                let _ = deleted.await;
+            }
+        });
+        futures_util::future::join_all(deletions).await;
+        let store = self.store()?;
+        let now = now_ms();
+        let times = created(declared.iter().flat_map(times_keys).collect(), now);
+        let kept: Vec<(String, EntityTimes)> = (times.iter())
+            .filter_map(|(key, value)| value.map(|value| (key.clone(), value)))
+            .collect();
+        let launched = {
+            let launcher = self.launcher_handle()?;
+            tokio::task::spawn_blocking(move || {
+                store.reset_records(&kept)?;
+                declared
+                    .into_iter()
+                    .map(|declaration| Ok((launcher.launch(&declaration)?, declaration)))
+                    .collect::<Result<Vec<_>, StoreError>>()
+            })
+            .await
+            .map_err(|e| StoreError::Sled(format!("resetting: {e}")))??
+        };
+        *self.times_write() = times
+            .into_iter()
+            .filter_map(|(key, value)| value.map(|value| (key, value)))
+            .collect();
+        let count = launched.len();
+        let mut entities = self.write();
+        for (handle, declaration) in launched {
+            let entry = Entry {
+                handle,
+                file: Some(declaration.clone()),
+                declaration,
+            };
+            entities.insert(entry.declaration.name().to_lowercase(), entry);
+        }
+        Ok(count)
     }
 
     /// Forgets an entity that deleted itself (auto-delete on idle): its address answers

@@ -138,8 +138,9 @@ pub enum EntityError {
     /// No message in the state the operation needs (deferred, scheduled) has this number.
     #[error("no {1} message with sequence number {0} was found")]
     MessageNotFound(i64, &'static str),
-    /// The entity was deleted after being idle; its address no longer exists.
-    #[error("the entity was deleted after being idle for its auto_delete_on_idle time")]
+    /// The entity was deleted (by the administration API, a reset, or after being idle for
+    /// its `auto_delete_on_idle` time); its address no longer names it.
+    #[error("the entity was deleted (by the administration API, a reset between tests, or after being idle for its auto_delete_on_idle time)")]
     Deleted,
     /// The entity's storage failed; it no longer acknowledges anything.
     #[error("the entity's storage failed: {0}")]

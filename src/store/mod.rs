@@ -680,6 +680,27 @@ impl Store {
         })
     }
 
+    /// Forgets every stored declaration (what was created at run time) and every entity's
+    /// times but `times`, which it stores, then makes the store durable (every mode: a reset
+    /// answers once it is on disk). Entity logs are destroyed by their actors first.
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when a tree cannot be written or the flush fails.
+    pub fn reset_records(&self, times: &[(String, EntityTimes)]) -> Result<(), StoreError> {
+        let Some(db) = &self.db else {
+            return Ok(());
+        };
+        db.open_tree(DECLARATIONS_TREE)?.clear()?;
+        let tree = db.open_tree(TIMES_TREE)?;
+        tree.clear()?;
+        let mut batch = sled::Batch::default();
+        for (key, times) in times {
+            batch.insert(key.as_bytes(), &times.encode()[..]);
+        }
+        tree.apply_batch(batch)?;
+        self.flush_blocking()
+    }
+
     /// Makes written times durable in `sync` mode; `interval` mode's periodic flush takes them.
     fn flush_times(&self) -> Result<(), StoreError> {
         if self.durability == Durability::Sync {

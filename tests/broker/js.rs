@@ -211,3 +211,10 @@ fn install(dir: &Path) -> Result<PathBuf, String> {
     })?;
     Ok(dir.join("node_modules"))
 }
+
+/// `[testing] reset` between two tests: nothing of the first left (active, scheduled and
+/// dead-lettered messages, a subscription's copies), numbering from 1 again.
+#[test]
+fn testing_suite() {
+    run("tests/js/testing.test.js");
+}

@@ -515,3 +515,24 @@ async fn a_start_is_one_info_line_that_counts_what_it_recovered() {
     );
     broker.terminate();
 }
+
+/// `TIDEBUS_TESTING` turns testing features on as `[testing]` does (the container image's
+/// way): `/health` lists them and the start's log warns of each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn testing_features_come_from_the_environment_and_are_announced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = "[broker]\nallow_anonymous = true\n\n[[queues]]\nname = \"q\"\n";
+    let features = std::path::Path::new("reset");
+    let broker = ChildBroker::start_with_env(dir.path(), config, &[("TIDEBUS_TESTING", features)]);
+    let admin = broker.admin_addr.expect("an administration endpoint");
+    let (status, health) = http_get(admin, "/health").await;
+    assert_eq!(status, 200, "{health}");
+    let health: serde_json::Value = serde_json::from_str(&health).expect("JSON");
+    assert_eq!(health["testing"], serde_json::json!(["reset"]), "{health}");
+    let log = broker.log_text();
+    assert!(
+        log.contains(" WARN ") && log.contains("testing feature on") && log.contains("reset"),
+        "{log}"
+    );
+    broker.terminate();
+}

@@ -119,3 +119,11 @@ fn websockets_suite() {
 fn container_suite() {
     pytest::run("tests/python/test_container.py");
 }
+
+/// `[testing]`: the reset between tests through the official SDK (messages of every kind,
+/// session states, duplicate ids and entities created at run time gone, numbering from 1),
+/// `tidebus reset`, off by default and Manage-only, refused on an exposed broker.
+#[test]
+fn testing_suite() {
+    pytest::run("tests/python/test_testing.py");
+}

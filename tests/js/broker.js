@@ -37,14 +37,15 @@ function tomlValue(value) {
 }
 
 /**
- * The config file text: `[broker]` settings (a `tls` object becomes `[broker.tls]`), one
+ * The config file text: `[broker]` settings (a `tls` object becomes `[broker.tls]`, a `testing`
+ * object `[testing]`), one
  * `[[shared_access_policies]]` table per policy, one `[[queues]]` table per queue, then one
  * `[[topics]]` table per topic. A policy is an object with `name`, `key` and `rights`; a queue
  * is a name, or an object with `name` and any other `[[queues]]` keys; a topic is an object with
  * `name` and `subscriptions`, each a name or an object with `name` and any other
  * `[[topics.subscriptions]]` keys.
  */
-function renderConfig({ tls, ...settings }, queues, topics, policies) {
+function renderConfig({ tls, testing, ...settings }, queues, topics, policies) {
   const lines = ["[broker]"];
   const table = (header, entries) => {
     lines.push("", header);
@@ -52,6 +53,7 @@ function renderConfig({ tls, ...settings }, queues, topics, policies) {
   };
   for (const [key, value] of Object.entries(settings)) lines.push(`${key} = ${tomlValue(value)}`);
   if (tls) table("[broker.tls]", tls);
+  if (testing) table("[testing]", testing);
   for (const policy of policies) table("[[shared_access_policies]]", policy);
   for (const queue of queues) table("[[queues]]", typeof queue === "string" ? { name: queue } : queue);
   for (const { subscriptions = [], ...topic } of topics) {

@@ -43,7 +43,8 @@ def toml_value(value):
 
 
 def render_config(settings, queues, topics=(), policies=()):
-    """The config file text: `[broker]` settings (a `tls` dict becomes `[broker.tls]`), one
+    """The config file text: `[broker]` settings (a `tls` dict becomes `[broker.tls]`, a
+    `testing` dict `[testing]`), one
     `[[shared_access_policies]]` table per policy, one `[[queues]]` table per queue, then one
     `[[topics]]` table per topic.
 
@@ -54,11 +55,15 @@ def render_config(settings, queues, topics=(), policies=()):
     """
     settings = dict(settings)
     tls = settings.pop("tls", None)
+    testing = settings.pop("testing", None)
     lines = ["[broker]"]
     lines += [f"{key} = {toml_value(value)}" for key, value in settings.items()]
     if tls:
         lines += ["", "[broker.tls]"]
         lines += [f"{key} = {toml_value(value)}" for key, value in tls.items()]
+    if testing:
+        lines += ["", "[testing]"]
+        lines += [f"{key} = {toml_value(value)}" for key, value in testing.items()]
     for policy in policies:
         lines += ["", "[[shared_access_policies]]"]
         lines += [f"{key} = {toml_value(value)}" for key, value in policy.items()]

@@ -875,6 +875,7 @@ impl Registry {
             // An entity that went meanwhile (auto-delete) has nothing left to drop.
             let _ = deleted.await;
         }
+        tracing::info!(entity = name, "deleted");
         self.forget_declaration(name).await
     }
 

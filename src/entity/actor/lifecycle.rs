@@ -128,7 +128,8 @@ impl Actor {
             Removal::Asked => "as asked",
         };
         match self.log.destroy() {
-            Ok(()) => tracing::info!(messages = self.core.len(), "deleted {why}"),
+            // At debug: who asked logs it (the administration API, a reset, the reaper).
+            Ok(()) => tracing::debug!(messages = self.core.len(), "deleted {why}"),
             Err(error) => tracing::error!(%error, "deleted, but its messages could not be dropped"),
         }
         let _ = reply.send(true);

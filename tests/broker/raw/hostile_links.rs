@@ -384,3 +384,53 @@ async fn receivers_waiting_for_a_session_keep_little_and_within_a_budget() {
     );
     bystander.finish().await;
 }
+
+/// Service Bus lets a connection hold one `$cbs` link each way: a second sender or receiver is
+/// refused (a null terminus, then a detach) with its words, and one may attach again once the
+/// first detached. (The Go SDK's `TestAMQPLinksCBSLinkStillOpen` resets its connection on that
+/// refusal.) Hand-made frames: fe2o3's client reports such a refusal in more than one way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_holds_one_cbs_link_each_way() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ChildBroker::start(dir.path(), &config(""));
+    let mut client = RawClient::connect(broker.addr, 1 << 20).await;
+    let first_sender = client.attach_sender(0, "$cbs").await;
+    client
+        .attach_receiver(1, "$cbs", ReceiverSettleMode::First)
+        .await;
+    let second_sender = client.request_sender(2, "$cbs").await;
+    let refused_sender = client.attach_reply(&second_sender).await;
+    assert!(refused_sender.target.is_none(), "{refused_sender:?}");
+    let error = detach_error(&mut client, refused_sender.handle.0).await;
+    assert_refused_as_a_second_cbs_link(error);
+    let second_receiver = super::receiver_attach(3, "$cbs", ReceiverSettleMode::First);
+    let receiver_name = second_receiver.name.clone();
+    client.send(FrameBody::Attach(second_receiver)).await;
+    let refused_receiver = client.attach_reply(&receiver_name).await;
+    assert!(refused_receiver.source.is_none(), "{refused_receiver:?}");
+    let error = detach_error(&mut client, refused_receiver.handle.0).await;
+    assert_refused_as_a_second_cbs_link(error);
+    client.detach(0).await;
+    client
+        .expect(
+            "the broker's detach of the first sender",
+            |body| matches!(body, FrameBody::Detach(d) if d.handle == Handle(first_sender)),
+        )
+        .await;
+    client.attach_sender(4, "$cbs").await;
+    broker.terminate();
+}
+
+/// Service Bus's refusal of a second `$cbs` link of one direction on a connection.
+fn assert_refused_as_a_second_cbs_link(error: fe2o3_amqp::types::definitions::Error) {
+    assert_eq!(
+        error.condition,
+        ErrorCondition::AmqpError(AmqpError::NotAllowed)
+    );
+    let description = error.description.unwrap_or_default();
+    assert!(
+        description.starts_with("A link to connection 'tidebus-")
+            && description.ends_with("' $cbs node has already been opened."),
+        "{description}"
+    );
+}

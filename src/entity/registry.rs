@@ -900,11 +900,12 @@ impl Registry {
         });
         futures_util::future::join_all(deletions).await;
         let store = self.store()?;
-        let now = now_ms();
-        let times = created(declared.iter().flat_map(times_keys).collect(), now);
-        let kept: Vec<(String, EntityTimes)> = (times.iter())
-            .filter_map(|(key, value)| value.map(|value| (key.clone(), value)))
+        let created_now = EntityTimes::created(now_ms());
+        let times: Vec<(String, EntityTimes)> = (declared.iter())
+            .flat_map(times_keys)
+            .map(|key| (key, created_now))
             .collect();
+        let kept = times.clone();
         let launched = {
             let launcher = self.launcher_handle()?;
             tokio::task::spawn_blocking(move || {
@@ -917,10 +918,7 @@ impl Registry {
             .await
             .map_err(|e| StoreError::Sled(format!("resetting: {e}")))??
         };
-        *self.times_write() = times
-            .into_iter()
-            .filter_map(|(key, value)| value.map(|value| (key, value)))
-            .collect();
+        *self.times_write() = times.into_iter().collect();
         let count = launched.len();
         let mut entities = self.write();
         for (handle, declaration) in launched {

@@ -61,7 +61,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::amqp::connection::Shared;
 use crate::auth::Policies;
-use crate::config::{Config, Durability};
+use crate::config::{Config, Durability, TestClock};
 use crate::entity::registry::Registry;
 use crate::shutdown::Shutdown;
 use crate::store::{Store, StoreError};
@@ -250,6 +250,12 @@ pub async fn run_with_reloads(
     };
     let tasks = Shutdown::default();
     let store = Store::open(&config.broker)?;
+    if config.testing.clock == TestClock::Controlled {
+        // The controlled clock never goes back, not even across a restart.
+        if let Some(reached_ms) = store.test_clock()? {
+            clock::move_to(reached_ms);
+        }
+    }
     let (flusher, flusher_thread) = store.flusher()?.unzip();
     let interval = (config.broker.durability == Durability::Interval)
         .then_some(flusher.clone())
@@ -314,7 +320,7 @@ pub async fn run_with_reloads(
             registry: acceptance.shared.registry.clone(),
             policies: acceptance.shared.policies.clone(),
             max_message_size: config.broker.max_message_size,
-            started_ms: clock::now_ms(),
+            started_ms: clock::real_ms(),
             https: admin_tls.is_some(),
             shutdown: tasks.token.clone(),
             max_connections: config.admin.max_connections,
@@ -326,7 +332,8 @@ pub async fn run_with_reloads(
                 .cloned()
                 .chain(admin::machine_name())
                 .collect(),
-            testing_reset: config.testing.reset,
+            testing: config.testing.clone(),
+            clock_moves: tokio::sync::Mutex::new(()),
         });
         tokio::spawn(admin::accept_loop(
             listener,
@@ -383,6 +390,14 @@ pub async fn run_with_reloads(
         tracing::warn!(
             feature,
             "testing feature on: for a broker under a test suite, never one holding data to keep"
+        );
+    }
+    if config.testing.clock == TestClock::Controlled {
+        let now_ms = clock::now_ms();
+        tracing::warn!(
+            now = %admin::atom::time(now_ms),
+            ahead_ms = now_ms - clock::real_ms(),
+            "the broker's clock is controlled: a test may move it forward (/$testing/clock)"
         );
     }
     tasks.tracker.spawn(apply_reloads(

@@ -57,8 +57,8 @@ struct RunArgs {
     /// emulator's SQL Server variables ignored; its ready line logged.
     #[arg(long)]
     container: bool,
-    /// Testing features to turn on, comma-separated, beside `[testing]`: `reset`, and `exposed`
-    /// to allow them with TLS or a listener beyond loopback.
+    /// Testing features to turn on, comma-separated, beside `[testing]`: `reset`, `clock` (the
+    /// controlled clock), and `exposed` to allow them with TLS or a listener beyond loopback.
     #[arg(long, value_name = "FEATURES", env = "TIDEBUS_TESTING")]
     testing: Option<String>,
 }

@@ -27,20 +27,24 @@ pub async fn run(registry: Arc<Registry>, shutdown: CancellationToken) {
             _ = shutdown.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        for entity in registry.handles() {
-            let (reply, deleted) = oneshot::channel();
-            if entity.try_post(Command::ReapIfIdle { reply }).is_err() {
-                continue;
-            }
-            let deleted = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                deleted = deleted => deleted.unwrap_or(false),
-            };
-            if deleted {
-                tracing::info!(entity = entity.name(), "auto-deleted after being idle");
-                if let Err(error) = registry.forget(entity.name()).await {
-                    tracing::error!(entity = entity.name(), %error, "its declaration stays stored");
-                }
+        // Not raced with `shutdown`: a stopping actor drops its answer, so this ends anyway,
+        // and never halfway through forgetting an entity.
+        reap_once(&registry).await;
+    }
+}
+
+/// Asks every entity once whether it has been idle for its time; removes those that deleted
+/// themselves. An entity whose mailbox is full is busy, not idle: it is skipped.
+pub async fn reap_once(registry: &Registry) {
+    for entity in registry.handles() {
+        let (reply, deleted) = oneshot::channel();
+        if entity.try_post(Command::ReapIfIdle { reply }).is_err() {
+            continue;
+        }
+        if deleted.await.unwrap_or(false) {
+            tracing::info!(entity = entity.name(), "auto-deleted after being idle");
+            if let Err(error) = registry.forget(entity.name()).await {
+                tracing::error!(entity = entity.name(), %error, "its declaration stays stored");
             }
         }
     }

@@ -368,7 +368,7 @@ fn credential(admin: &Admin, request: &Request<Incoming>, path: &str) -> Result<
     let expiry_ms = i64::try_from(token.expiry)
         .unwrap_or(i64::MAX)
         .saturating_mul(1000);
-    if expiry_ms <= now_ms() {
+    if expiry_ms <= crate::clock::real_ms() {
         return Err(token.expired());
     }
     let (resource, path) = (token.resource_path(), path.to_ascii_lowercase());

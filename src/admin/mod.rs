@@ -41,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::auth::Policies;
+use crate::config::TestingConfig;
 use crate::entity::registry::Registry;
 use crate::transport::listener::Acceptance;
 
@@ -56,7 +57,7 @@ pub struct Admin {
     /// Largest message the broker accepts, reported as `MaxMessageSizeInKilobytes`.
     pub max_message_size: u64,
     /// When the broker started (the namespace's creation time, and the times of an entity
-    /// that went while it was described), in ms since the Unix epoch.
+    /// that went while it was described), in ms since the Unix epoch by the machine's clock.
     pub started_ms: i64,
     /// Whether the endpoint speaks HTTPS (the scheme of the URLs it writes).
     pub https: bool,
@@ -69,8 +70,10 @@ pub struct Admin {
     /// Host names `Host` may name besides loopback names and IP addresses (lowercase; `*`
     /// for any), the machine's own name among them.
     pub hosts: Vec<String>,
-    /// Whether `POST /$testing/reset` is on (`[testing] reset`).
-    pub testing_reset: bool,
+    /// The testing features on (`[testing]`): the reset, the controlled clock.
+    pub testing: TestingConfig,
+    /// Taken while the controlled clock moves, so moves are one at a time.
+    pub clock_moves: tokio::sync::Mutex<()>,
 }
 
 impl Admin {

@@ -8,9 +8,9 @@ use http_body_util::Full;
 use hyper::{Response, StatusCode};
 
 use super::scrape::{self, Described};
-use super::{api, respond, Admin};
-use crate::clock::now_ms;
-use crate::config::Declaration;
+use super::{api, atom, respond, Admin};
+use crate::clock::{now_ms, real_ms};
+use crate::config::{Declaration, TestClock};
 use crate::entity::handle::{EntityStats, LaneId};
 use crate::metrics;
 
@@ -29,23 +29,33 @@ pub fn health(admin: &Admin) -> Response<Full<Bytes>> {
         None
     };
     let (status, body) = match problem {
-        None => (
-            StatusCode::OK,
-            serde_json::json!({
-                "status": "healthy",
-                "entities": admin.registry.len(),
-                "connections": metrics::broker().connections.get(),
-                "uptimeSeconds": (now_ms() - admin.started_ms) / 1000,
-                // Announced, as the start's log does: this broker is for a test suite.
-                "testing": if admin.testing_reset { vec!["reset"] } else { vec![] },
-            }),
-        ),
+        None => (StatusCode::OK, healthy(admin)),
         Some(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
             serde_json::json!({ "status": "unhealthy", "reason": reason }),
         ),
     };
     respond(status, "application/json", body.to_string())
+}
+
+/// What `/health` says of a healthy broker; the testing features on are announced, as the
+/// start's log does (this broker is for a test suite), with the broker's time when a test
+/// controls its clock.
+fn healthy(admin: &Admin) -> serde_json::Value {
+    let mut body = serde_json::json!({
+        "status": "healthy",
+        "entities": admin.registry.len(),
+        "connections": metrics::broker().connections.get(),
+        "uptimeSeconds": (real_ms() - admin.started_ms) / 1000,
+        "testing": admin.testing.features(),
+    });
+    if admin.testing.clock == TestClock::Controlled {
+        body["clock"] = serde_json::json!({
+            "now": atom::time(now_ms()),
+            "aheadMs": now_ms() - real_ms(),
+        });
+    }
+    body
 }
 
 /// One entity's report at a scrape.

@@ -277,7 +277,7 @@ fn check_rights(
     rights: Rights,
 ) -> Result<(), definitions::Error> {
     ctx.access
-        .check(address, rights, clock::now_ms())
+        .check(address, rights, clock::real_ms())
         .map_err(|description| link::amqp_error(AmqpError::UnauthorizedAccess, description))
 }
 

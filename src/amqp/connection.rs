@@ -417,6 +417,8 @@ impl Connection {
         let mut last_read = Instant::now();
         let idle_deadline = tokio::time::sleep(idle);
         tokio::pin!(idle_deadline);
+        // A controlled test clock's moves: transaction deadlines are on the broker's clock.
+        let mut clock_moves = clock::moves();
         loop {
             let barrier = self.held.as_ref().map(|(_, deadline)| *deadline);
             let lapse = self.next_token_lapse();
@@ -463,6 +465,9 @@ impl Connection {
                 _ = tokio::time::sleep_until(txn_deadline.unwrap_or_else(Instant::now)), if txn_deadline.is_some() => {
                     self.expire_transactions().await
                 }
+                Ok(()) = clock_moves.changed(), if txn_deadline.is_some() => {
+                    self.expire_transactions().await
+                }
                 _ = heartbeat.tick(), if remote_idle.is_some() => {
                     self.write(Frame::empty())
                 }
@@ -497,7 +502,7 @@ impl Connection {
     /// cannot overflow the timer.
     fn next_token_lapse(&self) -> Option<Instant> {
         let lapse_ms = self.access.next_expiry_ms()?;
-        let wait = u64::try_from(lapse_ms.saturating_sub(clock::now_ms())).unwrap_or(0);
+        let wait = u64::try_from(lapse_ms.saturating_sub(clock::real_ms())).unwrap_or(0);
         Some(Instant::now() + Duration::from_millis(wait).min(LONGEST_TIMER))
     }
 
@@ -517,7 +522,7 @@ impl Connection {
 
     /// Detaches the links that a lapsed token authorized and no other credential covers.
     async fn revoke_lapsed(&mut self) -> Running {
-        let now_ms = clock::now_ms();
+        let now_ms = clock::real_ms();
         self.access.forget_expired(now_ms);
         let mut running = Running::Continue;
         let channels: Vec<u16> = self.sessions.keys().copied().collect();

@@ -216,7 +216,7 @@ impl Requests {
                 let checked = management::parse(&decoded).and_then(|operation| {
                     let rights = management::rights_of(&operation);
                     ctx.access
-                        .check(address, rights, clock::now_ms())
+                        .check(address, rights, clock::real_ms())
                         .map_err(management::unauthorized)?;
                     match &request.txn {
                         None => Ok(Performed::Now(Box::new(operation))),

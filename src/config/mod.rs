@@ -80,21 +80,39 @@ pub struct TestingConfig {
     /// `POST /$testing/reset` on the administration endpoint (Manage): the namespace back to
     /// what the config declares, every message and entity created at run time gone.
     pub reset: bool,
+    /// The broker's clock: the machine's, or one a test moves forward on the administration
+    /// endpoint (`/$testing/clock`).
+    pub clock: TestClock,
     /// Testing features on a broker with TLS or a listener beyond loopback.
     pub allow_exposed: bool,
+}
+
+/// Whose clock the broker's time rules follow (`[testing] clock`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TestClock {
+    /// The machine's (the default).
+    #[default]
+    Real,
+    /// The machine's, moved forward by a test (Manage right): schedules, time to live, locks,
+    /// idleness and the rest fire without waiting for them.
+    Controlled,
 }
 
 impl TestingConfig {
     /// The testing features on, by name, for logs and `/health`.
     pub fn features(&self) -> Vec<&'static str> {
-        [(self.reset, "reset")]
-            .into_iter()
-            .filter_map(|(on, name)| on.then_some(name))
-            .collect()
+        [
+            (self.reset, "reset"),
+            (self.clock == TestClock::Controlled, "clock"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect()
     }
 
-    /// Turns on the features `list` names, comma-separated (`--testing reset,exposed`):
-    /// `reset`, and `exposed` for `allow_exposed`.
+    /// Turns on the features `list` names, comma-separated (`--testing reset,clock,exposed`):
+    /// `reset`, `clock` for the controlled clock, and `exposed` for `allow_exposed`.
     ///
     /// # Errors
     /// The name that is not a testing feature.
@@ -106,10 +124,11 @@ impl TestingConfig {
         {
             match name {
                 "reset" => self.reset = true,
+                "clock" => self.clock = TestClock::Controlled,
                 "exposed" => self.allow_exposed = true,
                 other => {
                     return Err(format!(
-                        "'{other}' is not a testing feature (reset, exposed)"
+                        "'{other}' is not a testing feature (reset, clock, exposed)"
                     ))
                 }
             }

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::units::{ByteSize, HumanDuration};
-use super::{CorrelationConfig, Durability, LogFormat, PropertyValue};
+use super::{CorrelationConfig, Durability, LogFormat, PropertyValue, TestClock};
 
 /// The file as serde reads it: `[broker]`, `[[queues]]` and `[[topics]]`.
 #[derive(Deserialize)]
@@ -70,6 +70,7 @@ pub(super) struct RawAdmin {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawTesting {
     pub(super) reset: Option<bool>,
+    pub(super) clock: Option<TestClock>,
     pub(super) allow_exposed: Option<bool>,
 }
 

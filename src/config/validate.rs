@@ -110,6 +110,7 @@ impl Source<'_> {
             admin,
             testing: TestingConfig {
                 reset: raw.testing.reset.unwrap_or(false),
+                clock: raw.testing.clock.unwrap_or_default(),
                 allow_exposed: raw.testing.allow_exposed.unwrap_or(false),
             },
         };

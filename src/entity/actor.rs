@@ -89,6 +89,7 @@ pub fn start(
         last_active_ms: now_ms(),
         accessed_ms: None,
         reap: None,
+        ticked: Vec::new(),
     };
     for (lane, forward) in &parts.forwards {
         actor.set_forward(*lane, forward);
@@ -128,6 +129,9 @@ struct Actor {
     /// A request to delete the entity after this turn: the reaper's, which found it idle (it
     /// is deleted unless the turn used it), or the administration API's (`forced`).
     reap: Option<(oneshot::Sender<bool>, Removal)>,
+    /// Who waits for this turn to have done what the clock's move made due
+    /// ([`Command::Tick`]).
+    ticked: Vec<oneshot::Sender<bool>>,
     /// The lanes that forward, and their batches on the way to their targets.
     forwarder: Forwarder,
 }
@@ -203,6 +207,9 @@ impl Actor {
                 self.persist();
             }
             self.commit.release_answers();
+            for reply in self.ticked.drain(..) {
+                let _ = reply.send(true);
+            }
             if flushing.is_none() && self.commit.flush_due(now_ms(), &self.log, &self.core) {
                 self.commit.commit_log(&mut self.log);
                 flushing = self.commit.request_flush(&self.core);
@@ -403,6 +410,8 @@ impl Actor {
                     self.commit.poison(&error);
                 }
             }
+            // The turn's clock work follows every batch; the answer waits for its dispatch.
+            Command::Tick { reply } => self.ticked.push(reply),
             Command::ReapIfIdle { reply } => match self.reap_subscriptions(now).is_idle(now) {
                 true => self.reap = Some((reply, Removal::Idle)),
                 false => {

@@ -149,6 +149,12 @@ pub enum Command {
         /// The sweeper's clock, in ms since the Unix epoch.
         now_ms: i64,
     },
+    /// The broker's clock moved forward (a controlled test clock): do now what is due at the
+    /// new time, dispatch what that made available, then answer `true`.
+    Tick {
+        /// Where the answer goes, once the turn that took the command has dispatched.
+        reply: oneshot::Sender<bool>,
+    },
     /// Delete the entity if it has been idle for its `auto_delete_on_idle` time (the reaper's
     /// tick); answers whether it did.
     ReapIfIdle {
@@ -310,6 +316,7 @@ impl Command {
             | Command::GiveBack { .. }
             | Command::RemoveConsumer { .. }
             | Command::ExpireDue { .. }
+            | Command::Tick { .. }
             | Command::ReapIfIdle { .. }
             | Command::IsIdle { .. }
             | Command::Delete { .. }
@@ -383,6 +390,7 @@ impl Command {
                 let _ = reply.send(Err(error.to_string()));
             }
             Command::ReapIfIdle { reply }
+            | Command::Tick { reply }
             | Command::IsIdle { reply }
             | Command::Delete { reply } => {
                 let _ = reply.send(false);

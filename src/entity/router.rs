@@ -175,6 +175,10 @@ pub async fn post(handle: &EntityHandle, command: Command) -> Result<(), Box<Com
             });
             Ok(())
         }
+        Command::Tick { reply } => {
+            reply_every(handle, |reply| Command::Tick { reply }, reply).await;
+            Ok(())
+        }
         Command::IsIdle { reply } => {
             reply_every(handle, |reply| Command::IsIdle { reply }, reply).await;
             Ok(())

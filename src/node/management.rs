@@ -130,7 +130,7 @@ pub fn cbs(request: &Request, access: &mut Access, exists: impl Fn(&str) -> bool
         Ok(fields) => fields,
         Err(problem) => return Response::error(400, wire::condition::ARGUMENT_ERROR, problem),
     };
-    match access.put_token(audience, kind, &token, exists, clock::now_ms()) {
+    match access.put_token(audience, kind, &token, exists, clock::real_ms()) {
         Ok(_) => Response {
             status: 202,
             description: "Accepted".into(),

@@ -44,6 +44,10 @@ const PARTITION_SEPARATOR: &str = "$partition";
 const DECLARATIONS_TREE: &str = "declarations";
 /// Tree of the creation and update times of entities and subscriptions, by [`times_key`].
 const TIMES_TREE: &str = "entity_times";
+/// Tree of the testing features' state: the time a controlled clock reached.
+const TESTING_TREE: &str = "testing";
+/// The key of that time, in [`TESTING_TREE`]: big-endian ms since the Unix epoch.
+const CLOCK_KEY: &str = "clock";
 /// What separates a topic's name from its subscription's in a [`times_key`]: `$` is in no
 /// queue or topic name, so no entity's key reads as a subscription's.
 const SUBSCRIPTION_SEPARATOR: &str = "/$subscriptions/";
@@ -698,6 +702,35 @@ impl Store {
             batch.insert(key.as_bytes(), &times.encode()[..]);
         }
         tree.apply_batch(batch)?;
+        self.flush_blocking()
+    }
+
+    /// The broker time a controlled test clock last reached on this store, if one ever ran.
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when the tree cannot be read.
+    pub fn test_clock(&self) -> Result<Option<i64>, StoreError> {
+        let Some(db) = &self.db else {
+            return Ok(None);
+        };
+        let stored = db.open_tree(TESTING_TREE)?.get(CLOCK_KEY)?;
+        Ok(stored
+            .and_then(|bytes| <[u8; 8]>::try_from(&bytes[..]).ok())
+            .map(i64::from_be_bytes))
+    }
+
+    /// Keeps the broker time a controlled test clock reached, on disk before it returns in
+    /// every mode but `memory` (a restart starts the clock there or later). Blocks for the
+    /// flush.
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when the write or the flush fails.
+    pub fn set_test_clock(&self, now_ms: i64) -> Result<(), StoreError> {
+        let Some(db) = &self.db else {
+            return Ok(());
+        };
+        db.open_tree(TESTING_TREE)?
+            .insert(CLOCK_KEY, &now_ms.to_be_bytes())?;
         self.flush_blocking()
     }
 

@@ -15,7 +15,9 @@ use fe2o3_amqp::types::primitives::Value;
 use fe2o3_amqp::{Receiver, Sender};
 use tokio::time::timeout;
 
+use crate::child::ChildBroker;
 use crate::fe2o3_client::sequence_number;
+use crate::observe::http;
 
 mod send_via;
 use crate::support::{config_with_queues, connect_session, next_delivery, TestBroker, DEADLINE};
@@ -261,19 +263,33 @@ async fn a_dead_lettering_in_a_transaction_moves_the_message_at_the_commit_only(
     broker.stop().await;
 }
 
+/// A broker whose clock a test moves (`[testing] clock = "controlled"`), with queue `q` and
+/// transactions timing out after 2 minutes: a child process, since the clock is the process's.
+const CONTROLLED_CLOCK: &str = "[broker]\nallow_anonymous = true\ntransaction_timeout = \"2m\"\n\n\
+    [testing]\nclock = \"controlled\"\n\n[[queues]]\nname = \"q\"\n";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_past_its_timeout_is_rolled_back_and_its_commit_refused() {
-    let mut config = config_with_queues(&["q"]);
-    config.broker.transaction_timeout = Duration::from_millis(300);
-    let broker = TestBroker::start(config).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = ChildBroker::start(dir.path(), CONTROLLED_CLOCK);
     let mut client = Client::open(broker.addr, "q").await;
     let txn = declare(&client.controller).await;
     txn.post(&mut client.sender, "too-late")
         .await
         .expect("post");
-    // Past the deadline: the commit is refused whether the broker's timer has rolled the
-    // transaction back yet or not (the deadline itself is checked).
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Past the deadline by the broker's clock, with no wait: the commit is refused whether
+    // the connection's timer has rolled the transaction back yet or not (the deadline itself
+    // is checked).
+    let admin = broker.admin_addr.expect("an administration endpoint");
+    let (status, body) = http(
+        admin,
+        "POST",
+        "/$testing/clock/advance",
+        "",
+        r#"{"by": "3m"}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
     let error = txn.commit().await.expect_err("refused");
     let text = format!("{error:?}");
     assert!(text.contains("Timeout"), "{text}");
@@ -284,7 +300,6 @@ async fn a_transaction_past_its_timeout_is_rolled_back_and_its_commit_refused() 
         "nothing of the timed-out transaction"
     );
     client.close().await;
-    broker.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

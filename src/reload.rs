@@ -73,6 +73,7 @@ fn baseline(running: &Config, new: &Config) -> Config {
         broker: running.broker.clone(),
         admin: running.admin.clone(),
         shared_access_policies: running.shared_access_policies.clone(),
+        testing: running.testing.clone(),
         ..new.clone()
     }
 }
@@ -117,6 +118,7 @@ fn restart_only(running: &Config, new: &Config, report: &mut Report) {
             "shared_access_policies",
             running.shared_access_policies != new.shared_access_policies,
         ),
+        ("testing", running.testing != new.testing),
     ];
     let changed = broker.iter().chain(&others).filter(|(_, changed)| *changed);
     for (key, _) in changed {
@@ -361,6 +363,7 @@ mod tests {
         new.broker.websocket_listen = vec!["127.0.0.1:80".parse().expect("address")];
         new.admin.max_connections += 1;
         new.shared_access_policies.clear();
+        new.testing.clock = crate::config::TestClock::Controlled;
         // Entities are not restart-only.
         new.queues.clear();
         let keys: Vec<String> = restart_only_kept(&running, &new)
@@ -381,7 +384,8 @@ mod tests {
                 "broker.max_connections",
                 "broker.idle_timeout",
                 "admin",
-                "shared_access_policies"
+                "shared_access_policies",
+                "testing"
             ]
         );
     }
@@ -393,14 +397,16 @@ mod tests {
         new.broker.max_frame_size *= 2;
         new.admin.request_timeout += Duration::from_secs(1);
         new.shared_access_policies.clear();
+        new.testing.reset = true;
         new.queues.truncate(1);
         let next = baseline(&running, &new);
         assert_eq!(next.broker, running.broker);
         assert_eq!(next.admin, running.admin);
         assert_eq!(next.shared_access_policies, running.shared_access_policies);
+        assert_eq!(next.testing, running.testing);
         assert_eq!(next.queues, new.queues, "entities are the file's");
         assert_eq!(next.topics, new.topics);
-        assert_eq!(restart_only_kept(&next, &new).len(), 3);
+        assert_eq!(restart_only_kept(&next, &new).len(), 4);
     }
 
     #[test]

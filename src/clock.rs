@@ -24,7 +24,7 @@ static MOVES: LazyLock<watch::Sender<i64>> = LazyLock::new(|| watch::Sender::new
 /// The broker's clock: milliseconds since the Unix epoch, the machine's time moved forward by
 /// what a controlled test clock was advanced.
 pub fn now_ms() -> i64 {
-    real_ms().saturating_add(OFFSET_MS.load(Ordering::Acquire))
+    real_ms().saturating_add(ahead_ms())
 }
 
 /// The machine's clock: milliseconds since the Unix epoch. For what clients judge by their
@@ -34,6 +34,11 @@ pub fn real_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
+}
+
+/// How far the broker's clock is ahead of the machine's, in ms: 0 unless a test moved it.
+pub fn ahead_ms() -> i64 {
+    OFFSET_MS.load(Ordering::Acquire)
 }
 
 /// Moves the broker's clock forward to `to_ms`; answers the broker's time after the move. A

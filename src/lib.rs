@@ -396,7 +396,7 @@ pub async fn run_with_reloads(
         let now_ms = clock::now_ms();
         tracing::warn!(
             now = %admin::atom::time(now_ms),
-            ahead_ms = now_ms - clock::real_ms(),
+            ahead_ms = clock::ahead_ms(),
             "the broker's clock is controlled: a test may move it forward (/$testing/clock)"
         );
     }

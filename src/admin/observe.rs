@@ -52,7 +52,7 @@ fn healthy(admin: &Admin) -> serde_json::Value {
     if admin.testing.clock == TestClock::Controlled {
         body["clock"] = serde_json::json!({
             "now": atom::time(now_ms()),
-            "aheadMs": now_ms() - real_ms(),
+            "aheadMs": crate::clock::ahead_ms(),
         });
     }
     body

@@ -197,11 +197,11 @@ async fn move_clock(admin: &Admin, target: Target) -> Response<Full<Bytes>> {
 /// The broker's clock: its time, in RFC 3339 and in ms since the Unix epoch, how far ahead of
 /// the machine's it is, and how long the move took, after one.
 fn clock_now(status: StatusCode, took_ms: Option<u64>) -> Response<Full<Bytes>> {
-    let (now_ms, real_ms) = (clock::now_ms(), clock::real_ms());
+    let now_ms = clock::now_ms();
     let mut body = serde_json::json!({
         "now": atom::time(now_ms),
         "nowMs": now_ms,
-        "aheadMs": now_ms.saturating_sub(real_ms),
+        "aheadMs": clock::ahead_ms(),
     });
     if let Some(took_ms) = took_ms {
         body["tookMs"] = took_ms.into();

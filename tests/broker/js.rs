@@ -213,7 +213,9 @@ fn install(dir: &Path) -> Result<PathBuf, String> {
 }
 
 /// `[testing] reset` between two tests: nothing of the first left (active, scheduled and
-/// dead-lettered messages, a subscription's copies), numbering from 1 again.
+/// dead-lettered messages, a subscription's copies), numbering from 1 again; the controlled
+/// clock firing a day's schedule and time to live, a lock and idleness on an advance, kept by
+/// a reset, refusing bad and backward moves.
 #[test]
 fn testing_suite() {
     run("tests/js/testing.test.js");

@@ -120,9 +120,11 @@ fn container_suite() {
     pytest::run("tests/python/test_container.py");
 }
 
-/// `[testing]`: the reset between tests through the official SDK (messages of every kind,
+/// `[testing]` through the official SDK: the reset between tests (messages of every kind,
 /// session states, duplicate ids and entities created at run time gone, numbering from 1),
-/// `tidebus reset`, off by default and Manage-only, refused on an exposed broker.
+/// `tidebus reset`; the controlled clock firing every time rule on an advance (a day's
+/// schedule and time to live, peek and session locks, idleness, the duplicate window, across
+/// a restart); both off by default, Manage-only, refused on an exposed broker.
 #[test]
 fn testing_suite() {
     pytest::run("tests/python/test_testing.py");

@@ -40,16 +40,16 @@ import org.junit.jupiter.api.Test;
  */
 @Order(Integer.MAX_VALUE)
 class TestingRecipeTest extends TidebusTest {
-    // The recipe, as the README has it, but for the Authorization header: run.sh's broker
-    // refuses anonymous clients (and serves its administration endpoint over HTTPS).
-    static final HttpClient http = HttpClient.newHttpClient();
-    static final String admin = "https://127.0.0.1:" + required("TIDEBUS_ADMIN_PORT");
+    // The recipe, as the README has it but for ADMIN and the Authorization header: run.sh's
+    // broker serves its administration endpoint over HTTPS and refuses anonymous clients.
+    static final HttpClient HTTP = HttpClient.newHttpClient();
+    static final String ADMIN = "https://127.0.0.1:" + required("TIDEBUS_ADMIN_PORT");
 
     static void testing(String call, String json) throws Exception {
-        HttpRequest request = HttpRequest.newBuilder(URI.create(admin + "/$testing/" + call))
+        HttpRequest request = HttpRequest.newBuilder(URI.create(ADMIN + "/$testing/" + call))
             .header("Authorization", signature())
             .POST(HttpRequest.BodyPublishers.ofString(json)).build();
-        HttpResponse<String> answer = http.send(request, HttpResponse.BodyHandlers.ofString());
+        HttpResponse<String> answer = HTTP.send(request, HttpResponse.BodyHandlers.ofString());
         if (answer.statusCode() != 200) throw new IllegalStateException(call + ": " + answer.statusCode() + " " + answer.body());
     }
 
@@ -61,11 +61,11 @@ class TestingRecipeTest extends TidebusTest {
 
     /** The broker's clock, from {@code GET /$testing/clock} ({@code {"now":…,"nowMs":N,…}}). */
     static OffsetDateTime brokerNow() throws Exception {
-        HttpRequest request = HttpRequest.newBuilder(URI.create(admin + "/$testing/clock"))
+        HttpRequest request = HttpRequest.newBuilder(URI.create(ADMIN + "/$testing/clock"))
             .header("Authorization", signature())
             .GET()
             .build();
-        HttpResponse<String> answer = http.send(request, HttpResponse.BodyHandlers.ofString());
+        HttpResponse<String> answer = HTTP.send(request, HttpResponse.BodyHandlers.ofString());
         assertEquals(200, answer.statusCode(), () -> "GET /$testing/clock: " + answer.body());
         Matcher nowMs = Pattern.compile("\"nowMs\":(\\d+)").matcher(answer.body());
         assertTrue(nowMs.find(), () -> "no nowMs in " + answer.body());

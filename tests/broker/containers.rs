@@ -8,7 +8,8 @@
 //!   `org.testcontainers:testcontainers-azure` 2.0.5; each run by Maven (artifacts in `~/.m2`,
 //!   output in `<target>/containers-java-*`).
 //! - `tests/containers/go`: `testcontainers-go/modules/azure/servicebus`, pinned in its
-//!   `go.mod` and `go.sum` at v0.44.0, run by `go test` (modules in Go's module cache).
+//!   `go.mod` and `go.sum` at v0.44.0, run by `go test` (modules in Go's module cache). Its
+//!   package `recipe`, the README's testing recipe, needs no container: `go_recipe` runs it.
 //!
 //! Each test builds its own image with `config/container/build.sh` (about a second) from
 //! `TIDEBUS_BIN` if set (to see the tests fail on another build), else the binary under test,

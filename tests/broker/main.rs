@@ -8,6 +8,7 @@ mod durability;
 mod emulator_config;
 mod fe2o3_client;
 mod go;
+mod go_recipe;
 mod java;
 mod js;
 mod lifetime;

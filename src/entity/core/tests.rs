@@ -349,6 +349,59 @@ fn a_given_back_delivery_is_available_again_uncounted() {
 }
 
 #[test]
+fn a_browser_is_shown_copies_in_order_and_takes_nothing() {
+    let mut q = queue_with(3);
+    q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);
+    q.add_credit(A, 1);
+    let locked = q.dispatch(0).remove(0);
+    q.subscribe(B, ReceiveMode::Browse, u64::MAX);
+    q.add_credit(B, 2);
+    let shown = q.dispatch(0);
+    let seqs: Vec<(i64, bool)> = (shown.iter())
+        .map(|copy| (copy.seq, copy.lock_token.is_none() && copy.stamp.presettled))
+        .collect();
+    assert_eq!(
+        seqs,
+        [(1, true), (2, true)],
+        "locked ones shown too, as a peek shows them"
+    );
+    assert_eq!(q.len(), 3, "nothing taken");
+    q.add_credit(B, 5);
+    let (rest, finished) = q.drain(B, 0);
+    assert_eq!(rest.iter().map(|copy| copy.seq).collect::<Vec<_>>(), [3]);
+    assert!(finished, "a drain ends where the messages do");
+    // The peek-lock consumer still holds its lock and takes the others.
+    let token = locked.lock_token.expect("peek-lock");
+    assert_eq!(q.settle_by_token(token, &Settlement::Complete), Ok(1));
+    q.add_credit(A, 5);
+    assert_eq!(
+        q.dispatch(0).len(),
+        2,
+        "the others are still there for a receiver"
+    );
+}
+
+#[test]
+fn a_browser_sees_later_messages_and_a_copy_given_back_is_shown_again_not_stored() {
+    let mut q = queue_with(1);
+    q.subscribe(B, ReceiveMode::Browse, u64::MAX);
+    q.add_credit(B, 5);
+    let first = q.dispatch(0).remove(0);
+    q.give_back(first);
+    assert_eq!(q.len(), 1, "a copy given back is not stored again");
+    q.add_credit(B, 5);
+    assert_eq!(q.dispatch(0).remove(0).seq, 1, "shown again");
+    q.enqueue(10, empties(1)).expect("room");
+    q.reveal_up_to(q.next_seq());
+    assert_eq!(
+        q.dispatch(0).remove(0).seq,
+        2,
+        "a later message is shown as it comes"
+    );
+    assert!(q.dispatch(0).is_empty());
+}
+
+#[test]
 fn messages_are_not_delivered_before_they_are_published() {
     let mut q = Queue::new(RULES);
     q.subscribe(A, ReceiveMode::PeekLock, u64::MAX);

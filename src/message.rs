@@ -27,6 +27,9 @@ const PER_DELIVERY_KEYS: [&str; 2] = [annotation::LOCKED_UNTIL, annotation::MESS
 const LOCK_TOKEN_KEY: &str = "x-opt-lock-token";
 /// Message annotation asking for a scheduled enqueue (a timestamp).
 const SCHEDULED_ENQUEUE_TIME_KEY: &str = "x-opt-scheduled-enqueue-time";
+/// Message annotation of a JMS delivery delay (Qpid JMS: the absolute time, a long of ms since
+/// the Unix epoch): a scheduled enqueue time unless the message names one itself.
+const DELIVERY_TIME_KEY: &str = "x-opt-delivery-time";
 /// Message annotation with the partition key (a string).
 const PARTITION_KEY_KEY: &str = "x-opt-partition-key";
 /// How a refusal names the session id a message carries.
@@ -283,6 +286,9 @@ pub fn inspect(bytes: Bytes) -> Result<Arrival, MessageError> {
                     match symbol_name(key) {
                         Some(name) if name == SCHEDULED_ENQUEUE_TIME_KEY.as_bytes() => {
                             arrival.scheduled_ms = read_time(value);
+                        }
+                        Some(name) if name == DELIVERY_TIME_KEY.as_bytes() => {
+                            arrival.scheduled_ms = arrival.scheduled_ms.or(read_time(value));
                         }
                         Some(name) if name == PARTITION_KEY_KEY.as_bytes() => {
                             check_id_length(PARTITION_KEY_KEY, value)?;
@@ -1571,6 +1577,29 @@ mod tests {
             ),
             "a properties list whose count overruns it is refused on arrival"
         );
+    }
+
+    #[test]
+    fn a_jms_delivery_time_schedules_unless_the_message_names_its_enqueue_time() {
+        let scheduled = |entries: &[(&str, Value)]| {
+            let mut annotations = MessageAnnotations::default();
+            for (key, value) in entries {
+                annotations
+                    .0
+                    .insert(OwnedKey::from(Symbol::from(*key)), value.clone());
+            }
+            let mut bytes = serde_amqp::to_vec(&annotations).expect("ma");
+            bytes.extend(serde_amqp::to_vec(&Data(Binary::from(b"x".to_vec()))).expect("d"));
+            inspect(Bytes::from(bytes)).expect("valid").scheduled_ms
+        };
+        let delivery = (DELIVERY_TIME_KEY, Value::Long(1_000));
+        let enqueue = (
+            SCHEDULED_ENQUEUE_TIME_KEY,
+            Value::Timestamp(Timestamp::from_milliseconds(2_000)),
+        );
+        assert_eq!(scheduled(std::slice::from_ref(&delivery)), Some(1_000));
+        assert_eq!(scheduled(&[delivery.clone(), enqueue.clone()]), Some(2_000));
+        assert_eq!(scheduled(&[enqueue, delivery]), Some(2_000));
     }
 
     #[test]

@@ -16,6 +16,7 @@ use bytes::BytesMut;
 use fe2o3_amqp::frames::amqp::{Frame, FrameBody};
 use fe2o3_amqp::types::definitions::{self, AmqpError, ConnectionError};
 use fe2o3_amqp::types::performatives::{ChannelMax, Close, MaxFrameSize, Open};
+use fe2o3_amqp::types::primitives::Symbol;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -59,6 +60,9 @@ const SETTLE_BARRIER_TIMEOUT: Duration = Duration::from_secs(30);
 const FRAME_ROOM: usize = 64;
 /// The most frames and commands whose room a connection keeps from one turn for the next.
 const SPARE_ROOM: usize = 64;
+/// The connection capability saying that a message's `x-opt-delivery-time` delays it (a
+/// scheduled enqueue): Qpid JMS's delivery delay needs the peer to offer it.
+const DELAYED_DELIVERY: &str = "DELAYED_DELIVERY";
 
 /// What every connection shares.
 #[derive(Debug)]
@@ -310,7 +314,7 @@ fn our_open(shared: &Shared, container_id: &str) -> Frame {
             idle_time_out: (idle_ms > 0).then_some(idle_ms),
             outgoing_locales: None,
             incoming_locales: None,
-            offered_capabilities: None,
+            offered_capabilities: Some(vec![Symbol::from(DELAYED_DELIVERY)].into()),
             desired_capabilities: None,
             properties: None,
         }),

@@ -10,7 +10,7 @@ import uuid
 import pytest
 from proton import SASL, Delivery, Message, Timeout, symbol, timestamp
 from proton.handlers import MessagingHandler, TransactionHandler
-from azure.servicebus import ServiceBusSubQueue
+from azure.servicebus import ServiceBusMessageState, ServiceBusSubQueue
 from proton.reactor import Container, Copy, LinkOption, Selector
 from proton.utils import LinkDetached, SendException
 
@@ -127,6 +127,23 @@ def test_a_receiver_with_distribution_mode_copy_browses_without_taking(broker):
             taken.append((message.id, message.delivery_count))
             receiver.accept()
         assert taken == [("browse-0", 0), ("browse-1", 0), ("browse-2", 0)], "browsing takes nothing"
+
+
+def test_a_jms_delivery_time_schedules_the_message(broker, client):
+    # Qpid JMS's delivery delay: the broker offers DELAYED_DELIVERY, and a message's
+    # x-opt-delivery-time (a long of ms since the epoch) is its scheduled enqueue time.
+    due_ms = int(time.time() * 1000) + 3_600_000
+    with connect(broker) as conn:
+        assert symbol("DELAYED_DELIVERY") in (conn.conn.remote_offered_capabilities or [])
+        delayed = Message(id="later", body="in an hour", annotations={
+            symbol("x-opt-delivery-time"): due_ms,
+        })
+        send_accepted(conn.create_sender("q1"), delayed)
+    with client.get_queue_receiver("q1") as receiver:
+        (peeked,) = receiver.peek_messages(10, sequence_number=0)
+        assert (peeked.message_id, peeked.state) == ("later", ServiceBusMessageState.SCHEDULED)
+        assert peeked.raw_amqp_message.annotations[b"x-opt-delivery-time"] == due_ms
+        assert receiver.receive_messages(max_wait_time=1) == [], "not before its time"
 
 
 def test_released_message_is_redelivered_without_counting(broker):

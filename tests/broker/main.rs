@@ -10,6 +10,7 @@ mod fe2o3_client;
 mod go;
 mod go_recipe;
 mod java;
+mod jms;
 mod js;
 mod lifetime;
 mod observe;

@@ -9,7 +9,6 @@ import jakarta.jms.MessageConsumer;
 import jakarta.jms.MessageProducer;
 import jakarta.jms.Session;
 import java.time.Duration;
-import org.junit.jupiter.api.Disabled;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -70,8 +69,6 @@ class DeliveryTest extends JmsTest {
      * one only to a broker that offers the DELAYED_DELIVERY connection capability.
      */
     @Test
-    @Disabled("delivery delay is not supported yet: the broker does not offer DELAYED_DELIVERY, so Qpid JMS "
-        + "refuses a send with a delay (issue 55)")
     void aDelayedMessageArrivesAfterAMarkerSentWithoutDelay() throws Exception {
         Session session = session();
         MessageProducer producer = session.createProducer(session.createQueue("delivery-delay"));

@@ -10,36 +10,12 @@
 //! downloaded on the first run. `TIDEBUS_JMS_ARGS` replaces the Maven arguments, e.g.
 //! `-Dtest=BrowserTest` or empty for every class. Output and failure as in `runner`.
 
-use std::process::Command;
-use std::time::Duration;
-
-use crate::prepared::{self, crate_root};
 use crate::runner;
-
-/// The first run downloads Qpid JMS, JUnit and Maven's plugins before it tests.
-const RUN_DEADLINE: Duration = Duration::from_secs(15 * 60);
 
 /// A text message with its JMS headers and typed properties, the five JMS message types and a
 /// bodiless one, a browse that shows three messages twice and leaves them to a consumer, and a
 /// consumer with a selector refused with the selector named in the exception.
 #[test]
 fn jms_smoke_suite() {
-    let args = std::env::var("TIDEBUS_JMS_ARGS").unwrap_or_else(|_| "-Dgroups=smoke".into());
-    let mut command = Command::new("bash");
-    command
-        .current_dir(crate_root())
-        .arg("tests/jms/run.sh")
-        .args(args.split_whitespace())
-        .env("TIDEBUS_JMS_BUILD_DIR", prepared::target_dir().join("jms"));
-    runner::run(
-        "tests/jms/run.sh",
-        &mut command,
-        RUN_DEADLINE,
-        |code| match code {
-            Some(1) => "tests failed",
-            Some(2) => "the suite could not start (broker, JDK or Maven)",
-            Some(_) => "run.sh error",
-            None => "killed by a signal",
-        },
-    );
+    runner::maven_suite("jms");
 }

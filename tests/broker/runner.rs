@@ -30,6 +30,39 @@ pub fn maven_test(project: &str, build_dir: &str, args: &[&str]) -> Command {
     command
 }
 
+/// The first run of a Maven suite downloads its artifacts and Maven's plugins before it tests.
+const MAVEN_SUITE_DEADLINE: Duration = Duration::from_secs(15 * 60);
+
+/// Runs the Maven suite `tests/<suite>/run.sh` (`java`, `jms`) with the arguments in
+/// `TIDEBUS_<SUITE>_ARGS`, by default its smoke slice (`-Dgroups=smoke`), Maven's output in
+/// `<target>/<suite>`; panics as [`run`] does, naming what run.sh's exit code means.
+pub fn maven_suite(suite: &str) {
+    let upper = suite.to_uppercase();
+    let args =
+        std::env::var(format!("TIDEBUS_{upper}_ARGS")).unwrap_or_else(|_| "-Dgroups=smoke".into());
+    let script = format!("tests/{suite}/run.sh");
+    let mut command = Command::new("bash");
+    command
+        .current_dir(crate_root())
+        .arg(&script)
+        .args(args.split_whitespace())
+        .env(
+            format!("TIDEBUS_{upper}_BUILD_DIR"),
+            target_dir().join(suite),
+        );
+    run(
+        &script,
+        &mut command,
+        MAVEN_SUITE_DEADLINE,
+        |code| match code {
+            Some(1) => "tests failed",
+            Some(2) => "the suite could not start (broker, JDK or Maven)",
+            Some(_) => "run.sh error",
+            None => "killed by a signal",
+        },
+    );
+}
+
 /// How many trailing output lines the panic message repeats.
 const TAIL_LINES: usize = 40;
 

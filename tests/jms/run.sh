@@ -20,47 +20,10 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 bin="${TIDEBUS_BIN:-$repo/target/release/tidebus}"
 build_dir="${TIDEBUS_JMS_BUILD_DIR:-$repo/target/jms}"
-reports="$build_dir/surefire-reports"
-
-if [[ ! -x "$bin" ]]; then
-    echo "run.sh: no broker binary at $bin (build it with \`cargo build --release\` or set TIDEBUS_BIN)" >&2
-    exit 2
-fi
-for tool in mvn java; do
-    command -v "$tool" >/dev/null || { echo "run.sh: $tool is not on PATH (needs a JDK 17 and Maven)" >&2; exit 2; }
-done
-
-work="$(mktemp -d "${TMPDIR:-/tmp}/tidebus-jms-XXXXXX")"
-broker_pid=""
-
-# Stops the broker this script started (by its pid, SIGTERM then, after 20 s, SIGKILL) and
-# removes its directory unless a test failed or TIDEBUS_JMS_KEEP is set.
-stop_broker() {
-    if [[ -n "$broker_pid" ]] && kill -0 "$broker_pid" 2>/dev/null; then
-        kill -TERM "$broker_pid" 2>/dev/null || true
-        for _ in $(seq 200); do
-            kill -0 "$broker_pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        if kill -0 "$broker_pid" 2>/dev/null; then
-            echo "run.sh: the broker (pid $broker_pid) ignored SIGTERM for 20 s; killing it" >&2
-            kill -KILL "$broker_pid" 2>/dev/null || true
-        fi
-        wait "$broker_pid" 2>/dev/null || true
-    fi
-    broker_pid=""
-}
-cleanup() {
-    local status=$?
-    stop_broker
-    if [[ $status -eq 0 && -z "${TIDEBUS_JMS_KEEP:-}" ]]; then
-        rm -rf "$work"
-    else
-        echo "run.sh: the broker's config and log are kept in $work" >&2
-    fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+tools="mvn java"
+keep=TIDEBUS_JMS_KEEP
+# shellcheck source=../java/suite.sh
+source "$repo/tests/java/suite.sh"
 
 # In memory, plain AMQP only: Qpid JMS dials amqp://127.0.0.1:PORT. Anonymous clients are let
 # in (most tests connect with SASL ANONYMOUS, as a local Qpid JMS setup does), and the
@@ -81,54 +44,9 @@ EOF
     cat "$here/entities.toml"
 } >"$work/tidebus.toml"
 
-RUST_LOG="${RUST_LOG:-info}" "$bin" --config "$work/tidebus.toml" --listen 127.0.0.1:0 \
-    --data-dir "$work/data" --ready-file "$work/ready" \
-    >"$work/broker.log" 2>&1 </dev/null &
-broker_pid=$!
-
-# The ready file (written atomically): the plain address on its first line.
-amqp=""
-for _ in $(seq 300); do
-    if ! kill -0 "$broker_pid" 2>/dev/null; then
-        echo "run.sh: the broker exited before it was ready; its log:" >&2
-        cat "$work/broker.log" >&2
-        broker_pid=""
-        exit 2
-    fi
-    if [[ -s "$work/ready" ]]; then
-        amqp="$(head -n1 "$work/ready")"
-        break
-    fi
-    sleep 0.1
-done
-if [[ -z "$amqp" ]]; then
-    echo "run.sh: the broker did not write its ready file within 30 s; its log:" >&2
-    cat "$work/broker.log" >&2
-    exit 2
-fi
+start_broker
 echo "run.sh: broker $bin (pid $broker_pid) on $amqp"
 
 export TIDEBUS_AMQP_URL="amqp://$amqp"
 
-rm -rf "$reports"
-set +e
-mvn -B -ntp -Dstyle.color=never -f "$here/pom.xml" -Dtidebus.buildDirectory="$build_dir" "$@" test 2>&1
-maven=$?
-set -e
-stop_broker
-
-if ! ls "$reports"/TEST-*.xml >/dev/null 2>&1; then
-    echo "run.sh: Maven exited with $maven and wrote no test report (see its output above)" >&2
-    echo "0 passed, 1 failed"
-    exit 1
-fi
-# Maven ends its output (stdout and stderr, merged above) with colour resets and no newline:
-# start the summary on a line of its own.
-echo
-# The Java suite's Summary.java reads the Surefire reports: a line per class, each failure with
-# its message, and the total last. It exits 1 when a test failed.
-java "$repo/tests/java/Summary.java" "$reports" || exit 1
-if [[ $maven -ne 0 ]]; then
-    echo "run.sh: Maven exited with $maven although every reported test passed" >&2
-    exit 1
-fi
+run_maven "$@"

@@ -104,15 +104,23 @@ func receiveOne(ctx context.Context, t *testing.T, receiver *azservicebus.Receiv
 	return got[0]
 }
 
-func TestRecipeResetTakesEveryMessageAway(t *testing.T) {
+// start resets the broker and opens a client and a sender to the queue, within the test's
+// deadline.
+func start(t *testing.T) (context.Context, *azservicebus.Client, *azservicebus.Sender) {
+	t.Helper()
 	resetBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
-	defer cancel()
+	t.Cleanup(cancel)
 	c := client(t)
 	sender, err := c.NewSender(queue, nil)
 	if err != nil {
 		t.Fatalf("NewSender: %v", err)
 	}
+	return ctx, c, sender
+}
+
+func TestRecipeResetTakesEveryMessageAway(t *testing.T) {
+	ctx, c, sender := start(t)
 	if err := sender.SendMessage(ctx, &azservicebus.Message{Body: []byte("before the reset")}, nil); err != nil {
 		t.Fatalf("SendMessage: %v", err)
 	}
@@ -142,14 +150,7 @@ func TestRecipeResetTakesEveryMessageAway(t *testing.T) {
 }
 
 func TestRecipeScheduleADayAheadArrivesAfterTheAdvance(t *testing.T) {
-	resetBroker(t)
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
-	defer cancel()
-	c := client(t)
-	sender, err := c.NewSender(queue, nil)
-	if err != nil {
-		t.Fatalf("NewSender: %v", err)
-	}
+	ctx, c, sender := start(t)
 	tomorrow := brokerNow(t).Add(24 * time.Hour)
 	numbers, err := sender.ScheduleMessages(ctx, []*azservicebus.Message{{Body: []byte("tomorrow")}}, tomorrow, nil)
 	if err != nil || len(numbers) != 1 {

@@ -41,13 +41,22 @@ pub fn ahead_ms() -> i64 {
     OFFSET_MS.load(Ordering::Acquire)
 }
 
-/// Moves the broker's clock forward to `to_ms`; answers the broker's time after the move. A
-/// time the clock has already passed leaves it where it is (it never goes back).
-pub fn move_to(to_ms: i64) -> i64 {
+/// Moves the broker's clock forward to `to_ms` (where a restart finds it); a time the clock
+/// has already passed leaves it where it is (it never goes back).
+pub fn move_to(to_ms: i64) {
     let wanted = to_ms.saturating_sub(real_ms());
     let before = OFFSET_MS.fetch_max(wanted, Ordering::AcqRel);
     if wanted > before {
         MOVES.send_replace(wanted);
+    }
+}
+
+/// Moves the broker's clock forward by `by_ms` (none when not positive); answers the broker's
+/// time after the move.
+pub fn advance(by_ms: i64) -> i64 {
+    if by_ms > 0 {
+        let before = OFFSET_MS.fetch_add(by_ms, Ordering::AcqRel);
+        MOVES.send_replace(before.saturating_add(by_ms));
     }
     now_ms()
 }

@@ -155,15 +155,15 @@ fn target(body: &[u8], advance: bool) -> Result<Target, String> {
     }
 }
 
-/// The time `target` names from `now_ms`; refuses one the clock has passed (it never goes
-/// back).
+/// How far `target` moves the clock from `now_ms`; refuses a time the clock has passed (it
+/// never goes back).
 ///
 /// # Errors
 /// Why the clock cannot go there.
-fn destination(target: Target, now_ms: i64) -> Result<i64, String> {
+fn distance(target: Target, now_ms: i64) -> Result<i64, String> {
     match target {
-        Target::By(by) => Ok(now_ms.saturating_add(millis(by))),
-        Target::To(to) if to >= now_ms => Ok(to),
+        Target::By(by) => Ok(millis(by)),
+        Target::To(to) if to >= now_ms => Ok(to - now_ms),
         Target::To(to) => Err(format!(
             "the broker's clock is at {}, past {}: a controlled clock never goes back",
             atom::time(now_ms),
@@ -177,11 +177,11 @@ fn destination(target: Target, now_ms: i64) -> Result<i64, String> {
 async fn move_clock(admin: &Admin, target: Target) -> Response<Full<Bytes>> {
     let _one_at_a_time = admin.clock_moves.lock().await;
     let started = Instant::now();
-    let to_ms = match destination(target, clock::now_ms()) {
-        Ok(to_ms) => to_ms,
+    let by_ms = match distance(target, clock::now_ms()) {
+        Ok(by_ms) => by_ms,
         Err(detail) => return api::error(StatusCode::CONFLICT, detail),
     };
-    if let Err(error) = admin.registry.move_clock(to_ms).await {
+    if let Err(error) = admin.registry.move_clock(by_ms).await {
         tracing::error!(%error, "the clock did not move");
         return api::error(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -252,10 +252,10 @@ mod tests {
     fn the_clock_goes_forward_never_back() {
         let now = 1_893_456_000_000;
         let day = Duration::from_secs(86_400);
-        assert_eq!(destination(Target::By(day), now), Ok(now + 86_400_000));
-        assert_eq!(destination(Target::To(now), now), Ok(now));
-        assert_eq!(destination(Target::To(now + 1), now), Ok(now + 1));
-        let back = destination(Target::To(now - 1), now).unwrap_err();
+        assert_eq!(distance(Target::By(day), now), Ok(86_400_000));
+        assert_eq!(distance(Target::To(now), now), Ok(0));
+        assert_eq!(distance(Target::To(now + 1), now), Ok(1));
+        let back = distance(Target::To(now - 1), now).unwrap_err();
         assert!(back.contains("never goes back"), "{back}");
         assert!(back.contains("2030-01-01T00:00:00.000Z"), "{back}");
     }

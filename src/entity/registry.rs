@@ -932,22 +932,21 @@ impl Registry {
         Ok(count)
     }
 
-    /// Moves the broker's clock forward to `to_ms` (a controlled test clock; a time it has
-    /// passed leaves it where it is): the time is on disk first, so a restart starts there or
-    /// later, then every entity does what is due at it (activates schedules, expires locks,
-    /// session locks and messages, dead-letters what that dead-letters, dispatches). Answers
-    /// the broker's time once every entity has. Idleness is the reaper's
-    /// ([`crate::reaper::reap_once`]).
+    /// Moves the broker's clock forward by `by_ms` (a controlled test clock): the time reached
+    /// is on disk first, so a restart starts there or later, then every entity does what is
+    /// due at it (activates schedules, expires locks, session locks and messages,
+    /// dead-letters what that dead-letters, dispatches). Answers the broker's time once every
+    /// entity has. Idleness is the reaper's ([`crate::reaper::reap_once`]).
     ///
     /// # Errors
     /// [`RegistryError::Store`] when the time cannot be stored (the clock has not moved).
-    pub async fn move_clock(&self, to_ms: i64) -> Result<i64, RegistryError> {
+    pub async fn move_clock(&self, by_ms: i64) -> Result<i64, RegistryError> {
         let store = self.store()?;
-        let to_ms = to_ms.max(now_ms());
-        tokio::task::spawn_blocking(move || store.set_test_clock(to_ms))
+        let reached_ms = now_ms().saturating_add(by_ms);
+        tokio::task::spawn_blocking(move || store.set_test_clock(reached_ms))
             .await
             .map_err(|e| StoreError::Sled(format!("storing the clock: {e}")))??;
-        let now = crate::clock::move_to(to_ms);
+        let now = crate::clock::advance(by_ms);
         let ticks = self.handles().into_iter().map(|entity| async move {
             let (reply, ticked) = oneshot::channel();
             if entity.post(Command::Tick { reply }).await.is_ok() {

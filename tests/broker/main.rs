@@ -11,6 +11,7 @@ mod go;
 mod go_recipe;
 mod java;
 mod jms;
+mod jms_interop;
 mod js;
 mod lifetime;
 mod observe;

@@ -25,5 +25,6 @@ mod raw;
 mod runner;
 mod settlement;
 mod spring;
+mod spring_jms;
 mod support;
 mod transactions;

@@ -3,7 +3,8 @@
 //! `@JmsListener`s receive through the real broker binary, on a plain AMQP URI.
 //!
 //! An order sent with JmsTemplate reaches its listener, and a request is answered by a listener
-//! whose return value Spring sends to the request's JMSReplyTo. Each wait in the application's
+//! whose return value Spring sends to the request's JMSReplyTo. The application signs in with
+//! the emulator policy's name and key (SASL PLAIN). Each wait in the application's
 //! test has a 30 s deadline, so a listener that hangs fails the test. Spring Cloud Azure's JMS
 //! starter is not used: the pom says why. Maven's output goes to `<target>/spring-jms`, its
 //! artifacts to `~/.m2`, downloaded on the first run. Output and failure as in `runner`.
@@ -16,12 +17,17 @@ use crate::runner;
 /// The first run downloads Spring Boot, Spring JMS and Qpid JMS before it tests.
 const RUN_DEADLINE: Duration = Duration::from_secs(10 * 60);
 
-/// The application's queues. Anonymous clients are let in, as a plain `amqp://` URI without
-/// credentials connects (SASL ANONYMOUS).
+/// The emulator's policy, which the application signs in with (SASL PLAIN: anonymous clients
+/// are refused), and its queues.
 const CONFIG: &str = r#"
 [broker]
 durability = "memory"
-allow_anonymous = true
+allow_anonymous = false
+
+[[shared_access_policies]]
+name = "RootManageSharedAccessKey"
+key = "SAS_KEY_VALUE"
+rights = ["Manage", "Send", "Listen"]
 
 [[queues]]
 name = "orders"

@@ -23,7 +23,7 @@ const RUN_DEADLINE: Duration = Duration::from_secs(15 * 60);
 
 /// JMS -> Python SDK (six kinds: body type and content, subject, correlation id, message id,
 /// reply-to, to, time to live, priority, typed application properties, the JMS type
-/// annotation), Python SDK -> JMS (str, bytes, text/plain and value bodies, ids, subject,
+/// annotation), JMSXGroupID as the session a Python session receiver takes, Python SDK -> JMS (str, bytes, text/plain and value bodies, ids, subject,
 /// properties), JMS -> JavaScript SDK (text and bytes), JavaScript SDK -> JMS (JSON string,
 /// Buffer and value bodies, ids, subject, properties).
 #[test]

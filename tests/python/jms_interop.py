@@ -5,6 +5,8 @@ started (tests/jms/run.sh; `cargo test` runs it through tests/broker/jms_interop
     python jms_interop.py receive-jms QUEUE KIND=JMSMessageID...
         receives the six JMS message kinds InteropTest sent to QUEUE with the azure-servicebus
         SDK and asserts what the SDK shows of each; exits 1 with the mismatch otherwise.
+    python jms_interop.py receive-sessions QUEUE SESSION=TEXT,TEXT...
+        receives each session with a session receiver and asserts its JMS texts, in order.
     python jms_interop.py send QUEUE
         sends the SDK messages whose JMS view InteropTest asserts.
 
@@ -113,6 +115,30 @@ def receive_jms(queue, ids):
     print(f"the Python SDK read the {len(seen)} JMS messages right")
 
 
+def receive_sessions(queue, expected):
+    """Receives each session of `expected` ({session id: [texts]}) with a session receiver."""
+    failures = []
+    with open_client(broker()) as client:
+        for session_id, texts in expected.items():
+            with client.get_queue_receiver(queue, session_id=session_id) as receiver:
+                got = []
+                while len(got) < len(texts):
+                    batch = receiver.receive_messages(max_message_count=10, max_wait_time=RECEIVE_WAIT_S)
+                    if not batch:
+                        break
+                    for message in batch:
+                        print(f"{session_id}: body={message.raw_amqp_message.body!r} session_id={message.session_id!r}")
+                        check(failures, session_id, "session_id (JMSXGroupID)", message.session_id, session_id)
+                        got.append(message.raw_amqp_message.body)
+                        receiver.complete_message(message)
+                # A JMS TextMessage is an amqp-value string, which this SDK decodes as bytes.
+                check(failures, session_id, "texts in order", got, [text.encode() for text in texts])
+    if failures:
+        print("FAILED:\n  " + "\n  ".join(failures))
+        sys.exit(1)
+    print(f"the Python SDK received {len(expected)} sessions named by JMSXGroupID")
+
+
 def send(queue):
     # The SDK encodes an int application property as an AMQP int: 32 bits (it refuses 2**40
     # itself), so JMS reads an Integer.
@@ -147,6 +173,8 @@ def main():
     command, queue = sys.argv[1], sys.argv[2]
     if command == "receive-jms":
         receive_jms(queue, dict(argument.split("=", 1) for argument in sys.argv[3:]))
+    elif command == "receive-sessions":
+        receive_sessions(queue, {s: t.split(",") for s, t in (a.split("=", 1) for a in sys.argv[3:])})
     elif command == "send":
         send(queue)
     else:

@@ -48,10 +48,11 @@ import org.junit.jupiter.api.Test;
  * <li>Service Bus's own property names and their AMQP fields ("Messages, payloads, and
  * serialization", https://learn.microsoft.com/azure/service-bus-messaging/service-bus-messages-payloads):
  * MessageId (message-id), CorrelationId (correlation-id), Subject (subject), ReplyTo (reply-to),
- * To (to), ContentType (content-type), TimeToLive (the header's ttl), application properties.
+ * To (to), ContentType (content-type), SessionId (group-id), TimeToLive (the header's ttl),
+ * application properties.
  * <li>The AMQP JMS mapping Qpid JMS implements (OASIS amqp-bindmap-jms, as Qpid JMS's docs
  * describe it): JMSType is the subject, JMSCorrelationID the correlation-id, JMSReplyTo the
- * reply-to, JMSDestination the to; each message type's body section and its
+ * reply-to, JMSDestination the to, JMSXGroupID the group-id; each message type's body section and its
  * {@code x-opt-jms-msg-type} annotation (0 Message, 1 Object, 2 Map, 3 Bytes, 4 Stream,
  * 5 Text); a received message-id string without the "ID:" prefix is shown as
  * {@code ID:AMQP_NO_PREFIX:<id>}; a data section is a BytesMessage unless its content-type is
@@ -269,6 +270,30 @@ class InteropTest extends JmsTest {
         assertEquals("python value body", text(value));
         assertEquals("ID:AMQP_NO_PREFIX:py-value", value.getJMSMessageID());
         assertEquals("py-value-subject", value.getJMSType());
+    }
+
+    /**
+     * JMSXGroupID is the AMQP group-id, which Service Bus reads as the SessionId ("Messages,
+     * payloads, and serialization": SessionId (group-id)): JMS messages with a group id sent to
+     * a session-enabled queue are received by the Python SDK's session receiver for that
+     * session, in order.
+     */
+    @Test
+    void aJmsGroupIdIsTheSessionTheSdkReceivesFrom() throws Exception {
+        python();
+        try (var connection = factory("").createConnection()) {
+            Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            MessageProducer producer = session.createProducer(session.createQueue("interop-jms-sessions"));
+            for (String[] groupAndText : List.of(new String[] {"group-b", "b-1"}, new String[] {"group-a", "a-1"},
+                new String[] {"group-a", "a-2"}, new String[] {"group-b", "b-2"})) {
+                TextMessage message = session.createTextMessage(groupAndText[1]);
+                message.setStringProperty("JMSXGroupID", groupAndText[0]);
+                producer.send(message);
+            }
+        }
+        // (No browse afterwards: a QueueBrowser is a receiver without a session, which a
+        // session-enabled queue refuses, as Service Bus does.)
+        runPython("receive-sessions", "interop-jms-sessions", "group-a=a-1,a-2", "group-b=b-1,b-2");
     }
 
     @Test

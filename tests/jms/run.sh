@@ -4,6 +4,13 @@
 # against it, stops the broker it started, and prints per class passed/failed/skipped, then the
 # total as its last line: `N passed, N failed`.
 #
+# The broker also serves TLS on an ephemeral port with a `gen-cert` certificate, whose CA is in
+# a Java trust store the test JVM is pointed at: azure-servicebus-jms dials amqps only
+# (AzureServiceBusJmsTest). InteropTest runs the Python and JavaScript Service Bus SDKs as
+# subprocesses; it is skipped, saying why, unless <repo>/target/pyenv and
+# <repo>/target/js/node_modules exist (`cargo test` builds both) or TIDEBUS_INTEROP_PYTHON and
+# TIDEBUS_INTEROP_NODE_PATH name others.
+#
 #   tests/jms/run.sh                      # every class
 #   tests/jms/run.sh -Dgroups=smoke       # the smoke slice `cargo test` runs
 #   tests/jms/run.sh -Dtest=BrowserTest   # one class (or Class#method, comma-separated)
@@ -20,22 +27,34 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 bin="${TIDEBUS_BIN:-$repo/target/release/tidebus}"
 build_dir="${TIDEBUS_JMS_BUILD_DIR:-$repo/target/jms}"
-tools="mvn java"
+tools="mvn java keytool"
 keep=TIDEBUS_JMS_KEEP
 # shellcheck source=../java/suite.sh
 source "$repo/tests/java/suite.sh"
 
-# In memory, plain AMQP only: Qpid JMS dials amqp://127.0.0.1:PORT. Anonymous clients are let
-# in (most tests connect with SASL ANONYMOUS, as a local Qpid JMS setup does), and the
+# TLS for azure-servicebus-jms, which builds amqps://HOST[:PORT] and nothing else: a
+# `gen-cert` certificate for localhost, its CA in a Java trust store the test JVM is pointed at.
+"$bin" gen-cert --out "$work/certs" --host localhost --host 127.0.0.1 >/dev/null
+keytool -importcert -noprompt -alias tidebus-ca -file "$work/certs/ca.pem" \
+    -keystore "$work/truststore.p12" -storetype PKCS12 -storepass tidebus >/dev/null 2>&1
+
+# In memory. Qpid JMS dials the plain listener, amqp://127.0.0.1:PORT; azure-servicebus-jms the
+# TLS one on an ephemeral port (never 5671, which parallel suites may want). Anonymous clients
+# are let in (most tests connect with SASL ANONYMOUS, as a local Qpid JMS setup does), and the
 # emulator's policy in entities.toml is there for the tests that sign in with SASL PLAIN (as
-# azure-servicebus-jms does with a connection string). No administration endpoint: nothing
-# here uses it.
+# azure-servicebus-jms does) and for the SDKs InteropTest runs. No administration endpoint:
+# nothing here uses it.
 {
     cat <<EOF
 [broker]
 durability = "memory"
 allow_anonymous = true
 idle_timeout = "60s"
+
+[broker.tls]
+listen = "127.0.0.1:0"
+cert = "$work/certs/server.pem"
+key = "$work/certs/server-key.pem"
 
 [admin]
 listen = ""
@@ -45,8 +64,20 @@ EOF
 } >"$work/tidebus.toml"
 
 start_broker
-echo "run.sh: broker $bin (pid $broker_pid) on $amqp"
+tls="$(sed -n 's/^tls //p' "$work/ready")"
+echo "run.sh: broker $bin (pid $broker_pid) on $amqp, TLS on $tls"
 
 export TIDEBUS_AMQP_URL="amqp://$amqp"
+# The host azure-servicebus-jms is given: the certificate's name and the TLS port.
+export TIDEBUS_AMQPS_HOST="localhost:${tls##*:}"
+# The SDKs for InteropTest, where `cargo test` prepares them (unless the caller named others).
+if [[ -z "${TIDEBUS_INTEROP_PYTHON:-}" && -x "$repo/target/pyenv/bin/python" ]]; then
+    export TIDEBUS_INTEROP_PYTHON="$repo/target/pyenv/bin/python"
+fi
+if [[ -z "${TIDEBUS_INTEROP_NODE_PATH:-}" && -d "$repo/target/js/node_modules" ]]; then
+    export TIDEBUS_INTEROP_NODE_PATH="$repo/target/js/node_modules"
+fi
 
-run_maven "$@"
+run_maven \
+    -DargLine="-Djavax.net.ssl.trustStore=$work/truststore.p12 -Djavax.net.ssl.trustStorePassword=tidebus -Djavax.net.ssl.trustStoreType=PKCS12" \
+    "$@"

@@ -178,10 +178,11 @@ fn run_with(file: &str, env: &[(&str, &Path)]) {
     );
 }
 
-/// `<target>/js/node_modules`, installed from the lock file on first use.
+/// `<target>/js/node_modules`, installed from the lock file on first use (once per test
+/// binary, whichever test asks first).
 ///
 /// Panics with the failing command's output if it cannot be installed.
-fn node_modules() -> &'static Path {
+pub fn node_modules() -> &'static Path {
     static MODULES: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     match MODULES.get_or_init(|| install(&prepared::target_dir().join("js"))) {
         Ok(dir) => dir,

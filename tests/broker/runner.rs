@@ -5,6 +5,7 @@
 //! --nocapture`, shown by libtest when the test fails). Any non-zero exit fails the test.
 
 use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
@@ -37,19 +38,27 @@ const MAVEN_SUITE_DEADLINE: Duration = Duration::from_secs(15 * 60);
 /// `TIDEBUS_<SUITE>_ARGS`, by default its smoke slice (`-Dgroups=smoke`), Maven's output in
 /// `<target>/<suite>`; panics as [`run`] does, naming what run.sh's exit code means.
 pub fn maven_suite(suite: &str) {
-    let upper = suite.to_uppercase();
-    let args =
-        std::env::var(format!("TIDEBUS_{upper}_ARGS")).unwrap_or_else(|_| "-Dgroups=smoke".into());
+    let args = std::env::var(format!("TIDEBUS_{}_ARGS", suite.to_uppercase()))
+        .unwrap_or_else(|_| "-Dgroups=smoke".into());
+    let args: Vec<&str> = args.split_whitespace().collect();
+    maven_suite_run(suite, &args, suite, &[]);
+}
+
+/// Runs the Maven suite `tests/<suite>/run.sh` with `args`, Maven's output in
+/// `<target>/<build_dir>`, and `envs` added (how a driver names prepared SDKs to it); panics as
+/// [`run`] does, naming what run.sh's exit code means.
+pub fn maven_suite_run(suite: &str, args: &[&str], build_dir: &str, envs: &[(&str, &Path)]) {
     let script = format!("tests/{suite}/run.sh");
     let mut command = Command::new("bash");
     command
         .current_dir(crate_root())
         .arg(&script)
-        .args(args.split_whitespace())
+        .args(args)
         .env(
-            format!("TIDEBUS_{upper}_BUILD_DIR"),
-            target_dir().join(suite),
-        );
+            format!("TIDEBUS_{}_BUILD_DIR", suite.to_uppercase()),
+            target_dir().join(build_dir),
+        )
+        .envs(envs.iter().copied());
     run(
         &script,
         &mut command,

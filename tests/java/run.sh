@@ -25,9 +25,7 @@ source "$here/suite.sh"
 
 # TLS for the administration endpoint (the SDK's administration client speaks HTTPS only): a
 # `gen-cert` certificate, its CA in a Java trust store the test JVM is pointed at.
-"$bin" gen-cert --out "$work/certs" --host localhost --host 127.0.0.1 >/dev/null
-keytool -importcert -noprompt -alias tidebus-ca -file "$work/certs/ca.pem" \
-    -keystore "$work/truststore.p12" -storetype PKCS12 -storepass tidebus >/dev/null 2>&1
+make_certificates
 
 # In memory: the suite tests the SDK's view of Service Bus's semantics, not durability (which
 # the Rust and Python suites kill and restart the broker for).

@@ -46,6 +46,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# A `gen-cert` certificate for localhost in $work/certs (server.pem, server-key.pem), and its CA
+# in a Java trust store, $work/truststore.p12 (password `tidebus`), for the test JVM.
+make_certificates() {
+    "$bin" gen-cert --out "$work/certs" --host localhost --host 127.0.0.1 >/dev/null
+    keytool -importcert -noprompt -alias tidebus-ca -file "$work/certs/ca.pem" \
+        -keystore "$work/truststore.p12" -storetype PKCS12 -storepass tidebus >/dev/null 2>&1
+}
+
 # Starts the broker on $work/tidebus.toml with the extra arguments given and waits for its
 # ready file: sets `amqp` (the plain address, its first line) and, when the broker serves one,
 # `admin` (its `admin ADDR` line). Exits 2 when it does not come up within 30 s.

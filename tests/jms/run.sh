@@ -34,9 +34,7 @@ source "$repo/tests/java/suite.sh"
 
 # TLS for azure-servicebus-jms, which builds amqps://HOST[:PORT] and nothing else: a
 # `gen-cert` certificate for localhost, its CA in a Java trust store the test JVM is pointed at.
-"$bin" gen-cert --out "$work/certs" --host localhost --host 127.0.0.1 >/dev/null
-keytool -importcert -noprompt -alias tidebus-ca -file "$work/certs/ca.pem" \
-    -keystore "$work/truststore.p12" -storetype PKCS12 -storepass tidebus >/dev/null 2>&1
+make_certificates
 
 # In memory. Qpid JMS dials the plain listener, amqp://127.0.0.1:PORT; azure-servicebus-jms the
 # TLS one on an ephemeral port (never 5671, which parallel suites may want). Anonymous clients

@@ -274,6 +274,18 @@ pub async fn run_with_reloads(
         &tasks.token,
         &tasks.tracker,
     )?);
+    // JMS non-durable subscriptions live as long as their links: none outlives the broker.
+    match registry
+        .remove_subscriptions_named(amqp::jms::is_non_durable)
+        .await
+    {
+        Ok(0) => {}
+        Ok(gone) => tracing::info!(
+            subscriptions = gone,
+            "JMS non-durable subscriptions of the last run deleted"
+        ),
+        Err(error) => tracing::error!(%error, "JMS non-durable subscriptions of the last run kept"),
+    }
     // What the start wrote (recovery, entity trees, declarations) is on disk before the broker
     // says it is ready.
     if let Some(flusher) = flusher {
@@ -306,6 +318,7 @@ pub async fn run_with_reloads(
         transaction_timeout: config.broker.transaction_timeout,
         next_link_id: AtomicU64::new(1),
         policies: Arc::new(Policies::live(&config, entity_policies)),
+        jms: amqp::jms::Links::default(),
     });
     let entities = shared.registry.len();
     let acceptance = Acceptance {

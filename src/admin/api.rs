@@ -1318,16 +1318,7 @@ async fn create_subscription(
 
 /// The subscription a client's description asks for, from the config's defaults.
 fn subscription_config(name: &str, root: &atom::Element) -> Result<SubscriptionConfig, String> {
-    let base = format!(
-        "[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = {}\n",
-        toml::Value::String(name.to_owned())
-    );
-    let Declaration::Topic(mut topic) =
-        Declaration::parse(&base, "the request").map_err(|e| e.to_string())?
-    else {
-        return Err("a subscription belongs to a topic".into());
-    };
-    apply_subscription(topic.subscriptions.remove(0), root, Intent::Create)
+    apply_subscription(SubscriptionConfig::named(name)?, root, Intent::Create)
 }
 
 /// What a description is sent for.

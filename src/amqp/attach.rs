@@ -13,8 +13,8 @@ use fe2o3_amqp::types::messaging::{DistributionMode, TargetArchetype};
 use fe2o3_amqp::types::performatives::{Attach, Detach, Flow};
 use fe2o3_amqp::types::primitives::{Symbol, Value};
 use serde_amqp::described::Described;
-use serde_amqp::descriptor::Descriptor;
 
+use crate::amqp::jms;
 use crate::amqp::link::{self, Feed, Incoming, Link, LinkKind, Outgoing, Replies, SENDER_CREDIT};
 use crate::amqp::outbox::{Context, Fault, Outbox};
 use crate::amqp::via::{self, CrossEntity};
@@ -25,7 +25,6 @@ use crate::entity::handle::{
     Command, ConsumerId, EntityHandle, LaneId, ReceiveMode, SessionRequest,
 };
 use crate::entity::partition;
-use crate::entity::registry::Registry;
 use crate::metrics::{self, Held};
 use crate::node::{router, Node};
 
@@ -90,7 +89,7 @@ pub fn open(
             ),
         ))
     } else {
-        resolve(&attach, ctx.registry).and_then(|found| one_cbs_link(&attach.role, found, ctx))
+        resolve(&attach, ctx).and_then(|found| one_cbs_link(&attach.role, found, ctx))
     };
     let authorized = found.and_then(|(node, address)| {
         let needs = rights_to_attach(&attach.role, &node);
@@ -177,7 +176,8 @@ pub fn open(
             })
         }
         (Role::Receiver, Node::Entity(entity, lane)) => {
-            let mode = receive_mode(&attach);
+            // A JMS subscription's consumer asks for copies as a topic's do, and takes them.
+            let mode = receive_mode(&attach, ctx.subscription.is_none());
             // A partitioned entity's receiver takes from every partition, or from the one of
             // the session it names; the connection's window is shared among them.
             let partitions = match &session {
@@ -316,8 +316,15 @@ fn route_via(
 
 /// The node (and which of its queues) an attach names, with its address, or the error that
 /// refuses it: `amqp:not-found` for unknown addresses, `amqp:not-allowed` for a send to a
-/// dead-letter queue. A transaction coordinator has no address.
-fn resolve(attach: &Attach, registry: &Registry) -> Result<(Node, String), definitions::Error> {
+/// dead-letter queue. A transaction coordinator has no address; a JMS consumer on a topic
+/// takes from the subscription readied for it ([`jms::prepare`]).
+fn resolve(attach: &Attach, ctx: &Context<'_>) -> Result<(Node, String), definitions::Error> {
+    let registry = ctx.registry;
+    if let Some(subscription) = &ctx.subscription {
+        let path = subscription.clone()?;
+        let node = router::route(registry, &path).ok_or_else(|| link::not_found(&path))?;
+        return Ok((node, path));
+    }
     let address = match attach.role {
         Role::Sender => match attach.target.as_deref() {
             Some(TargetArchetype::Target(target)) => target.address.clone(),
@@ -459,35 +466,14 @@ const DEFAULT_SESSION_TIMEOUT_MS: i64 = 60_000;
 /// .NET ticks (100 ns since 0001-01-01) at the Unix epoch.
 const TICKS_AT_UNIX_EPOCH: i64 = 621_355_968_000_000_000;
 
-/// The descriptor of a JMS message selector filter (AMQP filters registry,
-/// `apache.org:selector-filter:string`), by name and by code.
-const SELECTOR_FILTER: (&str, u64) = ("apache.org:selector-filter:string", 0x0000_468C_0000_0004);
-
 /// Refuses a receiver that asks for a JMS message selector: the broker does not apply one yet,
 /// and a selector ignored would deliver what the client filtered out.
 ///
 /// # Errors
 /// `amqp:not-implemented` naming the selector.
 fn refuse_selector(attach: &Attach) -> Result<(), definitions::Error> {
-    let filters = (attach.source.as_ref()).and_then(|source| source.filter.as_ref());
-    let selector = filters
-        .into_iter()
-        .flatten()
-        .find_map(|(_, value)| match value {
-            Value::Described(described) => {
-                let (name, code) = SELECTOR_FILTER;
-                let is_selector = match &described.descriptor {
-                    Descriptor::Name(symbol) => symbol.as_str() == name,
-                    Descriptor::Code(number) => *number == code,
-                };
-                is_selector.then_some(&described.value)
-            }
-            _ => None,
-        });
-    let selector = match selector {
-        None => return Ok(()),
-        Some(Value::String(text)) => text.clone(),
-        Some(other) => format!("{other:?}"),
+    let Some(selector) = jms::selector(attach) else {
+        return Ok(());
     };
     Err(link::amqp_error(
         AmqpError::NotImplemented,
@@ -606,11 +592,13 @@ pub fn refuse_detach(local_handle: u32, error: definitions::Error) -> Detach {
 
 /// The receive mode a client receiver asked for: a source with `distribution-mode` copy
 /// browses (AMQP 1.0 §3.5.3: the messages stay for others; Qpid JMS's `QueueBrowser`, which
-/// also asks for pre-settled transfers); otherwise pre-settled transfers mean
-/// receive-and-delete.
-pub fn receive_mode(request: &Attach) -> ReceiveMode {
-    let copies = (request.source.as_ref())
-        .is_some_and(|source| source.distribution_mode == Some(DistributionMode::Copy));
+/// also asks for pre-settled transfers) unless `copies_browse` is false (a JMS subscription's
+/// consumer asks for copies as every topic consumer does); otherwise pre-settled transfers
+/// mean receive-and-delete.
+pub fn receive_mode(request: &Attach, copies_browse: bool) -> ReceiveMode {
+    let copies = copies_browse
+        && (request.source.as_ref())
+            .is_some_and(|source| source.distribution_mode == Some(DistributionMode::Copy));
     match request.snd_settle_mode {
         _ if copies => ReceiveMode::Browse,
         SenderSettleMode::Settled => ReceiveMode::ReceiveAndDelete,
@@ -627,6 +615,7 @@ pub fn settles_second(request: &Attach) -> bool {
 mod tests {
     use super::*;
     use fe2o3_amqp::types::primitives::OrderedMap;
+    use serde_amqp::descriptor::Descriptor;
 
     use crate::amqp::fixtures::{self, entity};
 
@@ -776,26 +765,26 @@ mod tests {
     #[test]
     fn a_copying_source_browses_and_a_settled_sender_receives_and_deletes() {
         let mut request = receiver(None, None);
-        assert_eq!(receive_mode(&request), ReceiveMode::PeekLock);
+        assert_eq!(receive_mode(&request, true), ReceiveMode::PeekLock);
         request.snd_settle_mode = SenderSettleMode::Settled;
-        assert_eq!(receive_mode(&request), ReceiveMode::ReceiveAndDelete);
+        assert_eq!(receive_mode(&request, true), ReceiveMode::ReceiveAndDelete);
         if let Some(source) = request.source.as_mut() {
             source.distribution_mode = Some(DistributionMode::Copy);
         }
         assert_eq!(
-            receive_mode(&request),
+            receive_mode(&request, true),
             ReceiveMode::Browse,
             "settled too, as Qpid JMS asks"
         );
         request.snd_settle_mode = SenderSettleMode::Unsettled;
-        assert_eq!(receive_mode(&request), ReceiveMode::Browse);
+        assert_eq!(receive_mode(&request, true), ReceiveMode::Browse);
     }
 
     #[test]
     fn replies_echo_the_terminus_and_a_refusal_nulls_the_brokers_own() {
         let request = receiver(Some(Value::Null), None);
         assert_eq!(target_address(&request).as_deref(), Some("reply-here"));
-        assert_eq!(receive_mode(&request), ReceiveMode::PeekLock);
+        assert_eq!(receive_mode(&request, true), ReceiveMode::PeekLock);
         assert!(settles_second(&request));
         let accepted = accept_reply(&request, 9, 1024);
         assert_eq!((accepted.role, accepted.handle), (Role::Sender, Handle(9)));

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::amqp::frames::{self, FrameError, FrameReader, Outbound};
 use crate::amqp::handshake::{self, Authenticated};
+use crate::amqp::jms;
 use crate::amqp::link::{amqp_error, ReassemblyBudget};
 use crate::amqp::outbox::{CbsLinks, Context, Fault, Outbox};
 use crate::amqp::session::Session;
@@ -91,6 +92,8 @@ pub struct Shared {
     pub next_link_id: AtomicU64,
     /// The shared access policies credentials are checked against.
     pub policies: Arc<Policies>,
+    /// The links of the JMS subscriptions, on every connection.
+    pub jms: jms::Links,
 }
 
 /// Serves one client, over the two halves of its stream, until it closes, fails, or the
@@ -110,7 +113,7 @@ pub async fn serve<R, W>(
     let mut reader = FrameReader::new(read);
     let container_id = format!("tidebus-{}", uuid::Uuid::new_v4());
     let handshake = open_connection(&mut reader, &mut write, (&shared, &container_id));
-    let (remote_idle, remote_max_frame, authenticated) = match tokio::time::timeout_at(
+    let (remote_idle, remote_max_frame, authenticated, client_id) = match tokio::time::timeout_at(
         handshake_deadline,
         handshake,
     )
@@ -152,6 +155,8 @@ pub async fn serve<R, W>(
     );
     let mut connection = Connection {
         container_id,
+        client_id,
+        jms_ties: HashMap::new(),
         access,
         shared,
         outbound,
@@ -187,9 +192,9 @@ pub async fn serve<R, W>(
     tracing::info!(lasted = ?opened_at.elapsed(), "connection closed");
 }
 
-/// What the handshake learnt: the client's idle timeout, its max frame size, and who SASL
-/// says it is.
-type Opened = (Option<Duration>, usize, Authenticated);
+/// What the handshake learnt: the client's idle timeout, its max frame size, who SASL says it
+/// is, and its container id.
+type Opened = (Option<Duration>, usize, Authenticated, String);
 
 /// Header exchange, SASL and the `open` exchange. The reader then accepts frames up to the
 /// broker's max frame size.
@@ -233,7 +238,12 @@ async fn open_connection<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         .map(|ms| Duration::from_millis(u64::from(ms)));
     tracing::Span::current().record("container", open.container_id.as_str());
     tracing::debug!(max_frame = remote_max_frame, idle = ?remote_idle, "open");
-    Ok((remote_idle, remote_max_frame, authenticated))
+    Ok((
+        remote_idle,
+        remote_max_frame,
+        authenticated,
+        open.container_id,
+    ))
 }
 
 /// Writes one frame straight to the socket (before the writer task exists).
@@ -314,7 +324,13 @@ fn our_open(shared: &Shared, container_id: &str) -> Frame {
             idle_time_out: (idle_ms > 0).then_some(idle_ms),
             outgoing_locales: None,
             incoming_locales: None,
-            offered_capabilities: Some(vec![Symbol::from(DELAYED_DELIVERY)].into()),
+            offered_capabilities: Some(
+                vec![
+                    Symbol::from(DELAYED_DELIVERY),
+                    Symbol::from(jms::SHARED_SUBS),
+                ]
+                .into(),
+            ),
             desired_capabilities: None,
             properties: None,
         }),
@@ -356,6 +372,7 @@ fn context<'a>(
         events,
         max_message_size: shared.max_message_size,
         consumer_window: shared.consumer_window,
+        subscription: None,
     }
 }
 
@@ -368,6 +385,10 @@ enum Running {
 struct Connection {
     /// The container id of the broker's `open`: the connection's id in refusals.
     container_id: String,
+    /// The container id of the client's `open` (a JMS client's client id).
+    client_id: String,
+    /// The links of JMS subscriptions, by link id, released when they go.
+    jms_ties: HashMap<u64, jms::Tie>,
     shared: Arc<Shared>,
     /// What the client may do: its SASL principal and the tokens it put.
     access: Access,
@@ -714,6 +735,20 @@ impl Connection {
                 Running::Continue
             }
             body => {
+                let (body, subscribed) = match body {
+                    FrameBody::Attach(mut attach) => {
+                        let subscribed = jms::prepare(
+                            &mut attach,
+                            &self.shared.jms,
+                            &self.shared.registry,
+                            &self.access,
+                            &self.client_id,
+                        )
+                        .await;
+                        (FrameBody::Attach(attach), subscribed)
+                    }
+                    body => (body, None),
+                };
                 let answers_full =
                     matches!(body, FrameBody::Transfer { .. }) && self.answers_full();
                 let cbs = match &body {
@@ -736,16 +771,23 @@ impl Connection {
                     (&mut self.access, &mut self.transactions),
                 );
                 ctx.cbs = cbs;
+                ctx.subscription = (subscribed.as_ref())
+                    .map(|tie| tie.as_ref().map(jms::Tie::path).map_err(Clone::clone));
+                let mut released = None;
                 let result = match body {
                     FrameBody::Attach(attach) => {
                         let id = self.shared.next_link_id.fetch_add(1, Ordering::Relaxed);
-                        session
-                            .on_attach(attach, id, &ctx, &mut out)
-                            .map(|created| {
-                                if let Some(id) = created {
-                                    self.link_sessions.insert(id, channel);
-                                }
-                            })
+                        let created = session.on_attach(attach, id, &ctx, &mut out);
+                        if let Ok(Some(id)) = created {
+                            self.link_sessions.insert(id, channel);
+                        }
+                        if let Some(Ok(tie)) = subscribed {
+                            match session.accepted(id) {
+                                true => drop(self.jms_ties.insert(id, tie)),
+                                false => released = Some((tie, false)),
+                            }
+                        }
+                        created.map(|_| ())
                     }
                     FrameBody::Flow(flow) => session.on_flow(&flow, &mut out),
                     FrameBody::Transfer {
@@ -766,12 +808,19 @@ impl Connection {
                             self.link_sessions.remove(&id);
                             out.posts
                                 .extend(ctx.transactions.abandon_declared_on(&[id]));
+                            released = (self.jms_ties.remove(&id)).map(|tie| (tie, detach.closed));
                         }
                     }),
                     _ => Ok(()),
                 };
                 let local = session.local_channel;
                 let running = self.perform(local, out).await;
+                if let Some((tie, closed)) = released {
+                    self.shared
+                        .jms
+                        .release(&self.shared.registry, &tie, closed)
+                        .await;
+                }
                 match result {
                     Ok(()) => running,
                     Err(Fault::Session(error)) => self.end_session(channel, Some(error)).await,
@@ -963,7 +1012,22 @@ impl Connection {
         out.posts
             .extend(self.transactions.abandon_declared_on(&gone));
         out.frames.push(Session::end_frame(error));
-        self.perform(session.local_channel, out).await
+        let running = self.perform(session.local_channel, out).await;
+        self.release_jms(&gone).await;
+        running
+    }
+
+    /// Gives back the JMS subscription links among `gone` (links that went without a close
+    /// of their own: a durable subscription stays).
+    async fn release_jms(&mut self, gone: &[u64]) {
+        for id in gone {
+            if let Some(tie) = self.jms_ties.remove(id) {
+                self.shared
+                    .jms
+                    .release(&self.shared.registry, &tie, false)
+                    .await;
+            }
+        }
     }
 
     /// Releases every link (the entities unlock their messages) after the connection ended.
@@ -979,6 +1043,8 @@ impl Connection {
             }
         }
         self.link_sessions.clear();
+        let ties: Vec<u64> = self.jms_ties.keys().copied().collect();
+        self.release_jms(&ties).await;
         // A connection that ends rolls back what it left undischarged.
         let mut out = std::mem::take(&mut self.spare);
         out.posts = self.transactions.abandon_all();

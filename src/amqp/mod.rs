@@ -10,6 +10,7 @@ pub mod frames;
 pub mod handshake;
 pub mod hot;
 pub mod inbound;
+pub mod jms;
 pub mod link;
 pub mod outbound;
 pub mod outbox;

@@ -57,6 +57,9 @@ pub struct Context<'a> {
     pub cbs: CbsLinks,
     /// The connection's id (the container id the broker's `open` gave it).
     pub connection_id: &'a str,
+    /// For a JMS consumer's attach to a topic (only an attach has it): the address of the
+    /// subscription it takes from, or why it may not.
+    pub subscription: Option<Result<String, definitions::Error>>,
 }
 
 /// The `$cbs` links one connection holds open, by the client's role: Service Bus allows one of

@@ -124,6 +124,12 @@ impl Session {
         (session, reply)
     }
 
+    /// Whether the link `link_id` is attached and was not refused.
+    pub fn accepted(&self, link_id: u64) -> bool {
+        let link = (self.by_id.get(&link_id)).and_then(|handle| self.links.get(handle));
+        link.is_some_and(|link| !matches!(link.kind, LinkKind::Refused))
+    }
+
     /// Link ids of every link, for the connection's event routing.
     pub fn link_ids(&self) -> impl Iterator<Item = u64> + '_ {
         self.by_id.keys().copied()

@@ -14,6 +14,9 @@ pub(crate) struct NameRules {
     leading: Option<char>,
     /// How `allowed`, `inner` and `leading` read in a message.
     allowed_text: &'static str,
+    /// Whether a JMS subscription's name is one too: `<name>$<client id>$D` or `$ND`, its
+    /// name and client id (which may be empty) each a name of this kind.
+    jms: bool,
 }
 
 /// Queue names: up to 260 characters (Service Bus's entity path limit); `/` separates path
@@ -25,6 +28,7 @@ pub(super) const QUEUE_NAMES: NameRules = NameRules {
     inner: &['/'],
     leading: None,
     allowed_text: "letters, digits, '.', '_', '-' and '/'",
+    jms: false,
 };
 
 /// Topic names follow the queue-name rules (Service Bus checks both alike).
@@ -34,7 +38,8 @@ pub(super) const TOPIC_NAMES: NameRules = NameRules {
 };
 
 /// Subscription names: up to 50 characters, no `/` (a subscription is one path segment of
-/// `<topic>/subscriptions/<name>`).
+/// `<topic>/subscriptions/<name>`); a JMS subscription's as Service Bus names them,
+/// `<name>$<client id>$D` or `$ND`.
 pub(super) const SUBSCRIPTION_NAMES: NameRules = NameRules {
     kind: "subscription",
     max_chars: 50,
@@ -42,6 +47,7 @@ pub(super) const SUBSCRIPTION_NAMES: NameRules = NameRules {
     inner: &[],
     leading: None,
     allowed_text: "letters, digits, '.', '_' and '-'",
+    jms: true,
 };
 
 /// Rule names: as subscription names, and `$` first so that Service Bus's `$Default` can be
@@ -50,6 +56,7 @@ pub(crate) const RULE_NAMES: NameRules = NameRules {
     kind: "rule",
     leading: Some('$'),
     allowed_text: "letters, digits, '.', '_', '-' and '$' first",
+    jms: false,
     ..SUBSCRIPTION_NAMES
 };
 
@@ -57,12 +64,39 @@ pub(crate) const RULE_NAMES: NameRules = NameRules {
 pub(super) const POLICY_NAMES: NameRules = NameRules {
     kind: "policy",
     max_chars: 256,
+    jms: false,
     ..SUBSCRIPTION_NAMES
 };
 
 impl NameRules {
     /// Why `name` is not a valid name of this kind, if it is not.
     pub(crate) fn check(&self, name: &str) -> Result<(), String> {
+        match self.jms_parts(name) {
+            Some((jms_name, client_id)) => {
+                self.check_length(name)?;
+                self.check_plain(jms_name)?;
+                match client_id.is_empty() {
+                    true => Ok(()),
+                    false => self.check_plain(client_id),
+                }
+            }
+            None => self.check_plain(name),
+        }
+    }
+
+    /// The name and client id of a JMS subscription's name, when this kind has them and
+    /// `name` is one.
+    fn jms_parts<'n>(&self, name: &'n str) -> Option<(&'n str, &'n str)> {
+        let mut parts = name.split('$');
+        let parts = (parts.next()?, parts.next()?, parts.next()?, parts.next());
+        match parts {
+            (jms_name, client_id, "D" | "ND", None) if self.jms => Some((jms_name, client_id)),
+            _ => None,
+        }
+    }
+
+    /// Why `name` is too long or empty, if it is.
+    fn check_length(&self, name: &str) -> Result<(), String> {
         let length = name.chars().count();
         if length == 0 {
             return Err("it is empty".to_owned());
@@ -73,6 +107,12 @@ impl NameRules {
                 self.max_chars
             ));
         }
+        Ok(())
+    }
+
+    /// Why `name`, checked as a plain name of this kind, is not one.
+    fn check_plain(&self, name: &str) -> Result<(), String> {
+        self.check_length(name)?;
         let allowed = |(index, c): &(usize, char)| {
             c.is_ascii_alphanumeric()
                 || self.allowed.contains(c)
@@ -139,6 +179,29 @@ mod tests {
             Err("'/' is not allowed first or last".to_owned())
         );
         assert!(TOPIC_NAMES.check(&"a".repeat(261)).is_err());
+    }
+
+    #[test]
+    fn jms_subscription_names_are_subscription_names_as_service_bus_makes_them() {
+        assert_eq!(SUBSCRIPTION_NAMES.check("audit$cid-1$D"), Ok(()));
+        assert_eq!(SUBSCRIPTION_NAMES.check("shared$$ND"), Ok(()));
+        let reason = |name: &str| {
+            SUBSCRIPTION_NAMES
+                .check(name)
+                .expect_err("should be refused")
+        };
+        assert_eq!(reason("$cid$D"), "it is empty");
+        assert_eq!(
+            reason("a$c:d$D"),
+            "':' is not allowed; use letters, digits, '.', '_' and '-'"
+        );
+        assert!(reason("a$b$X").contains("'$' is not allowed"));
+        assert!(reason("a$b$c$D").contains("'$' is not allowed"));
+        assert_eq!(
+            reason(&format!("{}$c$D", "s".repeat(47))),
+            "it has 51 characters; at most 50 are allowed"
+        );
+        assert!(RULE_NAMES.check("a$b$D").is_err());
     }
 
     #[test]

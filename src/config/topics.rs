@@ -158,6 +158,25 @@ pub struct CorrelationConfig {
     pub properties: Vec<(String, PropertyValue)>,
 }
 
+impl SubscriptionConfig {
+    /// A subscription named `name` with every setting at its default and the `$Default` rule,
+    /// as the config file would declare it.
+    ///
+    /// # Errors
+    /// Why `name` is not a valid subscription name.
+    pub fn named(name: &str) -> Result<SubscriptionConfig, String> {
+        let declared = format!(
+            "[[topics]]\nname = \"t\"\n[[topics.subscriptions]]\nname = {}\n",
+            toml::Value::String(name.to_owned())
+        );
+        match super::Declaration::parse(&declared, "the request") {
+            Ok(super::Declaration::Topic(mut topic)) => Ok(topic.subscriptions.remove(0)),
+            Ok(_) => Err("a subscription belongs to a topic".to_owned()),
+            Err(error) => Err(error.to_string()),
+        }
+    }
+}
+
 impl CorrelationConfig {
     /// Whether no field is set: such a filter is refused.
     pub(super) fn names_nothing(&self) -> bool {

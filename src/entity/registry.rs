@@ -1013,6 +1013,51 @@ impl Registry {
         entries
     }
 
+    /// The declaration of `topic`'s subscription `name`, compared case-insensitively.
+    pub fn subscription_config(&self, topic: &str, name: &str) -> Option<SubscriptionConfig> {
+        match self.entry(topic)?.declaration {
+            Declaration::Topic(topic) => (topic.subscriptions.into_iter())
+                .find(|subscription| subscription.name.eq_ignore_ascii_case(name)),
+            Declaration::Queue(_) => None,
+        }
+    }
+
+    /// Every topic with a subscription named `name` (compared case-insensitively), by name,
+    /// with the subscription's declaration.
+    pub fn topics_with_subscription(&self, name: &str) -> Vec<(String, SubscriptionConfig)> {
+        let entries = self.entries();
+        let topics = entries.into_iter().filter_map(|entry| {
+            let topic = entry.declaration.name().to_owned();
+            self.subscription_config(&topic, name)
+                .map(|subscription| (topic, subscription))
+        });
+        topics.collect()
+    }
+
+    /// Deletes the subscriptions `doomed` picks by name, of every topic (at start, the JMS
+    /// non-durable subscriptions a stopped broker left: they live only as long as their
+    /// links). Returns how many went.
+    ///
+    /// # Errors
+    /// The first deletion the store refused.
+    pub async fn remove_subscriptions_named(
+        &self,
+        doomed: impl Fn(&str) -> bool,
+    ) -> Result<usize, RegistryError> {
+        let mut removed = 0;
+        for entry in self.entries() {
+            let Declaration::Topic(topic) = &entry.declaration else {
+                continue;
+            };
+            for subscription in topic.subscriptions.iter().filter(|s| doomed(&s.name)) {
+                self.remove_subscription(&topic.name, &subscription.name)
+                    .await?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
     /// The shared access policies of the live queues and topics, each with its entity's
     /// lower-cased name (what [`crate::auth::Policies`] verifies entity-level credentials
     /// with).

@@ -1,0 +1,507 @@
+//! JMS subscriptions, as Service Bus Premium serves JMS 2.0: a JMS consumer on a topic attaches
+//! a receiver to the topic's own address, and the broker makes that a Service Bus subscription
+//! named `<name>$<client id>$D` (durable) or `<name>$<client id>$ND` (non-durable), created on
+//! attach. A non-durable subscription goes with its last link; a durable one stays until it is
+//! unsubscribed: a link of it closed (not merely detached), or Qpid JMS's `unsubscribe`, an
+//! attach naming it with no source, answered with its source and then closed.
+//!
+//! Names follow Qpid JMS's link names: a named subscription's link is the subscription's name,
+//! then `|` and a suffix for a shared one (`|global` when the connection has no client id,
+//! `|volatile2` for a second non-durable consumer, ...); the client id is the connection's
+//! container id unless the source asks for the `global` scope. A plain topic consumer (unshared,
+//! non-durable) names nothing: its subscription gets a broker-made name.
+
+use std::collections::HashMap;
+
+use fe2o3_amqp::types::definitions::{self, AmqpError, Role};
+use fe2o3_amqp::types::messaging::{
+    DistributionMode, FilterSet, Source, TerminusDurability, TerminusExpiryPolicy,
+};
+use fe2o3_amqp::types::performatives::Attach;
+use fe2o3_amqp::types::primitives::{Array, Symbol, Value};
+use serde_amqp::described::Described;
+use serde_amqp::descriptor::Descriptor;
+use tokio::sync::Mutex;
+
+use crate::amqp::link;
+use crate::auth::access::Access;
+use crate::clock;
+use crate::config::{Rights, SubscriptionConfig};
+use crate::entity::handle::LaneId;
+use crate::entity::registry::{Registry, RegistryError};
+use crate::node::{router, Node};
+
+/// The connection capability a broker offers when it serves JMS shared subscriptions (Qpid JMS
+/// refuses `createSharedConsumer` without it).
+pub const SHARED_SUBS: &str = "SHARED-SUBS";
+
+/// Source capabilities Qpid JMS sends: a shared subscription, one outside any client id.
+const SHARED: &str = "shared";
+const GLOBAL: &str = "global";
+/// What separates Qpid JMS's subscription name from the rest of its link name.
+const LINK_NAME_DELIMITER: char = '|';
+/// What separates the parts of a JMS subscription's Service Bus name.
+const NAME_DELIMITER: char = '$';
+/// The suffixes of durable and non-durable JMS subscriptions' Service Bus names.
+const DURABLE: &str = "D";
+const NON_DURABLE: &str = "ND";
+
+/// What a client receiver's attach asks of JMS subscriptions, if anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ask {
+    /// A consumer on the topic `address` names: the subscription it takes from.
+    Subscribe(Subscription),
+    /// Qpid JMS's `unsubscribe`: an attach with no source naming the durable subscription
+    /// (its Service Bus name) it is about to close.
+    Unsubscribe(String),
+}
+
+/// The subscription a JMS consumer takes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscription {
+    /// Its Service Bus name: `<name>$<client id>$D` or `$ND`.
+    pub name: String,
+    /// Whether it outlives its links.
+    pub durable: bool,
+    /// Whether more than one consumer may take from it at once.
+    pub shared: bool,
+    /// The JMS message selector its rule applies, if any.
+    pub selector: Option<String>,
+}
+
+/// What `attach`, a client receiver's, asks of JMS subscriptions: a consumer when its source
+/// names an address (the caller checks that the address is a topic), an unsubscribe when it has
+/// no source. `client_id` is the connection's container id; `made_name` names a plain topic
+/// consumer's subscription.
+pub fn ask(attach: &Attach, client_id: &str, made_name: impl FnOnce() -> String) -> Option<Ask> {
+    if attach.role != Role::Receiver {
+        return None;
+    }
+    let Some(source) = attach.source.as_deref() else {
+        let global = has(attach.desired_capabilities.as_ref(), GLOBAL);
+        let client = scope(client_id, global);
+        return Some(Ask::Unsubscribe(service_bus_name(
+            jms_name(&attach.name),
+            client,
+            true,
+        )));
+    };
+    source.address.as_ref()?;
+    let durable = source.durable != TerminusDurability::None
+        || source.expiry_policy == TerminusExpiryPolicy::Never;
+    let shared = has(source.capabilities.as_ref(), SHARED);
+    let client = scope(client_id, has(source.capabilities.as_ref(), GLOBAL));
+    let name = match (shared, durable) {
+        (false, false) => service_bus_name(&made_name(), "", false),
+        _ => service_bus_name(jms_name(&attach.name), client, durable),
+    };
+    Some(Ask::Subscribe(Subscription {
+        name,
+        durable,
+        shared,
+        selector: selector(attach),
+    }))
+}
+
+/// Whether a subscription's Service Bus name is a non-durable JMS subscription's (none
+/// outlives the broker: a restart deletes them).
+pub fn is_non_durable(name: &str) -> bool {
+    let suffix = format!("{NAME_DELIMITER}{NON_DURABLE}");
+    name.len() > suffix.len()
+        && name[name.len() - suffix.len()..].eq_ignore_ascii_case(&suffix)
+        && name.matches(NAME_DELIMITER).count() == 2
+}
+
+/// The JMS subscription name in a Qpid JMS link name.
+fn jms_name(link_name: &str) -> &str {
+    link_name
+        .split(LINK_NAME_DELIMITER)
+        .next()
+        .unwrap_or(link_name)
+}
+
+/// The client id a subscription is scoped to: none for the global scope.
+fn scope(client_id: &str, global: bool) -> &str {
+    match global {
+        true => "",
+        false => client_id,
+    }
+}
+
+/// `<name>$<client>$D` or `$ND`, as Service Bus names a JMS subscription.
+fn service_bus_name(name: &str, client: &str, durable: bool) -> String {
+    let kind = if durable { DURABLE } else { NON_DURABLE };
+    format!("{name}{NAME_DELIMITER}{client}{NAME_DELIMITER}{kind}")
+}
+
+fn has(capabilities: Option<&Array<Symbol>>, wanted: &str) -> bool {
+    capabilities.is_some_and(|symbols| symbols.0.iter().any(|symbol| symbol.as_str() == wanted))
+}
+
+/// The descriptor of a JMS message selector filter (AMQP filters registry,
+/// `apache.org:selector-filter:string`), by name and by code.
+const SELECTOR_FILTER: (&str, u64) = ("apache.org:selector-filter:string", 0x0000_468C_0000_0004);
+/// The key Qpid JMS puts a selector under in a source's filter set.
+const SELECTOR_KEY: &str = "jms-selector";
+
+/// The JMS message selector a receiver's source asks for (a selector filter under any key, by
+/// descriptor name or code), as text.
+pub fn selector(attach: &Attach) -> Option<String> {
+    let filters = (attach.source.as_ref()).and_then(|source| source.filter.as_ref());
+    let selector = filters
+        .into_iter()
+        .flatten()
+        .find_map(|(_, value)| match value {
+            Value::Described(described) => {
+                let (name, code) = SELECTOR_FILTER;
+                let is_selector = match &described.descriptor {
+                    Descriptor::Name(symbol) => symbol.as_str() == name,
+                    Descriptor::Code(number) => *number == code,
+                };
+                is_selector.then_some(&described.value)
+            }
+            _ => None,
+        })?;
+    Some(match selector {
+        Value::String(text) => text.clone(),
+        other => format!("{other:?}"),
+    })
+}
+
+/// A source filter set holding `selector`, as Qpid JMS sends one.
+fn selector_filter(selector: &str) -> FilterSet {
+    let mut filters = FilterSet::new();
+    filters.insert(
+        Symbol::from(SELECTOR_KEY),
+        Value::Described(Box::new(Described {
+            descriptor: Descriptor::Name(Symbol::from(SELECTOR_FILTER.0)),
+            value: Value::String(selector.to_owned()),
+        })),
+    );
+    filters
+}
+
+/// The source the broker answers Qpid JMS's unsubscribe with: the durable subscription's
+/// topic, as a durable consumer's attach names it.
+pub fn unsubscribe_source(topic: &str, selector: Option<&str>) -> Source {
+    let mut source = Source::builder()
+        .address(topic.to_owned())
+        .durable(TerminusDurability::UnsettledState)
+        .expiry_policy(TerminusExpiryPolicy::Never)
+        .distribution_mode(DistributionMode::Copy)
+        .capabilities(Array(vec![Symbol::from("topic")]))
+        .build();
+    if let Some(selector) = selector {
+        source.filter = Some(selector_filter(selector));
+    }
+    source
+}
+
+/// The links each JMS subscription has on the whole broker: a non-durable subscription goes
+/// with its last, an unshared one takes one at a time, and one with links is not unsubscribed.
+#[derive(Debug, Default)]
+pub struct Links {
+    held: Mutex<HashMap<(String, String), Held>>,
+}
+
+/// The links of one subscription.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    count: usize,
+    shared: bool,
+}
+
+/// A link of a JMS subscription, released when it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tie {
+    /// The topic, lower-cased.
+    pub topic: String,
+    /// The subscription's Service Bus name.
+    pub name: String,
+    /// Whether the subscription outlives its links.
+    pub durable: bool,
+}
+
+impl Tie {
+    /// The subscription's address.
+    pub fn path(&self) -> String {
+        format!("{}/Subscriptions/{}", self.topic, self.name)
+    }
+}
+
+impl Links {
+    /// Takes a link of `wanted` on `topic`, creating the subscription when missing (its
+    /// `$Default` rule applies the selector). A durable subscription asked for with another
+    /// selector than it has is replaced when no link holds it (JMS 2.0 §8.3: changing a
+    /// durable subscription unsubscribes it first).
+    ///
+    /// # Errors
+    /// `amqp:resource-locked` for a second link of an unshared subscription (or an unshared
+    /// link of a shared one in use), `amqp:invalid-field` for a name Service Bus would not
+    /// take, and the registry's refusals.
+    pub async fn subscribe(
+        &self,
+        registry: &Registry,
+        topic: &str,
+        wanted: &Subscription,
+    ) -> Result<Tie, definitions::Error> {
+        let key = (topic.to_lowercase(), wanted.name.to_lowercase());
+        let mut held = self.held.lock().await;
+        let links = held.get(&key).copied();
+        if let Some(links) = links.filter(|links| !(links.shared && wanted.shared)) {
+            return Err(link::amqp_error(
+                AmqpError::ResourceLocked,
+                format!(
+                    "the JMS subscription '{}' of topic '{topic}' has a consumer already{}",
+                    wanted.name,
+                    if links.shared {
+                        ""
+                    } else {
+                        " and is not shared"
+                    }
+                ),
+            ));
+        }
+        if let Some(selector) = &wanted.selector {
+            return Err(link::amqp_error(
+                AmqpError::NotImplemented,
+                format!(
+                    "message selectors are not supported yet (this consumer asks for {selector})"
+                ),
+            ));
+        }
+        let config = SubscriptionConfig::named(&wanted.name)
+            .map_err(|reason| link::amqp_error(AmqpError::InvalidField, reason))?;
+        match registry.subscription_config(topic, &wanted.name) {
+            Some(existing) if links.is_none() && existing.rules != config.rules => {
+                registry
+                    .remove_subscription(topic, &wanted.name)
+                    .await
+                    .map_err(refused)?;
+                registry
+                    .add_subscription(topic, config)
+                    .await
+                    .map_err(refused)?;
+            }
+            Some(_) => {}
+            None => registry
+                .add_subscription(topic, config)
+                .await
+                .map_err(refused)?,
+        }
+        let entry = held.entry(key).or_insert(Held {
+            count: 0,
+            shared: wanted.shared,
+        });
+        entry.count += 1;
+        Ok(Tie {
+            topic: topic.to_lowercase(),
+            name: wanted.name.clone(),
+            durable: wanted.durable,
+        })
+    }
+
+    /// Finds the durable subscription an unsubscribe names, on any topic, and takes a link of
+    /// it for the unsubscribe to close. Returns the link and the source to answer with.
+    ///
+    /// # Errors
+    /// `amqp:not-found` when no topic has it, `amqp:resource-locked` while a consumer holds it.
+    pub async fn unsubscribe(
+        &self,
+        registry: &Registry,
+        name: &str,
+        allowed: impl Fn(&str) -> Result<(), definitions::Error>,
+    ) -> Result<(Tie, Source), definitions::Error> {
+        let found = registry
+            .topics_with_subscription(name)
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                link::amqp_error(
+                    AmqpError::NotFound,
+                    format!("no topic has the durable JMS subscription '{name}'"),
+                )
+            })?;
+        let (topic, config) = found;
+        allowed(&topic)?;
+        let wanted = Subscription {
+            name: config.name.clone(),
+            durable: true,
+            shared: false,
+            selector: None,
+        };
+        let source = unsubscribe_source(&topic, wanted.selector.as_deref());
+        let tie = self.subscribe(registry, &topic, &wanted).await?;
+        Ok((tie, source))
+    }
+
+    /// Gives back a link of `tie`: when it was the last, a non-durable subscription is
+    /// deleted, and a durable one too when the link was `closed` (an unsubscribe).
+    pub async fn release(&self, registry: &Registry, tie: &Tie, closed: bool) {
+        let key = (tie.topic.clone(), tie.name.to_lowercase());
+        let mut held = self.held.lock().await;
+        let Some(links) = held.get_mut(&key) else {
+            return;
+        };
+        links.count -= 1;
+        if links.count > 0 {
+            return;
+        }
+        held.remove(&key);
+        if tie.durable && !closed {
+            return;
+        }
+        match registry.remove_subscription(&tie.topic, &tie.name).await {
+            Ok(()) => tracing::info!(subscription = %tie.path(), "JMS subscription deleted"),
+            Err(error) => {
+                tracing::debug!(subscription = %tie.path(), %error, "JMS subscription gone already");
+            }
+        }
+    }
+}
+
+/// Readies a client attach that is a JMS consumer on a topic (or Qpid JMS's unsubscribe): the
+/// subscription it takes from exists and holds a link for it, and an unsubscribe's attach gets
+/// the source to be answered with. `None` for every other attach; the attach is refused with
+/// the error. Creating a subscription needs Listen on its topic, as receiving from it does.
+pub async fn prepare(
+    attach: &mut Attach,
+    links: &Links,
+    registry: &Registry,
+    access: &Access,
+    client_id: &str,
+) -> Option<Result<Tie, definitions::Error>> {
+    let made_name = || uuid::Uuid::new_v4().simple().to_string();
+    let listen = |topic: &str| {
+        access
+            .check(topic, Rights::LISTEN, clock::real_ms())
+            .map_err(|description| link::amqp_error(AmqpError::UnauthorizedAccess, description))
+    };
+    match ask(attach, client_id, made_name)? {
+        Ask::Subscribe(wanted) => {
+            let address = attach.source.as_ref()?.address.as_deref()?;
+            let topic = match router::route(registry, address)? {
+                Node::Entity(entity, lane) if entity.is_topic() && lane == LaneId::MAIN => {
+                    entity.name().to_owned()
+                }
+                _ => return None,
+            };
+            if let Err(refused) = listen(&topic) {
+                return Some(Err(refused));
+            }
+            Some(links.subscribe(registry, &topic, &wanted).await)
+        }
+        Ask::Unsubscribe(name) => {
+            let unsubscribed = links.unsubscribe(registry, &name, listen).await;
+            Some(unsubscribed.map(|(tie, source)| {
+                attach.source = Some(Box::new(source));
+                tie
+            }))
+        }
+    }
+}
+
+/// A registry refusal as the attach's error.
+fn refused(error: RegistryError) -> definitions::Error {
+    let condition = match error {
+        RegistryError::NotFound(_) => AmqpError::NotFound,
+        RegistryError::QuotaExceeded { .. } => AmqpError::ResourceLimitExceeded,
+        RegistryError::Invalid(_) => AmqpError::InvalidField,
+        _ => AmqpError::InternalError,
+    };
+    link::amqp_error(condition, error.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::amqp::fixtures;
+
+    fn consumer(link_name: &str, durable: bool, capabilities: &[&str]) -> Attach {
+        let mut attach = fixtures::attach(Role::Receiver, "t");
+        attach.name = link_name.to_owned();
+        let source = attach.source.as_mut().expect("a source");
+        if durable {
+            source.durable = TerminusDurability::UnsettledState;
+            source.expiry_policy = TerminusExpiryPolicy::Never;
+            source.distribution_mode = Some(DistributionMode::Copy);
+        }
+        source.capabilities = Some(Array(
+            capabilities.iter().map(|c| Symbol::from(*c)).collect(),
+        ));
+        attach
+    }
+
+    fn subscription(attach: &Attach) -> Subscription {
+        match ask(attach, "cid", || "made".to_owned()) {
+            Some(Ask::Subscribe(subscription)) => subscription,
+            other => panic!("not a consumer: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_kind_of_jms_consumer_names_its_subscription_as_service_bus_does() {
+        let named = |attach: &Attach| subscription(attach).name;
+        assert_eq!(named(&consumer("dur1", true, &["topic"])), "dur1$cid$D");
+        assert_eq!(
+            named(&consumer("sdur1", true, &["topic", "shared"])),
+            "sdur1$cid$D"
+        );
+        let global = ["topic", "shared", "global"];
+        assert_eq!(named(&consumer("sdur2|global", true, &global)), "sdur2$$D");
+        assert_eq!(named(&consumer("sdur2|global2", true, &global)), "sdur2$$D");
+        assert_eq!(
+            named(&consumer("snd1|global-volatile1", false, &global)),
+            "snd1$$ND"
+        );
+        assert_eq!(
+            named(&consumer("snd2|volatile3", false, &["topic", "shared"])),
+            "snd2$cid$ND"
+        );
+        assert_eq!(
+            named(&consumer("qpid-jms:receiver:ID:1:1:1:t", false, &["topic"])),
+            "made$$ND"
+        );
+    }
+
+    #[test]
+    fn durability_and_sharing_come_from_the_source() {
+        let plain = subscription(&consumer("x", false, &["topic"]));
+        assert!(!plain.durable && !plain.shared);
+        let shared_durable = subscription(&consumer("x", true, &["topic", "shared"]));
+        assert!(shared_durable.durable && shared_durable.shared);
+    }
+
+    #[test]
+    fn an_attach_without_a_source_unsubscribes_in_its_scope() {
+        let mut attach = fixtures::attach(Role::Receiver, "t");
+        attach.name = "gone".to_owned();
+        attach.source = None;
+        assert_eq!(
+            ask(&attach, "cid", String::new),
+            Some(Ask::Unsubscribe("gone$cid$D".to_owned()))
+        );
+        attach.name = "gone|global".to_owned();
+        attach.desired_capabilities =
+            Some(Array(vec![Symbol::from("shared"), Symbol::from("global")]));
+        assert_eq!(
+            ask(&attach, "cid", String::new),
+            Some(Ask::Unsubscribe("gone$$D".to_owned()))
+        );
+    }
+
+    #[test]
+    fn senders_ask_nothing() {
+        let attach = fixtures::attach(Role::Sender, "t");
+        assert_eq!(ask(&attach, "cid", String::new), None);
+    }
+
+    #[test]
+    fn only_non_durable_jms_names_are_non_durable() {
+        assert!(is_non_durable("snd1$$ND"));
+        assert!(is_non_durable("snd2$cid$nd"));
+        assert!(!is_non_durable("dur1$cid$D"));
+        assert!(!is_non_durable("plain-ND"));
+        assert!(!is_non_durable("$ND"));
+    }
+}

@@ -8,9 +8,9 @@ import time
 import uuid
 
 import pytest
-from proton import SASL, Delivery, Message, Timeout, symbol, timestamp
+from proton import SASL, Data, Delivery, Message, Terminus, Timeout, symbol, timestamp
 from proton.handlers import MessagingHandler, TransactionHandler
-from azure.servicebus import ServiceBusMessageState, ServiceBusSubQueue
+from azure.servicebus import ServiceBusMessage, ServiceBusMessageState, ServiceBusSubQueue
 from proton.reactor import Container, Copy, LinkOption, Selector
 from proton.utils import LinkDetached, SendException
 
@@ -203,6 +203,112 @@ def test_a_receiver_with_a_selector_is_refused_not_ignored(broker):
         assert refused.value.condition == "amqp:not-implemented", str(refused.value)
         assert "color = 'red'" in str(refused.value)
         assert_round_trip(conn, "q2", "the connection outlives a refused link")
+
+
+class JmsConsumer(LinkOption):
+    """A topic consumer's source as Qpid JMS sends it: durable ones keep unsettled state, never
+    expire and ask for copies; capabilities say `topic`, and `shared` / `global` as asked."""
+
+    def __init__(self, durable, *capabilities):
+        self.durable = durable
+        self.capabilities = ("topic",) + capabilities
+
+    def apply(self, link):
+        if self.durable:
+            link.source.durability = Terminus.DELIVERIES
+            link.source.expiry_policy = Terminus.EXPIRE_NEVER
+            link.source.distribution_mode = Terminus.DIST_MODE_COPY
+        capabilities = link.source.capabilities
+        capabilities.put_array(False, Data.SYMBOL)
+        capabilities.enter()
+        for capability in self.capabilities:
+            capabilities.put_symbol(symbol(capability))
+        capabilities.exit()
+
+
+def detach_keeping(conn, receiver):
+    """Detach `receiver` without closing it, as Qpid JMS leaves a durable subscription."""
+    receiver.link.detach()
+    barrier(conn, receiver.source.address)
+
+
+def assert_subscription(conn, path, exists):
+    """Whether a receiver may attach to `path` (closing it again changes nothing)."""
+    if exists:
+        conn.create_receiver(path).close()
+        return
+    with pytest.raises(LinkDetached) as refused:
+        conn.create_receiver(path)
+    assert refused.value.condition == "amqp:not-found", str(refused.value)
+
+
+@pytest.mark.broker(topics=[{"name": "t1"}])
+def test_a_jms_topic_consumer_takes_from_a_subscription_named_as_service_bus_names_it(broker, client):
+    # Qpid JMS attaches a topic consumer to the topic itself; Service Bus Premium makes that a
+    # subscription `<name>$<client id>$D` (`$$D` in the global scope), read by any SDK.
+    with connect(broker) as conn:
+        durable = conn.create_receiver(
+            "t1", name="audit|global", options=JmsConsumer(True, "shared", "global"), credit=0
+        )
+        detach_keeping(conn, durable)
+    with client.get_topic_sender("t1") as sender:
+        sender.send_messages(ServiceBusMessage("kept for audit"))
+    with client.get_subscription_receiver("t1", "audit$$D", max_wait_time=DEADLINE_S) as receiver:
+        received = receiver.receive_messages(max_wait_time=DEADLINE_S)
+        assert [str(m) for m in received] == ["kept for audit"]
+        receiver.complete_message(received[0])
+
+
+@pytest.mark.broker(topics=[{"name": "t1"}])
+def test_a_jms_consumer_on_a_topic_receives_what_is_published_while_it_is_open(broker):
+    with connect(broker, container=Container(container_id="cid-1")) as conn:
+        consumer = conn.create_receiver("t1", options=JmsConsumer(False))
+        send_accepted(conn.create_sender("t1"), Message(body="live"))
+        assert consumer.receive(timeout=DEADLINE_S).body == "live"
+        consumer.accept()
+
+
+@pytest.mark.broker(topics=[{"name": "t1"}])
+def test_an_unshared_jms_subscription_takes_one_consumer_at_a_time(broker):
+    with connect(broker, container=Container(container_id="cid-1")) as first:
+        first.create_receiver("t1", name="solo", options=JmsConsumer(True))
+        with connect(broker, container=Container(container_id="cid-1")) as second:
+            with pytest.raises(LinkDetached) as refused:
+                second.create_receiver("t1", name="solo", options=JmsConsumer(True))
+            assert refused.value.condition == "amqp:resource-locked", str(refused.value)
+            # Shared ones take many.
+            options = JmsConsumer(True, "shared")
+            first.create_receiver("t1", name="many", options=options)
+            second.create_receiver("t1", name="many|2", options=options)
+
+
+@pytest.mark.broker(durability="sync", topics=[{"name": "t1"}])
+def test_jms_non_durable_subscriptions_go_with_their_last_link_and_never_outlive_the_broker(broker):
+    volatile = JmsConsumer(False, "shared", "global")
+    with connect(broker) as conn:
+        first = conn.create_receiver("t1", name="live|global-volatile1", options=volatile)
+        second = conn.create_receiver("t1", name="live|global-volatile2", options=volatile)
+        first.close()
+        assert_subscription(conn, "t1/Subscriptions/live$$ND", exists=True)
+        second.close()
+        assert_subscription(conn, "t1/Subscriptions/live$$ND", exists=False)
+
+        durable = conn.create_receiver(
+            "t1", name="kept|global", options=JmsConsumer(True, "shared", "global")
+        )
+        detach_keeping(conn, durable)
+        conn.create_receiver("t1", name="left|global-volatile1", options=volatile)
+        barrier(conn, "t1")
+    broker.kill9()
+    broker.start()
+    with connect(broker) as conn:
+        assert_subscription(conn, "t1/Subscriptions/left$$ND", exists=False)
+        assert_subscription(conn, "t1/Subscriptions/kept$$D", exists=True)
+        # Closing (not detaching) a durable subscription's link unsubscribes it.
+        conn.create_receiver(
+            "t1", name="kept|global", options=JmsConsumer(True, "shared", "global")
+        ).close()
+        assert_subscription(conn, "t1/Subscriptions/kept$$D", exists=False)
 
 
 def test_200kb_message_over_4096_byte_frames(broker):

@@ -113,7 +113,7 @@ pub async fn serve<R, W>(
     let mut reader = FrameReader::new(read);
     let container_id = format!("tidebus-{}", uuid::Uuid::new_v4());
     let handshake = open_connection(&mut reader, &mut write, (&shared, &container_id));
-    let (remote_idle, remote_max_frame, authenticated, client_id) = match tokio::time::timeout_at(
+    let (remote_idle, remote_max_frame, authenticated, client) = match tokio::time::timeout_at(
         handshake_deadline,
         handshake,
     )
@@ -155,7 +155,7 @@ pub async fn serve<R, W>(
     );
     let mut connection = Connection {
         container_id,
-        client_id,
+        client,
         jms_ties: HashMap::new(),
         access,
         shared,
@@ -193,8 +193,8 @@ pub async fn serve<R, W>(
 }
 
 /// What the handshake learnt: the client's idle timeout, its max frame size, who SASL says it
-/// is, and its container id.
-type Opened = (Option<Duration>, usize, Authenticated, String);
+/// is, and what its `open` says for JMS.
+type Opened = (Option<Duration>, usize, Authenticated, jms::Client);
 
 /// Header exchange, SASL and the `open` exchange. The reader then accepts frames up to the
 /// broker's max frame size.
@@ -242,7 +242,7 @@ async fn open_connection<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         remote_idle,
         remote_max_frame,
         authenticated,
-        open.container_id,
+        jms::Client::of(&open),
     ))
 }
 
@@ -385,8 +385,8 @@ enum Running {
 struct Connection {
     /// The container id of the broker's `open`: the connection's id in refusals.
     container_id: String,
-    /// The container id of the client's `open` (a JMS client's client id).
-    client_id: String,
+    /// What the client's `open` says for JMS: its client id, what it has created.
+    client: jms::Client,
     /// The links of JMS subscriptions, by link id, released when they go.
     jms_ties: HashMap<u64, jms::Tie>,
     shared: Arc<Shared>,
@@ -742,7 +742,7 @@ impl Connection {
                             &self.shared.jms,
                             &self.shared.registry,
                             &self.access,
-                            &self.client_id,
+                            &self.client,
                         )
                         .await;
                         (FrameBody::Attach(attach), subscribed)

@@ -5,6 +5,10 @@
 //! unsubscribed: a link of it closed (not merely detached), or Qpid JMS's `unsubscribe`, an
 //! attach naming it with no source, answered with its source and then closed.
 //!
+//! azure-servicebus-jms (its `open` says `com.microsoft:is-client-provider`) also has the
+//! queues and topics it names created when missing, as Service Bus Premium does for it, with
+//! the auto-delete-on-idle times its `open` asks for; plain Qpid JMS gets `amqp:not-found`.
+//!
 //! Names follow Qpid JMS's link names: a named subscription's link is the subscription's name,
 //! then `|` and a suffix for a shared one (`|global` when the connection has no client id,
 //! `|volatile2` for a second non-durable consumer, ...); the client id is the connection's
@@ -12,12 +16,15 @@
 //! non-durable) names nothing: its subscription gets a broker-made name.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use fe2o3_amqp::types::definitions::{self, AmqpError, Role};
+use fe2o3_amqp::types::messaging::TargetArchetype;
 use fe2o3_amqp::types::messaging::{
     DistributionMode, FilterSet, Source, TerminusDurability, TerminusExpiryPolicy,
 };
-use fe2o3_amqp::types::performatives::Attach;
+use fe2o3_amqp::types::performatives::{Attach, Open};
 use fe2o3_amqp::types::primitives::{Array, Symbol, Value};
 use serde_amqp::described::Described;
 use serde_amqp::descriptor::Descriptor;
@@ -26,7 +33,7 @@ use tokio::sync::Mutex;
 use crate::amqp::link;
 use crate::auth::access::Access;
 use crate::clock;
-use crate::config::{Rights, SubscriptionConfig};
+use crate::config::{Declaration, Rights, SubscriptionConfig};
 use crate::entity::handle::LaneId;
 use crate::entity::registry::{Registry, RegistryError};
 use crate::node::{router, Node};
@@ -35,7 +42,10 @@ use crate::node::{router, Node};
 /// refuses `createSharedConsumer` without it).
 pub const SHARED_SUBS: &str = "SHARED-SUBS";
 
-/// Source capabilities Qpid JMS sends: a shared subscription, one outside any client id.
+/// Source capabilities Qpid JMS sends: a topic (a temporary one), a shared subscription, one
+/// outside any client id.
+const TOPIC: &str = "topic";
+const TEMPORARY_TOPIC: &str = "temporary-topic";
 const SHARED: &str = "shared";
 const GLOBAL: &str = "global";
 /// What separates Qpid JMS's subscription name from the rest of its link name.
@@ -45,6 +55,105 @@ const NAME_DELIMITER: char = '$';
 /// The suffixes of durable and non-durable JMS subscriptions' Service Bus names.
 const DURABLE: &str = "D";
 const NON_DURABLE: &str = "ND";
+
+/// The `open` property azure-servicebus-jms sets (true), and those with the auto-delete-on-idle
+/// times (seconds) it asks for the queues, topics and subscriptions it has created.
+const CLIENT_PROVIDER: &str = "com.microsoft:is-client-provider";
+const QUEUE_IDLE: &str = "com.microsoft:queue-auto-delete-on-idle-duration-in-seconds";
+const TOPIC_IDLE: &str = "com.microsoft:topic-auto-delete-on-idle-duration-in-seconds";
+const SUBSCRIPTION_IDLE: &str = "com.microsoft:subscriber-auto-delete-on-idle-duration-in-seconds";
+/// Capabilities Qpid JMS gives a queue's terminus.
+const QUEUE: &str = "queue";
+
+/// What a client's `open` says that JMS needs: its client id (the container id), and, for
+/// azure-servicebus-jms, what it has created.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Client {
+    /// The connection's container id: a JMS connection's client id.
+    pub id: String,
+    /// Set for azure-servicebus-jms: the queues and topics it names are created when missing.
+    pub creates: Option<Creates>,
+}
+
+/// The auto-delete-on-idle times azure-servicebus-jms asks for what it has created (`None`:
+/// never).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Creates {
+    /// For queues.
+    pub queue_idle: Option<Duration>,
+    /// For topics.
+    pub topic_idle: Option<Duration>,
+    /// For the JMS subscriptions.
+    pub subscription_idle: Option<Duration>,
+}
+
+impl Client {
+    /// What `open` says.
+    pub fn of(open: &Open) -> Client {
+        let property = |name: &str| {
+            (open.properties.as_ref()).and_then(|properties| properties.get(&Symbol::from(name)))
+        };
+        let seconds = |name: &str| match property(name)? {
+            Value::Long(n) => u64::try_from(*n).ok(),
+            Value::Int(n) => u64::try_from(*n).ok(),
+            Value::Ulong(n) => Some(*n),
+            Value::Uint(n) => Some(u64::from(*n)),
+            _ => None,
+        };
+        let idle = |name: &str| seconds(name).filter(|s| *s > 0).map(Duration::from_secs);
+        let provider = matches!(property(CLIENT_PROVIDER), Some(Value::Bool(true)));
+        Client {
+            id: open.container_id.clone(),
+            creates: provider.then(|| Creates {
+                queue_idle: idle(QUEUE_IDLE),
+                topic_idle: idle(TOPIC_IDLE),
+                subscription_idle: idle(SUBSCRIPTION_IDLE),
+            }),
+        }
+    }
+}
+
+/// The queue or topic an azure-servicebus-jms attach names that is missing: its declaration,
+/// as Service Bus creates it (default settings and the client's auto-delete-on-idle time).
+/// `None` when the attach names no queue or topic, or one that exists (`exists`).
+///
+/// # Errors
+/// A name that is not a valid queue or topic name.
+pub fn missing_entity(
+    attach: &Attach,
+    creates: &Creates,
+    exists: impl FnOnce(&str) -> bool,
+) -> Option<Result<Declaration, String>> {
+    let (address, capabilities) = match attach.role {
+        Role::Sender => match attach.target.as_deref()? {
+            TargetArchetype::Target(target) => {
+                (target.address.as_ref()?, target.capabilities.as_ref())
+            }
+            TargetArchetype::Coordinator(_) => return None,
+        },
+        Role::Receiver => {
+            let source = attach.source.as_deref()?;
+            (source.address.as_ref()?, source.capabilities.as_ref())
+        }
+    };
+    let (kind, idle) = match (has(capabilities, QUEUE), has(capabilities, TOPIC)) {
+        (true, _) => ("queues", creates.queue_idle),
+        (false, true) => ("topics", creates.topic_idle),
+        (false, false) => return None,
+    };
+    let name = crate::wire::entity_path(address);
+    if exists(name) {
+        return None;
+    }
+    let mut declared = format!(
+        "[[{kind}]]\nname = {}\n",
+        toml::Value::String(name.to_owned())
+    );
+    if let Some(idle) = idle {
+        declared.push_str(&format!("auto_delete_on_idle = \"{}s\"\n", idle.as_secs()));
+    }
+    Some(Declaration::parse(&declared, "the attach").map_err(|error| error.to_string()))
+}
 
 /// What a client receiver's attach asks of JMS subscriptions, if anything.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,9 +179,10 @@ pub struct Subscription {
 }
 
 /// What `attach`, a client receiver's, asks of JMS subscriptions: a consumer when its source
-/// names an address (the caller checks that the address is a topic), an unsubscribe when it has
-/// no source. `client_id` is the connection's container id; `made_name` names a plain topic
-/// consumer's subscription.
+/// names an address as a topic (the `topic` or `temporary-topic` capability: a Service Bus SDK
+/// receiver attached to a topic is still refused; the caller checks that it is one), an
+/// unsubscribe when it has no source. `client_id` is the connection's container id;
+/// `made_name` names a plain topic consumer's subscription.
 pub fn ask(attach: &Attach, client_id: &str, made_name: impl FnOnce() -> String) -> Option<Ask> {
     if attach.role != Role::Receiver {
         return None;
@@ -87,10 +197,14 @@ pub fn ask(attach: &Attach, client_id: &str, made_name: impl FnOnce() -> String)
         )));
     };
     source.address.as_ref()?;
+    let capabilities = source.capabilities.as_ref();
+    if !has(capabilities, TOPIC) && !has(capabilities, TEMPORARY_TOPIC) {
+        return None;
+    }
     let durable = source.durable != TerminusDurability::None
         || source.expiry_policy == TerminusExpiryPolicy::Never;
-    let shared = has(source.capabilities.as_ref(), SHARED);
-    let client = scope(client_id, has(source.capabilities.as_ref(), GLOBAL));
+    let shared = has(capabilities, SHARED);
+    let client = scope(client_id, has(capabilities, GLOBAL));
     let name = match (shared, durable) {
         (false, false) => service_bus_name(&made_name(), "", false),
         _ => service_bus_name(jms_name(&attach.name), client, durable),
@@ -244,6 +358,7 @@ impl Links {
         registry: &Registry,
         topic: &str,
         wanted: &Subscription,
+        idle: Option<Duration>,
     ) -> Result<Tie, definitions::Error> {
         let key = (topic.to_lowercase(), wanted.name.to_lowercase());
         let mut held = self.held.lock().await;
@@ -270,8 +385,9 @@ impl Links {
                 ),
             ));
         }
-        let config = SubscriptionConfig::named(&wanted.name)
+        let mut config = SubscriptionConfig::named(&wanted.name)
             .map_err(|reason| link::amqp_error(AmqpError::InvalidField, reason))?;
+        config.auto_delete_on_idle = idle;
         match registry.subscription_config(topic, &wanted.name) {
             Some(existing) if links.is_none() && existing.rules != config.rules => {
                 registry
@@ -331,7 +447,7 @@ impl Links {
             selector: None,
         };
         let source = unsubscribe_source(&topic, wanted.selector.as_deref());
-        let tie = self.subscribe(registry, &topic, &wanted).await?;
+        let tie = self.subscribe(registry, &topic, &wanted, None).await?;
         Ok((tie, source))
     }
 
@@ -367,17 +483,22 @@ impl Links {
 pub async fn prepare(
     attach: &mut Attach,
     links: &Links,
-    registry: &Registry,
+    registry: &Arc<Registry>,
     access: &Access,
-    client_id: &str,
+    client: &Client,
 ) -> Option<Result<Tie, definitions::Error>> {
+    if let Some(creates) = &client.creates {
+        if let Err(refused) = create_missing(attach, creates, registry, access).await {
+            return Some(Err(refused));
+        }
+    }
     let made_name = || uuid::Uuid::new_v4().simple().to_string();
     let listen = |topic: &str| {
         access
             .check(topic, Rights::LISTEN, clock::real_ms())
             .map_err(|description| link::amqp_error(AmqpError::UnauthorizedAccess, description))
     };
-    match ask(attach, client_id, made_name)? {
+    match ask(attach, &client.id, made_name)? {
         Ask::Subscribe(wanted) => {
             let address = attach.source.as_ref()?.address.as_deref()?;
             let topic = match router::route(registry, address)? {
@@ -389,7 +510,8 @@ pub async fn prepare(
             if let Err(refused) = listen(&topic) {
                 return Some(Err(refused));
             }
-            Some(links.subscribe(registry, &topic, &wanted).await)
+            let idle = client.creates.and_then(|creates| creates.subscription_idle);
+            Some(links.subscribe(registry, &topic, &wanted, idle).await)
         }
         Ask::Unsubscribe(name) => {
             let unsubscribed = links.unsubscribe(registry, &name, listen).await;
@@ -398,6 +520,45 @@ pub async fn prepare(
                 tie
             }))
         }
+    }
+}
+
+/// Creates the queue or topic an azure-servicebus-jms attach names when it is missing; that
+/// needs Manage there, as creating one through the administration API does.
+async fn create_missing(
+    attach: &Attach,
+    creates: &Creates,
+    registry: &Arc<Registry>,
+    access: &Access,
+) -> Result<(), definitions::Error> {
+    let exists = |name: &str| router::route(registry, name).is_some();
+    let declaration = match missing_entity(attach, creates, exists) {
+        None => return Ok(()),
+        Some(declared) => {
+            declared.map_err(|reason| link::amqp_error(AmqpError::InvalidField, reason))?
+        }
+    };
+    access
+        .check(declaration.name(), Rights::MANAGE, clock::real_ms())
+        .map_err(|description| link::amqp_error(AmqpError::UnauthorizedAccess, description))?;
+    let created = {
+        let registry = registry.clone();
+        let declaration = declaration.clone();
+        tokio::task::spawn_blocking(move || registry.create(&declaration, false)).await
+    };
+    match created {
+        Ok(Ok(_)) | Ok(Err(RegistryError::Exists(_))) => {
+            tracing::info!(
+                entity = declaration.name(),
+                "created for an azure-servicebus-jms client"
+            );
+            Ok(())
+        }
+        Ok(Err(refused)) => Err(self::refused(refused)),
+        Err(panicked) => Err(link::amqp_error(
+            AmqpError::InternalError,
+            panicked.to_string(),
+        )),
     }
 }
 
@@ -491,9 +652,102 @@ mod tests {
     }
 
     #[test]
-    fn senders_ask_nothing() {
+    fn senders_and_receivers_not_asking_for_a_topic_ask_nothing() {
         let attach = fixtures::attach(Role::Sender, "t");
         assert_eq!(ask(&attach, "cid", String::new), None);
+        let sdk_receiver = consumer("t-receiver", false, &[]);
+        assert_eq!(ask(&sdk_receiver, "cid", String::new), None);
+        let queue_consumer = consumer("q-receiver", false, &["queue"]);
+        assert_eq!(ask(&queue_consumer, "cid", String::new), None);
+        let temporary = consumer("tt", false, &["temporary-topic"]);
+        assert!(ask(&temporary, "cid", || "made".to_owned()).is_some());
+    }
+
+    fn open(properties: &[(&str, Value)]) -> Open {
+        let mut fields = fe2o3_amqp::types::definitions::Fields::new();
+        for (name, value) in properties {
+            fields.insert(Symbol::from(*name), value.clone());
+        }
+        Open {
+            container_id: "cid".to_owned(),
+            hostname: None,
+            max_frame_size: Default::default(),
+            channel_max: Default::default(),
+            idle_time_out: None,
+            outgoing_locales: None,
+            incoming_locales: None,
+            offered_capabilities: None,
+            desired_capabilities: None,
+            properties: Some(fields),
+        }
+    }
+
+    #[test]
+    fn azure_servicebus_jms_says_in_its_open_that_it_has_entities_created() {
+        let plain = Client::of(&open(&[]));
+        assert_eq!(
+            plain,
+            Client {
+                id: "cid".to_owned(),
+                creates: None
+            }
+        );
+        let provider = Client::of(&open(&[
+            (CLIENT_PROVIDER, Value::Bool(true)),
+            (QUEUE_IDLE, Value::Long(300)),
+            (SUBSCRIPTION_IDLE, Value::Long(0)),
+        ]));
+        let creates = Creates {
+            queue_idle: Some(Duration::from_secs(300)),
+            topic_idle: None,
+            subscription_idle: None,
+        };
+        assert_eq!(provider.creates, Some(creates));
+    }
+
+    #[test]
+    fn a_missing_queue_or_topic_named_with_its_capability_is_declared_as_asked() {
+        let creates = Creates {
+            queue_idle: Some(Duration::from_secs(600)),
+            ..Creates::default()
+        };
+        let mut sender = fixtures::attach(Role::Sender, "orders");
+        if let Some(TargetArchetype::Target(target)) = sender.target.as_deref_mut() {
+            target.capabilities = Some(Array(vec![Symbol::from("queue")]));
+        }
+        let declared = missing_entity(&sender, &creates, |_| false)
+            .expect("missing")
+            .expect("valid");
+        let Declaration::Queue(queue) = declared else {
+            panic!("not a queue: {declared:?}");
+        };
+        assert_eq!(
+            (queue.name.as_str(), queue.auto_delete_on_idle),
+            ("orders", Some(Duration::from_secs(600)))
+        );
+        assert!(
+            missing_entity(&sender, &creates, |_| true).is_none(),
+            "it exists"
+        );
+
+        let receiver = consumer("c", false, &["topic"]);
+        let declared = missing_entity(&receiver, &creates, |_| false).expect("missing");
+        assert!(
+            matches!(declared, Ok(Declaration::Topic(topic)) if topic.auto_delete_on_idle.is_none())
+        );
+
+        let plain = consumer("c", false, &[]);
+        assert!(
+            missing_entity(&plain, &creates, |_| false).is_none(),
+            "no capability"
+        );
+        let bad = consumer("c", false, &["queue"]);
+        let mut bad = bad;
+        bad.source.as_mut().expect("source").address = Some("a b".to_owned());
+        assert!(matches!(
+            missing_entity(&bad, &creates, |_| false),
+            Some(Err(_))
+        ));
     }
 
     #[test]

@@ -40,8 +40,10 @@ make_certificates
 # TLS one on an ephemeral port (never 5671, which parallel suites may want). Anonymous clients
 # are let in (most tests connect with SASL ANONYMOUS, as a local Qpid JMS setup does), and the
 # emulator's policy in entities.toml is there for the tests that sign in with SASL PLAIN (as
-# azure-servicebus-jms does) and for the SDKs InteropTest runs. No administration endpoint:
-# nothing here uses it.
+# azure-servicebus-jms does) and for the SDKs InteropTest runs. The administration endpoint, on
+# an ephemeral port and HTTPS with the same certificate, is where the topic consumer tests
+# (SubscriptionTest, InteropTest) look for the subscriptions a JMS consumer makes; it takes
+# requests without a signature, as allow_anonymous lets it.
 {
     cat <<EOF
 [broker]
@@ -55,19 +57,23 @@ cert = "$work/certs/server.pem"
 key = "$work/certs/server-key.pem"
 
 [admin]
-listen = ""
+listen = "127.0.0.1:0"
 
 EOF
     cat "$here/entities.toml"
 } >"$work/tidebus.toml"
 
-start_broker
+start_broker --admin-listen 127.0.0.1:0
 tls="$(sed -n 's/^tls //p' "$work/ready")"
-echo "run.sh: broker $bin (pid $broker_pid) on $amqp, TLS on $tls"
+echo "run.sh: broker $bin (pid $broker_pid) on $amqp, TLS on $tls, administration https://$admin"
 
 export TIDEBUS_AMQP_URL="amqp://$amqp"
 # The host azure-servicebus-jms is given: the certificate's name and the TLS port.
 export TIDEBUS_AMQPS_HOST="localhost:${tls##*:}"
+# The administration endpoint (by the certificate's name) and the CA that signed its
+# certificate, for the Python SDK's administration client (the JVM has the trust store).
+export TIDEBUS_ADMIN_URL="https://localhost:${admin##*:}"
+export TIDEBUS_ADMIN_CA="$work/certs/ca.pem"
 # The SDKs for InteropTest, where `cargo test` prepares them (unless the caller named others).
 if [[ -z "${TIDEBUS_INTEROP_PYTHON:-}" && -x "$repo/target/pyenv/bin/python" ]]; then
     export TIDEBUS_INTEROP_PYTHON="$repo/target/pyenv/bin/python"

@@ -9,9 +9,14 @@ started (tests/jms/run.sh; `cargo test` runs it through tests/broker/jms_interop
         receives each session with a session receiver and asserts its JMS texts, in order.
     python jms_interop.py send QUEUE
         sends the SDK messages whose JMS view InteropTest asserts.
+    python jms_interop.py receive-subscription TOPIC SUBSCRIPTION TEXT
+        asserts that the administration client lists SUBSCRIPTION (the Service Bus subscription
+        a JMS consumer made, e.g. audit$cid-x$D) on TOPIC and describes it, then receives from it
+        with a subscription receiver the one JMS TextMessage TEXT.
 
 The broker is TIDEBUS_AMQP_URL (amqp://127.0.0.1:PORT), reached with the emulator's connection
-string. What is asserted, and where it is documented, is in InteropTest's class comment:
+string; its administration endpoint is TIDEBUS_ADMIN_URL (https://localhost:PORT), whose
+certificate TIDEBUS_ADMIN_CA signed. What is asserted, and where it is documented, is in InteropTest's class comment:
 Service Bus's property mapping (MessageId, CorrelationId, Subject, ReplyTo, To, ContentType,
 TimeToLive and application properties as the AMQP fields of the same names:
 https://learn.microsoft.com/azure/service-bus-messaging/service-bus-messages-payloads), and the
@@ -28,6 +33,7 @@ from urllib.parse import urlparse
 
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType
+from azure.servicebus.management import ServiceBusAdministrationClient
 
 from sb_common import RECEIVE_WAIT_S, open_client
 
@@ -169,6 +175,44 @@ def send(queue):
     print(f"sent {len(messages)} messages to {queue}")
 
 
+def admin_client():
+    """The administration client on the suite's HTTPS endpoint, signing as the emulator's policy."""
+    url = urlparse(os.environ["TIDEBUS_ADMIN_URL"])
+    return ServiceBusAdministrationClient.from_connection_string(
+        f"Endpoint=sb://{url.hostname}:{url.port}/;"
+        "SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE",
+        connection_verify=os.environ["TIDEBUS_ADMIN_CA"],
+        retry_total=0,
+    )
+
+
+def receive_subscription(topic, subscription, text):
+    """The JMS subscription as the SDK sees it: listed, described, and received from."""
+    failures = []
+    with admin_client() as admin:
+        listed = [properties.name for properties in admin.list_subscriptions(topic)]
+        print(f"{topic} lists subscriptions {listed!r}")
+        check(failures, subscription, "listed on the topic", subscription in listed, True)
+        described = admin.get_subscription(topic, subscription)
+        check(failures, subscription, "described name", described.name, subscription)
+    got = []
+    with open_client(broker()) as client, client.get_subscription_receiver(topic, subscription) as receiver:
+        while not got:
+            batch = receiver.receive_messages(max_message_count=10, max_wait_time=RECEIVE_WAIT_S)
+            if not batch:
+                break
+            for message in batch:
+                print(f"{subscription}: body={message.raw_amqp_message.body!r} message_id={message.message_id!r}")
+                got.append(message.raw_amqp_message.body)
+                receiver.complete_message(message)
+    # A JMS TextMessage is an amqp-value string, which this SDK decodes as bytes.
+    check(failures, subscription, "bodies received", got, [text.encode()])
+    if failures:
+        print("FAILED:\n  " + "\n  ".join(failures))
+        sys.exit(1)
+    print(f"the Python SDK listed {subscription} on {topic} and received the JMS message from it")
+
+
 def main():
     command, queue = sys.argv[1], sys.argv[2]
     if command == "receive-jms":
@@ -177,6 +221,8 @@ def main():
         receive_sessions(queue, {s: t.split(",") for s, t in (a.split("=", 1) for a in sys.argv[3:])})
     elif command == "send":
         send(queue)
+    elif command == "receive-subscription":
+        receive_subscription(queue, sys.argv[3], sys.argv[4])
     else:
         sys.exit(f"unknown command {command!r}; see the module's comment")
 

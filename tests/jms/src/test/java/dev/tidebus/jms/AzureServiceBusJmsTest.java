@@ -9,6 +9,7 @@ import com.azure.servicebus.jms.ServiceBusJmsConnectionFactory;
 import com.azure.servicebus.jms.ServiceBusJmsConnectionFactorySettings;
 import jakarta.jms.Connection;
 import jakarta.jms.DeliveryMode;
+import jakarta.jms.JMSConsumer;
 import jakarta.jms.JMSContext;
 import jakarta.jms.JMSSecurityException;
 import jakarta.jms.Message;
@@ -16,6 +17,7 @@ import jakarta.jms.MessageConsumer;
 import jakarta.jms.Queue;
 import jakarta.jms.Session;
 import jakarta.jms.TextMessage;
+import jakarta.jms.Topic;
 import java.util.HashMap;
 import java.util.Map;
 import org.apache.qpid.jms.policy.JmsDefaultPrefetchPolicy;
@@ -151,6 +153,30 @@ class AzureServiceBusJmsTest extends JmsTest {
         one.acknowledge();
         assertNull(firstConsumer.receiveNoWait(), "the queue should be empty");
         assertEventuallyEmpty("sbjms-prefetch0");
+    }
+
+    /**
+     * A shared durable subscription through the library's {@code JMSContext}, its client id set
+     * on the factory as the library offers ({@code setClientId}): the broker creates
+     * {@code sbjms-shared$sbjms-client$D} on the topic at the first consumer's attach, the
+     * subscription keeps what is published while no consumer is open, and
+     * {@code unsubscribe} deletes it.
+     */
+    @Test
+    void aSharedDurableSubscriptionThroughTheLibrary() throws Exception {
+        ServiceBusJmsConnectionFactory factory = serviceBusFactory(KEY);
+        factory.setClientId("sbjms-client");
+        try (JMSContext context = factory.createContext()) {
+            Topic topic = context.createTopic("sbjms-topic");
+            context.createSharedDurableConsumer(topic, "sbjms-shared").close();
+            AdminEndpoint.assertSubscriptionExists("sbjms-topic", "sbjms-shared$sbjms-client$D");
+            context.createProducer().send(topic, "kept for the library");
+            try (JMSConsumer consumer = context.createSharedDurableConsumer(topic, "sbjms-shared")) {
+                assertEquals("kept for the library", consumer.receiveBody(String.class, WAIT_MS));
+            }
+            context.unsubscribe("sbjms-shared");
+        }
+        AdminEndpoint.assertEventuallyNoSubscription("sbjms-topic", "sbjms-shared$sbjms-client$D");
     }
 
     @Test

@@ -3,10 +3,12 @@ package dev.tidebus.jms;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
 import jakarta.jms.BytesMessage;
+import jakarta.jms.Connection;
 import jakarta.jms.DeliveryMode;
 import jakarta.jms.MapMessage;
 import jakarta.jms.Message;
@@ -16,6 +18,7 @@ import jakarta.jms.Queue;
 import jakarta.jms.Session;
 import jakarta.jms.StreamMessage;
 import jakarta.jms.TextMessage;
+import jakarta.jms.Topic;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
@@ -33,7 +36,8 @@ import org.junit.jupiter.api.Test;
 /**
  * Mixed JMS and Service Bus SDK traffic on one queue, as on Service Bus: what Qpid JMS sends the
  * Python SDK (azure-servicebus 7.15.0) and the JavaScript SDK (@azure/service-bus 7.9.5) read
- * right, and what they send Qpid JMS reads right.
+ * right, and what they send Qpid JMS reads right; and a JMS durable subscription as the Python
+ * SDK sees it, an ordinary subscription of its topic.
  *
  * <p>How it runs: run.sh (or `cargo test`'s jms_interop.rs, through run.sh) starts one broker;
  * each test sends from one side and runs the other side's half as a subprocess against the same
@@ -294,6 +298,33 @@ class InteropTest extends JmsTest {
         // (No browse afterwards: a QueueBrowser is a receiver without a session, which a
         // session-enabled queue refuses, as Service Bus does.)
         runPython("receive-sessions", "interop-jms-sessions", "group-a=a-1,a-2", "group-b=b-1,b-2");
+    }
+
+    /**
+     * A JMS subscription is an ordinary Service Bus subscription to the other SDKs: after a
+     * durable consumer of connection "cid-x" on subscription "audit" closed, the Python SDK's
+     * administration client lists {@code audit$cid-x$D} ("Representation of client scoped
+     * subscriptions": {@code <SUBSCRIPTION-NAME>$<CLIENT-ID>$D}) on the topic, and its
+     * subscription receiver gets what a JMS producer published meanwhile. Once the SDK took the
+     * message, the JMS consumer finds the subscription empty; then it is unsubscribed.
+     */
+    @Test
+    void aJmsDurableSubscriptionIsAServiceBusSubscriptionThePythonSdkReceivesFrom() throws Exception {
+        python();
+        Connection connection = closing(factory("").createConnection());
+        connection.setClientID("cid-x");
+        connection.start();
+        Session session = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
+        Topic topic = session.createTopic("interop-audit");
+        session.createDurableConsumer(topic, "audit").close();
+        session.createProducer(topic).send(session.createTextMessage("audited by the sdk"));
+
+        runPython("receive-subscription", "interop-audit", "audit$cid-x$D", "audited by the sdk");
+
+        MessageConsumer consumer = session.createDurableConsumer(topic, "audit");
+        assertNull(consumer.receive(1_000), "the SDK completed the subscription's only message");
+        consumer.close();
+        session.unsubscribe("audit");
     }
 
     @Test

@@ -64,6 +64,13 @@ final class AdminEndpoint {
         return names;
     }
 
+    /** The ATOM entry of the queue, topic or subscription at {@code path}, which must exist. */
+    static String describe(String path) throws Exception {
+        HttpResponse<String> answer = get(path);
+        assertEquals(200, answer.statusCode(), () -> "GET /" + path + ": " + answer.body());
+        return answer.body();
+    }
+
     /** Whether {@code topic} has subscription {@code name} ({@code GET /<topic>/Subscriptions/<name>}: 200 or 404). */
     static boolean subscriptionExists(String topic, String name) throws Exception {
         HttpResponse<String> answer = get(topic + "/Subscriptions/" + name);

@@ -179,6 +179,51 @@ class AzureServiceBusJmsTest extends JmsTest {
         AdminEndpoint.assertEventuallyNoSubscription("sbjms-topic", "sbjms-shared$sbjms-client$D");
     }
 
+    /**
+     * A queue the library names that does not exist is created, as Service Bus Premium creates
+     * the entities azure-servicebus-jms names, with the auto-delete-on-idle time the library's
+     * settings ask for ({@code com.microsoft:queue-auto-delete-on-idle-duration-in-seconds} in
+     * its {@code open}). Plain Qpid JMS gets InvalidDestinationException instead
+     * ({@code DestinationTest}).
+     */
+    @Test
+    void aQueueTheLibraryNamesIsCreatedWithTheAutoDeleteOnIdleItAsks() throws Exception {
+        ServiceBusJmsConnectionFactorySettings settings = settings();
+        settings.setQueueAutoDeleteOnIdleDurationInSeconds(600);
+        ServiceBusJmsConnectionFactory factory = new ServiceBusJmsConnectionFactory(POLICY, KEY, HOST, settings);
+        try (JMSContext context = factory.createContext()) {
+            Queue queue = context.createQueue("sbjms-made-queue");
+            context.createProducer().send(queue, "to a queue made for it");
+            assertEquals("to a queue made for it", context.createConsumer(queue).receiveBody(String.class, WAIT_MS));
+        }
+        String described = AdminEndpoint.describe("sbjms-made-queue");
+        assertTrue(described.contains("<AutoDeleteOnIdle>PT10M</AutoDeleteOnIdle>"), described);
+    }
+
+    /**
+     * A topic the library names that does not exist is created at its first consumer, and the
+     * consumer's subscription gets the subscriptions' auto-delete-on-idle time.
+     */
+    @Test
+    void aTopicTheLibraryNamesIsCreatedAndItsSubscriptionsIdleAsAsked() throws Exception {
+        ServiceBusJmsConnectionFactorySettings settings = settings();
+        settings.setTopicAutoDeleteOnIdleDurationInSeconds(900);
+        settings.setSubscriberAutoDeleteOnIdleDurationInSeconds(300);
+        ServiceBusJmsConnectionFactory factory = new ServiceBusJmsConnectionFactory(POLICY, KEY, HOST, settings);
+        try (JMSContext context = factory.createContext()) {
+            Topic topic = context.createTopic("sbjms-made-topic");
+            try (JMSConsumer consumer = context.createSharedDurableConsumer(topic, "made")) {
+                context.createProducer().send(topic, "to a topic made for it");
+                assertEquals("to a topic made for it", consumer.receiveBody(String.class, WAIT_MS));
+            }
+            String topicEntry = AdminEndpoint.describe("sbjms-made-topic");
+            assertTrue(topicEntry.contains("<AutoDeleteOnIdle>PT15M</AutoDeleteOnIdle>"), topicEntry);
+            String subscription = AdminEndpoint.describe("sbjms-made-topic/Subscriptions/made$$D");
+            assertTrue(subscription.contains("<AutoDeleteOnIdle>PT5M</AutoDeleteOnIdle>"), subscription);
+            context.unsubscribe("made");
+        }
+    }
+
     @Test
     void aWrongKeyIsRefusedWithASecurityException() {
         thrown(JMSSecurityException.class, () -> closing(serviceBusFactory("not-the-key").createConnection()).start());

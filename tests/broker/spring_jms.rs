@@ -2,8 +2,9 @@
 //! `spring-boot-starter-jms`, Qpid JMS 2.10.0, pinned in its `pom.xml`): JmsTemplate sends and
 //! `@JmsListener`s receive through the real broker binary, on a plain AMQP URI.
 //!
-//! An order sent with JmsTemplate reaches its listener, and a request is answered by a listener
-//! whose return value Spring sends to the request's JMSReplyTo. The application signs in with
+//! An order sent with JmsTemplate reaches its listener, a request is answered by a listener
+//! whose return value Spring sends to the request's JMSReplyTo, and an event published on a
+//! topic reaches a listener on a shared durable subscription. The application signs in with
 //! the emulator policy's name and key (SASL PLAIN). Each wait in the application's
 //! test has a 30 s deadline, so a listener that hangs fails the test. Spring Cloud Azure's JMS
 //! starter is not used: the pom says why. Maven's output goes to `<target>/spring-jms`, its
@@ -35,9 +36,13 @@ name = "orders"
 name = "requests"
 [[queues]]
 name = "replies"
+
+[[topics]]
+name = "events"
 "#;
 
-/// JmsTemplate to a queue and `@JmsListener` on it; request and reply through JMSReplyTo.
+/// JmsTemplate to a queue and `@JmsListener` on it; request and reply through JMSReplyTo; a
+/// topic's `@JmsListener` on a shared durable subscription.
 #[test]
 fn spring_jms_app() {
     let dir = tempfile::tempdir().expect("temporary directory");

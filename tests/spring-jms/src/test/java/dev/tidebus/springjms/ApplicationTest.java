@@ -35,6 +35,9 @@ class ApplicationTest {
     @Autowired
     JmsListenerEndpointRegistry listeners;
 
+    @Autowired
+    Events events;
+
     @Test
     void anOrderSentWithJmsTemplateReachesTheListener() throws Exception {
         assertNotNull(System.getenv("TIDEBUS_AMQP_URL"),
@@ -44,6 +47,15 @@ class ApplicationTest {
         orders.place(order);
         assertEquals(order, orders.received().poll(DEADLINE_S, TimeUnit.SECONDS),
             "the @JmsListener did not receive the order within " + DEADLINE_S + " s");
+    }
+
+    /** A shared durable subscription's listener gets what the topic template publishes. */
+    @Test
+    void anEventPublishedOnATopicReachesItsSubscriptionsListener() throws Exception {
+        String event = "event " + UUID.randomUUID();
+        events.publish(event);
+        assertEquals(event, events.received().poll(DEADLINE_S, TimeUnit.SECONDS),
+            "the topic's @JmsListener did not receive the event within " + DEADLINE_S + " s");
     }
 
     @Test

@@ -413,7 +413,11 @@ impl Session {
                     match transactions.enlist(txn, &entity, (items.len(), 0), clock::now_ms()) {
                         Ok(txn) => Command::Stage {
                             txn,
-                            work: Work::Settle { consumer, items },
+                            work: Work::Settle {
+                                consumer,
+                                items,
+                                client_settled: !settling.awaited,
+                            },
                             reply,
                         },
                         Err(error) => {

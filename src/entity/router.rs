@@ -416,11 +416,22 @@ async fn stage(
             .ok_or(EntityError::LockLost),
     };
     match (work, partition) {
-        (Work::Settle { consumer, items }, _) => {
+        (
+            Work::Settle {
+                consumer,
+                items,
+                client_settled,
+            },
+            _,
+        ) => {
             settle(handle, consumer, items, reply, |consumer, items, reply| {
                 Command::Stage {
                     txn,
-                    work: Work::Settle { consumer, items },
+                    work: Work::Settle {
+                        consumer,
+                        items,
+                        client_settled,
+                    },
                     reply,
                 }
             })

@@ -36,6 +36,9 @@ pub enum Work {
         consumer: ConsumerId,
         /// The messages and what to do with each.
         items: Vec<(LockRef, Settlement)>,
+        /// Whether the client settled the deliveries itself (Qpid JMS does): it cannot settle
+        /// them again, so a rollback abandons them instead of leaving them locked.
+        client_settled: bool,
     },
     /// Settle locked messages by their lock tokens, whoever holds them (`update-disposition`):
     /// answered as the management operation is (`Managed`).
@@ -75,6 +78,8 @@ pub struct StagedSettlement {
     pub lock: LockRef,
     /// What to do with it.
     pub settlement: Settlement,
+    /// Whether the client settled the delivery itself ([`Work::Settle`]).
+    pub client_settled: bool,
 }
 
 /// The transactions with work staged at one entity.
@@ -113,13 +118,14 @@ impl Staging {
         &mut self,
         txn: TxnId,
         (lane, consumer, lock): (LaneId, ConsumerId, LockRef),
-        settlement: Settlement,
+        (settlement, client_settled): (Settlement, bool),
     ) {
         let staged = StagedSettlement {
             lane,
             consumer,
             lock,
             settlement,
+            client_settled,
         };
         self.staged.entry(txn).or_default().settles.push(staged);
     }
@@ -148,7 +154,7 @@ mod tests {
         staging.settle(
             txn,
             (LaneId::MAIN, ConsumerId(1), lock),
-            Settlement::Complete,
+            (Settlement::Complete, false),
         );
     }
 

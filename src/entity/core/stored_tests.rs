@@ -287,6 +287,7 @@ fn a_commit_whose_lock_lapsed_applies_none_of_its_work() {
     let settle = Work::Settle {
         consumer: A,
         items: vec![(lock(&delivered[0]), Settlement::Complete)],
+        client_settled: false,
     };
     assert!(matches!(entity.core.stage(1, settle), StagedAnswer::Settled(r) if r == vec![Ok(())]));
     entity.core.stage(1, Work::Send(vec![arrival(2, None)]));
@@ -296,6 +297,39 @@ fn a_commit_whose_lock_lapsed_applies_none_of_its_work() {
     let committed = entity.core.discharge(lapsed + 1, 1, true, &mut entity.log);
     assert_eq!(committed, Err(EntityError::LockLost));
     assert_eq!(entity.core.len(), 1, "the staged send was not applied");
+}
+
+#[test]
+fn a_rolled_back_settlement_the_client_settled_is_abandoned_one_it_awaits_stays_locked() {
+    let mut entity = Entity::queue();
+    entity.send(0, 2);
+    let delivered = entity.receive(0, LaneId::MAIN, 2);
+    for (txn, (delivery, client_settled)) in delivered.iter().zip([true, false]).enumerate() {
+        let settle = Work::Settle {
+            consumer: A,
+            items: vec![(lock(delivery), Settlement::Complete)],
+            client_settled,
+        };
+        let txn = txn as u64 + 1;
+        entity.core.stage(txn, settle);
+        entity
+            .core
+            .discharge(0, txn, false, &mut entity.log)
+            .expect("rolled back");
+    }
+    assert_eq!(entity.core.len(), 2, "a rollback completes nothing");
+    // The consumer's limit counts every delivery: two more may come.
+    let again = entity.receive(0, LaneId::MAIN, 4);
+    let seqs: Vec<i64> = again.iter().map(|delivery| delivery.seq).collect();
+    assert_eq!(
+        seqs,
+        vec![delivered[0].seq],
+        "only the client-settled one is free again"
+    );
+    assert_eq!(
+        again[0].record.delivery_count, 1,
+        "abandoned: its delivery counted"
+    );
 }
 
 #[test]
@@ -329,6 +363,7 @@ fn refused_work_dooms_its_transaction_and_its_commit_applies_nothing() {
     let settle = Work::Settle {
         consumer: A,
         items: vec![(bogus, Settlement::Complete)],
+        client_settled: false,
     };
     let settled = entity.core.stage(2, settle);
     assert!(matches!(settled, StagedAnswer::Settled(r) if r == vec![Err(EntityError::LockLost)]));

@@ -8,7 +8,7 @@ use crate::entity::core::manage::not_schedulable;
 use crate::entity::core::stored::storage;
 use crate::entity::core::EntityCore;
 use crate::entity::operation::Answer;
-use crate::entity::staging::Work;
+use crate::entity::staging::{Staged, StagedSettlement, Work};
 use crate::entity::terms::{ConsumerId, EntityError, LaneId, LockRef, Settlement, TxnId};
 use crate::message::Arrival;
 use crate::store::Bodies;
@@ -60,12 +60,17 @@ impl EntityCore {
             Work::Schedule { lane, messages } => {
                 StagedAnswer::Managed(self.stage_schedule(txn, lane, messages))
             }
-            Work::Settle { consumer, items } => StagedAnswer::Settled(
+            Work::Settle {
+                consumer,
+                items,
+                client_settled,
+            } => StagedAnswer::Settled(
                 items
                     .into_iter()
                     .map(|(lock, settlement)| {
                         let lane = self.locked_by(consumer, lock)?;
-                        self.staging.settle(txn, (lane, consumer, lock), settlement);
+                        let staged = (settlement, client_settled);
+                        self.staging.settle(txn, (lane, consumer, lock), staged);
                         Ok(())
                     })
                     .collect(),
@@ -113,9 +118,44 @@ impl EntityCore {
             .map(|token| queue.lock_of(token).ok_or(EntityError::LockLost))
             .collect::<Result<Vec<_>, _>>()?;
         for (consumer, lock) in locks {
-            (self.staging).settle(txn, (lane, consumer, lock), settlement.clone());
+            (self.staging).settle(txn, (lane, consumer, lock), (settlement.clone(), false));
         }
         Ok(Answer::Done)
+    }
+
+    /// Why `staged` cannot be committed, if it cannot: work in it was refused when staged, a
+    /// lock it settles was lost, or its messages are refused or do not fit now.
+    fn check_staged(&mut self, staged: &Staged) -> Result<(), EntityError> {
+        if let Some(refusal) = &staged.refused {
+            return Err(refusal.clone());
+        }
+        for settle in &staged.settles {
+            if !self.lane(settle.lane)?.holds(settle.consumer, settle.lock) {
+                return Err(EntityError::LockLost);
+            }
+        }
+        if !staged.sends.is_empty() {
+            self.check_sendable(&staged.sends)?;
+        }
+        // Checked together: past this point every message is stored.
+        let transfers = staged.transfers.iter().flat_map(|(_, messages)| messages);
+        let scheduled = staged.scheduled.iter().map(|(_, message)| message);
+        let all = staged.sends.iter().chain(transfers).chain(scheduled);
+        let bytes = all.clone().map(|m| m.bytes.len() as u64).sum();
+        self.admit(bytes, all.count())
+    }
+
+    /// Abandons the messages of `settles` the client settled itself and still holds locked.
+    fn abandon_client_settled(&mut self, settles: &[StagedSettlement]) {
+        for settle in settles.iter().filter(|settle| settle.client_settled) {
+            let abandon = Settlement::Abandon(Vec::new());
+            let abandoned = self
+                .lane(settle.lane)
+                .and_then(|queue| queue.settle(settle.consumer, settle.lock, &abandon));
+            if let Err(error) = abandoned {
+                tracing::debug!(seq = settle.lock.seq, %error, "rolled-back settlement's lock gone");
+            }
+        }
     }
 
     /// The lane of a message `consumer` holds locked under `lock`.
@@ -132,7 +172,9 @@ impl EntityCore {
 
     /// Ends transaction `txn` here: a rollback drops its work; a commit applies it in this
     /// turn: every lock it settles is checked first, then its sends get their sequence
-    /// numbers (all or none, as a batch send), then its settlements apply.
+    /// numbers (all or none, as a batch send), then its settlements apply. When its
+    /// settlements are not applied, those the client settled itself are abandoned: the client
+    /// cannot settle them again, and JMS delivers a rolled-back receive again at once.
     ///
     /// # Errors
     /// Why nothing was applied: work in it was refused when staged (that refusal), a lock was
@@ -146,26 +188,14 @@ impl EntityCore {
         bodies: &mut dyn Bodies,
     ) -> Result<(), EntityError> {
         let staged = self.staging.take(txn);
-        if !commit {
-            return Ok(());
+        let checked = match commit {
+            true => self.check_staged(&staged),
+            false => Ok(()),
+        };
+        if !commit || checked.is_err() {
+            self.abandon_client_settled(&staged.settles);
+            return checked;
         }
-        if let Some(refusal) = staged.refused {
-            return Err(refusal);
-        }
-        for settle in &staged.settles {
-            if !self.lane(settle.lane)?.holds(settle.consumer, settle.lock) {
-                return Err(EntityError::LockLost);
-            }
-        }
-        if !staged.sends.is_empty() {
-            self.check_sendable(&staged.sends)?;
-        }
-        // Checked together: past this point every message is stored.
-        let transfers = staged.transfers.iter().flat_map(|(_, messages)| messages);
-        let scheduled = staged.scheduled.iter().map(|(_, message)| message);
-        let all = staged.sends.iter().chain(transfers).chain(scheduled);
-        let bytes = all.clone().map(|m| m.bytes.len() as u64).sum();
-        self.admit(bytes, all.count())?;
         if !staged.transfers.is_empty() {
             self.transfer(now, staged.transfers)?;
         }

@@ -7,7 +7,6 @@ import jakarta.jms.MessageConsumer;
 import jakarta.jms.MessageProducer;
 import jakarta.jms.Session;
 import java.util.List;
-import org.junit.jupiter.api.Disabled;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -53,7 +52,6 @@ class TransactionTest extends JmsTest {
     }
 
     @Test
-    @Disabled("rollback leaves the message locked until its lock lapses (issue 55)")
     void aRolledBackReceiveIsRedeliveredMarkedRedelivered() throws Exception {
         send("tx-receive-rollback", "returned");
         Session transacted = connection().createSession(true, Session.SESSION_TRANSACTED);

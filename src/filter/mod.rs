@@ -75,7 +75,7 @@ pub use correlation::{CorrelationFilter, EmptyCorrelationFilter};
 pub use error::{EvalError, SqlError};
 pub use sql::SqlFilter;
 pub use value::Value;
-pub use view::{MessageView, SystemProperty};
+pub use view::{IdType, MessageView, SystemProperty};
 
 /// A subscription rule's filter.
 #[derive(Debug, Clone, PartialEq)]

@@ -16,7 +16,7 @@ use super::eval;
 use super::lexer::{Keyword, Lexer, Symbol, Token, TokenKind};
 use super::like::LikePattern;
 use super::syntax::{
-    Arithmetic, Comparison, Condition, Operand, Pattern, Property, Sign, Statement,
+    Arithmetic, Comparison, Condition, Dialect, Operand, Pattern, Property, Sign, Statement,
 };
 use super::value::Value;
 use super::view::{names_equal, SystemProperty};
@@ -156,7 +156,7 @@ impl<'s> Parser<'s> {
         if source.trim().is_empty() {
             return Err(SqlError::new(0, "the expression is empty"));
         }
-        let mut lexer = Lexer::new(source);
+        let mut lexer = Lexer::new(source, Dialect::Sql);
         let token = lexer.next_token()?;
         Ok(Parser {
             lexer,

@@ -4,6 +4,17 @@ use super::like::LikePattern;
 use super::value::Value;
 use super::view::SystemProperty;
 
+/// The language an expression is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Dialect {
+    /// Service Bus SQL filters and actions.
+    Sql,
+    /// JMS 2.0 message selectors (§3.8.1.1): Java identifiers, case-sensitive, naming JMS
+    /// header fields or message properties; `BETWEEN`; no scopes, quoted names, functions,
+    /// parameters, `EXISTS`, `%` or `!=`.
+    Jms,
+}
+
 /// A condition: true, false or unknown for a message.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Condition {

@@ -54,17 +54,25 @@
 //!   values the rule gives them, by name ignoring case ([`SqlFilter::parse_with`]); one
 //!   without a value is a syntax error.
 //!
-//! Not supported: the JMS selector dialect, and the system properties listed above as
-//! unsupported.
+//! Not supported: the system properties listed above as unsupported.
+//!
+//! # JMS selectors
+//!
+//! The same engine parses and evaluates JMS 2.0 message selectors in a dialect of their own
+//! ([`JmsSelector`]: case-sensitive Java identifiers naming JMS header fields or properties,
+//! `BETWEEN`, no scopes, functions or parameters, and comparisons of unlike types false
+//! rather than errors).
 
 mod action;
 mod correlation;
 pub mod description;
 mod error;
 mod eval;
+mod jms;
 mod lexer;
 mod like;
 mod parser;
+mod selector;
 mod sql;
 mod syntax;
 mod value;
@@ -73,6 +81,7 @@ mod view;
 pub use action::{Edit, SqlAction};
 pub use correlation::{CorrelationFilter, EmptyCorrelationFilter};
 pub use error::{EvalError, SqlError};
+pub use selector::JmsSelector;
 pub use sql::SqlFilter;
 pub use value::Value;
 pub use view::{IdType, MessageView, SystemProperty};

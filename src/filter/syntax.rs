@@ -1,5 +1,6 @@
 //! The parsed form of SQL filters and actions: conditions (three-valued) and values.
 
+use super::jms::JmsIdentifier;
 use super::like::LikePattern;
 use super::value::Value;
 use super::view::SystemProperty;
@@ -48,6 +49,9 @@ pub(super) enum Condition {
     },
     /// `EXISTS(property)`.
     Exists(Property),
+    /// A value used as a condition (JMS: a boolean identifier): its truth when a boolean,
+    /// unknown when NULL, false for any other type.
+    Boolean(Operand),
 }
 
 /// A value-producing expression.
@@ -57,6 +61,8 @@ pub(super) enum Operand {
     Literal(Value),
     /// A property of the message.
     Property(Property),
+    /// An identifier of a JMS selector: a header field or a message property.
+    Identifier(JmsIdentifier),
     /// `-operand` or `+operand`.
     Unary { op: Sign, operand: Box<Operand> },
     /// `left op right`.

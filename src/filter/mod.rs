@@ -97,6 +97,9 @@ pub enum Filter {
     Sql(SqlFilter),
     /// Equality on named properties.
     Correlation(CorrelationFilter),
+    /// A JMS message selector: the rule of a subscription made for a JMS consumer. Service
+    /// Bus clients see it as a SQL filter of its text.
+    Selector(JmsSelector),
 }
 
 impl Filter {
@@ -114,7 +117,20 @@ impl Filter {
         }
     }
 
-    /// Whether the filter selects `view`.
+    /// The filter a JMS message selector is: an empty or blank selector is no selector (JMS)
+    /// and selects every message; any other is a [`JmsSelector`], even one that always
+    /// holds, so that it keeps its text.
+    ///
+    /// # Errors
+    /// As [`JmsSelector::parse`].
+    pub fn selector(selector: &str) -> Result<Filter, SqlError> {
+        if selector.trim().is_empty() {
+            return Ok(Filter::True);
+        }
+        JmsSelector::parse(selector).map(Filter::Selector)
+    }
+
+    /// Whether the filter selects `view` (a JMS selector never throws).
     ///
     /// # Errors
     /// An [`EvalError`] when a SQL filter throws for this message.
@@ -124,12 +140,16 @@ impl Filter {
             Filter::False => Ok(false),
             Filter::Sql(filter) => filter.matches(view),
             Filter::Correlation(filter) => Ok(filter.matches(view)),
+            Filter::Selector(selector) => Ok(selector.matches(view)),
         }
     }
 
     /// Whether the filter looks at the message at all (a true or false filter does not).
     pub fn reads_message(&self) -> bool {
-        matches!(self, Filter::Sql(_) | Filter::Correlation(_))
+        matches!(
+            self,
+            Filter::Sql(_) | Filter::Correlation(_) | Filter::Selector(_)
+        )
     }
 }
 

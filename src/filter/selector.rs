@@ -22,8 +22,9 @@
 //! * Arithmetic is the SQL filters' (64-bit integers, `/` truncating between integers, doubles
 //!   otherwise). Where it fails (division of an integer by zero, overflow, a string in it) the
 //!   selector does not select the message: a JMS provider has no filter exception to report.
-//! * Selectors are at most 1024 characters, as SQL filters, and syntax errors carry the byte
-//!   offset of the problem.
+//! * An empty or blank selector is no selector: [`Filter::selector`](super::Filter::selector)
+//!   makes it the filter of every message. Selectors are at most 1024 characters, as SQL
+//!   filters, and syntax errors carry the byte offset of the problem.
 //!
 //! Not supported, all extensions of Qpid JMS's and ActiveMQ's parsers beyond JMS: `%`, `--`
 //! and `/* */` comments, hexadecimal (`0x1F`) and octal (`017`, read here as decimal) numbers,
@@ -47,7 +48,8 @@ impl JmsSelector {
     ///
     /// # Errors
     /// A [`SqlError`] with the byte offset and the reason when the selector is not valid,
-    /// also when it is empty (which for a JMS consumer means no selector).
+    /// also when it is empty (which for a JMS consumer means no selector:
+    /// [`Filter::selector`](super::Filter::selector)).
     pub fn parse(expression: &str) -> Result<JmsSelector, SqlError> {
         Ok(JmsSelector {
             expression: expression.to_owned(),
@@ -72,9 +74,9 @@ impl JmsSelector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::filter::eval;
     use crate::filter::value::Value;
     use crate::filter::view::IdType;
+    use crate::filter::Filter;
 
     /// A message a Qpid JMS producer sent, with properties of every kind.
     fn order() -> MessageView {
@@ -597,5 +599,18 @@ mod tests {
             1024,
             "the expression is longer than 1024 characters",
         );
+    }
+    #[test]
+    fn an_empty_selector_selects_everything_as_no_selector_does() {
+        assert_eq!(Filter::selector(""), Ok(Filter::True));
+        assert_eq!(Filter::selector(" \t\n"), Ok(Filter::True));
+        refused(" ", 0, "the expression is empty");
+        let Ok(Filter::Selector(selector)) = Filter::selector("Region = 'eu'") else {
+            panic!("not a selector");
+        };
+        assert_eq!(selector.expression(), "Region = 'eu'");
+        assert_eq!(Filter::Selector(selector).matches(&order()), Ok(true));
+        // Even a selector that is always true keeps its text.
+        assert!(matches!(Filter::selector("TRUE"), Ok(Filter::Selector(_))));
     }
 }

@@ -1,4 +1,7 @@
-//! Recursive-descent parser for SQL filter conditions and SQL action statements.
+//! Recursive-descent parser for SQL filter conditions and SQL action statements, and for JMS
+//! message selectors ([`Dialect::Jms`]): the same grammar with `[NOT] BETWEEN`, identifiers
+//! resolved to JMS header fields or properties, IN lists, LIKE patterns and escapes of string
+//! literals only, no NULL constant, and a boolean identifier or constant as a condition.
 //!
 //! Precedence, loosest first: `OR`, `AND`, `NOT`, the comparisons (`= <> != < <= > >=`,
 //! `IS [NOT] NULL`, `[NOT] IN`, `[NOT] LIKE`), `+ -`, `* / %`, unary `+ -`. Conditions and
@@ -40,22 +43,12 @@ pub(super) fn parse_condition(
     source: &str,
     parameters: &Parameters,
 ) -> Result<Condition, SqlError> {
-    let mut parser = Parser::new(source, parameters, Dialect::Sql)?;
-    let condition = parser.condition()?;
-    if parser.token.kind != TokenKind::End {
-        return Err(parser.unexpected("AND, OR or the end of the filter"));
-    }
-    Ok(condition)
+    Parser::new(source, parameters, Dialect::Sql)?.whole_condition()
 }
 
 /// Parses a JMS message selector into its condition.
 pub(super) fn parse_selector(source: &str) -> Result<Condition, SqlError> {
-    let mut parser = Parser::new(source, &[], Dialect::Jms)?;
-    let condition = parser.condition()?;
-    if parser.token.kind != TokenKind::End {
-        return Err(parser.unexpected("AND, OR or the end of the selector"));
-    }
-    Ok(condition)
+    Parser::new(source, &[], Dialect::Jms)?.whole_condition()
 }
 
 /// Parses a SQL action: `SET property = value` and `REMOVE property` statements, each
@@ -241,6 +234,18 @@ impl<'s> Parser<'s> {
             ));
         }
         Ok(())
+    }
+
+    /// The expression, a condition up to its end.
+    fn whole_condition(&mut self) -> Result<Condition, SqlError> {
+        let condition = self.condition()?;
+        if self.token.kind != TokenKind::End {
+            return Err(self.unexpected(match self.dialect {
+                Dialect::Sql => "AND, OR or the end of the filter",
+                Dialect::Jms => "AND, OR or the end of the selector",
+            }));
+        }
+        Ok(condition)
     }
 
     /// A whole condition.

@@ -8,32 +8,37 @@
 //! Identifiers are case-sensitive. The Qpid JMS sources (`qpid-jms-client`,
 //! `org.apache.qpid.jms`) give each its AMQP field:
 //!
-//! | Identifier | AMQP | Qpid JMS |
-//! | --- | --- | --- |
-//! | `JMSDeliveryMode` | `'PERSISTENT'` when header.durable is true, else `'NON_PERSISTENT'` | `message.JmsMessagePropertyIntercepter` (JMS_DELIVERY_MODE), `AmqpJmsMessageFacade.isPersistent`, `AmqpHeader.isDurable` |
-//! | `JMSPriority` | header.priority, 4 when absent, at most 9 | `AmqpHeader.getPriority` |
-//! | `JMSMessageID` | properties.message-id as `AmqpMessageIdHelper.toMessageIdString` renders it, NULL when absent | `AmqpJmsMessageFacade.getMessageId` |
-//! | `JMSTimestamp` | properties.creation-time in ms, 0 when absent | `AmqpJmsMessageFacade.getTimestamp` |
-//! | `JMSCorrelationID` | properties.correlation-id as `toCorrelationIdString` renders it, NULL when absent | `AmqpJmsMessageFacade.getCorrelationId` |
-//! | `JMSType` | properties.subject, NULL when absent | `AmqpJmsMessageFacade.getType` |
-//! | `JMSExpiration` | properties.absolute-expiry-time in ms, 0 when absent | `AmqpJmsMessageFacade.getExpiration` |
-//! | `JMSXGroupID` | properties.group-id | `AmqpJmsMessageFacade.getGroupId` |
-//! | `JMSXGroupSeq` | properties.group-sequence as a Java int (wrapping past 2^31 - 1), 0 when absent | `AmqpJmsMessageFacade.getGroupSequence` |
-//! | `JMSXUserID` | properties.user-id as UTF-8 (NULL when empty), else the application property `JMSXUserID` | `AmqpJmsMessageFacade.getUserId`, `JmsMessagePropertyIntercepter` (JMSX_USERID) |
-//! | `JMSXDeliveryCount` | the delivery count a receiver sees, plus 1 | `AmqpJmsMessageFacade.getDeliveryCount` |
+//! * `JMSDeliveryMode`: `'PERSISTENT'` when header.durable is true, else `'NON_PERSISTENT'`
+//!   (`message.JmsMessagePropertyIntercepter`, `AmqpJmsMessageFacade.isPersistent`,
+//!   `AmqpHeader.isDurable`).
+//! * `JMSPriority`: header.priority, 4 when absent, at most 9 (`AmqpHeader.getPriority`).
+//! * `JMSMessageID`: properties.message-id as `AmqpMessageIdHelper.toMessageIdString`
+//!   renders it (below), NULL when absent (`AmqpJmsMessageFacade.getMessageId`).
+//! * `JMSTimestamp`: properties.creation-time in ms, 0 when absent (`getTimestamp`).
+//! * `JMSCorrelationID`: properties.correlation-id as `toCorrelationIdString` renders it,
+//!   NULL when absent (`getCorrelationId`).
+//! * `JMSType`: properties.subject, NULL when absent (`getType`).
+//! * `JMSExpiration`: properties.absolute-expiry-time in ms, 0 when absent
+//!   (`getExpiration`).
+//! * `JMSXGroupID`: properties.group-id (`getGroupId`).
+//! * `JMSXGroupSeq`: properties.group-sequence as a Java int (wrapping past 2^31 - 1), 0 when
+//!   absent (`getGroupSequence`).
+//! * `JMSXUserID`: properties.user-id as UTF-8, NULL when empty, else the application
+//!   property `JMSXUserID` (`getUserId`, and the intercepter's JMSX_USERID).
+//! * `JMSXDeliveryCount`: the delivery count a receiver sees, plus 1 (`getDeliveryCount`).
 //!
-//! Ids: a string message-id without the `ID:` prefix becomes `ID:AMQP_NO_PREFIX:` + it, one
-//! whose `ID:` is followed by one of Qpid's type prefixes (`AMQP_NO_PREFIX:`, `AMQP_STRING:`,
-//! `AMQP_UUID:`, `AMQP_ULONG:`, `AMQP_BINARY:`) becomes `ID:AMQP_STRING:` + it, any other is
-//! kept; a correlation-id string is kept but for the second case. A ulong is `ID:AMQP_ULONG:`
-//! + its digits, a uuid `ID:AMQP_UUID:` + its lower-case text, a binary `ID:AMQP_BINARY:` + its
-//! upper-case hex.
+//! Ids: a string message-id without the `ID:` prefix is `ID:AMQP_NO_PREFIX:` followed by the
+//! string; one whose `ID:` is followed by one of Qpid's type prefixes (`AMQP_NO_PREFIX:`,
+//! `AMQP_STRING:`, `AMQP_UUID:`, `AMQP_ULONG:`, `AMQP_BINARY:`) is `ID:AMQP_STRING:` followed
+//! by the string; any other is the string. A correlation-id string is itself but in the second
+//! case. A ulong is `ID:AMQP_ULONG:` followed by its digits, a uuid `ID:AMQP_UUID:` followed by
+//! its lower-case text, a binary `ID:AMQP_BINARY:` followed by its upper-case hex.
 //!
-//! `JMSExpiration` is not one of the six header fields a selector may name, but Qpid JMS and
-//! ActiveMQ read it; a message sent with a header ttl and no absolute-expiry-time has 0 here
-//! (Qpid JMS makes one up from the time it receives the message). `JMSDestination`,
-//! `JMSReplyTo`, `JMSRedelivered` and `JMSDeliveryTime` are refused: JMS does not allow them,
-//! and the broker would not read them as Qpid JMS does.
+//! `JMSExpiration` is not one of the six header fields a selector may name, but Qpid JMS's
+//! own property intercepter reads it; a message sent with a header ttl and no
+//! absolute-expiry-time has 0 here (Qpid JMS makes one up from the time it receives the
+//! message). `JMSDestination`, `JMSReplyTo`, `JMSRedelivered` and `JMSDeliveryTime` are
+//! refused: JMS does not allow them, and the broker would not read them as Qpid JMS does.
 
 use std::borrow::Cow;
 

@@ -1,4 +1,5 @@
-//! The parsed form of SQL filters and actions: conditions (three-valued) and values.
+//! The parsed form of SQL filters and actions and of JMS selectors: conditions (three-valued)
+//! and values.
 
 use super::jms::JmsIdentifier;
 use super::like::LikePattern;

@@ -204,6 +204,7 @@ fn message(n: usize) -> MessageView {
             ("quantity".to_owned(), Value::Int((n as i64 % 9) + 1)),
             ("priority".to_owned(), Value::Int(n as i64 % 5)),
         ],
+        ..MessageView::default()
     }
 }
 

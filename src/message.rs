@@ -13,7 +13,7 @@ use fe2o3_amqp::types::messaging::{ApplicationProperties, MessageId, Properties}
 use fe2o3_amqp::types::primitives::{SimpleValue, Value};
 use uuid::Uuid;
 
-use crate::filter::{MessageView, SystemProperty, Value as FilterValue};
+use crate::filter::{IdType, MessageView, SystemProperty, Value as FilterValue};
 
 use crate::encoding::{
     byte_at, check_item, check_value, read_u32, read_u64, value_len, EncodingError,
@@ -1145,11 +1145,22 @@ pub fn view(bytes: &Bytes) -> Result<MessageView, MessageError> {
     for section in scan_sections(bytes)? {
         let raw = &bytes[section.range.clone()];
         match section.code {
+            code::HEADER => {
+                let header = read_header(raw, Items::Measured)?;
+                view.durable = header.durable.unwrap_or(false);
+                view.priority = header.priority;
+            }
             code::PROPERTIES => {
                 let properties: Properties = serde_amqp::from_slice(raw)
                     .map_err(|_| MessageError::Malformed("properties"))?;
-                view.message_id = properties.message_id.map(id_text);
-                view.correlation_id = properties.correlation_id.map(id_text);
+                (view.message_id, view.message_id_type) = id_text(properties.message_id);
+                (view.correlation_id, view.correlation_id_type) =
+                    id_text(properties.correlation_id);
+                view.user_id = properties.user_id.map(|id| id.into_vec());
+                view.creation_time = properties.creation_time.map(|t| t.milliseconds());
+                view.absolute_expiry_time =
+                    properties.absolute_expiry_time.map(|t| t.milliseconds());
+                view.group_sequence = properties.group_sequence;
                 view.to = properties.to;
                 view.reply_to = properties.reply_to;
                 view.subject = properties.subject;
@@ -1172,14 +1183,21 @@ pub fn view(bytes: &Bytes) -> Result<MessageView, MessageError> {
     Ok(view)
 }
 
-/// A message or correlation id as text, the way Service Bus shows it.
-fn id_text(id: MessageId) -> String {
-    match id {
-        MessageId::String(text) => text,
-        MessageId::Ulong(number) => number.to_string(),
-        MessageId::Uuid(uuid) => Uuid::from_bytes(*uuid.as_inner()).to_string(),
-        MessageId::Binary(bytes) => bytes.iter().map(|b| format!("{b:02x}")).collect(),
-    }
+/// A message or correlation id as text, the way Service Bus shows it, with its AMQP type.
+fn id_text(id: Option<MessageId>) -> (Option<String>, IdType) {
+    let (text, kind) = match id {
+        None => return (None, IdType::String),
+        Some(MessageId::String(text)) => (text, IdType::String),
+        Some(MessageId::Ulong(number)) => (number.to_string(), IdType::Ulong),
+        Some(MessageId::Uuid(uuid)) => {
+            (Uuid::from_bytes(*uuid.as_inner()).to_string(), IdType::Uuid)
+        }
+        Some(MessageId::Binary(bytes)) => (
+            bytes.iter().map(|b| format!("{b:02x}")).collect(),
+            IdType::Binary,
+        ),
+    };
+    (Some(text), kind)
 }
 
 /// Sets application properties of a stored message (Service Bus "properties to modify" and
@@ -1739,6 +1757,62 @@ mod tests {
             read_header(&wrong_type, Items::Checked),
             Err(MessageError::Malformed("header"))
         );
+    }
+
+    #[test]
+    fn the_view_reads_the_header_and_properties_fields_jms_selectors_map() {
+        let mut bytes = serde_amqp::to_vec(&Header {
+            durable: true,
+            priority: 7.into(),
+            delivery_count: 3,
+            ..Header::default()
+        })
+        .expect("header");
+        let properties = Properties {
+            message_id: Some(MessageId::Ulong(42)),
+            correlation_id: Some(MessageId::Binary(Binary::from(vec![0xab, 0x01]))),
+            user_id: Some(Binary::from(b"alice".to_vec())),
+            creation_time: Some(Timestamp::from_milliseconds(1_000)),
+            absolute_expiry_time: Some(Timestamp::from_milliseconds(61_000)),
+            group_sequence: Some(5),
+            ..Properties::default()
+        };
+        bytes.extend(serde_amqp::to_vec(&properties).expect("properties"));
+        let read = view(&Bytes::from(bytes)).expect("a view");
+        assert_eq!(
+            (read.message_id.as_deref(), read.message_id_type),
+            (Some("42"), IdType::Ulong)
+        );
+        assert_eq!(
+            (read.correlation_id.as_deref(), read.correlation_id_type),
+            (Some("ab01"), IdType::Binary)
+        );
+        assert!(read.durable);
+        assert_eq!(read.priority, Some(7));
+        assert_eq!(read.user_id.as_deref(), Some(&b"alice"[..]));
+        assert_eq!(read.creation_time, Some(1_000));
+        assert_eq!(read.absolute_expiry_time, Some(61_000));
+        assert_eq!(read.group_sequence, Some(5));
+        // The sender's delivery count is not the broker's: a routed copy was never delivered.
+        assert_eq!(read.delivery_count, 0);
+        let bare = view(&Bytes::from(encode_message(b"x"))).expect("a view");
+        assert_eq!(bare.message_id_type, IdType::String);
+        assert_eq!((bare.priority, bare.creation_time), (None, None));
+        let ids = [
+            (MessageId::String("s".into()), IdType::String),
+            (
+                MessageId::Uuid(Uuid::from_u128(1).into_bytes().into()),
+                IdType::Uuid,
+            ),
+        ];
+        for (id, kind) in ids {
+            let properties = Properties {
+                message_id: Some(id),
+                ..Properties::default()
+            };
+            let bytes = Bytes::from(serde_amqp::to_vec(&properties).expect("properties"));
+            assert_eq!(view(&bytes).expect("a view").message_id_type, kind);
+        }
     }
 
     #[test]

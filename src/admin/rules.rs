@@ -38,6 +38,14 @@ pub fn describe(rule: &Rule) -> String {
             filter.expression(),
             (filter.parameters(), &local.filter),
         ),
+        // Service Bus shows a JMS subscription's selector as a SQL filter of its text.
+        Filter::Selector(selector) => sql(
+            &mut out,
+            "Filter",
+            "SqlFilter",
+            selector.expression(),
+            (&[], &[]),
+        ),
         Filter::Correlation(correlation) => {
             correlation_filter(&mut out, correlation, &local.filter)
         }
@@ -162,6 +170,7 @@ pub fn declared(rule: &Rule) -> Result<RuleConfig, String> {
             parameters = declared_values("parameter", sql.parameters())?;
             RuleFilter::Sql(sql.expression().to_owned())
         }
+        Filter::Selector(selector) => RuleFilter::Selector(selector.expression().to_owned()),
         Filter::Correlation(correlation) => {
             let properties = declared_values("property", &correlation.properties)?;
             RuleFilter::Correlation(CorrelationConfig {
@@ -677,6 +686,25 @@ mod tests {
             };
             assert!(describe(&back).contains(&format!("<Filter i:type=\"{kind}\">")));
         }
+    }
+
+    /// A JMS subscription's rule shows as a SQL filter of its selector (as Service Bus shows
+    /// one) and is declared, so stored, as the selector it is.
+    #[test]
+    fn a_jms_selector_rule_shows_as_a_sql_filter_and_is_declared_a_selector() {
+        let selector = "JMSPriority > 4 AND color <> 'red'";
+        let written = rule(Filter::selector(selector).expect("a selector"), None);
+        assert!(describe(&written).contains(
+            "<Filter i:type=\"SqlFilter\"><SqlExpression>JMSPriority &gt; 4 AND color &lt;&gt; \
+             &apos;red&apos;</SqlExpression><CompatibilityLevel>20</CompatibilityLevel></Filter>"
+        ));
+        let declaration = declared(&written).expect("declared");
+        assert_eq!(
+            declaration.filter,
+            RuleFilter::Selector(selector.to_owned())
+        );
+        let back = crate::entity::setup::rule(&declaration).expect("parses");
+        assert_eq!(back.filter, written.filter);
     }
 
     #[test]

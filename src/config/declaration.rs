@@ -246,6 +246,7 @@ impl Toml {
             RuleFilter::Correlation(correlation) => {
                 self.raw("correlation", correlation_table(correlation))
             }
+            RuleFilter::Selector(selector) => self.string("selector", selector),
         }
         if !rule.parameters.is_empty() {
             self.raw("parameters", values_table(&rule.parameters));
@@ -340,7 +341,9 @@ mod tests {
                     b = true, s = \"x\" } }\naction = \"SET x = 'y'\"\n\
                     [[topics.subscriptions.rules]]\nname = \"p\"\n\
                     sql = \"s = @s AND n > @n\"\nparameters = { \"@s\" = \"b\", \"@n\" = 1 }\n\
-                    action = \"SET x = @x\"\naction_parameters = { \"@x\" = 2.5 }\n";
+                    action = \"SET x = @x\"\naction_parameters = { \"@x\" = 2.5 }\n\
+                    [[topics.subscriptions.rules]]\nname = \"j\"\n\
+                    selector = \"JMSType = 'it''s \\\"hi\\\"' AND x IS NULL\"\n";
         let extra = Config::parse(text, "t.toml").expect("valid");
         declarations.extend(extra.queues.into_iter().map(Declaration::Queue));
         declarations.extend(extra.topics.into_iter().map(Declaration::Topic));

@@ -200,14 +200,16 @@ pub(super) struct RawTopic {
 }
 
 /// One `[[topics.subscriptions.rules]]` entry as written; validation checks that exactly one
-/// filter is set. The spans of `sql` and `action` locate errors inside the expressions
-/// (`Source::expression_location`).
+/// filter is set. The spans of `sql`, `selector` and `action` locate errors inside the
+/// expressions (`Source::expression_location`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRule {
     pub(super) name: Spanned<String>,
     pub(super) sql: Option<Spanned<String>>,
     pub(super) correlation: Option<Spanned<CorrelationConfig>>,
+    /// A JMS message selector.
+    pub(super) selector: Option<Spanned<String>>,
     pub(super) action: Option<Spanned<String>>,
     pub(super) parameters: Option<Spanned<BTreeMap<String, PropertyValue>>>,
     pub(super) action_parameters: Option<Spanned<BTreeMap<String, PropertyValue>>>,

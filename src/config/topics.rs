@@ -7,6 +7,8 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, Unexpected};
 use serde::Deserialize;
 
+use crate::filter::Filter;
+
 /// One `[[topics]]` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicConfig {
@@ -129,6 +131,30 @@ pub enum RuleFilter {
     Sql(String),
     /// A correlation filter (`correlation = { ... }`).
     Correlation(CorrelationConfig),
+    /// A JMS 2.0 message selector (`selector = "..."`), as written (at most 1024 characters):
+    /// the rule of a subscription made for a JMS consumer, which Service Bus clients see as a
+    /// SQL filter of its text.
+    Selector(String),
+}
+
+impl RuleFilter {
+    /// The rule filter a JMS consumer's message selector (the value of its link's
+    /// `apache.org:selector-filter:string` source filter) gives the subscription made for it.
+    ///
+    /// `Ok(None)` for an empty or blank selector, which JMS reads as no selector: the
+    /// subscription keeps its `$Default` rule with [`RuleFilter::True`]. Otherwise
+    /// `Ok(Some(RuleFilter::Selector(..)))` with the selector as sent, once it parses.
+    ///
+    /// # Errors
+    /// Why the selector is not valid, with its position (`{reason} at position {n}`, `n` the
+    /// 1-based byte position), to refuse the link with.
+    pub fn jms_selector(selector: &str) -> Result<Option<RuleFilter>, String> {
+        match Filter::selector(selector).map_err(|error| error.to_string())? {
+            Filter::Selector(_) => Ok(Some(RuleFilter::Selector(selector.to_owned()))),
+            // No selector: the filter of every message.
+            _ => Ok(None),
+        }
+    }
 }
 
 /// A correlation filter: a message matches when every field that is set equals the message's

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use crate::filter::{SqlAction, SqlError, SqlFilter};
+use crate::filter::{JmsSelector, SqlAction, SqlError, SqlFilter};
 
 use super::forwarding;
 use super::key_path::key_path_at;
@@ -571,15 +571,15 @@ impl Source<'_> {
             raw.action_parameters,
             raw.action.is_some(),
         )?;
-        let filter = match (raw.sql, raw.correlation) {
-            (Some(sql), None) => {
+        let filter = match (raw.sql, raw.correlation, raw.selector) {
+            (Some(sql), None, None) => {
                 let values = filter_values(&parameters);
                 self.check_expression(&key("sql"), &sql, |text| {
                     SqlFilter::parse_with(text, values)
                 })?;
                 RuleFilter::Sql(sql.into_inner())
             }
-            (None, Some(correlation)) if correlation.get_ref().names_nothing() => {
+            (None, Some(correlation), None) if correlation.get_ref().names_nothing() => {
                 let message = "names nothing; set at least one of correlation_id, message_id, \
                                to, reply_to, subject, session_id, reply_to_session_id, \
                                content_type and properties";
@@ -589,19 +589,35 @@ impl Source<'_> {
                     message.to_owned(),
                 ));
             }
-            (None, Some(correlation)) => RuleFilter::Correlation(correlation.into_inner()),
-            (Some(sql), Some(correlation)) => {
-                let second = if sql.span().start > correlation.span().start {
-                    sql.span()
-                } else {
-                    correlation.span()
-                };
-                let message = "sets both `sql` and `correlation`; a rule has exactly one filter";
-                return Err(self.invalid(path, second, message.to_owned()));
+            (None, Some(correlation), None) => RuleFilter::Correlation(correlation.into_inner()),
+            (None, None, Some(selector)) => {
+                self.check_expression(&key("selector"), &selector, JmsSelector::parse)?;
+                RuleFilter::Selector(selector.into_inner())
             }
-            (None, None) => {
-                let message = "sets no filter; a rule has exactly one of `sql` and `correlation`";
+            (None, None, None) => {
+                let message = "sets no filter; a rule has exactly one of `sql`, `correlation` \
+                               and `selector`";
                 return Err(self.invalid(path, span, message.to_owned()));
+            }
+            (sql, correlation, selector) => {
+                // Two or more: refused at the second in the file.
+                let mut set: Vec<(&str, std::ops::Range<usize>)> = [
+                    ("sql", sql.map(|sql| sql.span())),
+                    (
+                        "correlation",
+                        correlation.map(|correlation| correlation.span()),
+                    ),
+                    ("selector", selector.map(|selector| selector.span())),
+                ]
+                .into_iter()
+                .filter_map(|(key, span)| Some((key, span?)))
+                .collect();
+                set.sort_by_key(|(_, span)| span.start);
+                let message = format!(
+                    "sets both `{}` and `{}`; a rule has exactly one filter",
+                    set[0].0, set[1].0
+                );
+                return Err(self.invalid(path, set[1].1.clone(), message));
             }
         };
         if let Some(action) = &raw.action {

@@ -1284,11 +1284,12 @@ enum FilterKind {
     Correlation,
 }
 
-/// Which quota a filter counts against.
+/// Which quota a filter counts against (a JMS selector is one of the SQL filters Service Bus
+/// shows it as).
 fn filter_kind(filter: &Filter) -> FilterKind {
     match filter {
         Filter::Correlation(_) => FilterKind::Correlation,
-        Filter::True | Filter::False | Filter::Sql(_) => FilterKind::Sql,
+        Filter::True | Filter::False | Filter::Sql(_) | Filter::Selector(_) => FilterKind::Sql,
     }
 }
 

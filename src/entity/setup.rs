@@ -355,6 +355,7 @@ fn parse_rule(config: &RuleConfig) -> Result<Rule, crate::filter::SqlError> {
         RuleFilter::Correlation(correlation) => {
             Filter::Correlation(correlation_filter(correlation))
         }
+        RuleFilter::Selector(selector) => Filter::selector(selector)?,
     };
     let action = (config.action.as_deref())
         .map(|action| SqlAction::parse_with(action, filter_values(&config.action_parameters)))

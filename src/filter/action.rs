@@ -181,6 +181,10 @@ impl Scope for Edited<'_> {
     fn application(&self, name: &str) -> Option<&Value> {
         self.entry(name).map(|(_, value)| value)
     }
+
+    fn message(&self) -> &MessageView {
+        self.view
+    }
 }
 
 #[cfg(test)]

@@ -154,7 +154,7 @@ mod tests {
             session_id: Some("g".into()),
             reply_to_session_id: Some("rg".into()),
             content_type: Some("application/json".into()),
-            application_properties: Vec::new(),
+            ..MessageView::default()
         };
         let all = CorrelationFilter {
             message_id: view.message_id.clone(),

@@ -167,7 +167,8 @@ fn correlation_filter(value: &Amqp) -> Result<CorrelationFilter, String> {
 }
 
 /// The described list `enumerate-rules` answers for one rule (amqp-dialect.md §9.2; the true
-/// and false filters go as empty lists, which every SDK we run reads).
+/// and false filters go as empty lists, which every SDK we run reads; a JMS selector as the
+/// SQL filter of its text, as Service Bus shows a JMS subscription's).
 pub fn described(name: &str, rule: &RuleDescription, created_ms: i64) -> Amqp {
     let level = Amqp::Int(COMPATIBILITY_LEVEL);
     let filter = match &rule.filter {
@@ -178,6 +179,10 @@ pub fn described(name: &str, rule: &RuleDescription, created_ms: i64) -> Amqp {
         Filter::Sql(sql) => list(
             code::SQL_FILTER,
             vec![text(sql.expression()), level.clone()],
+        ),
+        Filter::Selector(selector) => list(
+            code::SQL_FILTER,
+            vec![text(selector.expression()), level.clone()],
         ),
         Filter::Correlation(correlation) => {
             let mut values: Vec<Amqp> = correlation_fields(correlation)
@@ -207,7 +212,9 @@ pub fn described(name: &str, rule: &RuleDescription, created_ms: i64) -> Amqp {
 }
 
 /// The `rule-description` map of a rule, as `add-rule` sends it: how a rule added at run
-/// time is stored.
+/// time is stored. A JMS selector, never added at run time (only a subscription made for a
+/// JMS consumer declares one), is written as the SQL filter Service Bus shows it as, and
+/// would read back as one.
 pub fn map(rule: &RuleDescription) -> OrderedMap<Amqp, Amqp> {
     let expression_with = |text: &str, parameters: &[(String, Value)]| {
         let mut map = OrderedMap::new();
@@ -225,6 +232,10 @@ pub fn map(rule: &RuleDescription) -> OrderedMap<Amqp, Amqp> {
         Filter::Sql(sql) => out.insert(
             Amqp::String("sql-filter".into()),
             expression_with(sql.expression(), sql.parameters()),
+        ),
+        Filter::Selector(selector) => out.insert(
+            Amqp::String("sql-filter".into()),
+            expression(selector.expression()),
         ),
         Filter::Correlation(correlation) => {
             let mut map = OrderedMap::new();
@@ -338,6 +349,36 @@ mod tests {
         assert!(read(&empty)
             .unwrap_err()
             .starts_with("correlation-filter: "));
+    }
+
+    /// Service Bus shows a JMS subscription's selector as a SQL filter of its text.
+    #[test]
+    fn a_jms_selector_is_described_as_a_sql_filter_of_its_text() {
+        let rule = RuleDescription {
+            filter: Filter::selector("JMSPriority > 4").expect("a selector"),
+            action: None,
+        };
+        let Amqp::Described(outer) = described("$Default", &rule, 5) else {
+            panic!("described");
+        };
+        let Amqp::List(fields) = &outer.value else {
+            panic!("list");
+        };
+        let Amqp::Described(filter) = &fields[0] else {
+            panic!("described filter");
+        };
+        assert_eq!(filter.descriptor, Descriptor::Code(code::SQL_FILTER));
+        assert_eq!(
+            filter.value,
+            Amqp::List(vec![
+                Amqp::String("JMSPriority > 4".into()),
+                Amqp::Int(COMPATIBILITY_LEVEL)
+            ])
+        );
+        assert_eq!(
+            map(&rule).get(&Amqp::String("sql-filter".into())),
+            Some(&expression_map("JMSPriority > 4"))
+        );
     }
 
     #[test]

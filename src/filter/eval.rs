@@ -27,7 +27,9 @@ use fe2o3_amqp::types::primitives::SimpleValue;
 
 use super::error::EvalError;
 use super::like::LikePattern;
-use super::syntax::{Arithmetic, Comparison, Condition, Operand, Pattern, Property, Sign, Truth};
+use super::syntax::{
+    Arithmetic, Comparison, Condition, Dialect, Operand, Pattern, Property, Sign, Truth,
+};
 use super::value::Value;
 use super::view::{MessageView, SystemProperty};
 
@@ -38,6 +40,9 @@ pub(super) trait Scope {
     fn system(&self, property: SystemProperty) -> Option<&str>;
     /// The application property `name` (matched case-insensitively).
     fn application(&self, name: &str) -> Option<&Value>;
+    /// The message as it arrived, whose fields a JMS selector reads (only SQL actions edit a
+    /// message, and they read no JMS identifiers).
+    fn message(&self) -> &MessageView;
 }
 
 impl Scope for MessageView {
@@ -47,6 +52,10 @@ impl Scope for MessageView {
 
     fn application(&self, name: &str) -> Option<&Value> {
         self.application_property(name)
+    }
+
+    fn message(&self) -> &MessageView {
+        self
     }
 }
 
@@ -66,7 +75,7 @@ pub(super) enum Scalar<'a> {
 
 impl<'a> Scalar<'a> {
     /// `value` borrowed.
-    fn of(value: &'a Value) -> Scalar<'a> {
+    pub(super) fn of(value: &'a Value) -> Scalar<'a> {
         match value {
             Value::Null => Scalar::Null,
             Value::Bool(flag) => Scalar::Bool(*flag),
@@ -112,15 +121,24 @@ impl<'a> Scalar<'a> {
     }
 }
 
-/// The truth of `condition` for the message `scope` reads.
-pub(super) fn condition<S: Scope>(condition: &Condition, scope: &S) -> Result<Truth, EvalError> {
+/// The truth of `condition`, written in `dialect`, for the message `scope` reads.
+///
+/// A JMS selector never throws on a type: comparing values of unlike types is false (JMS 2.0
+/// §3.8.1.1), and so is `LIKE` on a value that is not a string; `IN` on one is unknown (both
+/// as Qpid JMS evaluates them).
+pub(super) fn condition<S: Scope>(
+    condition: &Condition,
+    scope: &S,
+    dialect: Dialect,
+) -> Result<Truth, EvalError> {
+    let jms = dialect == Dialect::Jms;
     match condition {
         Condition::Constant(truth) => Ok(*truth),
-        Condition::Not(inner) => Ok(self::condition(inner, scope)?.not()),
+        Condition::Not(inner) => Ok(self::condition(inner, scope, dialect)?.not()),
         Condition::All(all) => {
             let mut truth = Truth::True;
             for each in all {
-                match self::condition(each, scope)? {
+                match self::condition(each, scope, dialect)? {
                     Truth::False => return Ok(Truth::False),
                     Truth::Unknown => truth = Truth::Unknown,
                     Truth::True => {}
@@ -131,7 +149,7 @@ pub(super) fn condition<S: Scope>(condition: &Condition, scope: &S) -> Result<Tr
         Condition::Any(any) => {
             let mut truth = Truth::False;
             for each in any {
-                match self::condition(each, scope)? {
+                match self::condition(each, scope, dialect)? {
                     Truth::True => return Ok(Truth::True),
                     Truth::Unknown => truth = Truth::Unknown,
                     Truth::False => {}
@@ -139,9 +157,12 @@ pub(super) fn condition<S: Scope>(condition: &Condition, scope: &S) -> Result<Tr
             }
             Ok(truth)
         }
-        Condition::Compare { left, op, right } => {
-            compare(&operand(left, scope)?, *op, &operand(right, scope)?)
-        }
+        Condition::Compare { left, op, right } => compare_in(
+            dialect,
+            &operand(left, scope)?,
+            *op,
+            &operand(right, scope)?,
+        ),
         Condition::IsNull { operand, negated } => {
             let null = matches!(self::operand(operand, scope)?, Scalar::Null);
             Ok(Truth::from_bool(null != *negated))
@@ -152,7 +173,7 @@ pub(super) fn condition<S: Scope>(condition: &Condition, scope: &S) -> Result<Tr
             negated,
         } => {
             let value = self::operand(operand, scope)?;
-            if value == Scalar::Null {
+            if value == Scalar::Null || (jms && !matches!(value, Scalar::Text(_))) {
                 return Ok(Truth::Unknown);
             }
             let mut truth = Truth::False;
@@ -176,6 +197,7 @@ pub(super) fn condition<S: Scope>(condition: &Condition, scope: &S) -> Result<Tr
             let text = match self::operand(operand, scope)? {
                 Scalar::Null => return Ok(Truth::Unknown),
                 Scalar::Text(text) => text,
+                _ if jms => return Ok(Truth::from_bool(*negated)),
                 other => {
                     return Err(EvalError::new(format!(
                         "LIKE needs a string, found {}",
@@ -198,6 +220,11 @@ pub(super) fn condition<S: Scope>(condition: &Condition, scope: &S) -> Result<Tr
             Property::System(property) => scope.system(*property).is_some(),
             Property::Application(name) => scope.application(name).is_some(),
         })),
+        Condition::Boolean(value) => Ok(match operand(value, scope)? {
+            Scalar::Null => Truth::Unknown,
+            Scalar::Bool(flag) => Truth::from_bool(flag),
+            _ => Truth::False,
+        }),
     }
 }
 
@@ -251,6 +278,7 @@ pub(super) fn operand<'a, S: Scope>(
     match operand {
         Operand::Literal(value) => Ok(Scalar::of(value)),
         Operand::Property(property) => Ok(property_value(property, scope)),
+        Operand::Identifier(identifier) => Ok(identifier.value(scope.message())),
         Operand::Unary { op, operand } => signed(*op, self::operand(operand, scope)?),
         Operand::Arithmetic { left, op, right } => arithmetic(
             self::operand(left, scope)?,
@@ -365,13 +393,28 @@ fn number(value: &Scalar<'_>) -> Option<f64> {
     }
 }
 
-/// `left op right` for two constants (used to fold `1=1` when a rule is parsed).
+/// `left op right` for two constants in `dialect` (used to fold `1=1` when a rule is parsed).
 pub(super) fn compare_values(
+    dialect: Dialect,
     left: &Value,
     op: Comparison,
     right: &Value,
 ) -> Result<Truth, EvalError> {
-    compare(&Scalar::of(left), op, &Scalar::of(right))
+    compare_in(dialect, &Scalar::of(left), op, &Scalar::of(right))
+}
+
+/// `left op right` in `dialect`: where SQL throws on the types, JMS is false ("If the
+/// comparison of non-like type values is attempted, the value of the operation is false").
+fn compare_in(
+    dialect: Dialect,
+    left: &Scalar<'_>,
+    op: Comparison,
+    right: &Scalar<'_>,
+) -> Result<Truth, EvalError> {
+    match compare(left, op, right) {
+        Err(_) if dialect == Dialect::Jms => Ok(Truth::False),
+        result => result,
+    }
 }
 
 /// `left op right`.

@@ -6,11 +6,17 @@
 //! `'string constants'` (`''` for `'`), integer constants (`1894`), decimal constants
 //! (`1894.1204`, `2.0`) and approximate ones (`101.5E5`, `0.5E-2`), keywords (any case) and
 //! the operators `= <> != < <= > >= + - * / %` with `( ) , . ;`.
+//!
+//! A JMS selector ([`Dialect::Jms`]) has the same strings and numbers, Java identifiers
+//! (letters, digits, `_` and `$`, not starting with a digit) and no delimited or quoted
+//! identifiers, parameters, `!=`, `%`, `;` or `.`; its keywords are JMS's (`BETWEEN` is one,
+//! `EXISTS`, `SET` and `REMOVE` are names).
 
 use std::borrow::Cow;
 use std::fmt;
 
 use super::error::SqlError;
+use super::syntax::Dialect;
 
 /// A reserved word, recognised in any letter case.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,10 +34,23 @@ pub(super) enum Keyword {
     False,
     Set,
     Remove,
+    Between,
+}
+
+impl Keyword {
+    /// Whether the keyword is reserved in `dialect` (else it is a name there): `EXISTS`, `SET`
+    /// and `REMOVE` are SQL's own, `BETWEEN` is JMS's.
+    fn reserved_in(self, dialect: Dialect) -> bool {
+        match self {
+            Keyword::Exists | Keyword::Set | Keyword::Remove => dialect == Dialect::Sql,
+            Keyword::Between => dialect == Dialect::Jms,
+            _ => true,
+        }
+    }
 }
 
 /// Every keyword with its spelling.
-const KEYWORDS: [(&str, Keyword); 13] = [
+const KEYWORDS: [(&str, Keyword); 14] = [
     ("AND", Keyword::And),
     ("OR", Keyword::Or),
     ("NOT", Keyword::Not),
@@ -45,6 +64,7 @@ const KEYWORDS: [(&str, Keyword); 13] = [
     ("FALSE", Keyword::False),
     ("SET", Keyword::Set),
     ("REMOVE", Keyword::Remove),
+    ("BETWEEN", Keyword::Between),
 ];
 
 /// One operator or punctuation mark.
@@ -149,14 +169,16 @@ pub(super) struct Token<'s> {
 pub(super) struct Lexer<'s> {
     source: &'s str,
     position: usize,
+    dialect: Dialect,
 }
 
 impl<'s> Lexer<'s> {
     /// A lexer at the start of `source`.
-    pub(super) fn new(source: &'s str) -> Lexer<'s> {
+    pub(super) fn new(source: &'s str, dialect: Dialect) -> Lexer<'s> {
         Lexer {
             source,
             position: 0,
+            dialect,
         }
     }
 
@@ -172,10 +194,13 @@ impl<'s> Lexer<'s> {
                 offset,
             });
         };
+        let sql = self.dialect == Dialect::Sql;
         let kind = match first {
             '\'' => TokenKind::Text(self.quoted('\'', '\'', "unterminated string literal")?),
-            '"' => TokenKind::Delimited(self.quoted('"', '"', "unterminated quoted identifier")?),
-            '[' => {
+            '"' if sql => {
+                TokenKind::Delimited(self.quoted('"', '"', "unterminated quoted identifier")?)
+            }
+            '[' if sql => {
                 let name =
                     self.quoted('[', ']', "unterminated delimited identifier: missing ']'")?;
                 if name.is_empty() {
@@ -185,8 +210,8 @@ impl<'s> Lexer<'s> {
             }
             '0'..='9' => self.number()?,
             '.' if trimmed[1..].starts_with(|c: char| c.is_ascii_digit()) => self.number()?,
-            c if c.is_alphabetic() => self.word(),
-            '@' => self.parameter(offset)?,
+            c if c.is_alphabetic() || (!sql && matches!(c, '_' | '$')) => self.word(),
+            '@' if sql => self.parameter(offset)?,
             _ => TokenKind::Symbol(self.symbol(first)?),
         };
         Ok(Token { kind, offset })
@@ -279,7 +304,6 @@ impl<'s> Lexer<'s> {
         }
     }
 
-    /// A keyword or a regular identifier.
     /// A parameter: `@` and a word.
     fn parameter(&mut self, offset: usize) -> Result<TokenKind<'s>, SqlError> {
         let start = self.position;
@@ -295,29 +319,35 @@ impl<'s> Lexer<'s> {
         Ok(TokenKind::Parameter(&self.source[start..start + 1 + end]))
     }
 
+    /// A keyword or an identifier: a regular identifier in SQL, a Java identifier (letters,
+    /// digits, `_` and `$`, not starting with a digit) in a JMS selector.
     fn word(&mut self) -> TokenKind<'s> {
         let start = self.position;
         let rest = &self.source[start..];
+        let java = self.dialect == Dialect::Jms;
         let end = rest
             .char_indices()
-            .find(|(_, c)| !(c.is_alphanumeric() || *c == '_'))
+            .find(|(_, c)| !(c.is_alphanumeric() || *c == '_' || (java && *c == '$')))
             .map_or(rest.len(), |(at, _)| at);
         let word = &rest[..end];
         self.position = start + end;
-        match KEYWORDS
-            .iter()
-            .find(|(spelling, _)| spelling.eq_ignore_ascii_case(word))
-        {
+        match KEYWORDS.iter().find(|(spelling, keyword)| {
+            keyword.reserved_in(self.dialect) && spelling.eq_ignore_ascii_case(word)
+        }) {
             Some((_, keyword)) => TokenKind::Keyword(*keyword),
             None => TokenKind::Word(word),
         }
     }
 
-    /// An operator or punctuation mark starting with `first`.
+    /// An operator or punctuation mark starting with `first`; a JMS selector has no `!=`,
+    /// `%`, `;` or `.` (scopes).
     fn symbol(&mut self, first: char) -> Result<Symbol, SqlError> {
         let start = self.position;
         let second = self.source[start + first.len_utf8()..].chars().next();
+        let jms = self.dialect == Dialect::Jms;
+        let unexpected = || SqlError::new(start, format!("unexpected character '{first}'"));
         let (symbol, length) = match (first, second) {
+            ('!' | '%' | ';' | '.', _) if jms => return Err(unexpected()),
             ('<', Some('>')) | ('!', Some('=')) => (Symbol::NotEqual, 2),
             ('<', Some('=')) => (Symbol::LessOrEqual, 2),
             ('>', Some('=')) => (Symbol::GreaterOrEqual, 2),
@@ -334,12 +364,7 @@ impl<'s> Lexer<'s> {
             ('*', _) => (Symbol::Star, 1),
             ('/', _) => (Symbol::Slash, 1),
             ('%', _) => (Symbol::Percent, 1),
-            _ => {
-                return Err(SqlError::new(
-                    start,
-                    format!("unexpected character '{first}'"),
-                ))
-            }
+            _ => return Err(unexpected()),
         };
         self.position = start + length;
         Ok(symbol)
@@ -352,7 +377,7 @@ mod tests {
 
     /// Every token of `source` up to the end, with offsets.
     fn tokens(source: &str) -> Result<Vec<(TokenKind<'_>, usize)>, SqlError> {
-        let mut lexer = Lexer::new(source);
+        let mut lexer = Lexer::new(source, Dialect::Sql);
         let mut all = Vec::new();
         loop {
             let token = lexer.next_token()?;
@@ -542,6 +567,73 @@ mod tests {
         assert_eq!(
             kinds("sys.Label"),
             vec![word("sys"), TokenKind::Symbol(Symbol::Dot), word("Label"),]
+        );
+    }
+
+    /// Every token of a JMS selector up to the end, with offsets.
+    fn jms_tokens(source: &str) -> Result<Vec<(TokenKind<'_>, usize)>, SqlError> {
+        let mut lexer = Lexer::new(source, Dialect::Jms);
+        let mut all = Vec::new();
+        loop {
+            let token = lexer.next_token()?;
+            if token.kind == TokenKind::End {
+                return Ok(all);
+            }
+            all.push((token.kind, token.offset));
+        }
+    }
+
+    #[test]
+    fn jms_selectors_have_java_identifiers_and_their_own_keywords() {
+        let jms: Vec<_> = jms_tokens("$price _x a$1 Exists set between NOT ÉtAt")
+            .expect("lexes")
+            .into_iter()
+            .map(|(kind, _)| kind)
+            .collect();
+        assert_eq!(
+            jms,
+            vec![
+                word("$price"),
+                word("_x"),
+                word("a$1"),
+                word("Exists"),
+                word("set"),
+                TokenKind::Keyword(Keyword::Between),
+                TokenKind::Keyword(Keyword::Not),
+                word("ÉtAt"),
+            ]
+        );
+        // BETWEEN is no SQL filter keyword.
+        assert_eq!(kinds("between"), vec![word("between")]);
+    }
+
+    #[test]
+    fn jms_selectors_refuse_the_sql_only_tokens() {
+        for (source, offset, character) in [
+            ("[a] = 1", 0, '['),
+            ("\"a\" = 1", 0, '"'),
+            ("a = @p", 4, '@'),
+            ("a != 1", 2, '!'),
+            ("a % 2 = 1", 2, '%'),
+            ("a = 1;", 5, ';'),
+            ("sys.Label = 'x'", 3, '.'),
+        ] {
+            assert_eq!(
+                jms_tokens(source),
+                Err(SqlError::new(
+                    offset,
+                    format!("unexpected character '{character}'")
+                )),
+                "{source}"
+            );
+        }
+        assert_eq!(
+            jms_tokens(".5 <> 1.").expect("lexes"),
+            vec![
+                (TokenKind::Decimal(0.5), 0),
+                (TokenKind::Symbol(Symbol::NotEqual), 3),
+                (TokenKind::Decimal(1.0), 6),
+            ]
         );
     }
 

@@ -54,17 +54,25 @@
 //!   values the rule gives them, by name ignoring case ([`SqlFilter::parse_with`]); one
 //!   without a value is a syntax error.
 //!
-//! Not supported: the JMS selector dialect, and the system properties listed above as
-//! unsupported.
+//! Not supported: the system properties listed above as unsupported.
+//!
+//! # JMS selectors
+//!
+//! The same engine parses and evaluates JMS 2.0 message selectors in a dialect of their own
+//! ([`JmsSelector`]: case-sensitive Java identifiers naming JMS header fields or properties,
+//! `BETWEEN`, no scopes, functions or parameters, and comparisons of unlike types false
+//! rather than errors).
 
 mod action;
 mod correlation;
 pub mod description;
 mod error;
 mod eval;
+mod jms;
 mod lexer;
 mod like;
 mod parser;
+mod selector;
 mod sql;
 mod syntax;
 mod value;
@@ -73,9 +81,10 @@ mod view;
 pub use action::{Edit, SqlAction};
 pub use correlation::{CorrelationFilter, EmptyCorrelationFilter};
 pub use error::{EvalError, SqlError};
+pub use selector::JmsSelector;
 pub use sql::SqlFilter;
 pub use value::Value;
-pub use view::{MessageView, SystemProperty};
+pub use view::{IdType, MessageView, SystemProperty};
 
 /// A subscription rule's filter.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,6 +97,9 @@ pub enum Filter {
     Sql(SqlFilter),
     /// Equality on named properties.
     Correlation(CorrelationFilter),
+    /// A JMS message selector: the rule of a subscription made for a JMS consumer. Service
+    /// Bus clients see it as a SQL filter of its text.
+    Selector(JmsSelector),
 }
 
 impl Filter {
@@ -105,7 +117,20 @@ impl Filter {
         }
     }
 
-    /// Whether the filter selects `view`.
+    /// The filter a JMS message selector is: an empty or blank selector is no selector (JMS)
+    /// and selects every message; any other is a [`JmsSelector`], even one that always
+    /// holds, so that it keeps its text.
+    ///
+    /// # Errors
+    /// As [`JmsSelector::parse`].
+    pub fn selector(selector: &str) -> Result<Filter, SqlError> {
+        if selector.trim().is_empty() {
+            return Ok(Filter::True);
+        }
+        JmsSelector::parse(selector).map(Filter::Selector)
+    }
+
+    /// Whether the filter selects `view` (a JMS selector never throws).
     ///
     /// # Errors
     /// An [`EvalError`] when a SQL filter throws for this message.
@@ -115,12 +140,16 @@ impl Filter {
             Filter::False => Ok(false),
             Filter::Sql(filter) => filter.matches(view),
             Filter::Correlation(filter) => Ok(filter.matches(view)),
+            Filter::Selector(selector) => Ok(selector.matches(view)),
         }
     }
 
     /// Whether the filter looks at the message at all (a true or false filter does not).
     pub fn reads_message(&self) -> bool {
-        matches!(self, Filter::Sql(_) | Filter::Correlation(_))
+        matches!(
+            self,
+            Filter::Sql(_) | Filter::Correlation(_) | Filter::Selector(_)
+        )
     }
 }
 

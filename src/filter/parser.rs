@@ -1,4 +1,7 @@
-//! Recursive-descent parser for SQL filter conditions and SQL action statements.
+//! Recursive-descent parser for SQL filter conditions and SQL action statements, and for JMS
+//! message selectors ([`Dialect::Jms`]): the same grammar with `[NOT] BETWEEN`, identifiers
+//! resolved to JMS header fields or properties, IN lists, LIKE patterns and escapes of string
+//! literals only, no NULL constant, and a boolean identifier or constant as a condition.
 //!
 //! Precedence, loosest first: `OR`, `AND`, `NOT`, the comparisons (`= <> != < <= > >=`,
 //! `IS [NOT] NULL`, `[NOT] IN`, `[NOT] LIKE`), `+ -`, `* / %`, unary `+ -`. Conditions and
@@ -13,10 +16,11 @@ use std::borrow::Cow;
 
 use super::error::SqlError;
 use super::eval;
+use super::jms::JmsIdentifier;
 use super::lexer::{Keyword, Lexer, Symbol, Token, TokenKind};
 use super::like::LikePattern;
 use super::syntax::{
-    Arithmetic, Comparison, Condition, Operand, Pattern, Property, Sign, Statement,
+    Arithmetic, Comparison, Condition, Dialect, Operand, Pattern, Property, Sign, Statement, Truth,
 };
 use super::value::Value;
 use super::view::{names_equal, SystemProperty};
@@ -39,12 +43,12 @@ pub(super) fn parse_condition(
     source: &str,
     parameters: &Parameters,
 ) -> Result<Condition, SqlError> {
-    let mut parser = Parser::new(source, parameters)?;
-    let condition = parser.condition()?;
-    if parser.token.kind != TokenKind::End {
-        return Err(parser.unexpected("AND, OR or the end of the filter"));
-    }
-    Ok(condition)
+    Parser::new(source, parameters, Dialect::Sql)?.whole_condition()
+}
+
+/// Parses a JMS message selector into its condition.
+pub(super) fn parse_selector(source: &str) -> Result<Condition, SqlError> {
+    Parser::new(source, &[], Dialect::Jms)?.whole_condition()
 }
 
 /// Parses a SQL action: `SET property = value` and `REMOVE property` statements, each
@@ -53,7 +57,7 @@ pub(super) fn parse_statements(
     source: &str,
     parameters: &Parameters,
 ) -> Result<Vec<Statement>, SqlError> {
-    let mut parser = Parser::new(source, parameters)?;
+    let mut parser = Parser::new(source, parameters, Dialect::Sql)?;
     let mut statements = Vec::new();
     loop {
         let offset = parser.token.offset;
@@ -113,13 +117,26 @@ impl Term {
         }
     }
 
-    /// The term as a condition, or an error if it is a value.
-    fn into_condition(self) -> Result<Condition, SqlError> {
-        match self.node {
-            Node::Condition(condition) => Ok(condition),
-            Node::Operand(_) => Err(SqlError::new(
-                self.offset,
+    /// The term as a condition, or an error if it is a value. A JMS selector also takes a
+    /// boolean identifier or constant for a condition (as Qpid JMS's parser does).
+    fn into_condition(self, dialect: Dialect) -> Result<Condition, SqlError> {
+        let Term { node, offset } = self;
+        match (node, dialect) {
+            (Node::Condition(condition), _) => Ok(condition),
+            (Node::Operand(Operand::Literal(Value::Bool(flag))), Dialect::Jms) => {
+                Ok(Condition::Constant(Truth::from_bool(flag)))
+            }
+            (Node::Operand(identifier @ Operand::Identifier(_)), Dialect::Jms) => {
+                Ok(Condition::Boolean(identifier))
+            }
+            (Node::Operand(_), Dialect::Sql) => Err(SqlError::new(
+                offset,
                 "expected a condition (a comparison, IN, LIKE, IS NULL or EXISTS), found a value",
+            )),
+            (Node::Operand(_), Dialect::Jms) => Err(SqlError::new(
+                offset,
+                "expected a condition (a comparison, BETWEEN, IN, LIKE, IS NULL or a boolean \
+                 identifier), found a value",
             )),
         }
     }
@@ -142,11 +159,17 @@ struct Parser<'s> {
     token: Token<'s>,
     nesting: usize,
     parameters: &'s Parameters,
+    dialect: Dialect,
 }
 
 impl<'s> Parser<'s> {
-    /// A parser at the first token of `source`, once its length is checked.
-    fn new(source: &'s str, parameters: &'s Parameters) -> Result<Parser<'s>, SqlError> {
+    /// A parser at the first token of `source` (written in `dialect`), once its length is
+    /// checked.
+    fn new(
+        source: &'s str,
+        parameters: &'s Parameters,
+        dialect: Dialect,
+    ) -> Result<Parser<'s>, SqlError> {
         if let Some((offset, _)) = source.char_indices().nth(MAX_LENGTH) {
             return Err(SqlError::new(
                 offset,
@@ -156,13 +179,14 @@ impl<'s> Parser<'s> {
         if source.trim().is_empty() {
             return Err(SqlError::new(0, "the expression is empty"));
         }
-        let mut lexer = Lexer::new(source);
+        let mut lexer = Lexer::new(source, dialect);
         let token = lexer.next_token()?;
         Ok(Parser {
             lexer,
             token,
             nesting: 0,
             parameters,
+            dialect,
         })
     }
 
@@ -212,9 +236,21 @@ impl<'s> Parser<'s> {
         Ok(())
     }
 
+    /// The expression, a condition up to its end.
+    fn whole_condition(&mut self) -> Result<Condition, SqlError> {
+        let condition = self.condition()?;
+        if self.token.kind != TokenKind::End {
+            return Err(self.unexpected(match self.dialect {
+                Dialect::Sql => "AND, OR or the end of the filter",
+                Dialect::Jms => "AND, OR or the end of the selector",
+            }));
+        }
+        Ok(condition)
+    }
+
     /// A whole condition.
     fn condition(&mut self) -> Result<Condition, SqlError> {
-        self.or()?.into_condition()
+        self.or()?.into_condition(self.dialect)
     }
 
     /// A whole value.
@@ -229,10 +265,10 @@ impl<'s> Parser<'s> {
             return Ok(first);
         }
         let offset = first.offset;
-        let mut any = vec![first.into_condition()?];
+        let mut any = vec![first.into_condition(self.dialect)?];
         while self.at_keyword(Keyword::Or) {
             self.advance()?;
-            any.push(self.and()?.into_condition()?);
+            any.push(self.and()?.into_condition(self.dialect)?);
         }
         Ok(Term::condition(Condition::Any(any), offset))
     }
@@ -244,10 +280,10 @@ impl<'s> Parser<'s> {
             return Ok(first);
         }
         let offset = first.offset;
-        let mut all = vec![first.into_condition()?];
+        let mut all = vec![first.into_condition(self.dialect)?];
         while self.at_keyword(Keyword::And) {
             self.advance()?;
-            all.push(self.not()?.into_condition()?);
+            all.push(self.not()?.into_condition(self.dialect)?);
         }
         Ok(Term::condition(Condition::All(all), offset))
     }
@@ -259,12 +295,13 @@ impl<'s> Parser<'s> {
         }
         let offset = self.advance()?.offset;
         self.nest(offset)?;
-        let negated = self.not()?.into_condition()?;
+        let negated = self.not()?.into_condition(self.dialect)?;
         self.nesting -= 1;
         Ok(Term::condition(Condition::Not(Box::new(negated)), offset))
     }
 
-    /// `additive [op additive | IS [NOT] NULL | [NOT] IN (...) | [NOT] LIKE ...]`.
+    /// `additive [op additive | IS [NOT] NULL | [NOT] IN (...) | [NOT] LIKE ... | [NOT]
+    /// BETWEEN ...]` (`BETWEEN` in JMS selectors only).
     fn comparison(&mut self) -> Result<Term, SqlError> {
         let left = self.additive()?;
         let offset = left.offset;
@@ -297,33 +334,106 @@ impl<'s> Parser<'s> {
             }
             TokenKind::Keyword(Keyword::In) => return self.in_list(left, false),
             TokenKind::Keyword(Keyword::Like) => return self.like(left, false),
+            TokenKind::Keyword(Keyword::Between) => return self.between(left, false),
             TokenKind::Keyword(Keyword::Not) => {
                 self.advance()?;
                 return match self.token.kind {
                     TokenKind::Keyword(Keyword::In) => self.in_list(left, true),
                     TokenKind::Keyword(Keyword::Like) => self.like(left, true),
+                    TokenKind::Keyword(Keyword::Between) => self.between(left, true),
+                    _ if self.dialect == Dialect::Jms => {
+                        Err(self.unexpected("IN, LIKE or BETWEEN after NOT"))
+                    }
                     _ => Err(self.unexpected("IN or LIKE after NOT")),
                 };
             }
             _ => return Ok(left),
         };
         self.advance()?;
-        let left = left.into_operand()?;
-        let right = self.additive()?.into_operand()?;
-        let condition = match (&left, &right) {
-            // `1=1` (TrueFilter) and `1=0` (FalseFilter) fold to constants; a comparison of
-            // constants that throws stays, so that it throws for every message as it should.
-            (Operand::Literal(l), Operand::Literal(r)) => eval::compare_values(l, op, r)
-                .map_or(Condition::Compare { left, op, right }, Condition::Constant),
+        let left = (left.into_operand()?, offset);
+        let right = self.additive()?;
+        let right_offset = right.offset;
+        let condition = self.compare(left, op, (right.into_operand()?, right_offset))?;
+        Ok(Term::condition(condition, offset))
+    }
+
+    /// `left op right`, each value with its offset. Two constants fold to a constant (`1=1`
+    /// and `1=0`, the TrueFilter and FalseFilter) unless comparing them throws, so that it
+    /// throws for every message as it should. In a JMS selector, `< <= > >=` compare numbers:
+    /// a string or boolean constant on either side is refused (JMS 2.0 §3.8.1.1: "String and
+    /// Boolean comparison is restricted to = and <>", as Qpid JMS's parser checks).
+    fn compare(
+        &self,
+        (left, left_offset): (Operand, usize),
+        op: Comparison,
+        (right, right_offset): (Operand, usize),
+    ) -> Result<Condition, SqlError> {
+        let orders = !matches!(op, Comparison::Equal | Comparison::NotEqual);
+        if self.dialect == Dialect::Jms && orders {
+            for (operand, offset) in [(&left, left_offset), (&right, right_offset)] {
+                let kind = match operand {
+                    Operand::Literal(Value::String(_)) => "string",
+                    Operand::Literal(Value::Bool(_)) => "boolean",
+                    _ => continue,
+                };
+                return Err(SqlError::new(
+                    offset,
+                    format!(
+                        "'{}' compares numbers: a {kind} can be compared with = and <> only",
+                        op.text()
+                    ),
+                ));
+            }
+        }
+        Ok(match (&left, &right) {
+            (Operand::Literal(l), Operand::Literal(r)) => {
+                eval::compare_values(self.dialect, l, op, r)
+                    .map_or(Condition::Compare { left, op, right }, Condition::Constant)
+            }
             _ => Condition::Compare { left, op, right },
+        })
+    }
+
+    /// `[NOT] BETWEEN low AND high`, the current token being `BETWEEN`: `value >= low AND
+    /// value <= high`, and NOT BETWEEN `value < low OR value > high` (JMS 2.0 §3.8.1.1).
+    fn between(&mut self, value: Term, negated: bool) -> Result<Term, SqlError> {
+        let offset = value.offset;
+        let value = value.into_operand()?;
+        self.advance()?;
+        let low_offset = self.token.offset;
+        let low = self.additive()?.into_operand()?;
+        if !self.at_keyword(Keyword::And) {
+            return Err(self.unexpected("AND between the bounds of BETWEEN"));
+        }
+        self.advance()?;
+        let high_offset = self.token.offset;
+        let high = self.additive()?.into_operand()?;
+        let (below, above) = match negated {
+            false => (Comparison::GreaterOrEqual, Comparison::LessOrEqual),
+            true => (Comparison::Less, Comparison::Greater),
+        };
+        let both = vec![
+            self.compare((value.clone(), offset), below, (low, low_offset))?,
+            self.compare((value, offset), above, (high, high_offset))?,
+        ];
+        let condition = match negated {
+            false => Condition::All(both),
+            true => Condition::Any(both),
         };
         Ok(Term::condition(condition, offset))
     }
 
-    /// `[NOT] IN ( value [, value]* )`, the current token being `IN`.
+    /// `[NOT] IN ( value [, value]* )`, the current token being `IN`. In a JMS selector, an
+    /// identifier `IN` string literals.
     fn in_list(&mut self, left: Term, negated: bool) -> Result<Term, SqlError> {
         let offset = left.offset;
         let operand = left.into_operand()?;
+        if self.dialect == Dialect::Jms && !matches!(operand, Operand::Identifier(_)) {
+            return Err(SqlError::new(
+                offset,
+                "the left side of IN must be an identifier",
+            ));
+        }
         self.advance()?;
         self.expect(Symbol::OpenParen, "after IN")?;
         if self.at(Symbol::CloseParen) {
@@ -331,7 +441,7 @@ impl<'s> Parser<'s> {
         }
         let mut list = Vec::new();
         loop {
-            list.push(self.additive()?.into_operand()?);
+            list.push(self.value_or_string("the list of IN holds string literals only")?);
             match self.token.kind {
                 TokenKind::Symbol(Symbol::Comma) => {
                     self.advance()?;
@@ -354,16 +464,20 @@ impl<'s> Parser<'s> {
     }
 
     /// `[NOT] LIKE pattern [ESCAPE escape]`, the current token being `LIKE`. Constant patterns
-    /// are compiled here, so their errors are syntax errors.
+    /// are compiled here, so their errors are syntax errors; a JMS selector has no others.
     fn like(&mut self, left: Term, negated: bool) -> Result<Term, SqlError> {
         let offset = left.offset;
         let operand = left.into_operand()?;
         self.advance()?;
         let pattern_offset = self.token.offset;
-        let pattern = self.additive()?.into_operand()?;
+        let pattern =
+            self.value_or_string("the LIKE pattern of a JMS selector is a string literal")?;
         let escape = if self.at_keyword(Keyword::Escape) {
             self.advance()?;
-            Some((self.token.offset, self.additive()?.into_operand()?))
+            let escape_offset = self.token.offset;
+            let escape =
+                self.value_or_string("the ESCAPE character must be a string of one character")?;
+            Some((escape_offset, escape))
         } else {
             None
         };
@@ -415,6 +529,22 @@ impl<'s> Parser<'s> {
             },
             offset,
         ))
+    }
+
+    /// A value in SQL; in a JMS selector, a string literal, anything else refused with
+    /// `refusal` (an IN list, a LIKE pattern and its escape take nothing else there).
+    fn value_or_string(&mut self, refusal: &str) -> Result<Operand, SqlError> {
+        if self.dialect == Dialect::Sql {
+            return self.additive()?.into_operand();
+        }
+        let token = self.advance()?;
+        match token.kind {
+            TokenKind::Text(text) => Ok(Operand::Literal(Value::String(text.into_owned()))),
+            kind => Err(SqlError::new(
+                token.offset,
+                format!("{refusal}, found {kind}"),
+            )),
+        }
     }
 
     /// `multiplicative ((+|-) multiplicative)*`.
@@ -502,6 +632,13 @@ impl<'s> Parser<'s> {
             }
             TokenKind::Keyword(Keyword::True) => Value::Bool(true),
             TokenKind::Keyword(Keyword::False) => Value::Bool(false),
+            TokenKind::Keyword(Keyword::Null) if self.dialect == Dialect::Jms => {
+                return Err(SqlError::new(
+                    offset,
+                    "NULL is not a value in a JMS selector: test for it with IS NULL or IS NOT \
+                     NULL",
+                ));
+            }
             TokenKind::Keyword(Keyword::Null) => Value::Null,
             TokenKind::Keyword(Keyword::Exists) => {
                 self.advance()?;
@@ -523,6 +660,12 @@ impl<'s> Parser<'s> {
                     node: inner.node,
                     offset,
                 });
+            }
+            TokenKind::Word(name) if self.dialect == Dialect::Jms => {
+                let identifier = JmsIdentifier::resolve(name)
+                    .map_err(|message| SqlError::new(offset, message))?;
+                self.advance()?;
+                return Ok(Term::operand(Operand::Identifier(identifier), offset));
             }
             TokenKind::Word(word) => {
                 let word: &'s str = word;

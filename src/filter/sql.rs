@@ -3,7 +3,7 @@
 use super::error::{EvalError, SqlError};
 use super::eval;
 use super::parser;
-use super::syntax::{Condition, Truth};
+use super::syntax::{Condition, Dialect, Truth};
 use super::value::Value;
 use super::view::MessageView;
 
@@ -58,7 +58,7 @@ impl SqlFilter {
     /// # Errors
     /// An [`EvalError`] when evaluating throws (a type mismatch, a division by zero, ...).
     pub fn matches(&self, view: &MessageView) -> Result<bool, EvalError> {
-        Ok(eval::condition(&self.condition, view)? == Truth::True)
+        Ok(eval::condition(&self.condition, view, Dialect::Sql)? == Truth::True)
     }
 }
 
@@ -103,7 +103,8 @@ mod tests {
     /// The three-valued result of `expression` for [`order`].
     fn truth(expression: &str) -> Truth {
         let filter = SqlFilter::parse(expression).unwrap_or_else(|e| panic!("{expression}: {e}"));
-        eval::condition(&filter.condition, &order()).unwrap_or_else(|e| panic!("{expression}: {e}"))
+        eval::condition(&filter.condition, &order(), Dialect::Sql)
+            .unwrap_or_else(|e| panic!("{expression}: {e}"))
     }
 
     fn holds(expression: &str) {

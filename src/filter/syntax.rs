@@ -1,8 +1,21 @@
-//! The parsed form of SQL filters and actions: conditions (three-valued) and values.
+//! The parsed form of SQL filters and actions and of JMS selectors: conditions (three-valued)
+//! and values.
 
+use super::jms::JmsIdentifier;
 use super::like::LikePattern;
 use super::value::Value;
 use super::view::SystemProperty;
+
+/// The language an expression is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Dialect {
+    /// Service Bus SQL filters and actions.
+    Sql,
+    /// JMS 2.0 message selectors (§3.8.1.1): Java identifiers, case-sensitive, naming JMS
+    /// header fields or message properties; `BETWEEN`; no scopes, quoted names, functions,
+    /// parameters, `EXISTS`, `%` or `!=`.
+    Jms,
+}
 
 /// A condition: true, false or unknown for a message.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +50,9 @@ pub(super) enum Condition {
     },
     /// `EXISTS(property)`.
     Exists(Property),
+    /// A value used as a condition (JMS: a boolean identifier): its truth when a boolean,
+    /// unknown when NULL, false for any other type.
+    Boolean(Operand),
 }
 
 /// A value-producing expression.
@@ -46,6 +62,8 @@ pub(super) enum Operand {
     Literal(Value),
     /// A property of the message.
     Property(Property),
+    /// An identifier of a JMS selector: a header field or a message property.
+    Identifier(JmsIdentifier),
     /// `-operand` or `+operand`.
     Unary { op: Sign, operand: Box<Operand> },
     /// `left op right`.

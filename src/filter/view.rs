@@ -26,6 +26,43 @@ pub struct MessageView {
     /// The application-properties section, in message order. Names are matched
     /// case-insensitively; the first match wins.
     pub application_properties: Vec<(String, Value)>,
+    /// The AMQP type of properties.message-id, which [`MessageView::message_id`] holds as
+    /// text (JMS renders each type differently).
+    pub message_id_type: IdType,
+    /// The AMQP type of properties.correlation-id.
+    pub correlation_id_type: IdType,
+    /// header.durable (`false` when absent, as AMQP defaults it).
+    pub durable: bool,
+    /// header.priority, `None` when absent (AMQP's default is 4).
+    pub priority: Option<u8>,
+    /// properties.user-id, as sent.
+    pub user_id: Option<Vec<u8>>,
+    /// properties.creation-time, in ms since the Unix epoch.
+    pub creation_time: Option<i64>,
+    /// properties.absolute-expiry-time, in ms since the Unix epoch.
+    pub absolute_expiry_time: Option<i64>,
+    /// properties.group-sequence.
+    pub group_sequence: Option<u32>,
+    /// How many times the broker delivered this copy before: what a receiver sees as the
+    /// header's delivery-count. A message being routed to subscriptions has had none (the
+    /// sender's header does not count: the broker writes its own).
+    pub delivery_count: u32,
+}
+
+/// The AMQP type of a message-id or correlation-id, which [`MessageView`] holds as text: a
+/// string as it is, a ulong in decimal, a uuid hyphenated in lower case, a binary in lower-case
+/// hex.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum IdType {
+    /// An AMQP `string` (and the type of an absent id).
+    #[default]
+    String,
+    /// An AMQP `ulong`.
+    Ulong,
+    /// An AMQP `uuid`.
+    Uuid,
+    /// An AMQP `binary`.
+    Binary,
 }
 
 impl MessageView {

@@ -264,7 +264,54 @@ fn a_rule_has_exactly_one_filter() {
     assert_eq!(
         refusal(&one_rule("action = \"SET a = 1\"\n")),
         "topics[0].subscriptions[0].rules[0] (t.toml:5:1): sets no filter; a rule has exactly \
-         one of `sql` and `correlation`"
+         one of `sql`, `correlation` and `selector`"
+    );
+    assert_eq!(
+        refusal(&one_rule("selector = \"a = 1\"\nsql = \"a = 1\"\n")),
+        "topics[0].subscriptions[0].rules[0] (t.toml:8:7): sets both `selector` and `sql`; a \
+         rule has exactly one filter"
+    );
+}
+
+#[test]
+fn a_selector_is_a_jms_selector_checked_where_it_is_written() {
+    let config = parse(&one_rule(
+        "selector = \"JMSPriority > 4 AND color BETWEEN 1 AND 2\"\n",
+    ));
+    assert_eq!(
+        config.topics[0].subscriptions[0].rules[0].filter,
+        RuleFilter::Selector("JMSPriority > 4 AND color BETWEEN 1 AND 2".to_owned())
+    );
+    assert_eq!(
+        refusal(&one_rule("selector = \"color = 'red' AND \"\n")),
+        "topics[0].subscriptions[0].rules[0].selector (t.toml:7:31): expected a value, found \
+         the end of the expression"
+    );
+    assert_eq!(
+        refusal(&one_rule("selector = \"sys.Label = 'x'\"\n")),
+        "topics[0].subscriptions[0].rules[0].selector (t.toml:7:16): unexpected character '.'"
+    );
+    assert_eq!(
+        refusal(&one_rule("selector = \" \"\n")),
+        "topics[0].subscriptions[0].rules[0].selector (t.toml:7:13): the expression is empty"
+    );
+    assert!(refusal(&one_rule(
+        "selector = \"a = @a\"\nparameters = { \"@a\" = 1 }\n"
+    ))
+    .contains("the rule has no `sql`"));
+}
+
+#[test]
+fn a_jms_consumer_s_selector_is_a_rule_filter_or_none() {
+    assert_eq!(RuleFilter::jms_selector(""), Ok(None));
+    assert_eq!(RuleFilter::jms_selector(" \t "), Ok(None));
+    assert_eq!(
+        RuleFilter::jms_selector("color = 'red'"),
+        Ok(Some(RuleFilter::Selector("color = 'red'".to_owned())))
+    );
+    assert_eq!(
+        RuleFilter::jms_selector("color = "),
+        Err("expected a value, found the end of the expression at position 9".to_owned())
     );
 }
 

@@ -108,7 +108,10 @@ pub fn open(
         let receiver = matches!((&attach.role, &node), (Role::Receiver, Node::Entity(..)));
         let session = match receiver {
             true => {
-                refuse_selector(&attach)?;
+                // A JMS subscription's rule applies its consumer's selector.
+                if ctx.subscription.is_none() {
+                    refuse_selector(&attach)?;
+                }
                 session_request(&attach)?
             }
             false => None,
@@ -418,7 +421,8 @@ fn target_address(attach: &Attach) -> Option<String> {
 /// flipped, `initial-delivery-count` when the broker sends, a finite `max-message-size` when it
 /// receives.
 ///
-/// A source's filter keeps only the filters the broker applies (the session filter): AMQP 1.0
+/// A source's filter keeps only the filters the broker applies (the session filter, and a JMS
+/// selector, which an accepted attach has applied as its subscription's rule): AMQP 1.0
 /// §3.5.3 has the sender set the filters actually in place, and a client reads an echoed
 /// filter as applied (Qpid JMS's `no-local`, which Service Bus ignores too, goes unechoed).
 pub fn accept_reply(request: &Attach, local_handle: u32, max_message_size: u64) -> Attach {
@@ -428,7 +432,7 @@ pub fn accept_reply(request: &Attach, local_handle: u32, max_message_size: u64) 
         if let Some(filter) = source.filter.as_mut() {
             filter
                 .as_inner_mut()
-                .retain(|key, _| key.as_str() == SESSION_FILTER);
+                .retain(|key, value| key.as_str() == SESSION_FILTER || jms::is_selector(value));
         }
         source.filter = source.filter.take().filter(|filter| !filter.is_empty());
     }
@@ -466,8 +470,9 @@ const DEFAULT_SESSION_TIMEOUT_MS: i64 = 60_000;
 /// .NET ticks (100 ns since 0001-01-01) at the Unix epoch.
 const TICKS_AT_UNIX_EPOCH: i64 = 621_355_968_000_000_000;
 
-/// Refuses a receiver that asks for a JMS message selector: the broker does not apply one yet,
-/// and a selector ignored would deliver what the client filtered out.
+/// Refuses a receiver of a queue or subscription that asks for a JMS message selector: the
+/// broker applies one only as a JMS subscription's rule, and a selector ignored would deliver
+/// what the client filtered out.
 ///
 /// # Errors
 /// `amqp:not-implemented` naming the selector.
@@ -478,8 +483,9 @@ fn refuse_selector(attach: &Attach) -> Result<(), definitions::Error> {
     Err(link::amqp_error(
         AmqpError::NotImplemented,
         format!(
-            "message selectors are not supported yet (this receiver asks for {selector}): \
-             receive without one, or from a topic subscription whose rule filters"
+            "message selectors on queue consumers and browsers are not supported yet (this \
+             receiver asks for {selector}): receive without one, or from a topic subscription \
+             whose rule filters (a JMS topic consumer's selector is its subscription's rule)"
         ),
     ))
 }

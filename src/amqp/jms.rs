@@ -33,7 +33,7 @@ use tokio::sync::Mutex;
 use crate::amqp::link;
 use crate::auth::access::Access;
 use crate::clock;
-use crate::config::{Declaration, Rights, SubscriptionConfig};
+use crate::config::{Declaration, Rights, RuleFilter, SubscriptionConfig};
 use crate::entity::handle::LaneId;
 use crate::entity::registry::{Registry, RegistryError};
 use crate::node::{router, Node};
@@ -266,20 +266,25 @@ pub fn selector(attach: &Attach) -> Option<String> {
         .into_iter()
         .flatten()
         .find_map(|(_, value)| match value {
-            Value::Described(described) => {
-                let (name, code) = SELECTOR_FILTER;
-                let is_selector = match &described.descriptor {
-                    Descriptor::Name(symbol) => symbol.as_str() == name,
-                    Descriptor::Code(number) => *number == code,
-                };
-                is_selector.then_some(&described.value)
-            }
+            Value::Described(described) if is_selector(value) => Some(&described.value),
             _ => None,
         })?;
     Some(match selector {
         Value::String(text) => text.clone(),
         other => format!("{other:?}"),
     })
+}
+
+/// Whether a source filter's value is a JMS message selector.
+pub fn is_selector(value: &Value) -> bool {
+    let Value::Described(described) = value else {
+        return false;
+    };
+    let (name, code) = SELECTOR_FILTER;
+    match &described.descriptor {
+        Descriptor::Name(symbol) => symbol.as_str() == name,
+        Descriptor::Code(number) => *number == code,
+    }
 }
 
 /// A source filter set holding `selector`, as Qpid JMS sends one.
@@ -377,17 +382,17 @@ impl Links {
                 ),
             ));
         }
-        if let Some(selector) = &wanted.selector {
-            return Err(link::amqp_error(
-                AmqpError::NotImplemented,
-                format!(
-                    "message selectors are not supported yet (this consumer asks for {selector})"
-                ),
-            ));
-        }
-        let mut config = SubscriptionConfig::named(&wanted.name)
-            .map_err(|reason| link::amqp_error(AmqpError::InvalidField, reason))?;
+        let invalid = |reason| link::amqp_error(AmqpError::InvalidField, reason);
+        let mut config = SubscriptionConfig::named(&wanted.name).map_err(invalid)?;
         config.auto_delete_on_idle = idle;
+        let selected = (wanted.selector.as_deref())
+            .map(RuleFilter::jms_selector)
+            .transpose()
+            .map_err(|reason| invalid(format!("the message selector is not valid: {reason}")))?
+            .flatten();
+        if let (Some(filter), Some(rule)) = (selected, config.rules.first_mut()) {
+            rule.filter = filter;
+        }
         match registry.subscription_config(topic, &wanted.name) {
             Some(existing) if links.is_none() && existing.rules != config.rules => {
                 registry
@@ -444,7 +449,10 @@ impl Links {
             name: config.name.clone(),
             durable: true,
             shared: false,
-            selector: None,
+            selector: config.rules.iter().find_map(|rule| match &rule.filter {
+                RuleFilter::Selector(selector) => Some(selector.clone()),
+                _ => None,
+            }),
         };
         let source = unsubscribe_source(&topic, wanted.selector.as_deref());
         let tie = self.subscribe(registry, &topic, &wanted, None).await?;

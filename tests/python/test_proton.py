@@ -269,6 +269,27 @@ def test_a_jms_consumer_on_a_topic_receives_what_is_published_while_it_is_open(b
 
 
 @pytest.mark.broker(topics=[{"name": "t1"}])
+def test_a_jms_topic_consumers_selector_is_its_subscriptions_rule_and_echoed_as_applied(broker):
+    with connect(broker, container=Container(container_id="cid-1")) as conn:
+        options = [JmsConsumer(True), Selector("color = 'red' AND JMSPriority > 4")]
+        consumer = conn.create_receiver("t1", name="reds", options=options)
+        filters = consumer.link.remote_source.filter
+        filters.rewind()
+        filters.next()
+        echoed = filters.get_object()
+        assert list(echoed) == [symbol("selector")], f"the selector echoed as applied: {echoed}"
+        sender = conn.create_sender("t1")
+        send_accepted(sender, Message(body="blue", properties={"color": "blue"}, priority=9))
+        send_accepted(sender, Message(body="dull red", properties={"color": "red"}, priority=4))
+        send_accepted(sender, Message(body="red", properties={"color": "red"}, priority=9))
+        assert consumer.receive(timeout=DEADLINE_S).body == "red"
+        consumer.accept()
+        assert_round_trip(conn, "q1", "only one of three matched")
+        with pytest.raises(Timeout):
+            consumer.receive(timeout=0.5)
+
+
+@pytest.mark.broker(topics=[{"name": "t1"}])
 def test_an_unshared_jms_subscription_takes_one_consumer_at_a_time(broker):
     with connect(broker, container=Container(container_id="cid-1")) as first:
         first.create_receiver("t1", name="solo", options=JmsConsumer(True))

@@ -22,6 +22,7 @@ import jakarta.jms.Topic;
 import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -412,6 +413,7 @@ class SubscriptionTest extends JmsTest {
     // --- unshared durable subscriptions (a client id is required) -------------------------------
 
     @Test
+    @Tag("smoke")
     void aDurableSubscriptionOfAClientIdKeepsWhatIsPublishedUntilUnsubscribed() throws Exception {
         Session session = clientConnection("subscription-client").createSession(false, Session.AUTO_ACKNOWLEDGE);
         Topic topic = session.createTopic("subscription-durable");
@@ -481,6 +483,7 @@ class SubscriptionTest extends JmsTest {
      * closed, it gets only the matching message.
      */
     @Test
+    @Tag("smoke")
     void aDurableSubscriptionWithASelectorDeliversOnlyMatchingMessages() throws Exception {
         String topic = "subscription-selector";
         Session session = clientConnection("selector-client").createSession(false, Session.AUTO_ACKNOWLEDGE);

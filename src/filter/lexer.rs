@@ -377,7 +377,17 @@ mod tests {
 
     /// Every token of `source` up to the end, with offsets.
     fn tokens(source: &str) -> Result<Vec<(TokenKind<'_>, usize)>, SqlError> {
-        let mut lexer = Lexer::new(source, Dialect::Sql);
+        tokens_in(source, Dialect::Sql)
+    }
+
+    /// Every token of a JMS selector up to the end, with offsets.
+    fn jms_tokens(source: &str) -> Result<Vec<(TokenKind<'_>, usize)>, SqlError> {
+        tokens_in(source, Dialect::Jms)
+    }
+
+    /// Every token of `source` in `dialect` up to the end, with offsets.
+    fn tokens_in(source: &str, dialect: Dialect) -> Result<Vec<(TokenKind<'_>, usize)>, SqlError> {
+        let mut lexer = Lexer::new(source, dialect);
         let mut all = Vec::new();
         loop {
             let token = lexer.next_token()?;
@@ -570,18 +580,6 @@ mod tests {
         );
     }
 
-    /// Every token of a JMS selector up to the end, with offsets.
-    fn jms_tokens(source: &str) -> Result<Vec<(TokenKind<'_>, usize)>, SqlError> {
-        let mut lexer = Lexer::new(source, Dialect::Jms);
-        let mut all = Vec::new();
-        loop {
-            let token = lexer.next_token()?;
-            if token.kind == TokenKind::End {
-                return Ok(all);
-            }
-            all.push((token.kind, token.offset));
-        }
-    }
 
     #[test]
     fn jms_selectors_have_java_identifiers_and_their_own_keywords() {

@@ -338,15 +338,7 @@ class SubscriptionTest extends JmsTest {
         String topic = "subscription-shared-durable-split";
         Session one = connection(ONE_PREFETCHED).createSession(false, Session.AUTO_ACKNOWLEDGE);
         Session two = connection(ONE_PREFETCHED).createSession(false, Session.AUTO_ACKNOWLEDGE);
-        MessageConsumer first = one.createSharedDurableConsumer(one.createTopic(topic), "split");
-        MessageConsumer second = two.createSharedDurableConsumer(two.createTopic(topic), "split");
-        assertEquals(List.of("split$$D"), subscriptions(topic), "one subscription shared by both");
-        List<String> sent = List.of("g-1", "g-2", "g-3", "g-4");
-        publish(topic, sent.toArray(new String[0]));
-        assertSplit(sent, first, second);
-        first.close();
-        second.close();
-        one.unsubscribe("split");
+        assertSharedDurableSplit(topic, one, two, "split$$D");
     }
 
     /**
@@ -359,10 +351,20 @@ class SubscriptionTest extends JmsTest {
         Connection connection = clientConnection("split-client", ONE_PREFETCHED);
         Session one = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
         Session two = connection.createSession(false, Session.AUTO_ACKNOWLEDGE);
+        assertSharedDurableSplit(topic, one, two, "split$split-client$D");
+    }
+
+    /**
+     * Consumers of the shared durable subscription {@code split} in sessions {@code one} and
+     * {@code two} are on the one Service Bus subscription {@code serviceBusName} and split what
+     * is published; then it is unsubscribed.
+     */
+    private void assertSharedDurableSplit(String topic, Session one, Session two, String serviceBusName)
+        throws Exception {
         MessageConsumer first = one.createSharedDurableConsumer(one.createTopic(topic), "split");
         MessageConsumer second = two.createSharedDurableConsumer(two.createTopic(topic), "split");
-        assertEquals(List.of("split$split-client$D"), subscriptions(topic), "one subscription shared by both");
-        List<String> sent = List.of("c-1", "c-2", "c-3", "c-4");
+        assertEquals(List.of(serviceBusName), subscriptions(topic), "one subscription shared by both");
+        List<String> sent = List.of(topic + "-1", topic + "-2", topic + "-3", topic + "-4");
         publish(topic, sent.toArray(new String[0]));
         assertSplit(sent, first, second);
         first.close();

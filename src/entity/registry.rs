@@ -41,6 +41,7 @@ use crate::entity::partition::Routing;
 use crate::entity::setup;
 use crate::entity::setup::Parts;
 use crate::store::{times_key, times_of_entity, EntityTimes, Flusher, Store, StoreError};
+use crate::wire::temporary;
 
 /// Why an entity could not be created or deleted.
 #[derive(Debug, thiserror::Error)]
@@ -208,7 +209,8 @@ enum Record {
     Keep(Box<Declaration>),
     /// Nothing: a topic the file declares with no subscription created at run time.
     Forget,
-    /// What is stored stays (a queue the file declares: a record of it is ignored at start).
+    /// What is stored stays (a queue the file declares: a record of it is ignored at start;
+    /// a temporary entity, of which nothing is stored).
     Leave,
 }
 
@@ -216,6 +218,8 @@ impl Record {
     /// The record of a live entity running `live`, of which the config file declares `file`.
     fn of(file: Option<&Declaration>, live: &Declaration) -> Record {
         match (file, live) {
+            // A temporary queue or topic lives only as long as its connection.
+            (None, _) if temporary::is_temporary(live.name()) => Record::Leave,
             (None, _) => Record::Keep(Box::new(live.clone())),
             (Some(Declaration::Topic(file)), Declaration::Topic(live)) => {
                 let added: Vec<SubscriptionConfig> = live
@@ -354,6 +358,8 @@ impl Registry {
             (Durability::Sync, Some(flusher)) => Commit::AfterFlush(flusher.clone()),
             (_, flusher) => Commit::AfterWrite(flusher.cloned()),
         };
+        // What a crash (or a stop that did not get to delete them) left of temporaries.
+        store.forget_entities_named(temporary::PREFIX)?;
         let shared = Arc::new(RwLock::new(HashMap::new()));
         let launcher = Launcher {
             store: store.clone(),
@@ -511,7 +517,8 @@ impl Registry {
 
     /// Creates and starts a queue or topic at run time; its declaration is stored first, so
     /// it comes back at the next start, unless `from_file` (a reloaded config file declares
-    /// it: the file brings it back). Blocks while the store flushes.
+    /// it: the file brings it back) or it is temporary (`wire::temporary`: it never comes
+    /// back). Blocks while the store flushes.
     ///
     /// # Errors
     /// [`RegistryError::Exists`] when the name is taken, [`RegistryError::QuotaExceeded`] when
@@ -533,7 +540,7 @@ impl Registry {
         if !from_file {
             self.check_quota(declaration)?;
         }
-        if !from_file {
+        if !from_file && !temporary::is_temporary(&name) {
             launcher
                 .store
                 .set_declaration(&name, Some(&declaration.to_toml()))?;

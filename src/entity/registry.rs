@@ -637,8 +637,16 @@ impl Registry {
             .subscriptions
             .retain(|s| !s.name.eq_ignore_ascii_case(&subscription.name));
         declaration.subscriptions.push(subscription.clone());
-        let changed = Declaration::parse(&Declaration::Topic(declaration).to_toml(), "the request")
-            .map_err(|e| RegistryError::Invalid(e.to_string()))?;
+        // A temporary topic's name is the broker's own, out of the file's rules: the rest is
+        // checked under a name that keeps them.
+        let temporary = temporary::is_temporary(&declaration.name)
+            .then(|| std::mem::replace(&mut declaration.name, "temporary".to_owned()));
+        let mut changed =
+            Declaration::parse(&Declaration::Topic(declaration).to_toml(), "the request")
+                .map_err(|e| RegistryError::Invalid(e.to_string()))?;
+        if let (Some(name), Declaration::Topic(topic)) = (temporary, &mut changed) {
+            topic.name = name;
+        }
         let (reply, added) = oneshot::channel();
         let subscription_name = subscription.name.clone();
         let command = Command::AddSubscription {

@@ -249,15 +249,23 @@ async fn a_temporary_topic_is_made_sent_to_and_deleted() {
     broker.stop().await;
 }
 
-/// Waits for JMS topic consumers: a receiver of a topic's address (a temporary topic's too)
-/// makes a subscription of its own. Until they land the broker refuses a receiver of a topic.
+/// The source of a Qpid JMS consumer of the temporary topic `name`: a JMS consumer of a topic
+/// (its capability says so) gets a subscription of its own.
+fn temporary_topic_source(name: &str) -> Source {
+    let mut source = Source::builder().address(name).build();
+    source.capabilities = Some(Array(vec![Symbol::from(TOPIC)]));
+    source
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs JMS topic consumers (a receiver of a topic address makes a subscription), built apart"]
 async fn a_temporary_topic_delivers_to_a_consumer_of_its_connection_only() {
     let broker = TestBroker::start(config_with_queues(&["q"])).await;
     let (mut connection, mut session) = connect_session(broker.addr).await;
     let (_creator, name) = create(&mut session, "creator", TOPIC).await;
-    let mut consumer = Receiver::attach(&mut session, "consumer", name.as_str())
+    let mut consumer = Receiver::builder()
+        .name("consumer")
+        .source(temporary_topic_source(&name))
+        .attach(&mut session)
         .await
         .expect("the creating connection consumes from its temporary topic");
     let (mut other, mut other_session) = connect_session(broker.addr).await;
@@ -265,9 +273,9 @@ async fn a_temporary_topic_delivers_to_a_consumer_of_its_connection_only() {
     let delivery = next_delivery::<String>(&mut consumer).await;
     assert_eq!(delivery.body(), "published");
     consumer.accept(&delivery).await.expect("accept");
-    let source = Source::builder().address(name.as_str()).build();
+    let mut refused = Session::begin(&mut other).await.expect("begin");
     assert_eq!(
-        receiver_refusal(&mut other_session, source).await,
+        receiver_refusal(&mut refused, temporary_topic_source(&name)).await,
         AmqpError::ResourceLocked.into()
     );
     other.close().await.expect("close");

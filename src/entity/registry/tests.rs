@@ -329,11 +329,14 @@ async fn temporaries_are_never_declared_in_the_store_nor_back_after_a_restart() 
             .update(&Declaration::Topic(topic))
             .await
             .expect("updated");
+        let consumer = subscription("jms$$ND", 10);
+        (registry.add_subscription(temporary_topic, consumer).await)
+            .expect("a JMS consumer's subscription on a temporary topic");
         assert!(registry.times(temporary_topic, None).is_some());
         assert_eq!(registry.len(), 2);
         let store = registry.store().expect("store");
         assert!(store.declarations().expect("declarations").is_empty());
-        assert_eq!(store.times().expect("times").len(), 2, "times are stored");
+        assert_eq!(store.times().expect("times").len(), 3, "times are stored");
         // Left live: as if the broker crashed with their connections open.
     })
     .await;

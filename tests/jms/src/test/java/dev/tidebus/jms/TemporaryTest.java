@@ -15,6 +15,7 @@ import jakarta.jms.TemporaryTopic;
 import jakarta.jms.TextMessage;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.function.Executable;
 
 /**
  * Temporary queues and topics (issue 55): Qpid JMS attaches a sender whose target is dynamic,
@@ -51,15 +52,10 @@ class TemporaryTest extends JmsTest {
         replies.delete();
     }
 
-    /** delete() detaches the link that made it: answered once the queue is gone. */
     @Test
-    void deletingATemporaryQueueRemovesItWithItsMessages() throws Exception {
+    void deletingATemporaryQueueRemovesItWithItsMessages() throws Throwable {
         TemporaryQueue queue = session().createTemporaryQueue();
-        String name = queue.getQueueName();
-        Session other = session();
-        other.createProducer(other.createQueue(name)).send(other.createTextMessage("left behind"));
-        queue.delete();
-        assertTrue(refusedAsMissing(other, other.createQueue(name)), name + " still takes messages");
+        assertDeletionRemoves(queue.getQueueName(), true, queue::delete);
     }
 
     @Test
@@ -87,14 +83,10 @@ class TemporaryTest extends JmsTest {
     }
 
     @Test
-    void deletingATemporaryTopicRemovesIt() throws Exception {
+    void deletingATemporaryTopicRemovesIt() throws Throwable {
         TemporaryTopic topic = session().createTemporaryTopic();
-        String name = topic.getTopicName();
-        assertTrue(name.startsWith("$temp-topic-"), name);
-        Session other = session();
-        other.createProducer(other.createTopic(name)).send(other.createTextMessage("nobody listens yet"));
-        topic.delete();
-        assertTrue(refusedAsMissing(other, other.createTopic(name)), name + " still takes messages");
+        assertTrue(topic.getTopicName().startsWith("$temp-topic-"), topic.getTopicName());
+        assertDeletionRemoves(topic.getTopicName(), false, topic::delete);
     }
 
     /** A JMS consumer of the temporary topic gets a subscription of its own, as on any topic. */
@@ -108,6 +100,20 @@ class TemporaryTest extends JmsTest {
         assertEquals("fleeting", receiveText(consumer));
         consumer.close();
         topic.delete();
+    }
+
+    /**
+     * Sends to the temporary queue (or topic) {@code name} from another connection, runs
+     * {@code delete} ({@code delete()} detaches the link that made it, answered once the node
+     * is gone), and asserts that a producer of the name is refused from then on. The name is
+     * used as a plain destination: Qpid JMS refuses a deleted temporary's own object itself.
+     */
+    void assertDeletionRemoves(String name, boolean queue, Executable delete) throws Throwable {
+        Session other = session();
+        Destination plain = queue ? other.createQueue(name) : other.createTopic(name);
+        other.createProducer(plain).send(other.createTextMessage("left behind"));
+        delete.execute();
+        assertTrue(refusedAsMissing(other, plain), name + " still takes messages");
     }
 
     /** Whether a producer of {@code destination} is refused as an invalid destination (not found). */

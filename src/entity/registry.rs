@@ -3,7 +3,9 @@
 //! The config file's entities are started at start (design.md D6), with those created at run
 //! time ([`Registry::create`]) that the file does not declare: their declarations are stored
 //! (`Store::set_declaration`) and come back at every start until [`Registry::delete`]. The
-//! file is the declaration of its entities: at start its settings apply to them.
+//! file is the declaration of its entities: at start its settings apply to them. Temporary
+//! queues and topics (`wire::temporary`) are never stored as declared, and what a crash left of
+//! them is dropped at start.
 //!
 //! A topic the file declares has, at start, the file's subscriptions plus those created at run
 //! time that the file does not declare, with their stored settings: for such a topic the store

@@ -79,6 +79,20 @@ pub mod dead_letter {
     pub const CONDITION: &str = "com.microsoft:dead-letter";
 }
 
+/// The names of temporary queues and topics (see `amqp::temporary`), which the broker makes.
+pub mod temporary {
+    /// What every temporary queue's and topic's name starts with. `$` is in no name a client
+    /// or the config file may give an entity, so a temporary never takes a user's name, and
+    /// what a crash leaves of one is known by its name at the next start.
+    pub const PREFIX: &str = "$temp-";
+
+    /// Whether `name` is a temporary entity's (names compare ignoring case).
+    pub fn is_temporary(name: &str) -> bool {
+        name.get(..PREFIX.len())
+            .is_some_and(|start| start.eq_ignore_ascii_case(PREFIX))
+    }
+}
+
 /// Error conditions (amqp-dialect.md §11).
 pub mod condition {
     /// The lock of a message expired or was lost.
@@ -122,7 +136,7 @@ pub mod condition {
 
 #[cfg(test)]
 mod tests {
-    use super::entity_path;
+    use super::{entity_path, temporary};
 
     #[test]
     fn strips_scheme_host_and_leading_slash() {
@@ -131,5 +145,14 @@ mod tests {
         assert_eq!(entity_path("/queue.1"), "queue.1");
         assert_eq!(entity_path("queue.1"), "queue.1");
         assert_eq!(entity_path("amqp://localhost"), "");
+    }
+
+    #[test]
+    fn temporaries_are_known_by_their_prefix_in_any_case() {
+        assert!(temporary::is_temporary("$temp-queue-tidebus-1-1"));
+        assert!(temporary::is_temporary("$TEMP-Topic-x"));
+        assert!(!temporary::is_temporary("temp-queue"));
+        assert!(!temporary::is_temporary("$te"));
+        assert!(!temporary::is_temporary("é$temp-"));
     }
 }

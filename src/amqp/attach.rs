@@ -17,6 +17,7 @@ use serde_amqp::described::Described;
 use crate::amqp::jms;
 use crate::amqp::link::{self, Feed, Incoming, Link, LinkKind, Outgoing, Replies, SENDER_CREDIT};
 use crate::amqp::outbox::{Context, Fault, Outbox};
+use crate::amqp::temporary;
 use crate::amqp::via::{self, CrossEntity};
 use crate::auth::access::Access;
 use crate::clock;
@@ -88,8 +89,12 @@ pub fn open(
                 attach.name.len()
             ),
         ))
+    } else if let Some(refused) = ctx.refused.clone() {
+        Err(refused)
     } else {
-        resolve(&attach, ctx).and_then(|found| one_cbs_link(&attach.role, found, ctx))
+        resolve(&attach, ctx)
+            .and_then(|found| one_cbs_link(&attach.role, found, ctx))
+            .and_then(|found| temporary::check_owner(&attach.role, found, ctx.connection_id))
     };
     let authorized = found.and_then(|(node, address)| {
         let needs = rights_to_attach(&attach.role, &node);

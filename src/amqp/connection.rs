@@ -28,6 +28,7 @@ use crate::amqp::jms;
 use crate::amqp::link::{amqp_error, ReassemblyBudget};
 use crate::amqp::outbox::{CbsLinks, Context, Fault, Outbox};
 use crate::amqp::session::Session;
+use crate::amqp::temporary::Temporaries;
 use crate::amqp::transactions::Transactions;
 use crate::auth::access::Access;
 use crate::auth::Policies;
@@ -173,6 +174,7 @@ pub async fn serve<R, W>(
         spare: Outbox::default(),
         transactions,
         gathered: None,
+        temporaries: Temporaries::default(),
     };
     connection
         .run(reader, events_rx, remote_idle, shutdown)
@@ -373,6 +375,7 @@ fn context<'a>(
         max_message_size: shared.max_message_size,
         consumer_window: shared.consumer_window,
         subscription: None,
+        refused: None,
     }
 }
 
@@ -425,6 +428,8 @@ struct Connection {
     /// Commands of this turn gathered into one, posted when the turn ends or a command that
     /// does not join them is posted ([`Connection::gather`]).
     gathered: Option<(EntityHandle, Command)>,
+    /// The temporary queues and topics the connection's links made (deleted with them).
+    temporaries: Temporaries,
 }
 
 impl Connection {
@@ -514,6 +519,8 @@ impl Connection {
                 Running::Stop => Running::Stop,
             };
             self.post_gathered().await;
+            let live = |link| self.link_sessions.contains_key(&link);
+            self.temporaries.reap(live, &self.shared.registry).await;
             let sent = self.send_pending(&shutdown).await;
             if let (Running::Continue, Running::Continue) = (running, sent) {
                 continue;
@@ -735,7 +742,7 @@ impl Connection {
                 Running::Continue
             }
             body => {
-                let (body, subscribed) = match body {
+                let (mut body, subscribed) = match body {
                     FrameBody::Attach(mut attach) => {
                         let subscribed = jms::prepare(
                             &mut attach,
@@ -761,6 +768,13 @@ impl Connection {
                         format!("frame on channel {channel}, which has no session"),
                     ));
                 };
+                let refused = match &mut body {
+                    FrameBody::Attach(attach) => {
+                        let connection = (&self.shared.registry, &self.access, &*self.container_id);
+                        self.temporaries.prepare(attach, connection).await
+                    }
+                    _ => None,
+                };
                 let mut out = std::mem::take(&mut self.spare);
                 let mut ctx = context(
                     (&self.shared, &self.container_id),
@@ -771,6 +785,7 @@ impl Connection {
                     (&mut self.access, &mut self.transactions),
                 );
                 ctx.cbs = cbs;
+                ctx.refused = refused;
                 ctx.subscription = (subscribed.as_ref())
                     .map(|tie| tie.as_ref().map(jms::Tie::path).map_err(Clone::clone));
                 let mut released = None;
@@ -781,6 +796,8 @@ impl Connection {
                         if let Ok(Some(id)) = created {
                             self.link_sessions.insert(id, channel);
                         }
+                        self.temporaries
+                            .attached(session.accepted(id).then_some(id));
                         if let Some(Ok(tie)) = subscribed {
                             match session.accepted(id) {
                                 true => drop(self.jms_ties.insert(id, tie)),
@@ -1045,6 +1062,9 @@ impl Connection {
         self.link_sessions.clear();
         let ties: Vec<u64> = self.jms_ties.keys().copied().collect();
         self.release_jms(&ties).await;
+        self.temporaries
+            .reap(|_| false, &self.shared.registry)
+            .await;
         // A connection that ends rolls back what it left undischarged.
         let mut out = std::mem::take(&mut self.spare);
         out.posts = self.transactions.abandon_all();

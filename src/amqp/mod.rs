@@ -17,5 +17,6 @@ pub mod outbox;
 pub mod outcome;
 pub mod requests;
 pub mod session;
+pub mod temporary;
 pub mod transactions;
 pub mod via;

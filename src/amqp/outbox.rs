@@ -60,6 +60,9 @@ pub struct Context<'a> {
     /// For a JMS consumer's attach to a topic (only an attach has it): the address of the
     /// subscription it takes from, or why it may not.
     pub subscription: Option<Result<String, definitions::Error>>,
+    /// Why the connection refuses the attach being answered before its session saw it: the
+    /// node it asked the broker to make could not be made (see [`crate::amqp::temporary`]).
+    pub refused: Option<definitions::Error>,
 }
 
 /// The `$cbs` links one connection holds open, by the client's role: Service Bus allows one of

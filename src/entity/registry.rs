@@ -3,7 +3,9 @@
 //! The config file's entities are started at start (design.md D6), with those created at run
 //! time ([`Registry::create`]) that the file does not declare: their declarations are stored
 //! (`Store::set_declaration`) and come back at every start until [`Registry::delete`]. The
-//! file is the declaration of its entities: at start its settings apply to them.
+//! file is the declaration of its entities: at start its settings apply to them. Temporary
+//! queues and topics (`wire::temporary`) are never stored as declared, and what a crash left of
+//! them is dropped at start.
 //!
 //! A topic the file declares has, at start, the file's subscriptions plus those created at run
 //! time that the file does not declare, with their stored settings: for such a topic the store
@@ -41,6 +43,7 @@ use crate::entity::partition::Routing;
 use crate::entity::setup;
 use crate::entity::setup::Parts;
 use crate::store::{times_key, times_of_entity, EntityTimes, Flusher, Store, StoreError};
+use crate::wire::temporary;
 
 /// Why an entity could not be created or deleted.
 #[derive(Debug, thiserror::Error)]
@@ -208,7 +211,8 @@ enum Record {
     Keep(Box<Declaration>),
     /// Nothing: a topic the file declares with no subscription created at run time.
     Forget,
-    /// What is stored stays (a queue the file declares: a record of it is ignored at start).
+    /// What is stored stays (a queue the file declares: a record of it is ignored at start;
+    /// a temporary entity, of which nothing is stored).
     Leave,
 }
 
@@ -216,6 +220,8 @@ impl Record {
     /// The record of a live entity running `live`, of which the config file declares `file`.
     fn of(file: Option<&Declaration>, live: &Declaration) -> Record {
         match (file, live) {
+            // A temporary queue or topic lives only as long as its connection.
+            (None, _) if temporary::is_temporary(live.name()) => Record::Leave,
             (None, _) => Record::Keep(Box::new(live.clone())),
             (Some(Declaration::Topic(file)), Declaration::Topic(live)) => {
                 let added: Vec<SubscriptionConfig> = live
@@ -354,6 +360,8 @@ impl Registry {
             (Durability::Sync, Some(flusher)) => Commit::AfterFlush(flusher.clone()),
             (_, flusher) => Commit::AfterWrite(flusher.cloned()),
         };
+        // What a crash (or a stop that did not get to delete them) left of temporaries.
+        store.forget_entities_named(temporary::PREFIX)?;
         let shared = Arc::new(RwLock::new(HashMap::new()));
         let launcher = Launcher {
             store: store.clone(),
@@ -511,7 +519,8 @@ impl Registry {
 
     /// Creates and starts a queue or topic at run time; its declaration is stored first, so
     /// it comes back at the next start, unless `from_file` (a reloaded config file declares
-    /// it: the file brings it back). Blocks while the store flushes.
+    /// it: the file brings it back) or it is temporary (`wire::temporary`: it never comes
+    /// back). Blocks while the store flushes.
     ///
     /// # Errors
     /// [`RegistryError::Exists`] when the name is taken, [`RegistryError::QuotaExceeded`] when
@@ -533,7 +542,7 @@ impl Registry {
         if !from_file {
             self.check_quota(declaration)?;
         }
-        if !from_file {
+        if !from_file && !temporary::is_temporary(&name) {
             launcher
                 .store
                 .set_declaration(&name, Some(&declaration.to_toml()))?;
@@ -630,8 +639,16 @@ impl Registry {
             .subscriptions
             .retain(|s| !s.name.eq_ignore_ascii_case(&subscription.name));
         declaration.subscriptions.push(subscription.clone());
-        let changed = Declaration::parse(&Declaration::Topic(declaration).to_toml(), "the request")
-            .map_err(|e| RegistryError::Invalid(e.to_string()))?;
+        // A temporary topic's name is the broker's own, out of the file's rules: the rest is
+        // checked under a name that keeps them.
+        let temporary = temporary::is_temporary(&declaration.name)
+            .then(|| std::mem::replace(&mut declaration.name, "temporary".to_owned()));
+        let mut changed =
+            Declaration::parse(&Declaration::Topic(declaration).to_toml(), "the request")
+                .map_err(|e| RegistryError::Invalid(e.to_string()))?;
+        if let (Some(name), Declaration::Topic(topic)) = (temporary, &mut changed) {
+            topic.name = name;
+        }
         let (reply, added) = oneshot::channel();
         let subscription_name = subscription.name.clone();
         let command = Command::AddSubscription {

@@ -575,6 +575,43 @@ impl Store {
         Ok(stray)
     }
 
+    /// Drops what the store keeps of every entity whose name starts with `prefix` (ignoring
+    /// case): its logs (each partition's too), its declaration, and its times and its
+    /// subscriptions'. Made durable before it returns when it dropped anything; nothing in
+    /// `memory` mode. Returns how many logs it dropped.
+    ///
+    /// # Errors
+    /// [`StoreError::Sled`] when a tree cannot be listed, dropped or written, or the flush
+    /// fails.
+    pub fn forget_entities_named(&self, prefix: &str) -> Result<usize, StoreError> {
+        let Some(db) = &self.db else {
+            return Ok(0);
+        };
+        let prefix = prefix.to_lowercase();
+        let logs = format!("{ENTITY_TREE_PREFIX}{prefix}");
+        let mut dropped = 0;
+        for name in db.tree_names() {
+            if name.starts_with(logs.as_bytes()) {
+                db.drop_tree(&name)?;
+                dropped += 1;
+            }
+        }
+        let mut forgot = false;
+        for records in [DECLARATIONS_TREE, TIMES_TREE] {
+            let tree = db.open_tree(records)?;
+            let mut batch = sled::Batch::default();
+            for key in tree.scan_prefix(&prefix).keys() {
+                batch.remove(key?);
+                forgot = true;
+            }
+            tree.apply_batch(batch)?;
+        }
+        if dropped > 0 || forgot {
+            self.flush_blocking()?;
+        }
+        Ok(dropped)
+    }
+
     /// The declarations of entities created at run time, by lower-cased name: each the TOML
     /// text of a [`crate::config::Declaration`]. None in `memory` mode.
     ///
@@ -807,6 +844,51 @@ mod tests {
         };
         assert_eq!(EntityTimes::decode(&times.encode()), Some(times));
         assert_eq!(EntityTimes::decode(b"short"), None);
+    }
+
+    #[test]
+    fn entities_are_forgotten_by_the_start_of_their_name_logs_records_and_times() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = BrokerConfig {
+            data_dir: dir.path().to_path_buf(),
+            durability: Durability::Sync,
+            ..Config::embedded_default().broker
+        };
+        let store = Store::open(&config).expect("open");
+        for log in [
+            store.log("$Temp-Queue-a"),
+            store.partition_log("$temp-topic-b", 1),
+            store.log("orders"),
+        ] {
+            drop(log.expect("log"));
+        }
+        for name in ["$temp-queue-a", "orders"] {
+            store.set_declaration(name, Some("text")).expect("declare");
+        }
+        let times = Some(EntityTimes::created(1));
+        let keys = [
+            times_key("$temp-queue-a", None),
+            times_key("$temp-topic-b", Some("s")),
+            times_key("orders", None),
+        ];
+        let changes: Vec<_> = keys.iter().map(|key| (key.clone(), times)).collect();
+        store.set_times(&changes).expect("times");
+
+        assert_eq!(store.forget_entities_named("$TEMP-").expect("forget"), 2);
+        let db = store.db.as_ref().expect("a database");
+        let trees: Vec<String> = (db.tree_names().iter())
+            .map(|name| String::from_utf8_lossy(name).into_owned())
+            .filter(|name| name.starts_with(ENTITY_TREE_PREFIX))
+            .collect();
+        assert_eq!(trees, ["entity:orders"]);
+        let declared: Vec<String> = (store.declarations().expect("declarations"))
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(declared, ["orders"]);
+        let timed: Vec<String> = store.times().expect("times").into_keys().collect();
+        assert_eq!(timed, ["orders"]);
+        assert_eq!(store.forget_entities_named("$temp-").expect("again"), 0);
     }
 
     #[test]

@@ -27,4 +27,5 @@ mod settlement;
 mod spring;
 mod spring_jms;
 mod support;
+mod temporary;
 mod transactions;

@@ -310,6 +310,44 @@ async fn entities_created_at_run_time_come_back_until_deleted() {
     .await;
 }
 
+#[tokio::test]
+async fn temporaries_are_never_declared_in_the_store_nor_back_after_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (temporary_queue, temporary_topic) = ("$temp-queue-c-1", "$temp-topic-c-2");
+    with_registry(dir.path(), &[], |registry| async move {
+        registry
+            .create(&queue(temporary_queue), false)
+            .expect("queue");
+        let Declaration::Topic(mut topic) = topic(temporary_topic, &[]) else {
+            panic!("a topic");
+        };
+        registry
+            .create(&Declaration::Topic(topic.clone()), false)
+            .expect("topic");
+        topic.default_message_time_to_live = Some(std::time::Duration::from_secs(60));
+        registry
+            .update(&Declaration::Topic(topic))
+            .await
+            .expect("updated");
+        let consumer = subscription("jms$$ND", 10);
+        (registry.add_subscription(temporary_topic, consumer).await)
+            .expect("a JMS consumer's subscription on a temporary topic");
+        assert!(registry.times(temporary_topic, None).is_some());
+        assert_eq!(registry.len(), 2);
+        let store = registry.store().expect("store");
+        assert!(store.declarations().expect("declarations").is_empty());
+        assert_eq!(store.times().expect("times").len(), 3, "times are stored");
+        // Left live: as if the broker crashed with their connections open.
+    })
+    .await;
+    with_registry(dir.path(), &[], |registry| async move {
+        assert!(registry.is_empty(), "not back after a restart");
+        let store = registry.store().expect("store");
+        assert!(store.times().expect("times").is_empty(), "their times went");
+    })
+    .await;
+}
+
 /// A partitioned queue named `name` with `partitions` partitions.
 fn partitioned(name: &str, partitions: u16) -> Declaration {
     let Declaration::Queue(mut queue) = queue(name) else {

@@ -689,15 +689,9 @@ async fn create(
     if let Err(refused) = admin.registry.check_forwarding(&declaration) {
         return refusal(&refused, name);
     }
-    let registry = admin.registry.clone();
-    let created = {
-        let declaration = declaration.clone();
-        tokio::task::spawn_blocking(move || registry.create(&declaration, false)).await
-    };
-    match created {
-        Ok(Ok(_)) => {}
-        Ok(Err(refused)) => return refusal(&refused, name),
-        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    match admin.registry.create_off_runtime(&declaration, false).await {
+        Ok(_) => {}
+        Err(refused) => return refusal(&refused, name),
     }
     match admin.registry.entry(name) {
         Some(entry) => {

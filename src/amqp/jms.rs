@@ -398,17 +398,17 @@ impl Links {
                 registry
                     .remove_subscription(topic, &wanted.name)
                     .await
-                    .map_err(refused)?;
+                    .map_err(|error| link::registry_refusal(&error))?;
                 registry
                     .add_subscription(topic, config)
                     .await
-                    .map_err(refused)?;
+                    .map_err(|error| link::registry_refusal(&error))?;
             }
             Some(_) => {}
             None => registry
                 .add_subscription(topic, config)
                 .await
-                .map_err(refused)?,
+                .map_err(|error| link::registry_refusal(&error))?,
         }
         let entry = held.entry(key).or_insert(Held {
             count: 0,
@@ -549,36 +549,16 @@ async fn create_missing(
     access
         .check(declaration.name(), Rights::MANAGE, clock::real_ms())
         .map_err(|description| link::amqp_error(AmqpError::UnauthorizedAccess, description))?;
-    let created = {
-        let registry = registry.clone();
-        let declaration = declaration.clone();
-        tokio::task::spawn_blocking(move || registry.create(&declaration, false)).await
-    };
-    match created {
-        Ok(Ok(_)) | Ok(Err(RegistryError::Exists(_))) => {
+    match registry.create_off_runtime(&declaration, false).await {
+        Ok(_) | Err(RegistryError::Exists(_)) => {
             tracing::info!(
                 entity = declaration.name(),
                 "created for an azure-servicebus-jms client"
             );
             Ok(())
         }
-        Ok(Err(refused)) => Err(self::refused(refused)),
-        Err(panicked) => Err(link::amqp_error(
-            AmqpError::InternalError,
-            panicked.to_string(),
-        )),
+        Err(refused) => Err(link::registry_refusal(&refused)),
     }
-}
-
-/// A registry refusal as the attach's error.
-fn refused(error: RegistryError) -> definitions::Error {
-    let condition = match error {
-        RegistryError::NotFound(_) => AmqpError::NotFound,
-        RegistryError::QuotaExceeded { .. } => AmqpError::ResourceLimitExceeded,
-        RegistryError::Invalid(_) => AmqpError::InvalidField,
-        _ => AmqpError::InternalError,
-    };
-    link::amqp_error(condition, error.to_string())
 }
 
 #[cfg(test)]

@@ -13,8 +13,10 @@ use std::sync::Arc;
 
 use crate::config::Rights;
 use crate::entity::handle::{ConsumerId, EntityHandle, ReceiveMode};
+use crate::entity::registry::RegistryError;
 use crate::metrics::Held;
 use crate::node::Node;
+use crate::wire::condition::SERVER_BUSY;
 
 /// Credit the broker grants a client sender, and tops up when half is used.
 pub const SENDER_CREDIT: u32 = 1000;
@@ -420,6 +422,23 @@ pub fn amqp_error(
     definitions::Error::new(condition, Some(description.into()), Some(Fields::new()))
 }
 
+/// A registry's refusal to create or change an entity, as a link's error: a missing entity
+/// `amqp:not-found`, the namespace full `amqp:resource-limit-exceeded`, a declaration out of
+/// bounds `amqp:invalid-field`, a stopping broker Service Bus's server-busy, anything else
+/// `amqp:internal-error`.
+pub fn registry_refusal(error: &RegistryError) -> definitions::Error {
+    let description = error.to_string();
+    match error {
+        RegistryError::NotFound(_) => amqp_error(AmqpError::NotFound, description),
+        RegistryError::QuotaExceeded { .. } => {
+            amqp_error(AmqpError::ResourceLimitExceeded, description)
+        }
+        RegistryError::Invalid(_) => amqp_error(AmqpError::InvalidField, description),
+        RegistryError::Stopping => custom_error(SERVER_BUSY, description),
+        _ => amqp_error(AmqpError::InternalError, description),
+    }
+}
+
 /// An error with a Service Bus (custom) condition and a description.
 pub fn custom_error(condition: &str, description: impl Into<String>) -> definitions::Error {
     amqp_error(ErrorCondition::Custom(Symbol::from(condition)), description)
@@ -435,7 +454,31 @@ pub fn not_found(address: &str) -> definitions::Error {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::amqp::fixtures::outgoing;
+
+    #[test]
+    fn a_registry_refusal_keeps_its_meaning() {
+        let quota = RegistryError::QuotaExceeded {
+            name: "t".into(),
+            wanted: 1,
+            used: 2,
+            max: 2,
+        };
+        let refused = registry_refusal(&quota);
+        assert_eq!(refused.condition, AmqpError::ResourceLimitExceeded.into());
+        assert!(refused
+            .description
+            .unwrap_or_default()
+            .contains("QuotaExceeded"));
+        let stopping = registry_refusal(&RegistryError::Stopping);
+        assert_eq!(
+            stopping.condition,
+            ErrorCondition::Custom(Symbol::from(SERVER_BUSY))
+        );
+        let missing = registry_refusal(&RegistryError::NotFound("t".into()));
+        assert_eq!(missing.condition, AmqpError::NotFound.into());
+    }
 
     #[test]
     fn flow_credit_follows_the_spec_formula() {

@@ -49,7 +49,6 @@ use crate::clock;
 use crate::config::{Declaration, Rights};
 use crate::entity::registry::{Registry, RegistryError};
 use crate::node::Node;
-use crate::wire::condition::SERVER_BUSY;
 use crate::wire::temporary::{is_temporary, PREFIX};
 
 /// The most temporaries one connection holds at once: a JMS application holds one per
@@ -208,15 +207,9 @@ impl Temporaries {
                 })?;
         }
         let declaration = declaration(kind, &name)?;
-        let registry = Arc::clone(registry);
-        let made = tokio::task::spawn_blocking(move || registry.create(&declaration, false)).await;
-        match made {
-            Ok(Ok(_)) => Ok(name),
-            Ok(Err(error)) => Err(refusal(&error)),
-            Err(error) => Err(link::amqp_error(
-                AmqpError::InternalError,
-                format!("making the temporary {name} failed: {error}"),
-            )),
+        match registry.create_off_runtime(&declaration, false).await {
+            Ok(_) => Ok(name),
+            Err(error) => Err(link::registry_refusal(&error)),
         }
     }
 }
@@ -356,17 +349,6 @@ fn declaration(kind: Kind, name: &str) -> Result<Declaration, definitions::Error
 }
 
 /// The refusal of an attach whose temporary the registry would not make.
-fn refusal(error: &RegistryError) -> definitions::Error {
-    let description = error.to_string();
-    match error {
-        RegistryError::QuotaExceeded { .. } => {
-            link::amqp_error(AmqpError::ResourceLimitExceeded, description)
-        }
-        RegistryError::Stopping => link::custom_error(SERVER_BUSY, description),
-        _ => link::amqp_error(AmqpError::InternalError, description),
-    }
-}
-
 fn not_implemented(description: String) -> definitions::Error {
     link::amqp_error(AmqpError::NotImplemented, description)
 }
@@ -526,26 +508,5 @@ mod tests {
         temporaries.pending = Some("b".into());
         temporaries.attached(None);
         assert_eq!(temporaries.orphans, ["b"]);
-    }
-
-    #[test]
-    fn a_registry_refusal_keeps_its_meaning() {
-        let quota = RegistryError::QuotaExceeded {
-            name: "t".into(),
-            wanted: 1,
-            used: 2,
-            max: 2,
-        };
-        let refused = refusal(&quota);
-        assert_eq!(refused.condition, AmqpError::ResourceLimitExceeded.into());
-        assert!(refused
-            .description
-            .unwrap_or_default()
-            .contains("QuotaExceeded"));
-        let stopping = refusal(&RegistryError::Stopping);
-        assert_eq!(
-            stopping.condition,
-            definitions::ErrorCondition::Custom(Symbol::from(SERVER_BUSY))
-        );
     }
 }

@@ -561,6 +561,23 @@ impl Registry {
         Ok(handle)
     }
 
+    /// [`Registry::create`] on a blocking thread, for the async tasks (connections, the
+    /// administration endpoint): the runtime's threads never wait for the store's flush.
+    ///
+    /// # Errors
+    /// As [`Registry::create`]; [`RegistryError::Stopping`] when the blocking pool is gone.
+    pub async fn create_off_runtime(
+        self: &Arc<Self>,
+        declaration: &Declaration,
+        from_file: bool,
+    ) -> Result<EntityHandle, RegistryError> {
+        let registry = Arc::clone(self);
+        let declaration = declaration.clone();
+        tokio::task::spawn_blocking(move || registry.create(&declaration, from_file))
+            .await
+            .unwrap_or(Err(RegistryError::Stopping))
+    }
+
     /// Refuses `declaration` when the live entities and it would count for more than
     /// `broker.max_entities`, a partitioned entity counting as its partitions.
     fn check_quota(&self, declaration: &Declaration) -> Result<(), RegistryError> {

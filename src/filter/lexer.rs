@@ -580,7 +580,6 @@ mod tests {
         );
     }
 
-
     #[test]
     fn jms_selectors_have_java_identifiers_and_their_own_keywords() {
         let jms: Vec<_> = jms_tokens("$price _x a$1 Exists set between NOT ÉtAt")

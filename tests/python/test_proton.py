@@ -209,8 +209,8 @@ def colored(body, color):
 def test_a_receiver_with_a_selector_gets_only_matches_and_leaves_the_rest_in_order(broker):
     with connect(broker) as conn:
         sender = conn.create_sender("q1")
-        for body, color in [("blue", "blue"), ("red 1", "red"), ("green", "green"), ("red 2", "red")]:
-            send_accepted(sender, colored(body, color))
+        for body in ["blue", "red 1", "green", "red 2"]:
+            send_accepted(sender, colored(body, body.split()[0]))
         reds = conn.create_receiver("q1", name="reds", options=Selector("color = 'red'"))
         assert echoed_filter_keys(reds) == [symbol("selector")], "the selector echoed as applied"
         for body in ["red 1", "red 2"]:
@@ -232,9 +232,10 @@ def test_a_receiver_with_a_selector_gets_only_matches_and_leaves_the_rest_in_ord
 def test_a_browser_with_a_selector_is_shown_only_matches(broker):
     with connect(broker) as conn:
         sender = conn.create_sender("q1")
-        for body, color in [("red 1", "red"), ("blue", "blue"), ("red 2", "red")]:
-            send_accepted(sender, colored(body, color))
-        browser = conn.create_receiver("q1", name="browser", options=[Copy(), Selector("color = 'red'")])
+        for body in ["red 1", "blue", "red 2"]:
+            send_accepted(sender, colored(body, body.split()[0]))
+        options = [Copy(), Selector("color = 'red'")]
+        browser = conn.create_receiver("q1", name="browser", options=options)
         assert echoed_filter_keys(browser) == [symbol("selector")]
         assert [browser.receive(timeout=DEADLINE_S).body for _ in range(2)] == ["red 1", "red 2"]
         with pytest.raises(Timeout):

@@ -229,6 +229,34 @@ def test_a_receiver_with_a_selector_gets_only_matches_and_leaves_the_rest_in_ord
         reds.accept()
 
 
+@pytest.mark.broker(topics=[{"name": "t1", "subscriptions": ["s1"]}])
+@pytest.mark.parametrize("lane", ["subscription", "dead-letter queue"])
+def test_a_subscription_or_dead_letter_receiver_with_a_selector_gets_only_matches(broker, lane):
+    with connect(broker) as conn:
+        if lane == "subscription":
+            sender, path = conn.create_sender("t1"), "t1/Subscriptions/s1"
+            for body in ["blue", "red"]:
+                send_accepted(sender, colored(body, body))
+        else:
+            path = "q1/$DeadLetterQueue"
+            sender = conn.create_sender("q1")
+            for body in ["blue", "red"]:
+                send_accepted(sender, colored(body, body))
+            taker = conn.create_receiver("q1", credit=2)
+            for _ in range(2):
+                taker.receive(timeout=DEADLINE_S)
+                taker.reject()
+            barrier(conn, "q1")
+        reds = conn.create_receiver(path, name="reds", options=Selector("color = 'red'"))
+        assert reds.receive(timeout=DEADLINE_S).body == "red"
+        reds.accept()
+        with pytest.raises(Timeout):
+            reds.receive(timeout=0.5)
+        plain = conn.create_receiver(path, name="plain")
+        assert plain.receive(timeout=DEADLINE_S).body == "blue"
+        plain.accept()
+
+
 def test_a_browser_with_a_selector_is_shown_only_matches(broker):
     with connect(broker) as conn:
         sender = conn.create_sender("q1")

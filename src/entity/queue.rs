@@ -646,7 +646,7 @@ impl QueueCore {
     }
 
     /// Puts a consumer that can take a message into the round-robin queue; one with a
-    /// selector only while it has a candidate (see [`select`]).
+    /// selector only while it has a candidate (see the `select` module).
     /// A browser never joins it: each dispatch shows it what it has not seen.
     pub(super) fn make_ready(&mut self, consumer: ConsumerId) {
         let visible_below = self.visible_below;

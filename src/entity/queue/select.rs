@@ -129,6 +129,10 @@ impl QueueCore {
     /// Message `seq` left the lane, or changed: the verdicts on it go. One that changed and is
     /// available is offered again.
     pub(super) fn forget(&mut self, seq: i64) {
+        // A lane without selectors (the hot path) looks nothing up.
+        if self.selecting.is_empty() {
+            return;
+        }
         for index in 0..self.selecting.len() {
             if let Some(selection) = self.selection_mut(self.selecting[index]) {
                 selection.verdicts.remove(&seq);

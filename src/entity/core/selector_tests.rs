@@ -214,3 +214,29 @@ fn a_browser_with_a_selector_is_shown_only_the_matches() {
     let (got, finished) = entity.core.drain(S, 0, &mut reader);
     assert!(got.is_empty() && finished, "seen all: the drain ends");
 }
+
+#[test]
+fn a_match_another_consumer_held_comes_back_to_the_selector_consumer_when_its_lock_lapses() {
+    let mut entity = Entity::queue();
+    let [red] = entity.send_colors(0, &["red"])[..] else {
+        panic!("one")
+    };
+    entity.consumer(P, ReceiveMode::PeekLock, None);
+    entity.main().set_limit(P, 1);
+    assert_eq!(entity.dispatch_counting(0), (vec![(P, red)], 0));
+    entity.consumer(S, ReceiveMode::PeekLock, Some(RED));
+    entity.main().set_limit(S, 10);
+    assert_eq!(
+        entity.dispatch_counting(0),
+        (vec![], 0),
+        "locked: nothing to judge"
+    );
+    let later = 24 * 3_600_000;
+    assert_eq!(entity.core.expire_locks(later), 1);
+    let (got, reads) = entity.dispatch_counting(later);
+    assert_eq!(
+        (got, reads),
+        (vec![(S, red)], 1),
+        "back, with a new delivery count"
+    );
+}

@@ -3,6 +3,7 @@
 //! §8).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use fe2o3_amqp::frames::amqp::FrameBody;
 use fe2o3_amqp::types::definitions::{
@@ -26,6 +27,7 @@ use crate::entity::handle::{
     Command, ConsumerId, EntityHandle, LaneId, ReceiveMode, SessionRequest,
 };
 use crate::entity::partition;
+use crate::filter::{Filter, JmsSelector};
 use crate::metrics::{self, Held};
 use crate::node::{router, Node};
 
@@ -111,22 +113,24 @@ pub fn open(
         // the attach, as Service Bus does, instead of detaching a link the client holds open
         // already; until then the link keeps what the answer needs.
         let receiver = matches!((&attach.role, &node), (Role::Receiver, Node::Entity(..)));
-        let session = match receiver {
+        let (session, selector) = match receiver {
             true => {
+                let session = session_request(&attach)?;
                 // A JMS subscription's rule applies its consumer's selector.
-                if ctx.subscription.is_none() {
-                    refuse_selector(&attach)?;
-                }
-                session_request(&attach)?
+                let selector = match ctx.subscription {
+                    None => consumer_selector(&attach, session.is_some())?,
+                    Some(_) => None,
+                };
+                (session, selector)
             }
-            false => None,
+            false => (None, None),
         };
         let waiting = receiver
             .then(|| link::WaitingAttach::new(&attach, ctx.reassembly))
             .transpose()?;
-        Ok((node, via, authorized, session, waiting))
+        Ok((node, via, authorized, (session, selector), waiting))
     });
-    let (node, via, authorized, session, waiting) = match accepted {
+    let (node, via, authorized, (session, selector), waiting) = match accepted {
         Ok(found) => found,
         Err(error) => {
             tracing::debug!(link = %attach.name, condition = ?error.condition, "attach refused");
@@ -208,6 +212,7 @@ pub fn open(
                         window,
                         events: ctx.events.clone(),
                         session: session.clone(),
+                        selector: selector.clone(),
                     },
                 ));
                 feeds.push(Feed {
@@ -427,7 +432,8 @@ fn target_address(attach: &Attach) -> Option<String> {
 /// receives.
 ///
 /// A source's filter keeps only the filters the broker applies (the session filter, and a JMS
-/// selector, which an accepted attach has applied as its subscription's rule): AMQP 1.0
+/// selector, which an accepted attach applies: its subscription's rule, or the receiver's
+/// own, see [`consumer_selector`]): AMQP 1.0
 /// §3.5.3 has the sender set the filters actually in place, and a client reads an echoed
 /// filter as applied (Qpid JMS's `no-local`, which Service Bus ignores too, goes unechoed).
 pub fn accept_reply(request: &Attach, local_handle: u32, max_message_size: u64) -> Attach {
@@ -475,24 +481,41 @@ const DEFAULT_SESSION_TIMEOUT_MS: i64 = 60_000;
 /// .NET ticks (100 ns since 0001-01-01) at the Unix epoch.
 const TICKS_AT_UNIX_EPOCH: i64 = 621_355_968_000_000_000;
 
-/// Refuses a receiver of a queue or subscription that asks for a JMS message selector: the
-/// broker applies one only as a JMS subscription's rule, and a selector ignored would deliver
-/// what the client filtered out.
+/// The JMS message selector a receiver of a queue, a subscription or a dead-letter queue asks
+/// for, parsed; `None` without one, or with an empty one (JMS: no selector).
 ///
 /// # Errors
-/// `amqp:not-implemented` naming the selector.
-fn refuse_selector(attach: &Attach) -> Result<(), definitions::Error> {
-    let Some(selector) = jms::selector(attach) else {
-        return Ok(());
+/// `amqp:invalid-field` with the parser's message when the selector does not parse, and
+/// `amqp:not-implemented` on a session receiver (`session`): a session receiver takes its
+/// session's messages in order, which a selector would break.
+fn consumer_selector(
+    attach: &Attach,
+    session: bool,
+) -> Result<Option<Arc<JmsSelector>>, definitions::Error> {
+    let Some(text) = jms::selector(attach) else {
+        return Ok(None);
     };
-    Err(link::amqp_error(
-        AmqpError::NotImplemented,
-        format!(
-            "message selectors on queue consumers and browsers are not supported yet (this \
-             receiver asks for {selector}): receive without one, or from a topic subscription \
-             whose rule filters (a JMS topic consumer's selector is its subscription's rule)"
-        ),
-    ))
+    let selector = match Filter::selector(&text) {
+        Ok(Filter::Selector(selector)) => selector,
+        Ok(_) => return Ok(None),
+        Err(error) => {
+            return Err(link::amqp_error(
+                AmqpError::InvalidField,
+                format!("the message selector {text:?} is not valid: {error}"),
+            ))
+        }
+    };
+    if session {
+        return Err(link::amqp_error(
+            AmqpError::NotImplemented,
+            format!(
+                "message selectors are not supported on session receivers (this one asks for \
+                 {text:?}): a session receiver takes its session's messages in order; receive \
+                 without one"
+            ),
+        ));
+    }
+    Ok(Some(Arc::new(selector)))
 }
 
 /// The session a receiver's attach asks for: the id in its session filter (a plain or, from
@@ -739,24 +762,51 @@ mod tests {
         Value::Described(Box::new(Described { descriptor, value }))
     }
 
+    /// A receiver with a selector filter (by descriptor, whatever its key).
+    fn selecting(descriptor: Descriptor, selector: &str) -> Attach {
+        let selector = Value::String(selector.into());
+        filtered("jms-selector", described(descriptor, selector))
+    }
+
     #[test]
-    fn a_selector_is_refused_by_its_descriptor_whatever_its_key() {
-        let selector = Value::String("color = 'red'".into());
+    fn a_selector_is_found_by_its_descriptor_whatever_its_key_and_parsed() {
         for descriptor in [
             Descriptor::Code(0x0000_468C_0000_0004),
             Descriptor::Name(Symbol::from("apache.org:selector-filter:string")),
         ] {
-            let asked = filtered("jms-selector", described(descriptor, selector.clone()));
-            let refused = refuse_selector(&asked).unwrap_err();
-            assert_eq!(refused.condition, AmqpError::NotImplemented.into());
-            let description = refused.description.unwrap_or_default();
-            assert!(description.contains("color = 'red'"), "{description}");
+            let asked = selecting(descriptor, "color = 'red'");
+            let selector = consumer_selector(&asked, false).expect("parsed");
+            let expression = selector.as_deref().map(JmsSelector::expression);
+            assert_eq!(expression, Some("color = 'red'"));
         }
         let no_local = described(
             Descriptor::Code(0x0000_468C_0000_0003),
             Value::String("NoLocalFilter{}".into()),
         );
-        assert_eq!(refuse_selector(&filtered("no-local", no_local)), Ok(()));
+        let plain = consumer_selector(&filtered("no-local", no_local), false);
+        assert_eq!(plain, Ok(None));
+        let blank = selecting(Descriptor::Code(0x0000_468C_0000_0004), "  ");
+        assert_eq!(
+            consumer_selector(&blank, false),
+            Ok(None),
+            "JMS: no selector"
+        );
+    }
+
+    #[test]
+    fn a_selector_that_does_not_parse_or_on_a_session_receiver_is_refused() {
+        let code = || Descriptor::Code(0x0000_468C_0000_0004);
+        let refused = consumer_selector(&selecting(code(), "color = "), false).unwrap_err();
+        assert_eq!(refused.condition, AmqpError::InvalidField.into());
+        let description = refused.description.unwrap_or_default();
+        assert!(
+            description.contains("\"color = \" is not valid: "),
+            "{description}"
+        );
+        let refused = consumer_selector(&selecting(code(), "color = 'red'"), true).unwrap_err();
+        assert_eq!(refused.condition, AmqpError::NotImplemented.into());
+        let description = refused.description.unwrap_or_default();
+        assert!(description.contains("session receivers"), "{description}");
     }
 
     #[test]

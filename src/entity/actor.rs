@@ -26,9 +26,10 @@ use crate::entity::handle::{
 };
 use crate::entity::partition::Partition;
 use crate::entity::queue::session_lane::Binding;
+use crate::entity::queue::Reader;
 use crate::entity::settings::Forward;
 use crate::entity::setup::Parts;
-use crate::store::{Bodies, EntityLog, Log};
+use crate::store::{Bodies, EntityLog, Log, StoreError};
 
 /// Mailbox capacity: senders wait (backpressure) when this many commands are queued.
 const MAILBOX: usize = 4096;
@@ -196,13 +197,11 @@ impl Actor {
                 for (consumer, binding) in self.core.bind_waiting(now) {
                     self.tell_bound(consumer, binding);
                 }
-                let deliveries = self.core.dispatch(now);
-                self.hand_out(deliveries);
+                self.dispatch(now);
                 if self.forward(now) {
                     // Messages over the hop limit went to the transfer dead-letter queue.
                     self.persist_and_reveal();
-                    let deliveries = self.core.dispatch(now);
-                    self.hand_out(deliveries);
+                    self.dispatch(now);
                 }
                 self.persist();
             }
@@ -273,13 +272,19 @@ impl Actor {
                 window,
                 events,
                 session,
+                selector,
             } => {
                 let status = self.core.check_receivable(lane);
                 let added = status.and_then(|()| match &session {
-                    None => self
-                        .core
-                        .add_consumer(consumer, lane, mode, window)
-                        .map(|()| None),
+                    None => {
+                        (self.core).add_consumer(consumer, lane, mode, window)?;
+                        if let (Some(selector), Some(queue)) =
+                            (selector, self.core.lane_of(consumer))
+                        {
+                            queue.select(consumer, selector);
+                        }
+                        Ok(None)
+                    }
                     Some(request) => self
                         .core
                         .accept_session(consumer, lane, mode, window, request, now),
@@ -582,16 +587,37 @@ impl Actor {
     fn drain(&mut self, consumer: ConsumerId, now: i64) {
         // Messages sent earlier in this batch count as there.
         self.persist_and_reveal();
-        let poisoned = self.commit.is_poisoned();
-        let (deliveries, finished) = match (poisoned, self.core.lane_of(consumer)) {
-            (false, Some(queue)) => queue.drain(consumer, now),
-            _ => (Vec::new(), true),
+        let (deliveries, finished) = match self.commit.is_poisoned() {
+            false => {
+                let mut reader = Reader::new(&mut self.log);
+                let drained = self.core.drain(consumer, now, &mut reader);
+                let failure = reader.failure();
+                self.poison_on_failed_read(failure);
+                drained
+            }
+            true => (Vec::new(), true),
         };
         self.hand_out(deliveries);
         if finished {
             if let Some(events) = self.consumers.get(&consumer) {
                 let _ = events.send(EntityEvent::Drained { consumer });
             }
+        }
+    }
+
+    /// Hands available messages to consumers with demand.
+    fn dispatch(&mut self, now: i64) {
+        let mut reader = Reader::new(&mut self.log);
+        let deliveries = self.core.dispatch(now, &mut reader);
+        let failure = reader.failure();
+        self.poison_on_failed_read(failure);
+        self.hand_out(deliveries);
+    }
+
+    /// Notes a message a selector could not read: the entity stops acknowledging.
+    fn poison_on_failed_read(&mut self, failure: Option<StoreError>) {
+        if let Some(error) = failure {
+            self.commit.poison(&error);
         }
     }
 

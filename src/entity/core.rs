@@ -18,7 +18,7 @@ use crate::entity::duplicates::{self, Digest, Duplicates};
 use crate::entity::intake::{self, Intake};
 use crate::entity::partition::Partition;
 use crate::entity::queue::session_lane::Binding;
-use crate::entity::queue::{DeadLetter, LaneActivity, LaneCounts, QueueCore, Rules};
+use crate::entity::queue::{DeadLetter, LaneActivity, LaneCounts, QueueCore, Reader, Rules};
 use crate::entity::schedule::Schedule;
 use crate::entity::settings::SubscriptionSettings;
 use crate::entity::staging::Staging;
@@ -814,13 +814,31 @@ impl EntityCore {
         self.consumers.get(&consumer).copied()
     }
 
-    /// Hands available messages to consumers with demand, lane by lane.
-    pub fn dispatch(&mut self, now_ms: i64) -> Vec<Delivery> {
+    /// Hands available messages to consumers with demand, lane by lane; selectors read
+    /// messages through `reader`.
+    pub fn dispatch(&mut self, now_ms: i64, reader: &mut Reader) -> Vec<Delivery> {
         let mut out = Vec::new();
-        for lane in self.lanes.values_mut() {
-            out.extend(lane.dispatch(now_ms));
+        for (id, lane) in &mut self.lanes {
+            out.extend(lane.dispatch(now_ms, reader.at(*id)));
         }
         out
+    }
+
+    /// Delivers what a consumer's drain may take now (see [`QueueCore::drain`]); a consumer
+    /// not registered has finished.
+    pub fn drain(
+        &mut self,
+        consumer: ConsumerId,
+        now_ms: i64,
+        reader: &mut Reader,
+    ) -> (Vec<Delivery>, bool) {
+        let Some(id) = self.lane_id_of(consumer) else {
+            return (Vec::new(), true);
+        };
+        match self.lanes.get_mut(&id) {
+            Some(lane) => lane.drain(consumer, now_ms, reader.at(id)),
+            None => (Vec::new(), true),
+        }
     }
 
     /// Applies one settlement from the consumer that holds the lock; returns its lane.
@@ -1318,6 +1336,9 @@ mod duplicate_tests;
 
 #[cfg(test)]
 mod topic_tests;
+
+#[cfg(test)]
+mod selector_tests;
 
 #[cfg(test)]
 mod topic_model;

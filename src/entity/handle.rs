@@ -22,6 +22,7 @@ pub use crate::entity::terms::{
     ConsumerId, Delivery, EntityError, LaneId, LockRef, Properties, ReceiveMode, SessionRequest,
     Settlement, Subscriptions, Ticket, TopicState, TxnId,
 };
+use crate::filter::JmsSelector;
 use crate::message::Arrival;
 use uuid::Uuid;
 
@@ -62,6 +63,9 @@ pub enum Command {
         /// The session a session receiver asks for (answered with
         /// [`EntityEvent::SessionAccepted`], or [`EntityEvent::Gone`]).
         session: Option<SessionRequest>,
+        /// The JMS message selector of a receiver that is not a session receiver: it is
+        /// handed (a browser shown) only the messages the selector selects.
+        selector: Option<Arc<JmsSelector>>,
     },
     /// Let a consumer be handed messages until it has been handed `limit` in all (its link
     /// counts the deliveries it took, so the demand is exact whatever is on its way).
@@ -247,6 +251,7 @@ impl Command {
             window: u64::MAX,
             events,
             session: None,
+            selector: None,
         }
     }
 }

@@ -24,7 +24,13 @@ use crate::store::{Change, Recovered};
 use crate::wire;
 
 mod browse;
+mod select;
 pub mod session_lane;
+
+pub use select::Reader;
+use select::Selection;
+#[cfg(test)]
+pub use select::Unread;
 
 /// One stored message: its broker record and, while delivered, its lock.
 #[derive(Debug)]
@@ -65,6 +71,8 @@ struct Consumer {
     draining: bool,
     /// A browser's place: the sequence number it is shown from.
     shown_from: i64,
+    /// Its JMS message selector and what it judged, when it has one.
+    selection: Option<Box<Selection>>,
 }
 
 impl Consumer {
@@ -228,6 +236,9 @@ pub struct QueueCore {
     consumers: HashMap<ConsumerId, Consumer>,
     /// Consumers with demand, in round-robin order.
     ready: VecDeque<ConsumerId>,
+    /// Consumers (and browsers) with a selector: told of messages made available, gone, or
+    /// changed. Empty in a lane without one, which then pays nothing for them.
+    selecting: Vec<ConsumerId>,
     /// Changes not yet written to the log.
     journal: Vec<Change>,
     /// Messages removed for dead-lettering, not yet handed to the dead-letter queue.
@@ -263,6 +274,7 @@ impl QueueCore {
             tokens: HashMap::new(),
             consumers: HashMap::new(),
             ready: VecDeque::new(),
+            selecting: Vec::new(),
             journal: Vec::new(),
             dead_letters: Vec::new(),
             sessions: rules.requires_session.then(Sessions::default),
@@ -324,6 +336,7 @@ impl QueueCore {
         if next_seq > self.visible_below {
             self.visible_below = next_seq;
             self.wake_session_receivers();
+            self.wake_selecting();
         }
     }
 
@@ -378,6 +391,7 @@ impl QueueCore {
                 record: entry.record,
                 body,
             });
+            self.forget(seq);
         }
     }
 
@@ -464,6 +478,7 @@ impl QueueCore {
                 Some(id) => self.make_session_message_available(&id, seq),
                 None => {
                     self.available.insert(seq);
+                    self.offer(seq);
                 }
             },
             MessageState::Deferred => {}
@@ -535,6 +550,7 @@ impl QueueCore {
         self.expiry.remove(&(entry.record.expires_ms, seq));
         self.size_bytes -= u64::from(entry.record.size);
         self.journal.push(Change::Delete { seq });
+        self.forget(seq);
     }
 
     /// An expired message leaves: to the dead-letter queue with reason `TTLExpiredException`
@@ -570,6 +586,7 @@ impl QueueCore {
                 window,
                 draining: false,
                 shown_from: 0,
+                selection: None,
             },
         );
     }
@@ -579,7 +596,12 @@ impl QueueCore {
     /// until then they can still be settled by lock token (`update-disposition`). A session
     /// receiver's session is free again at once, and its messages' locks go with it.
     pub fn unsubscribe(&mut self, consumer: ConsumerId) {
-        self.consumers.remove(&consumer);
+        if let Some(Consumer {
+            selection: Some(_), ..
+        }) = self.consumers.remove(&consumer)
+        {
+            self.selecting.retain(|selecting| *selecting != consumer);
+        }
         if self.sessions.is_some() {
             self.waiting.retain(|(waiting, _)| *waiting != consumer);
             self.end_session(consumer);
@@ -623,11 +645,15 @@ impl QueueCore {
         draining
     }
 
-    /// Puts a consumer that can take a message into the round-robin queue.
+    /// Puts a consumer that can take a message into the round-robin queue; one with a
+    /// selector only while it has a candidate (see the `select` module).
     /// A browser never joins it: each dispatch shows it what it has not seen.
     pub(super) fn make_ready(&mut self, consumer: ConsumerId) {
+        let visible_below = self.visible_below;
         if let Some(state) = self.consumers.get_mut(&consumer) {
-            let takes = state.mode != ReceiveMode::Browse;
+            let takes = state.mode != ReceiveMode::Browse
+                && (state.selection.as_ref())
+                    .is_none_or(|selection| selection.has_candidate(visible_below));
             if takes && state.can_take() && !state.ready && !state.draining {
                 state.ready = true;
                 self.ready.push_back(consumer);
@@ -636,9 +662,9 @@ impl QueueCore {
     }
 
     /// Hands available messages to consumers with demand, one each in turn, after showing
-    /// browsers what they have not seen.
-    pub fn dispatch(&mut self, now_ms: i64) -> Vec<Delivery> {
-        let mut out = self.show_to_browsers();
+    /// browsers what they have not seen. Selectors read messages through `reader`.
+    pub fn dispatch(&mut self, now_ms: i64, reader: &mut Reader) -> Vec<Delivery> {
+        let mut out = self.show_to_browsers(reader);
         if self.sessions.is_some() {
             out.extend(self.dispatch_sessions(now_ms));
             return out;
@@ -654,8 +680,11 @@ impl QueueCore {
                 state.ready = false;
                 continue;
             }
-            let mode = state.mode;
-            if let Some(delivery) = self.deliver_next(consumer, mode, now_ms) {
+            let (mode, selects) = (state.mode, state.selection.is_some());
+            let delivery =
+                self.deliver_next(consumer, mode, now_ms, selects.then_some(&mut *reader));
+            let delivered = delivery.is_some();
+            if let Some(delivery) = delivery {
                 if let Some(state) = self.consumers.get_mut(&consumer) {
                     state.delivered += 1;
                 }
@@ -664,7 +693,8 @@ impl QueueCore {
             let Some(state) = self.consumers.get_mut(&consumer) else {
                 continue;
             };
-            if state.can_take() {
+            // A selector consumer that found nothing waits for a message made available.
+            if state.can_take() && (delivered || !selects) {
                 self.ready.push_back(consumer);
             } else {
                 state.ready = false;
@@ -675,14 +705,22 @@ impl QueueCore {
 
     /// Delivers what is available to one consumer up to its demand, then zeroes the demand.
     /// Returns the deliveries and whether the drain is finished; one stopped by the
-    /// consumer's window goes on when [`QueueCore::forwarded`] says so.
-    pub fn drain(&mut self, consumer: ConsumerId, now_ms: i64) -> (Vec<Delivery>, bool) {
+    /// consumer's window goes on when [`QueueCore::forwarded`] says so. A selector consumer's
+    /// drain ends when no available message matches.
+    pub fn drain(
+        &mut self,
+        consumer: ConsumerId,
+        now_ms: i64,
+        reader: &mut Reader,
+    ) -> (Vec<Delivery>, bool) {
         let mut out = Vec::new();
-        let Some(mode) = self.consumers.get(&consumer).map(|state| state.mode) else {
+        let Some(taker) =
+            (self.consumers.get(&consumer)).map(|state| (state.mode, state.selection.is_some()))
+        else {
             return (out, true);
         };
-        if mode == ReceiveMode::Browse {
-            return self.drain_browser(consumer);
+        if taker.0 == ReceiveMode::Browse {
+            return self.drain_browser(consumer, reader);
         }
         loop {
             let deliverable = self.has_deliverable_for(consumer);
@@ -698,7 +736,9 @@ impl QueueCore {
                 state.draining = true;
                 return (out, false);
             }
-            let delivered = self.deliver_next(consumer, mode, now_ms);
+            let (mode, selects) = taker;
+            let delivered =
+                self.deliver_next(consumer, mode, now_ms, selects.then_some(&mut *reader));
             let Some(state) = self.consumers.get_mut(&consumer) else {
                 return (out, true);
             };
@@ -780,6 +820,7 @@ impl QueueCore {
             }
             let record = entry.record;
             self.journal.push(Change::Update { seq, record });
+            self.forget(seq);
             self.index(seq, &record);
         }
     }
@@ -921,23 +962,27 @@ impl QueueCore {
         }
         let record = entry.record;
         self.journal.push(Change::Update { seq, record });
+        // Its delivery count (`JMSXDeliveryCount`) changed: selectors judge it again.
+        self.forget(seq);
         self.index(seq, &record);
     }
 
-    /// Takes the first available message for `consumer`: locked in peek-lock, removed in
-    /// receive-and-delete. The delivery's bytes are left empty for the actor to read from the
-    /// log.
+    /// Takes the first available message for `consumer` (with `selecting`, the first its
+    /// selector selects): locked in peek-lock, removed in receive-and-delete. The delivery's
+    /// bytes are left empty for the actor to read from the log.
     fn deliver_next(
         &mut self,
         consumer: ConsumerId,
         mode: ReceiveMode,
         now_ms: i64,
+        mut selecting: Option<&mut Reader>,
     ) -> Option<Delivery> {
         loop {
-            let seq = match self.sessions.is_some() {
-                true => self.next_session_message(consumer)?,
-                false if self.has_deliverable() => self.available.pop_first()?,
-                false => return None,
+            let seq = match (&mut selecting, self.sessions.is_some()) {
+                (Some(reader), _) => self.next_selected(consumer, reader)?,
+                (None, true) => self.next_session_message(consumer)?,
+                (None, false) if self.has_deliverable() => self.available.pop_first()?,
+                (None, false) => return None,
             };
             if self.has_expired(seq, now_ms) {
                 self.expire(seq);
@@ -1019,7 +1064,8 @@ impl QueueCore {
         let mut taken: Vec<Delivery> = Vec::new();
         let mut size = 0;
         while taken.len() < count && (taken.is_empty() || size < bytes) {
-            let Some(delivery) = self.deliver_next(FORWARDER, ReceiveMode::PeekLock, now_ms) else {
+            let Some(delivery) = self.deliver_next(FORWARDER, ReceiveMode::PeekLock, now_ms, None)
+            else {
                 break;
             };
             size += u64::from(delivery.record.size);

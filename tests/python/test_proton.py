@@ -193,15 +193,93 @@ def test_unknown_address_is_refused_with_not_found(broker, role):
         assert_round_trip(conn, "q1", "the connection outlives a refused link")
 
 
-def test_a_receiver_with_a_selector_is_refused_not_ignored(broker):
-    # Tidebus applies no JMS selector yet: ignoring one would hand the client what it filtered
-    # out, so the attach is refused, saying why.
+def echoed_filter_keys(receiver):
+    """The keys of the source filter the broker's attach echoed (the filters it applies)."""
+    filters = receiver.link.remote_source.filter
+    filters.rewind()
+    if not filters.next():
+        return []
+    return list(filters.get_object())
+
+
+def colored(body, color):
+    return Message(body=body, properties={"color": color})
+
+
+def test_a_receiver_with_a_selector_gets_only_matches_and_leaves_the_rest_in_order(broker):
     with connect(broker) as conn:
-        send_accepted(conn.create_sender("q1"), Message(body="blue", properties={"color": "blue"}))
+        sender = conn.create_sender("q1")
+        for body in ["blue", "red 1", "green", "red 2"]:
+            send_accepted(sender, colored(body, body.split()[0]))
+        reds = conn.create_receiver("q1", name="reds", options=Selector("color = 'red'"))
+        assert echoed_filter_keys(reds) == [symbol("selector")], "the selector echoed as applied"
+        for body in ["red 1", "red 2"]:
+            assert reds.receive(timeout=DEADLINE_S).body == body
+            reds.accept()
+        # It has credit and nothing matches: the others stay for a plain receiver, in order.
+        plain = conn.create_receiver("q1")
+        for body in ["blue", "green"]:
+            assert plain.receive(timeout=DEADLINE_S).body == body
+            plain.accept()
+        plain.close()  # else it competes for the next message
+        with pytest.raises(Timeout):
+            reds.receive(timeout=0.5)
+        send_accepted(sender, colored("red 3", "red"))
+        assert reds.receive(timeout=DEADLINE_S).body == "red 3", "a later match arrives"
+        reds.accept()
+
+
+@pytest.mark.broker(topics=[{"name": "t1", "subscriptions": ["s1"]}])
+@pytest.mark.parametrize("lane", ["subscription", "dead-letter queue"])
+def test_a_subscription_or_dead_letter_receiver_with_a_selector_gets_only_matches(broker, lane):
+    with connect(broker) as conn:
+        if lane == "subscription":
+            sender, path = conn.create_sender("t1"), "t1/Subscriptions/s1"
+            for body in ["blue", "red"]:
+                send_accepted(sender, colored(body, body))
+        else:
+            path = "q1/$DeadLetterQueue"
+            sender = conn.create_sender("q1")
+            for body in ["blue", "red"]:
+                send_accepted(sender, colored(body, body))
+            taker = conn.create_receiver("q1", credit=2)
+            for _ in range(2):
+                taker.receive(timeout=DEADLINE_S)
+                taker.reject()
+            barrier(conn, "q1")
+        reds = conn.create_receiver(path, name="reds", options=Selector("color = 'red'"))
+        assert reds.receive(timeout=DEADLINE_S).body == "red"
+        reds.accept()
+        with pytest.raises(Timeout):
+            reds.receive(timeout=0.5)
+        plain = conn.create_receiver(path, name="plain")
+        assert plain.receive(timeout=DEADLINE_S).body == "blue"
+        plain.accept()
+
+
+def test_a_browser_with_a_selector_is_shown_only_matches(broker):
+    with connect(broker) as conn:
+        sender = conn.create_sender("q1")
+        for body in ["red 1", "blue", "red 2"]:
+            send_accepted(sender, colored(body, body.split()[0]))
+        options = [Copy(), Selector("color = 'red'")]
+        browser = conn.create_receiver("q1", name="browser", options=options)
+        assert echoed_filter_keys(browser) == [symbol("selector")]
+        assert [browser.receive(timeout=DEADLINE_S).body for _ in range(2)] == ["red 1", "red 2"]
+        with pytest.raises(Timeout):
+            browser.receive(timeout=0.5)
+        # Browsing took nothing.
+        plain = conn.create_receiver("q1")
+        assert plain.receive(timeout=DEADLINE_S).body == "red 1"
+        plain.accept()
+
+
+def test_a_selector_that_does_not_parse_is_refused_with_invalid_field(broker):
+    with connect(broker) as conn:
         with pytest.raises(LinkDetached) as refused:
-            conn.create_receiver("q1", options=Selector("color = 'red'"))
-        assert refused.value.condition == "amqp:not-implemented", str(refused.value)
-        assert "color = 'red'" in str(refused.value)
+            conn.create_receiver("q1", options=Selector("color = "))
+        assert refused.value.condition == "amqp:invalid-field", str(refused.value)
+        assert "color = " in str(refused.value)
         assert_round_trip(conn, "q2", "the connection outlives a refused link")
 
 
@@ -273,11 +351,8 @@ def test_a_jms_topic_consumers_selector_is_its_subscriptions_rule_and_echoed_as_
     with connect(broker, container=Container(container_id="cid-1")) as conn:
         options = [JmsConsumer(True), Selector("color = 'red' AND JMSPriority > 4")]
         consumer = conn.create_receiver("t1", name="reds", options=options)
-        filters = consumer.link.remote_source.filter
-        filters.rewind()
-        filters.next()
-        echoed = filters.get_object()
-        assert list(echoed) == [symbol("selector")], f"the selector echoed as applied: {echoed}"
+        echoed = echoed_filter_keys(consumer)
+        assert echoed == [symbol("selector")], f"the selector echoed as applied: {echoed}"
         sender = conn.create_sender("t1")
         send_accepted(sender, Message(body="blue", properties={"color": "blue"}, priority=9))
         send_accepted(sender, Message(body="dull red", properties={"color": "red"}, priority=4))

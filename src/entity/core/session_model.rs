@@ -21,7 +21,7 @@ use crate::entity::core::EntityCore;
 use crate::entity::handle::{
     ConsumerId, EntityError, LaneId, LockRef, ReceiveMode, SessionRequest, Settlement,
 };
-use crate::entity::queue::Rules;
+use crate::entity::queue::{Reader, Rules, Unread};
 use crate::message::Arrival;
 use crate::store::record::{Record, NEVER};
 use crate::store::{Change, Recovered, StoredState};
@@ -232,7 +232,7 @@ impl World {
     }
 
     fn dispatch(&mut self) {
-        for delivery in self.core.dispatch(self.now) {
+        for delivery in (self.core).dispatch(self.now, &mut Reader::new(&mut Unread)) {
             let locked = self.locked_seqs();
             let holder = self.holders.get(&delivery.consumer).expect("a holder");
             let session = holder.session.clone().expect("holds a session");

@@ -9,6 +9,7 @@ use crate::entity::core::topic_model::encode;
 use crate::entity::core::StagedAnswer;
 use crate::entity::core::{EntityCore, Identity};
 use crate::entity::operation::{Answer, Operation};
+use crate::entity::queue::Reader;
 use crate::entity::setup;
 use crate::entity::staging::Work;
 use crate::entity::terms::{
@@ -24,15 +25,15 @@ const A: ConsumerId = ConsumerId(1);
 const ANYONE: &dyn Fn(ConsumerId) -> bool = &|_| true;
 
 /// A queue's core and its log, as its actor holds them.
-struct Entity {
-    core: EntityCore,
-    log: EntityLog,
+pub(super) struct Entity {
+    pub(super) core: EntityCore,
+    pub(super) log: EntityLog,
     _dir: tempfile::TempDir,
 }
 
 impl Entity {
     /// The embedded default's first queue, in a `sync` store of its own.
-    fn queue() -> Entity {
+    pub(super) fn queue() -> Entity {
         Entity::queue_requiring_sessions(false)
     }
 
@@ -52,7 +53,7 @@ impl Entity {
     }
 
     /// Writes what the core changed and makes what was sent deliverable (a turn's end).
-    fn write(&mut self) {
+    pub(super) fn write(&mut self) {
         let (changes, moves) = self.core.take_changes();
         self.log.stage(changes, moves);
         self.log.commit().expect("written");
@@ -77,7 +78,7 @@ impl Entity {
             added.expect("consumer added");
         }
         self.core.lane(lane).expect("lane").set_limit(A, count);
-        self.core.dispatch(now)
+        self.core.dispatch(now, &mut Reader::new(&mut self.log))
     }
 
     fn manage(
@@ -112,7 +113,7 @@ fn arrival(marker: u32, due: Option<i64>) -> Arrival {
     arrival
 }
 
-fn lock(delivery: &Delivery) -> LockRef {
+pub(super) fn lock(delivery: &Delivery) -> LockRef {
     LockRef {
         seq: delivery.seq,
         token: delivery.lock_token.expect("peek-lock"),
@@ -463,7 +464,7 @@ fn a_message_abandoned_in_its_dead_letter_queue_keeps_its_delivery_count() {
     added.expect("added");
     for handed in [1, 2] {
         entity.core.lane(dead).expect("lane").set_limit(B, handed);
-        let delivered = entity.core.dispatch(0);
+        let delivered = entity.core.dispatch(0, &mut Reader::new(&mut entity.log));
         assert_eq!(delivered[0].record.delivery_count, 1, "handed {handed}");
         assert!(entity.core.settle(B, lock(&delivered[0]), &abandon).is_ok());
     }

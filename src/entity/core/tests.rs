@@ -11,7 +11,7 @@ use crate::entity::core::EntityCore;
 use crate::entity::handle::{
     ConsumerId, Delivery, EntityError, LaneId, LockRef, ReceiveMode, Settlement,
 };
-use crate::entity::queue::{DeadLetter, QueueCore, Rules};
+use crate::entity::queue::{DeadLetter, QueueCore, Reader, Rules, Unread};
 use crate::message::{Arrival, DeliveryStamp};
 use crate::store::record::{Record, NEVER};
 use crate::store::{Change, Recovered};
@@ -75,11 +75,11 @@ impl Queue {
     }
 
     fn dispatch(&mut self, now: i64) -> Vec<Delivery> {
-        self.core.dispatch(now)
+        self.core.dispatch(now, &mut Reader::new(&mut Unread))
     }
 
     fn drain(&mut self, consumer: ConsumerId, now: i64) -> (Vec<Delivery>, bool) {
-        self.main().drain(consumer, now)
+        (self.main()).drain(consumer, now, &mut Reader::new(&mut Unread))
     }
 
     fn settle(
@@ -463,7 +463,7 @@ fn the_delivery_limit_dead_letters_with_the_service_bus_reason() {
     dlq.reveal_up_to(dead[0].seq + 1);
     dlq.subscribe(B, ReceiveMode::PeekLock, u64::MAX);
     dlq.add_credit(B, 1);
-    let again = dlq.dispatch(0).remove(0);
+    let again = dlq.dispatch(0, &mut Reader::new(&mut Unread)).remove(0);
     assert_eq!(
         again.seq, 1,
         "the dead-letter queue keeps the sequence number"
@@ -779,7 +779,7 @@ fn a_locked_message_does_not_expire_until_its_lock_ends() {
         0,
         "dead-letter queues observe no TTL"
     );
-    assert_eq!(dlq.dispatch(10_000).len(), 1);
+    assert_eq!(dlq.dispatch(10_000, &mut Reader::new(&mut Unread)).len(), 1);
 }
 
 #[test]

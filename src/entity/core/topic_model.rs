@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::entity::core::{EntityCore, SubscriptionLanes};
 use crate::entity::handle::{ConsumerId, EntityError, LaneId, LockRef, ReceiveMode, Settlement};
-use crate::entity::queue::{DeadLetter, Rules, MANAGEMENT};
+use crate::entity::queue::{DeadLetter, Reader, Rules, Unread, MANAGEMENT};
 use crate::entity::topic::{Route, Rule, FILTER_EVALUATION_EXCEPTION};
 use crate::filter::{CorrelationFilter, Filter, MessageView, SqlFilter, Value};
 use crate::message::{self, Arrival, DeliveryStamp};
@@ -785,7 +785,7 @@ impl Harness {
             .lane(lane)
             .expect("lane")
             .add_credit(consumer, credit);
-        let got = self.core.dispatch(self.now);
+        let got = (self.core).dispatch(self.now, &mut Reader::new(&mut Unread));
         self.core
             .lane(lane)
             .expect("lane")
@@ -1424,10 +1424,18 @@ fn a_copy_dead_lettered_by_its_filter_waits_for_the_send_to_be_durable() {
     let send = arrival(&[("n".into(), Value::String("x".into()))], None);
     assert_eq!(core.enqueue(0, vec![send]), Ok(vec![1]));
     assert!(core.has_unrevealed(), "the send is not flushed yet");
-    let early: Vec<i64> = core.dispatch(0).iter().map(|d| d.seq).collect();
+    let early: Vec<i64> = core
+        .dispatch(0, &mut Reader::new(&mut Unread))
+        .iter()
+        .map(|d| d.seq)
+        .collect();
     assert_eq!(early, Vec::<i64>::new(), "delivered before it was durable");
     core.reveal_up_to(core.next_seq());
-    assert_eq!(core.dispatch(0).len(), 1, "deliverable once durable");
+    assert_eq!(
+        core.dispatch(0, &mut Reader::new(&mut Unread)).len(),
+        1,
+        "deliverable once durable"
+    );
 }
 
 #[test]
@@ -1443,6 +1451,10 @@ fn a_copy_dead_lettered_on_expiry_waits_for_the_send_to_be_durable() {
         core.accept_dead_letter(to, dead.seq, dead.record, Bytes::from_static(b"m"));
     }
     assert!(core.has_unrevealed(), "the send is not flushed yet");
-    let early: Vec<i64> = core.dispatch(100).iter().map(|d| d.seq).collect();
+    let early: Vec<i64> = core
+        .dispatch(100, &mut Reader::new(&mut Unread))
+        .iter()
+        .map(|d| d.seq)
+        .collect();
     assert_eq!(early, Vec::<i64>::new(), "delivered before it was durable");
 }

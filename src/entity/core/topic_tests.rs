@@ -9,7 +9,7 @@ use bytes::Bytes;
 use crate::entity::core::tests::RULES as LANE_RULES;
 use crate::entity::core::{EntityCore, SubscriptionLanes};
 use crate::entity::handle::{ConsumerId, LaneId, LockRef, ReceiveMode, Settlement};
-use crate::entity::queue::Rules;
+use crate::entity::queue::{Reader, Rules, Unread};
 use crate::entity::topic::{Route, Rule};
 use crate::filter::{Filter, MessageView, SqlFilter, Value};
 use crate::message::Arrival;
@@ -152,7 +152,7 @@ fn settling_a_copy_in_one_subscription_leaves_the_others() {
             .expect("lane");
         core.lane(id).expect("lane").add_credit(consumer, 5);
     }
-    let got = core.dispatch(0);
+    let got = core.dispatch(0, &mut Reader::new(&mut Unread));
     assert_eq!(got.len(), 2, "one delivery per subscription");
     let first = got.iter().find(|d| d.consumer == one).expect("s1 copy");
     let lock = LockRef {

@@ -5,19 +5,19 @@
 
 use bytes::Bytes;
 
-use super::{stamp, QueueCore};
+use super::{stamp, QueueCore, Reader};
 use crate::entity::terms::{ConsumerId, Delivery, ReceiveMode};
 
 impl QueueCore {
     /// Shows each browser that may take more what it has not seen, up to its demand.
-    pub(super) fn show_to_browsers(&mut self) -> Vec<Delivery> {
+    pub(super) fn show_to_browsers(&mut self, reader: &mut Reader) -> Vec<Delivery> {
         let browsers: Vec<ConsumerId> = (self.consumers.iter())
             .filter(|(_, state)| state.mode == ReceiveMode::Browse && !state.draining)
             .map(|(consumer, _)| *consumer)
             .collect();
         let mut out = Vec::new();
         for consumer in browsers {
-            while let Some(delivery) = self.show_next(consumer) {
+            while let Some(delivery) = self.show_next(consumer, reader) {
                 out.push(delivery);
             }
         }
@@ -27,9 +27,13 @@ impl QueueCore {
     /// Shows a browser what it has not seen up to its demand, then zeroes the demand; a drain
     /// stopped by the browser's window goes on when [`QueueCore::forwarded`] says so. Returns
     /// the copies and whether the drain is finished.
-    pub(super) fn drain_browser(&mut self, consumer: ConsumerId) -> (Vec<Delivery>, bool) {
+    pub(super) fn drain_browser(
+        &mut self,
+        consumer: ConsumerId,
+        reader: &mut Reader,
+    ) -> (Vec<Delivery>, bool) {
         let mut out = Vec::new();
-        while let Some(delivery) = self.show_next(consumer) {
+        while let Some(delivery) = self.show_next(consumer, reader) {
             out.push(delivery);
         }
         let unseen = self.unseen(consumer).is_some();
@@ -45,12 +49,17 @@ impl QueueCore {
         (out, true)
     }
 
-    /// A copy of the next message the browser has not seen, if it may take one.
-    fn show_next(&mut self, consumer: ConsumerId) -> Option<Delivery> {
+    /// A copy of the next message the browser has not seen (and its selector selects), if
+    /// it may take one. It passes the messages its selector does not select.
+    fn show_next(&mut self, consumer: ConsumerId, reader: &mut Reader) -> Option<Delivery> {
         if !self.consumers.get(&consumer)?.can_take() {
             return None;
         }
-        let seq = self.unseen(consumer)?;
+        let mut seq = self.unseen(consumer)?;
+        while !self.selects(consumer, seq, reader) {
+            self.consumers.get_mut(&consumer)?.shown_from = seq + 1;
+            seq = self.unseen(consumer)?;
+        }
         let entry = self.messages.get(&seq)?;
         let (record, lock) = (entry.record, entry.lock);
         let session = self.session_of(seq);

@@ -178,7 +178,7 @@ impl QueueCore {
                     break;
                 }
                 let mode = state.mode;
-                if let Some(delivery) = self.deliver_next(consumer, mode, now_ms) {
+                if let Some(delivery) = self.deliver_next(consumer, mode, now_ms, None) {
                     if let Some(state) = self.consumers.get_mut(&consumer) {
                         state.delivered += 1;
                     }

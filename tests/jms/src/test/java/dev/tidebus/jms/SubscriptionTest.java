@@ -378,31 +378,26 @@ class SubscriptionTest extends JmsTest {
      */
     @Test
     void unsubscribeDeletesASharedDurableSubscriptionWithoutClientId() throws Exception {
-        String topic = "subscription-shared-durable-unsubscribe";
-        Session session = session();
-        session.createSharedDurableConsumer(session.createTopic(topic), "dropped").close();
-        publish(topic, "old");
-        assertSubscriptionExists(topic, "dropped$$D");
-        session.unsubscribe("dropped");
-        assertEventuallyNoSubscription(topic, "dropped$$D");
-
-        MessageConsumer consumer = session.createSharedDurableConsumer(session.createTopic(topic), "dropped");
-        publish(topic, "new");
-        assertEquals("new", receiveText(consumer));
-        assertNothingMore(consumer);
-        consumer.close();
-        session.unsubscribe("dropped");
+        assertUnsubscribeDeletes("subscription-shared-durable-unsubscribe", session(), "dropped$$D");
     }
 
     @Test
     void unsubscribeDeletesASharedDurableSubscriptionOfAClientId() throws Exception {
-        String topic = "subscription-shared-durable-client-unsubscribe";
         Session session = clientConnection("dropping-client").createSession(false, Session.AUTO_ACKNOWLEDGE);
+        assertUnsubscribeDeletes("subscription-shared-durable-client-unsubscribe", session, "dropped$dropping-client$D");
+    }
+
+    /**
+     * {@code unsubscribe} of the shared durable subscription {@code dropped} in {@code session}
+     * deletes the Service Bus subscription {@code serviceBusName} with the message it kept: a
+     * consumer of the same name afterwards is on a new, empty one.
+     */
+    private void assertUnsubscribeDeletes(String topic, Session session, String serviceBusName) throws Exception {
         session.createSharedDurableConsumer(session.createTopic(topic), "dropped").close();
         publish(topic, "old");
-        assertSubscriptionExists(topic, "dropped$dropping-client$D");
+        assertSubscriptionExists(topic, serviceBusName);
         session.unsubscribe("dropped");
-        assertEventuallyNoSubscription(topic, "dropped$dropping-client$D");
+        assertEventuallyNoSubscription(topic, serviceBusName);
 
         MessageConsumer consumer = session.createSharedDurableConsumer(session.createTopic(topic), "dropped");
         publish(topic, "new");

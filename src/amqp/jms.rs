@@ -352,12 +352,13 @@ impl Links {
     /// Takes a link of `wanted` on `topic`, creating the subscription when missing (its
     /// `$Default` rule applies the selector). A durable subscription asked for with another
     /// selector than it has is replaced when no link holds it (JMS 2.0 §8.3: changing a
-    /// durable subscription unsubscribes it first).
+    /// durable subscription unsubscribes it first); its other rules are not compared, so rules
+    /// an administrator changed never cost it its messages.
     ///
     /// # Errors
     /// `amqp:resource-locked` for a second link of an unshared subscription (or an unshared
-    /// link of a shared one in use), `amqp:invalid-field` for a name Service Bus would not
-    /// take, and the registry's refusals.
+    /// link of a shared one in use) and for another selector than a subscription in use has,
+    /// `amqp:invalid-field` for a name Service Bus would not take, and the registry's refusals.
     pub async fn subscribe(
         &self,
         registry: &Registry,
@@ -393,8 +394,22 @@ impl Links {
         if let (Some(filter), Some(rule)) = (selected, config.rules.first_mut()) {
             rule.filter = filter;
         }
-        match registry.subscription_config(topic, &wanted.name) {
-            Some(existing) if links.is_none() && existing.rules != config.rules => {
+        // Only the selector is compared: rules an administrator changed are kept.
+        let existing = registry.subscription_config(topic, &wanted.name);
+        let changed = (existing.as_ref())
+            .is_some_and(|existing| selector_of(existing) != selector_of(&config));
+        if changed && links.is_some() {
+            return Err(link::amqp_error(
+                AmqpError::ResourceLocked,
+                format!(
+                    "the JMS subscription '{}' of topic '{topic}' is in use with another \
+                     selector",
+                    wanted.name
+                ),
+            ));
+        }
+        match existing {
+            Some(_) if changed => {
                 registry
                     .remove_subscription(topic, &wanted.name)
                     .await
@@ -449,10 +464,7 @@ impl Links {
             name: config.name.clone(),
             durable: true,
             shared: false,
-            selector: config.rules.iter().find_map(|rule| match &rule.filter {
-                RuleFilter::Selector(selector) => Some(selector.clone()),
-                _ => None,
-            }),
+            selector: selector_of(&config).map(str::to_owned),
         };
         let source = unsubscribe_source(&topic, wanted.selector.as_deref());
         let tie = self.subscribe(registry, &topic, &wanted, None).await?;
@@ -482,6 +494,17 @@ impl Links {
             }
         }
     }
+}
+
+/// The JMS selector a subscription's rules apply, if any.
+fn selector_of(subscription: &SubscriptionConfig) -> Option<&str> {
+    subscription
+        .rules
+        .iter()
+        .find_map(|rule| match &rule.filter {
+            RuleFilter::Selector(selector) => Some(selector.as_str()),
+            _ => None,
+        })
 }
 
 /// Readies a client attach that is a JMS consumer on a topic (or Qpid JMS's unsubscribe): the

@@ -365,6 +365,18 @@ def test_a_jms_topic_consumers_selector_is_its_subscriptions_rule_and_echoed_as_
 
 
 @pytest.mark.broker(topics=[{"name": "t1"}])
+def test_a_shared_jms_subscription_in_use_refuses_another_selector(broker):
+    # A consumer with another selector would be handed what its own selector filters out.
+    shared = JmsConsumer(True, "shared", "global")
+    with connect(broker) as conn:
+        conn.create_receiver("t1", name="s|global", options=[shared, Selector("a = 1")])
+        with pytest.raises(LinkDetached) as refused:
+            conn.create_receiver("t1", name="s|global2", options=[shared, Selector("a = 2")])
+        assert refused.value.condition == "amqp:resource-locked", str(refused.value)
+        conn.create_receiver("t1", name="s|global3", options=[shared, Selector("a = 1")])
+
+
+@pytest.mark.broker(topics=[{"name": "t1"}])
 def test_an_unshared_jms_subscription_takes_one_consumer_at_a_time(broker):
     with connect(broker, container=Container(container_id="cid-1")) as first:
         first.create_receiver("t1", name="solo", options=JmsConsumer(True))

@@ -27,6 +27,12 @@ impl ChildBroker {
         Self::spawn(dir, config, None, &[])
     }
 
+    /// Like [`ChildBroker::start`], but a process that exits before it is ready (e.g. because a
+    /// listener's address is taken) is an `Err` with its exit status and log, not a panic.
+    pub fn try_start(dir: &Path, config: &str) -> Result<Self, String> {
+        Self::try_launch(dir, &dir.join("data"), config, None, &[])
+    }
+
     /// Like [`ChildBroker::start`], with `env` added to the process's environment.
     pub fn start_with_env(dir: &Path, config: &str, env: &[(&str, &Path)]) -> Self {
         Self::spawn(dir, config, None, env)
@@ -55,6 +61,16 @@ impl ChildBroker {
         max_file_bytes: Option<u64>,
         env: &[(&str, &Path)],
     ) -> Self {
+        Self::try_launch(dir, data, config, max_file_bytes, env).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_launch(
+        dir: &Path,
+        data: &Path,
+        config: &str,
+        max_file_bytes: Option<u64>,
+        env: &[(&str, &Path)],
+    ) -> Result<Self, String> {
         let config_path = dir.join("tidebus.toml");
         std::fs::write(&config_path, config).expect("write config");
         let ready = dir.join("ready");
@@ -126,14 +142,14 @@ impl ChildBroker {
                     };
                     broker.tls_addr = line("tls ");
                     broker.admin_addr = line("admin ");
-                    return broker;
+                    return Ok(broker);
                 }
             }
             if let Some(status) = broker.child_mut().try_wait().expect("try_wait") {
-                panic!(
+                return Err(format!(
                     "tidebus exited with {status} before it was ready:\n{}",
                     broker.log_text()
-                );
+                ));
             }
             assert!(
                 started.elapsed() < DEADLINE,

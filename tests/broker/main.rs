@@ -25,6 +25,7 @@ mod raw;
 mod runner;
 mod settlement;
 mod spring;
+mod spring_azure_jms;
 mod spring_jms;
 mod support;
 mod temporary;

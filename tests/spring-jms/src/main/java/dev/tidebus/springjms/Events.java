@@ -17,6 +17,8 @@ import org.springframework.stereotype.Service;
 public class Events {
     public static final String TOPIC = "events";
     public static final String SUBSCRIPTION = "audit";
+    /** The listener's id in Spring's JmsListenerEndpointRegistry. */
+    public static final String LISTENER = "audit-listener";
 
     private final JmsTemplate template;
     private final BlockingQueue<String> received = new LinkedBlockingQueue<>();
@@ -35,7 +37,8 @@ public class Events {
         return received;
     }
 
-    @JmsListener(destination = TOPIC, subscription = SUBSCRIPTION, containerFactory = "topicListenerFactory")
+    @JmsListener(id = LISTENER, destination = TOPIC, subscription = SUBSCRIPTION,
+        containerFactory = "topicListenerFactory")
     void onEvent(String event) {
         received.add(event);
     }

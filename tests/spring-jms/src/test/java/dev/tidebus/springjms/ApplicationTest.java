@@ -1,5 +1,6 @@
 package dev.tidebus.springjms;
 
+import static org.awaitility.Awaitility.await;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
@@ -7,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import jakarta.jms.Message;
 import jakarta.jms.TextMessage;
+import java.time.Duration;
 import java.util.UUID;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
@@ -15,6 +17,7 @@ import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.jms.config.JmsListenerEndpointRegistry;
 import org.springframework.jms.core.JmsTemplate;
+import org.springframework.jms.listener.DefaultMessageListenerContainer;
 
 /**
  * The application against the real broker (tests/broker/spring_jms.rs starts it and sets
@@ -49,9 +52,17 @@ class ApplicationTest {
             "the @JmsListener did not receive the order within " + DEADLINE_S + " s");
     }
 
-    /** A shared durable subscription's listener gets what the topic template publishes. */
+    /**
+     * A shared durable subscription's listener gets what the topic template publishes. The event
+     * is published once the listener's consumer is on the subscription: a topic keeps nothing
+     * for a subscription that does not exist yet.
+     */
     @Test
     void anEventPublishedOnATopicReachesItsSubscriptionsListener() throws Exception {
+        DefaultMessageListenerContainer container = assertInstanceOf(DefaultMessageListenerContainer.class,
+            listeners.getListenerContainer(Events.LISTENER));
+        await("the topic listener's consumer on its subscription").atMost(Duration.ofSeconds(DEADLINE_S))
+            .until(container::isRegisteredWithDestination);
         String event = "event " + UUID.randomUUID();
         events.publish(event);
         assertEquals(event, events.received().poll(DEADLINE_S, TimeUnit.SECONDS),

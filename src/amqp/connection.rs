@@ -747,9 +747,9 @@ impl Connection {
                         let subscribed = jms::prepare(
                             &mut attach,
                             &self.shared.jms,
-                            &self.shared.registry,
-                            &self.access,
+                            (&self.shared.registry, &self.access),
                             &self.client,
+                            &self.container_id,
                         )
                         .await;
                         (FrameBody::Attach(attach), subscribed)

@@ -30,7 +30,7 @@ use serde_amqp::described::Described;
 use serde_amqp::descriptor::Descriptor;
 use tokio::sync::Mutex;
 
-use crate::amqp::link;
+use crate::amqp::{link, temporary};
 use crate::auth::access::Access;
 use crate::clock;
 use crate::config::{Declaration, Rights, RuleFilter, SubscriptionConfig};
@@ -510,13 +510,14 @@ fn selector_of(subscription: &SubscriptionConfig) -> Option<&str> {
 /// Readies a client attach that is a JMS consumer on a topic (or Qpid JMS's unsubscribe): the
 /// subscription it takes from exists and holds a link for it, and an unsubscribe's attach gets
 /// the source to be answered with. `None` for every other attach; the attach is refused with
-/// the error. Creating a subscription needs Listen on its topic, as receiving from it does.
+/// the error. Creating a subscription needs Listen on its topic, as receiving from it does, and
+/// on a temporary topic being the connection (`connection_id`) that made it.
 pub async fn prepare(
     attach: &mut Attach,
     links: &Links,
-    registry: &Arc<Registry>,
-    access: &Access,
+    (registry, access): (&Arc<Registry>, &Access),
     client: &Client,
+    connection_id: &str,
 ) -> Option<Result<Tie, definitions::Error>> {
     if let Some(creates) = &client.creates {
         if let Err(refused) = create_missing(attach, creates, registry, access).await {
@@ -531,12 +532,16 @@ pub async fn prepare(
     };
     match ask(attach, &client.id, made_name)? {
         Ask::Subscribe(wanted) => {
-            let address = attach.source.as_ref()?.address.as_deref()?;
-            let topic = match router::route(registry, address)? {
-                Node::Entity(entity, lane) if entity.is_topic() && lane == LaneId::MAIN => {
+            let address = attach.source.as_ref()?.address.clone()?;
+            let node = router::route(registry, &address)?;
+            let topic = match temporary::check_owner(&attach.role, (node, address), connection_id) {
+                Ok((Node::Entity(entity, lane), _))
+                    if entity.is_topic() && lane == LaneId::MAIN =>
+                {
                     entity.name().to_owned()
                 }
-                _ => return None,
+                Ok(_) => return None,
+                Err(refused) => return Some(Err(refused)),
             };
             if let Err(refused) = listen(&topic) {
                 return Some(Err(refused));

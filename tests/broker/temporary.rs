@@ -283,6 +283,34 @@ async fn a_temporary_topic_delivers_to_a_consumer_of_its_connection_only() {
     broker.stop().await;
 }
 
+/// A durable JMS consumer of another connection's temporary topic is refused before the
+/// subscription it names is made: none is left on the topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_connections_durable_consumer_of_a_temporary_topic_leaves_no_subscription() {
+    let broker = TestBroker::start(config_with_queues(&["q"])).await;
+    let (mut connection, mut session) = connect_session(broker.addr).await;
+    let (_creator, name) = create(&mut session, "creator", TOPIC).await;
+    let (mut other, mut other_session) = connect_session(broker.addr).await;
+    let mut durable = temporary_topic_source(&name);
+    durable.durable = TerminusDurability::UnsettledState;
+    durable.expiry_policy = TerminusExpiryPolicy::Never;
+    assert_eq!(
+        receiver_refusal(&mut other_session, durable).await,
+        AmqpError::ResourceLocked.into()
+    );
+    // The subscription Qpid JMS's naming gives that consumer (link name, client id, durable).
+    let subscription = format!("{name}/Subscriptions/refused-receiver$tidebus-test$D");
+    let source = Source::builder().address(subscription.as_str()).build();
+    assert_eq!(
+        receiver_refusal(&mut session, source).await,
+        AmqpError::NotFound.into(),
+        "a subscription was made for a consumer the topic refused"
+    );
+    other.close().await.expect("close");
+    connection.close().await.expect("close");
+    broker.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_holds_a_bounded_number_of_temporaries() {
     let broker = TestBroker::start(config_with_queues(&["q"])).await;

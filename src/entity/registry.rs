@@ -1049,23 +1049,15 @@ impl Registry {
 
     /// The declaration of `topic`'s subscription `name`, compared case-insensitively.
     pub fn subscription_config(&self, topic: &str, name: &str) -> Option<SubscriptionConfig> {
-        match self.entry(topic)?.declaration {
-            Declaration::Topic(topic) => (topic.subscriptions.into_iter())
-                .find(|subscription| subscription.name.eq_ignore_ascii_case(name)),
-            Declaration::Queue(_) => None,
-        }
+        subscription_named(self.entry(topic)?.declaration, name).map(|(_, found)| found)
     }
 
     /// Every topic with a subscription named `name` (compared case-insensitively), by name,
     /// with the subscription's declaration.
     pub fn topics_with_subscription(&self, name: &str) -> Vec<(String, SubscriptionConfig)> {
-        let entries = self.entries();
-        let topics = entries.into_iter().filter_map(|entry| {
-            let topic = entry.declaration.name().to_owned();
-            self.subscription_config(&topic, name)
-                .map(|subscription| (topic, subscription))
-        });
-        topics.collect()
+        (self.entries().into_iter())
+            .filter_map(|entry| subscription_named(entry.declaration, name))
+            .collect()
     }
 
     /// Deletes the subscriptions `doomed` picks by name, of every topic (at start, the JMS
@@ -1152,6 +1144,17 @@ impl Registry {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// A topic's name and its subscription `name` (compared case-insensitively), when `declared`
+/// is a topic with one.
+fn subscription_named(declared: Declaration, name: &str) -> Option<(String, SubscriptionConfig)> {
+    let Declaration::Topic(topic) = declared else {
+        return None;
+    };
+    let found = (topic.subscriptions.into_iter())
+        .find(|subscription| subscription.name.eq_ignore_ascii_case(name))?;
+    Some((topic.name, found))
 }
 
 #[cfg(test)]

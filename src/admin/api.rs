@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::body::Incoming;
 use hyper::ext::ReasonPhrase;
 use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, HOST, IF_MATCH};
 use hyper::{Method, Request, Response, StatusCode};
@@ -19,7 +18,7 @@ use tokio::sync::oneshot;
 
 use super::atom::{self, Counts, Times};
 use super::rules;
-use super::{body, respond as xml, Admin};
+use super::{respond as xml, Admin};
 use crate::auth::path_covers;
 use crate::auth::sas::Token;
 use crate::clock::now_ms;
@@ -80,7 +79,7 @@ pub fn busy() -> Response<Full<Bytes>> {
 }
 
 /// Answers one request.
-pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes>> {
+pub async fn handle(admin: &Admin, request: Request<Bytes>) -> Response<Full<Bytes>> {
     let path = percent_decode_str(request.uri().path())
         .decode_utf8_lossy()
         .trim_matches('/')
@@ -159,9 +158,9 @@ pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<
             list_subscriptions(admin, &urls, &topic, page).await
         }
         (Method::PUT, Target::Entity(name)) if updating => {
-            update(admin, &urls, &name, request).await
+            update(admin, &urls, &name, request.body()).await
         }
-        (Method::PUT, Target::Entity(name)) => create(admin, &urls, &name, request).await,
+        (Method::PUT, Target::Entity(name)) => create(admin, &urls, &name, request.body()).await,
         (Method::DELETE, Target::Entity(name)) => match admin.registry.delete(&name).await {
             Ok(()) => empty_ok(),
             Err(refused) => refusal(&refused, &name),
@@ -173,10 +172,10 @@ pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<
             get_rule(admin, &urls, &subscription, &name).await
         }
         (Method::PUT, Target::Rule(subscription, name)) if updating => {
-            update_rule(admin, &urls, &subscription, &name, request).await
+            update_rule(admin, &urls, &subscription, &name, request.body()).await
         }
         (Method::PUT, Target::Rule(subscription, name)) => {
-            create_rule(admin, &urls, &subscription, &name, request).await
+            create_rule(admin, &urls, &subscription, &name, request.body()).await
         }
         (Method::DELETE, Target::Rule(subscription, name)) => {
             let operation = Operation::RemoveRule { name: name.clone() };
@@ -186,10 +185,10 @@ pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<
             }
         }
         (Method::PUT, Target::Subscription(topic, name)) if updating => {
-            update_subscription(admin, &urls, &topic, &name, request).await
+            update_subscription(admin, &urls, &topic, &name, request.body()).await
         }
         (Method::PUT, Target::Subscription(topic, name)) => {
-            create_subscription(admin, &urls, &topic, &name, request).await
+            create_subscription(admin, &urls, &topic, &name, request.body()).await
         }
         (Method::DELETE, Target::Subscription(topic, name)) => {
             match admin.registry.remove_subscription(&topic, &name).await {
@@ -287,7 +286,7 @@ pub(super) fn query(text: &str) -> BTreeMap<String, String> {
 }
 
 /// `https://<host the client dialled>`.
-fn base_url(admin: &Admin, request: &Request<Incoming>) -> String {
+fn base_url(admin: &Admin, request: &Request<Bytes>) -> String {
     let scheme = if admin.https { "https" } else { "http" };
     format!("{scheme}://{}", host(request))
 }
@@ -307,7 +306,7 @@ fn namespace_name(host: &str) -> String {
 }
 
 /// The host (and port) the client dialled, from its `Host` header.
-fn host(request: &Request<Incoming>) -> &str {
+fn host(request: &Request<Bytes>) -> &str {
     request
         .headers()
         .get(HOST)
@@ -317,11 +316,7 @@ fn host(request: &Request<Incoming>) -> &str {
 
 /// Checks the request's `Authorization`: a shared access signature of a policy with Manage
 /// whose resource covers the path; no header passes only when anonymous clients are allowed.
-pub(super) fn authorize(
-    admin: &Admin,
-    request: &Request<Incoming>,
-    path: &str,
-) -> Result<(), String> {
+pub(super) fn authorize(admin: &Admin, request: &Request<Bytes>, path: &str) -> Result<(), String> {
     match credential(admin, request, path)? {
         Grant::Manage => Ok(()),
         Grant::WithoutManage => Err(MANAGE_REQUIRED.into()),
@@ -348,7 +343,7 @@ const MANAGE_REQUIRED: &str =
 /// # Errors
 /// Why the credential is not valid here: missing, malformed, signed with no policy's key,
 /// expired, or for another resource.
-fn credential(admin: &Admin, request: &Request<Incoming>, path: &str) -> Result<Grant, String> {
+fn credential(admin: &Admin, request: &Request<Bytes>, path: &str) -> Result<Grant, String> {
     let Some(header) = request.headers().get(AUTHORIZATION) else {
         return match admin.policies.allow_anonymous() {
             true => Ok(Grant::Manage),
@@ -609,23 +604,17 @@ fn feed(
 }
 
 /// The description in a request's body.
-async fn sent(request: Request<Incoming>) -> Result<atom::Sent, String> {
-    atom::read_description(&body(request).await?)
+fn sent(body: &[u8]) -> Result<atom::Sent, String> {
+    atom::read_description(body)
 }
 
 /// Updates a queue or topic from the description in the request's body (`If-Match: *`): the
 /// properties it sets change, the others keep their values.
-async fn update(
-    admin: &Admin,
-    urls: &Urls,
-    name: &str,
-    request: Request<Incoming>,
-) -> Response<Full<Bytes>> {
+async fn update(admin: &Admin, urls: &Urls, name: &str, body: &[u8]) -> Response<Full<Bytes>> {
     let Some(entry) = admin.registry.entry(name) else {
         return not_found(name);
     };
-    let changed = match sent(request)
-        .await
+    let changed = match sent(body)
         .and_then(|sent| within_api_version(urls, sent))
         .and_then(|sent| within_message_size(admin, sent))
     {
@@ -671,14 +660,8 @@ async fn update(
 }
 
 /// Creates a queue or topic from the description in the request's body.
-async fn create(
-    admin: &Admin,
-    urls: &Urls,
-    name: &str,
-    request: Request<Incoming>,
-) -> Response<Full<Bytes>> {
-    let declaration = match sent(request)
-        .await
+async fn create(admin: &Admin, urls: &Urls, name: &str, body: &[u8]) -> Response<Full<Bytes>> {
+    let declaration = match sent(body)
         .and_then(|sent| within_api_version(urls, sent))
         .and_then(|sent| within_message_size(admin, sent))
         .and_then(|sent| declaration(name, &sent))
@@ -1208,8 +1191,8 @@ async fn get_rule(
 }
 
 /// The rule named `name` that the `RuleDescription` in the request's body describes.
-async fn read_rule(request: Request<Incoming>, name: &str) -> Result<Rule, String> {
-    rules::read(&body(request).await?, name, now_ms())
+fn read_rule(body: &[u8], name: &str) -> Result<Rule, String> {
+    rules::read(body, name, now_ms())
 }
 
 async fn create_rule(
@@ -1217,9 +1200,9 @@ async fn create_rule(
     urls: &Urls,
     subscription: &Subscription,
     name: &str,
-    request: Request<Incoming>,
+    body: &[u8],
 ) -> Response<Full<Bytes>> {
-    let rule = match read_rule(request, name).await {
+    let rule = match read_rule(body, name) {
         Ok(rule) => rule,
         Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
     };
@@ -1244,9 +1227,9 @@ async fn update_rule(
     urls: &Urls,
     subscription: &Subscription,
     name: &str,
-    request: Request<Incoming>,
+    body: &[u8],
 ) -> Response<Full<Bytes>> {
-    let rule = match read_rule(request, name).await {
+    let rule = match read_rule(body, name) {
         Ok(rule) => rule,
         Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
     };
@@ -1276,13 +1259,9 @@ async fn create_subscription(
     urls: &Urls,
     topic: &str,
     name: &str,
-    request: Request<Incoming>,
+    body: &[u8],
 ) -> Response<Full<Bytes>> {
-    let body = match body(request).await {
-        Ok(body) => body,
-        Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
-    };
-    let config = match atom::parse(&body).and_then(|root| subscription_config(name, &root)) {
+    let config = match atom::parse(body).and_then(|root| subscription_config(name, &root)) {
         Ok(config) => config,
         Err(detail) => return error(StatusCode::BAD_REQUEST, detail),
     };
@@ -1369,7 +1348,7 @@ async fn update_subscription(
     urls: &Urls,
     topic: &str,
     name: &str,
-    request: Request<Incoming>,
+    body: &[u8],
 ) -> Response<Full<Bytes>> {
     let path = format!("{topic}/Subscriptions/{name}");
     let Some(entry) = admin.registry.entry(topic) else {
@@ -1388,7 +1367,7 @@ async fn update_subscription(
     else {
         return not_found(&path);
     };
-    let changed = match body(request).await.and_then(|body| atom::parse(&body)) {
+    let changed = match atom::parse(body) {
         Ok(root) => apply_subscription(slot.clone(), &root, Intent::Update),
         Err(detail) => Err(detail),
     };

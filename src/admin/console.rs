@@ -20,7 +20,6 @@ use bytes::Bytes;
 use fe2o3_amqp::types::messaging::{ApplicationProperties, Data, Properties};
 use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Symbol};
 use http_body_util::Full;
-use hyper::body::Incoming;
 use hyper::header::{HeaderName, CONTENT_TYPE, HOST, ORIGIN};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value as Json};
@@ -48,7 +47,7 @@ const MAX_SCAN: usize = 5_000;
 const REASONS_SCANNED: usize = 1_000;
 
 /// Answers a console request: `path` is `/` or starts with `/$console/`.
-pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes>> {
+pub async fn handle(admin: &Admin, request: Request<Bytes>) -> Response<Full<Bytes>> {
     let path = request.uri().path().to_owned();
     let method = request.method().clone();
     match (&method, path.as_str()) {
@@ -86,7 +85,7 @@ type Failure = (StatusCode, String);
 /// form cannot send without a CORS preflight this server never grants) and, when the browser
 /// names an `Origin`, the host it was sent to. Otherwise any web page a developer visits could
 /// purge or fill a broker that lets anonymous clients in.
-fn same_origin_json(request: &Request<Incoming>) -> Result<(), Failure> {
+fn same_origin_json(request: &Request<Bytes>) -> Result<(), Failure> {
     if request.method() != Method::POST {
         return Ok(());
     }
@@ -120,7 +119,7 @@ async fn call_api(
     admin: &Admin,
     method: &Method,
     call: &str,
-    request: Request<Incoming>,
+    request: Request<Bytes>,
 ) -> Result<String, Failure> {
     if (method, call) != (&Method::GET, "messages") {
         return json_call(admin, method, call, request)
@@ -151,15 +150,14 @@ async fn json_call(
     admin: &Admin,
     method: &Method,
     call: &str,
-    request: Request<Incoming>,
+    request: Request<Bytes>,
 ) -> Result<Json, Failure> {
     let query = api::query(request.uri().query().unwrap_or_default());
     match (method, call) {
         (&Method::GET, "entities") => Ok(entities(admin).await),
         (&Method::GET, "reasons") => reasons(admin, &param(&query, "entity")?).await,
         (&Method::POST, "resubmit" | "purge" | "send") => {
-            let body = super::body(request).await.map_err(|e| bad(&e))?;
-            let sent: Json = serde_json::from_slice(&body)
+            let sent: Json = serde_json::from_slice(request.body())
                 .map_err(|e| bad(&format!("the body is not JSON: {e}")))?;
             let entity = sent["entity"]
                 .as_str()

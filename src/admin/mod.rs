@@ -28,7 +28,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CONTENT_TYPE, HOST};
+use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE, HOST};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -158,27 +158,26 @@ pub async fn accept_loop(
     }
 }
 
-/// When a request's body must have arrived: [`Admin::request_timeout`] after its head did
-/// (the head has as long again, counted by hyper), kept in the request's extensions.
-#[derive(Clone, Copy)]
-struct BodyDeadline(tokio::time::Instant);
-
 /// Serves HTTP/1.1 requests on one connection until it closes or the broker stops; `full`:
-/// every request is answered 503 (the connection limit is reached).
+/// every request is answered 503 and the connection closed (the connection limit is reached).
 async fn serve<S>(stream: S, admin: Arc<Admin>, full: bool, shutdown: CancellationToken)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let request_timeout = admin.request_timeout;
-    let service = service_fn(move |mut request: Request<Incoming>| {
+    let service = service_fn(move |request: Request<Incoming>| {
         let admin = admin.clone();
-        request.extensions_mut().insert(BodyDeadline(
-            tokio::time::Instant::now() + admin.request_timeout,
-        ));
+        let deadline = tokio::time::Instant::now() + admin.request_timeout;
         async move {
+            // Every body is read before its request is answered, refused ones too: an answer
+            // sent before the body ends the connection after it without saying so, and a
+            // client reusing the connection would find it closed.
             let response = match full {
-                true => api::busy(),
-                false => route(&admin, request).await,
+                true => closing(api::busy()),
+                false => match whole(request, deadline).await {
+                    Ok(request) => route(&admin, request).await,
+                    Err(detail) => closing(api::error(StatusCode::BAD_REQUEST, detail)),
+                },
             };
             Ok::<Response<Full<Bytes>>, Infallible>(response)
         }
@@ -201,29 +200,38 @@ where
     }
 }
 
-/// A request's body, at most [`MAX_BODY`] bytes, read by its [`BodyDeadline`].
+/// The request with its whole body, at most [`MAX_BODY`] bytes, which must have arrived by
+/// `deadline` ([`Admin::request_timeout`] after the head did; the head has as long again,
+/// counted by hyper).
 ///
 /// # Errors
-/// Why it does not read: too long, cut off, or not there in time.
-async fn body(request: Request<Incoming>) -> Result<Bytes, String> {
-    let deadline = request.extensions().get::<BodyDeadline>().copied();
-    let read = Limited::new(request.into_body(), MAX_BODY).collect();
-    let read = match deadline {
-        Some(BodyDeadline(deadline)) => tokio::time::timeout_at(deadline, read)
-            .await
-            .map_err(|_| "the body does not read: it did not arrive in time".to_owned())?,
-        None => read.await,
-    };
-    Ok(read
-        .map_err(|e| format!("the body does not read: {e}"))?
-        .to_bytes())
+/// Why the body does not read: too long, cut off, or not there in time.
+async fn whole(
+    request: Request<Incoming>,
+    deadline: tokio::time::Instant,
+) -> Result<Request<Bytes>, String> {
+    let (head, body) = request.into_parts();
+    let read = tokio::time::timeout_at(deadline, Limited::new(body, MAX_BODY).collect())
+        .await
+        .map_err(|_| "the body does not read: it did not arrive in time".to_owned())?
+        .map_err(|e| format!("the body does not read: {e}"))?;
+    Ok(Request::from_parts(head, read.to_bytes()))
+}
+
+/// `response` saying the connection ends after it: the rest of the request may not have
+/// been read, so the connection cannot serve another.
+fn closing(mut response: Response<Full<Bytes>>) -> Response<Full<Bytes>> {
+    response
+        .headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 /// Sends a request to what answers its path: `/health`, `/metrics` and the console's page `/`
 /// (asked without an `api-version`, which every Service Bus client sends: an entity may be
 /// named `health`), the console's files and calls (`/$console/...`: no entity name starts
 /// with `$`), or the management API.
-async fn route(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn route(admin: &Admin, request: Request<Bytes>) -> Response<Full<Bytes>> {
     let plain_get = request.method() == Method::GET
         && !request
             .uri()

@@ -10,11 +10,10 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde::Deserialize;
 
-use super::{api, atom, body, respond, Admin};
+use super::{api, atom, respond, Admin};
 use crate::clock::{self, millis};
 use crate::config::{parse_duration, TestClock};
 
@@ -26,7 +25,7 @@ pub const CLOCK_PATH: &str = "/$testing/clock";
 pub const ADVANCE_PATH: &str = "/$testing/clock/advance";
 
 /// Answers a request to a `/$testing/` path.
-pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<Bytes>> {
+pub async fn handle(admin: &Admin, request: Request<Bytes>) -> Response<Full<Bytes>> {
     if let Err(detail) = api::authorize(admin, &request, "") {
         return api::error(StatusCode::UNAUTHORIZED, detail);
     }
@@ -42,7 +41,7 @@ pub async fn handle(admin: &Admin, request: Request<Incoming>) -> Response<Full<
         (&Method::GET, CLOCK_PATH) if controlled => clock_now(StatusCode::OK, None),
         (&Method::POST, CLOCK_PATH | ADVANCE_PATH) if controlled => {
             let by = path == ADVANCE_PATH;
-            match body(request).await.and_then(|body| target(&body, by)) {
+            match target(request.body(), by) {
                 Ok(target) => move_clock(admin, target).await,
                 Err(detail) => api::error(StatusCode::BAD_REQUEST, detail),
             }

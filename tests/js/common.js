@@ -16,6 +16,7 @@ const { execFileSync } = require("node:child_process");
 const fs = require("node:fs");
 const os = require("node:os");
 const path = require("node:path");
+const { monitorEventLoopDelay } = require("node:perf_hooks");
 const { test } = require("node:test");
 const util = require("node:util");
 
@@ -45,9 +46,11 @@ const TRACE_LINES = 400;
 
 // --- the SDK's log, kept for failures --------------------------------------------------------
 
+// Each line is prefixed with the milliseconds since its test began.
 const trace = [];
+let traceStarted = Date.now();
 function record(...args) {
-  trace.push(util.format(...args));
+  trace.push(`+${Date.now() - traceStarted}ms ${util.format(...args)}`);
   if (trace.length > TRACE_LINES) trace.shift();
 }
 setLogLevel("info");
@@ -74,6 +77,11 @@ function brokerTest(name, options, body) {
   if (typeof options === "function") [options, body] = [{}, options];
   test(name, { timeout: options.timeout ?? TEST_TIMEOUT_MS }, async () => {
     trace.length = 0;
+    traceStarted = Date.now();
+    // A failure report says how long this process stalled at worst: a stall past an operation's
+    // timeout fails it whatever the broker does (timers run before the I/O that was due).
+    const stalls = monitorEventLoopDelay({ resolution: 20 });
+    stalls.enable();
     const broker = await Broker.start(options);
     const client = openClient(broker);
     let failure = null;
@@ -92,9 +100,12 @@ function brokerTest(name, options, body) {
     } catch (error) {
       failure ??= error;
     }
+    stalls.disable();
     if (failure !== null) {
       process.stderr.write(
-        `\n=== ${name}: tidebus log ${broker.logPath} ===\n${broker.readLog()}` +
+        `\n=== ${name}: longest event-loop stall of the test process: ` +
+          `${Math.round(stalls.max / 1e6)} ms ===` +
+          `\n=== ${name}: tidebus log ${broker.logPath} ===\n${broker.readLog()}` +
           `\n=== ${name}: SDK log (last ${TRACE_LINES} lines) ===\n${trace.join("\n")}\n`,
       );
       throw failure;

@@ -603,18 +603,13 @@ fn feed(
     )
 }
 
-/// The description in a request's body.
-fn sent(body: &[u8]) -> Result<atom::Sent, String> {
-    atom::read_description(body)
-}
-
 /// Updates a queue or topic from the description in the request's body (`If-Match: *`): the
 /// properties it sets change, the others keep their values.
 async fn update(admin: &Admin, urls: &Urls, name: &str, body: &[u8]) -> Response<Full<Bytes>> {
     let Some(entry) = admin.registry.entry(name) else {
         return not_found(name);
     };
-    let changed = match sent(body)
+    let changed = match atom::read_description(body)
         .and_then(|sent| within_api_version(urls, sent))
         .and_then(|sent| within_message_size(admin, sent))
     {
@@ -661,7 +656,7 @@ async fn update(admin: &Admin, urls: &Urls, name: &str, body: &[u8]) -> Response
 
 /// Creates a queue or topic from the description in the request's body.
 async fn create(admin: &Admin, urls: &Urls, name: &str, body: &[u8]) -> Response<Full<Bytes>> {
-    let declaration = match sent(body)
+    let declaration = match atom::read_description(body)
         .and_then(|sent| within_api_version(urls, sent))
         .and_then(|sent| within_message_size(admin, sent))
         .and_then(|sent| declaration(name, &sent))

@@ -484,6 +484,29 @@ impl Store {
         })
     }
 
+    /// Opens the store of `config` again in a test that had it open a moment ago. sled lets go
+    /// of its file lock when its background threads let go of the database, a moment after
+    /// `drop` returns (sled's own tests block on the lock for this): this waits for the lock,
+    /// at most 30 s.
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    #[cfg(test)]
+    pub(crate) fn reopen(config: &BrokerConfig) -> Result<Store, StoreError> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            match Store::open(config) {
+                Err(error)
+                    if error.to_string().contains("could not acquire lock")
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                opened => return opened,
+            }
+        }
+    }
+
     /// The durability mode.
     pub fn durability(&self) -> Durability {
         self.durability
@@ -906,20 +929,9 @@ mod tests {
             data_dir: dir.path().to_path_buf(),
             ..Config::embedded_default().broker
         };
-        // sled lets go of its file lock when its background threads let go of the database,
-        // a moment after `drop` returns: wait for that (a fresh clone's CI saw it), not longer.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        loop {
-            match Store::open(&config) {
-                Ok(_) => break,
-                Err(error)
-                    if error.to_string().contains("could not acquire lock")
-                        && std::time::Instant::now() < deadline =>
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
-                Err(error) => panic!("sled accepts the size it was created with: {error}"),
-            }
+        // sled holds its lock a moment after `drop` returns (a fresh clone's CI saw it).
+        if let Err(error) = Store::reopen(&config) {
+            panic!("sled accepts the size it was created with: {error}");
         }
     }
 }

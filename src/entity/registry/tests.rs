@@ -23,7 +23,8 @@ where
             Declaration::Topic(topic) => config.topics.push(topic),
         }
     }
-    let store = Store::open(&config.broker).expect("store");
+    // The test may have had it open a moment ago (a run before, or its own writes).
+    let store = Store::reopen(&config.broker).expect("store");
     let (flusher, flusher_thread) = store.flusher().expect("flusher").unzip();
     let shutdown = CancellationToken::new();
     let tracker = TaskTracker::new();

@@ -31,6 +31,25 @@ pub fn maven_test(project: &str, build_dir: &str, args: &[&str]) -> Command {
     command
 }
 
+/// The first run of a Spring application downloads Spring Boot and the libraries it uses
+/// before it tests.
+const MAVEN_APP_DEADLINE: Duration = Duration::from_secs(10 * 60);
+
+/// Runs `command`, a [`maven_test`] of the application in `project`; panics as [`run`] does
+/// unless the application's tests pass.
+pub fn maven_app(project: &str, command: &mut Command) {
+    run(
+        &format!("mvn test ({project})"),
+        command,
+        MAVEN_APP_DEADLINE,
+        |code| match code {
+            Some(1) => "the application's test failed (or Maven could not resolve it)",
+            Some(_) => "Maven error",
+            None => "killed by a signal",
+        },
+    );
+}
+
 /// The first run of a Maven suite downloads its artifacts and Maven's plugins before it tests.
 const MAVEN_SUITE_DEADLINE: Duration = Duration::from_secs(15 * 60);
 

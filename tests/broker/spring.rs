@@ -7,13 +7,8 @@
 //! container tests'), and it needs no podman. Maven's output goes to `<target>/spring`, its
 //! artifacts to `~/.m2`, downloaded on the first run. Output and failure as in `runner`.
 
-use std::time::Duration;
-
 use crate::child::ChildBroker;
 use crate::runner;
-
-/// The first run downloads Spring Boot, Spring Cloud Azure and the SDK before it tests.
-const RUN_DEADLINE: Duration = Duration::from_secs(10 * 60);
 
 /// The emulator's policy and key, which its connection string names, and the application's
 /// queue.
@@ -43,15 +38,6 @@ fn spring_cloud_azure_servicebus_app() {
     );
     let mut command = runner::maven_test("tests/spring", "spring", &[]);
     command.env("TIDEBUS_CONNECTION_STRING", connection);
-    runner::run(
-        "mvn test (tests/spring)",
-        &mut command,
-        RUN_DEADLINE,
-        |code| match code {
-            Some(1) => "the Spring application's test failed (or Maven could not resolve it)",
-            Some(_) => "Maven error",
-            None => "killed by a signal",
-        },
-    );
+    runner::maven_app("tests/spring", &mut command);
     drop(broker);
 }

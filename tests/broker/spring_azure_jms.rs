@@ -23,14 +23,9 @@ use std::hash::BuildHasher;
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use crate::child::ChildBroker;
 use crate::runner;
-
-/// The first run downloads Spring Boot, Spring Cloud Azure and azure-servicebus-jms before it
-/// tests.
-const RUN_DEADLINE: Duration = Duration::from_secs(10 * 60);
 
 /// The one port azure-servicebus-jms dials (AMQPS), whatever the connection string says.
 const AMQPS_PORT: u16 = 5671;
@@ -84,16 +79,7 @@ fn spring_azure_jms_app() {
              SharedAccessKey=SAS_KEY_VALUE"
         ),
     );
-    runner::run(
-        "mvn test (tests/spring-azure-jms)",
-        &mut command,
-        RUN_DEADLINE,
-        |code| match code {
-            Some(1) => "the application's test failed (or Maven could not resolve it)",
-            Some(_) => "Maven error",
-            None => "killed by a signal",
-        },
-    );
+    runner::maven_app("tests/spring-azure-jms", &mut command);
     drop(broker);
 }
 

@@ -10,13 +10,8 @@
 //! starter is not used: the pom says why. Maven's output goes to `<target>/spring-jms`, its
 //! artifacts to `~/.m2`, downloaded on the first run. Output and failure as in `runner`.
 
-use std::time::Duration;
-
 use crate::child::ChildBroker;
 use crate::runner;
-
-/// The first run downloads Spring Boot, Spring JMS and Qpid JMS before it tests.
-const RUN_DEADLINE: Duration = Duration::from_secs(10 * 60);
 
 /// The emulator's policy, which the application signs in with (SASL PLAIN: anonymous clients
 /// are refused), and its queues.
@@ -49,15 +44,6 @@ fn spring_jms_app() {
     let broker = ChildBroker::start(dir.path(), CONFIG);
     let mut command = runner::maven_test("tests/spring-jms", "spring-jms", &[]);
     command.env("TIDEBUS_AMQP_URL", format!("amqp://{}", broker.addr));
-    runner::run(
-        "mvn test (tests/spring-jms)",
-        &mut command,
-        RUN_DEADLINE,
-        |code| match code {
-            Some(1) => "the Spring JMS application's test failed (or Maven could not resolve it)",
-            Some(_) => "Maven error",
-            None => "killed by a signal",
-        },
-    );
+    runner::maven_app("tests/spring-jms", &mut command);
     drop(broker);
 }
